@@ -1,0 +1,234 @@
+"""Floating-point formats: how a bit pattern decodes to (sign, significand, exponent, class).
+
+This table is the single source of truth for format parameters.  The C++ core receives
+the same numbers (see ``Format.code`` and ``spec.Spec.to_params``), the pure-Python reference
+decodes with them, and the op uses ``torch_dtype`` to pick a format from a tensor.
+
+Conventions used everywhere in the project:
+
+* A finite value is ``(-1)**sign * sig * 2**(exp - man_bits)`` with an integer ``sig``.
+  Normal numbers carry the implicit bit (``2**man_bits <= sig < 2**(man_bits+1)``);
+  subnormals and zero have ``exp = emin`` (the format's minimum normal exponent) and
+  ``sig < 2**man_bits``.
+* ``nan_style`` says which encodings are special:
+  ``"ieee"``  all-ones exponent: infinity (zero mantissa) or NaN;
+  ``"fn"``    OCP e4m3fn: only S.1111.111 is NaN, no infinity;
+  ``"fnuz"``  AMD fnuz: 0x80 (negative zero's code) is the only NaN, no infinity, no -0;
+  ``"none"``  fp6/fp4: every code is a finite number;
+  ``"e8m0"``  unsigned power of two, 0xFF is NaN, no zero.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+NAN_STYLES = ("ieee", "fn", "fnuz", "none", "e8m0")
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    code: int  # stable integer id shared with the C++ core
+    exp_bits: int
+    man_bits: int
+    bias: int
+    nan_style: str
+    signed: bool = True
+    # bits of the storage container the codes arrive in (tf32/xf32 live in fp32 words)
+    container_bits: int = 0
+    torch_dtype: torch.dtype | None = None
+    description: str = ""
+
+    @property
+    def bits(self) -> int:
+        return int(self.signed) + self.exp_bits + self.man_bits
+
+    @property
+    def emin(self) -> int:
+        """Minimum normal exponent (also the exponent of subnormals and zero)."""
+        if self.nan_style == "e8m0":
+            return -self.bias
+        return 1 - self.bias
+
+    @property
+    def emax(self) -> int:
+        top = (1 << self.exp_bits) - 1
+        if self.nan_style == "ieee":
+            top -= 1  # all-ones exponent is reserved
+        return top - self.bias
+
+    @property
+    def precision(self) -> int:
+        """Significand bits including the implicit one."""
+        return self.man_bits + 1
+
+    @property
+    def max_finite(self) -> float:
+        return float(decode_value(self, self.max_finite_code))
+
+    @property
+    def max_finite_code(self) -> int:
+        if self.nan_style == "ieee":
+            return (((1 << self.exp_bits) - 2) << self.man_bits) | ((1 << self.man_bits) - 1)
+        if self.nan_style == "fn":
+            return (((1 << self.exp_bits) - 1) << self.man_bits) | ((1 << self.man_bits) - 2)
+        if self.nan_style == "e8m0":
+            return 0xFE
+        return (((1 << self.exp_bits) - 1) << self.man_bits) | ((1 << self.man_bits) - 1)
+
+    def __repr__(self) -> str:  # short, used in error messages
+        return self.name
+
+
+def _f(name, code, e, m, bias, style, dtype=None, signed=True, container=0, desc=""):
+    return Format(name, code, e, m, bias, style, signed, container or 0, dtype, desc)
+
+
+_F8 = {}
+for _attr in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"):
+    _F8[_attr] = getattr(torch, _attr, None)
+
+FORMATS: dict[str, Format] = {
+    f.name: f
+    for f in [
+        _f("fp64", 1, 11, 52, 1023, "ieee", torch.float64, desc="IEEE binary64"),
+        _f("fp32", 2, 8, 23, 127, "ieee", torch.float32, desc="IEEE binary32"),
+        _f("tf32", 3, 8, 10, 127, "ieee", None, container=32,
+           desc="NVIDIA TensorFloat-32 (fp32 word, low 13 bits truncated)"),
+        _f("xf32", 4, 8, 10, 127, "ieee", None, container=32,
+           desc="AMD xf32 (fp32 word, low 13 bits truncated)"),
+        _f("fp16", 5, 5, 10, 15, "ieee", torch.float16, desc="IEEE binary16"),
+        _f("bf16", 6, 8, 7, 127, "ieee", torch.bfloat16, desc="bfloat16"),
+        _f("fp8_e4m3", 7, 4, 3, 7, "fn", _F8["float8_e4m3fn"], desc="OCP FP8 E4M3 (e4m3fn)"),
+        _f("fp8_e5m2", 8, 5, 2, 15, "ieee", _F8["float8_e5m2"], desc="OCP FP8 E5M2"),
+        _f("fp8_e4m3fnuz", 9, 4, 3, 8, "fnuz", _F8["float8_e4m3fnuz"], desc="AMD FP8 E4M3 fnuz"),
+        _f("fp8_e5m2fnuz", 10, 5, 2, 16, "fnuz", _F8["float8_e5m2fnuz"], desc="AMD BF8 E5M2 fnuz"),
+        _f("fp6_e2m3", 11, 2, 3, 1, "none", desc="OCP MX FP6 E2M3 (uint8 codes)"),
+        _f("fp6_e3m2", 12, 3, 2, 3, "none", desc="OCP MX FP6 E3M2 (uint8 codes)"),
+        _f("fp4_e2m1", 13, 2, 1, 1, "none", desc="OCP MX FP4 E2M1 (uint8 codes)"),
+        _f("ue8m0", 14, 8, 0, 127, "e8m0", _F8["float8_e8m0fnu"], signed=False,
+           desc="MX block scale: unsigned power of two"),
+        _f("ue4m3", 15, 4, 3, 7, "fn", _F8["float8_e4m3fn"], signed=False,
+           desc="NVFP4 block scale: unsigned E4M3 (sign bit ignored)"),
+    ]
+}
+FORMATS_BY_CODE = {f.code: f for f in FORMATS.values()}
+
+# Element formats that may be fed to a matrix unit (scales excluded).
+INPUT_FORMATS = tuple(n for n in FORMATS if n not in ("ue8m0", "ue4m3"))
+SCALE_FORMATS = ("ue8m0", "ue4m3")
+OUTPUT_FORMATS = ("fp64", "fp32", "fp16")
+
+ALIASES = {
+    "float64": "fp64", "double": "fp64", "binary64": "fp64",
+    "float32": "fp32", "float": "fp32", "single": "fp32", "binary32": "fp32",
+    "float16": "fp16", "half": "fp16", "binary16": "fp16",
+    "bfloat16": "bf16",
+    "tensorfloat32": "tf32", "tf19": "tf32",
+    "e4m3": "fp8_e4m3", "fp8e4m3": "fp8_e4m3", "float8_e4m3fn": "fp8_e4m3", "fp8_e4m3fn": "fp8_e4m3",
+    "e5m2": "fp8_e5m2", "fp8e5m2": "fp8_e5m2", "float8_e5m2": "fp8_e5m2",
+    "float8_e4m3fnuz": "fp8_e4m3fnuz", "e4m3fnuz": "fp8_e4m3fnuz", "fp8": "fp8_e4m3fnuz",
+    "float8_e5m2fnuz": "fp8_e5m2fnuz", "e5m2fnuz": "fp8_e5m2fnuz", "bf8": "fp8_e5m2fnuz",
+    "e2m3": "fp6_e2m3", "e3m2": "fp6_e3m2", "e2m1": "fp4_e2m1", "fp4": "fp4_e2m1",
+    "e8m0": "ue8m0", "float8_e8m0fnu": "ue8m0",
+}
+
+
+def get_format(name: str | Format) -> Format:
+    if isinstance(name, Format):
+        return name
+    key = str(name).lower().replace("-", "_")
+    key = ALIASES.get(key, key)
+    if key not in FORMATS:
+        raise ValueError(
+            f"unknown format {name!r}; known formats: {', '.join(FORMATS)}")
+    return FORMATS[key]
+
+
+_DTYPE_TO_FORMAT = {
+    torch.float64: "fp64",
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+}
+for _name in ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz"):
+    if FORMATS[_name].torch_dtype is not None:
+        _DTYPE_TO_FORMAT[FORMATS[_name].torch_dtype] = _name
+
+OUT_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16}
+
+
+def format_of_dtype(dtype: torch.dtype) -> Format | None:
+    name = _DTYPE_TO_FORMAT.get(dtype)
+    return FORMATS[name] if name else None
+
+
+def out_format_of_dtype(dtype: torch.dtype) -> Format:
+    for name, d in OUT_DTYPES.items():
+        if d == dtype:
+            return FORMATS[name]
+    raise TypeError(
+        f"out_dtype {dtype} is not an accumulator type; allowed: torch.float32, "
+        "torch.float16 (where the arch has fp16 accumulation), torch.float64 (fp64 inputs)")
+
+
+# ----------------------------------------------------------------------------------------
+# Scalar helpers (exact, pure Python).  Used by tests, the reference model and CLI tables.
+# ----------------------------------------------------------------------------------------
+
+def classify(fmt: Format, code: int) -> tuple[str, int, int, int]:
+    """Decode ``code`` into ``(cls, sign, sig, exp)``; cls in {"zero","sub","normal","inf","nan"}.
+
+    ``value = (-1)**sign * sig * 2**(exp - man_bits)`` for finite classes.
+    """
+    code = int(code)
+    if fmt.container_bits == 32:  # tf32 / xf32 words: truncate to 10 mantissa bits
+        code = (code >> 13) & ((1 << 19) - 1)
+    m, e = fmt.man_bits, fmt.exp_bits
+    if fmt.nan_style == "e8m0":
+        code &= 0xFF
+        if code == 0xFF:
+            return ("nan", 0, 0, 0)
+        return ("normal", 0, 1, code - fmt.bias)
+    nbits = e + m + 1
+    code &= (1 << nbits) - 1
+    sign = (code >> (e + m)) & 1
+    if not fmt.signed:
+        sign = 0
+    ebits = (code >> m) & ((1 << e) - 1)
+    mant = code & ((1 << m) - 1)
+    emax_code = (1 << e) - 1
+    if fmt.nan_style == "ieee" and ebits == emax_code:
+        return ("nan", sign, 0, 0) if mant else ("inf", sign, 0, 0)
+    if fmt.nan_style == "fn" and ebits == emax_code and mant == (1 << m) - 1:
+        return ("nan", sign, 0, 0)
+    if fmt.nan_style == "fnuz" and sign == 1 and ebits == 0 and mant == 0:
+        return ("nan", 0, 0, 0)
+    if ebits == 0:
+        return ("zero" if mant == 0 else "sub", sign, mant, fmt.emin)
+    return ("normal", sign, mant | (1 << m), ebits - fmt.bias)
+
+
+def decode_value(fmt: Format, code: int):
+    """Exact value of a code as a ``fractions.Fraction`` (or float inf/nan)."""
+    from fractions import Fraction
+
+    cls, sign, sig, exp = classify(fmt, code)
+    if cls == "nan":
+        return float("nan")
+    if cls == "inf":
+        return float("-inf") if sign else float("inf")
+    v = Fraction(sig) * Fraction(2) ** (exp - fmt.man_bits)
+    return -v if sign else v
+
+
+@lru_cache(maxsize=None)
+def value_table(name: str) -> torch.Tensor:
+    """float64 value of every code of a format with at most 8 bits (for uint8 codes)."""
+    fmt = get_format(name)
+    if fmt.bits > 8:
+        raise ValueError(f"{fmt.name} has no small code table")
+    return torch.tensor([float(decode_value(fmt, c)) for c in range(1 << fmt.bits)],
+                        dtype=torch.float64)

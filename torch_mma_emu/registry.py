@@ -1,0 +1,322 @@
+"""The architecture registry: which instruction models exist, as data.
+
+Each :class:`Row` maps (arch, input formats, output format[, scale format]) to an elementary
+operation and its parameters.  Sources: seed 003 Tables 3-7 (MMA-Sim), seed 002 (per-GPU
+summary, lower exponent cap), recorded hardware in tests/data.  Adding a GPU means adding
+rows here; no code changes.
+
+A row's ``formats`` lists the input formats it accepts for A and for B independently (NVIDIA
+fp8 instructions take e4m3 x e5m2 mixes, Blackwell's kind::f8f6f4 any fp8/fp6/fp4 mix).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .formats import OUT_DTYPES, get_format
+from .spec import NVIDIA_NAN, Spec
+
+# --------------------------------------------------------------------------------------
+# Architectures
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    vendor: str
+    family: str
+    gpus: tuple[str, ...]
+    aliases: tuple[str, ...] = ()
+
+
+ARCHS: dict[str, Arch] = {a.name: a for a in [
+    Arch("sm70", "nvidia", "Volta", ("V100",), ("volta",)),
+    Arch("sm75", "nvidia", "Turing", ("T4",), ("turing",)),
+    Arch("sm80", "nvidia", "Ampere", ("A100", "A30"), ("ampere",)),
+    Arch("sm86", "nvidia", "Ampere (GA10x)", ("A40", "A10", "A2", "RTX3090"), ("ga10x",)),
+    Arch("sm89", "nvidia", "Ada Lovelace", ("L40S", "L40", "L4", "RTX4090"), ("ada", "ada_lovelace", "lovelace")),
+    Arch("sm90", "nvidia", "Hopper", ("H100", "H200", "GH200", "H800"), ("hopper", "sm90a")),
+    Arch("sm100", "nvidia", "Blackwell", ("B200", "GB200", "B100"), ("blackwell", "sm100a")),
+    Arch("sm120", "nvidia", "RTX Blackwell", ("RTX PRO 6000", "RTX5090"), ("rtx_blackwell", "sm120a")),
+    Arch("gfx908", "amd", "CDNA1", ("MI100",), ("cdna1",)),
+    Arch("gfx90a", "amd", "CDNA2", ("MI250X", "MI250", "MI210"), ("cdna2",)),
+    Arch("gfx942", "amd", "CDNA3", ("MI300X", "MI300A", "MI325X"), ("cdna3",)),
+]}
+
+
+def _norm(s: str) -> str:
+    return s.lower().replace(" ", "").replace("-", "").replace("_", "")
+
+
+_ALIAS: dict[str, str] = {}
+for _a in ARCHS.values():
+    for _n in (_a.name, *_a.aliases, *_a.gpus):
+        _ALIAS[_norm(_n)] = _a.name
+
+
+def canonical_arch(name: str) -> str:
+    key = _norm(str(name))
+    if key not in _ALIAS:
+        raise ValueError(
+            f"unknown arch {name!r}; supported: {', '.join(ARCHS)} "
+            f"(aliases such as volta, hopper, cdna3, V100, A100, H100, B200, MI300X)")
+    return _ALIAS[key]
+
+
+# --------------------------------------------------------------------------------------
+# Instruction rows
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Row:
+    arch: str
+    formats: tuple[str, ...]
+    out: str
+    op: str
+    instruction: str
+    params: dict = field(default_factory=dict)
+    scale_format: str | None = None
+    block_sizes: tuple[int, ...] = ()
+    default: bool = True     # the instruction libraries use for these types
+    source: str = ""
+
+    def make_spec(self, fa: str, fb: str, block_size: int = 0) -> Spec:
+        p = dict(self.params)
+        vendor = ARCHS[self.arch].vendor
+        if vendor == "nvidia":
+            p.setdefault("nan_bits", NVIDIA_NAN[self.out])
+        return Spec(op=self.op, in_format=fa, in_format_b=None if fb == fa else fb,
+                    out_format=self.out, scale_format=self.scale_format,
+                    block_size=block_size, arch=self.arch, instruction=self.instruction,
+                    notes=self.source, **p)
+
+
+FP8 = ("fp8_e4m3", "fp8_e5m2")
+FP8_FNUZ = ("fp8_e4m3fnuz", "fp8_e5m2fnuz")
+F8F6F4 = ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")
+
+
+def _t(L, F, rho, **kw):
+    return dict(L=L, F=F, rho=rho, **kw)
+
+
+def _fma_rows(arch, vendor):
+    simt = "CUDA-core FFMA" if vendor == "nvidia" else "v_mfma_f32_*_f32"
+    dmma = {"sm80": "DMMA", "sm90": "DMMA", "sm100": "DMMA"}.get(arch, "DFMA (CUDA cores)") \
+        if vendor == "nvidia" else ("v_fma_f64 (vector ALU)" if arch == "gfx908" else "v_mfma_f64_*")
+    src = "seed 003 Tables 3, 6: chain of IEEE FMA"
+    if vendor == "nvidia":
+        src += "; NVIDIA has no fp32 tensor-core input, fp32 runs as an FFMA chain"
+    return [
+        Row(arch, ("fp64",), "fp64", "fma", dmma, dict(rho="rne_fp64"), source=src),
+        Row(arch, ("fp32",), "fp32", "fma", simt, dict(rho="rne_fp32"), source=src),
+    ]
+
+
+def _nv_half_rows(arch, L, F, instr, tf32=None, bf16=True, floor=None):
+    rows = []
+    src = "seed 003 Table 4"
+    fl = {} if floor is None else {"emax_floor": floor}
+    if tf32:
+        rows.append(Row(arch, ("tf32",), "fp32", "t_fdpa", tf32[2], _t(tf32[0], tf32[1], "rz_fp32", **fl),
+                        source=src + ("; emax floor -133 from seed 002" if floor else "")))
+    if bf16:
+        rows.append(Row(arch, ("bf16",), "fp32", "t_fdpa", instr, _t(L, F, "rz_fp32", **fl),
+                        source=src + ("; emax floor -133 from seed 002" if floor else "")))
+    rows.append(Row(arch, ("fp16",), "fp32", "t_fdpa", instr, _t(L, F, "rz_fp32"), source=src))
+    rows.append(Row(arch, ("fp16",), "fp16", "t_fdpa", instr, _t(L, F, "rne_fp16"), source=src))
+    return rows
+
+
+def _blackwell_rows(arch):
+    r = _fma_rows(arch, "nvidia")
+    kind = "tcgen05.mma" if arch == "sm100" else "mma.sync"
+    r += _nv_half_rows(arch, 16, 25, f"{kind} kind::f16", tf32=(8, 25, f"{kind} kind::tf32"),
+                       floor=-133 if arch == "sm100" else None)
+    src4, src5 = "seed 003 Table 4", "seed 003 Table 5"
+    r += [
+        Row(arch, F8F6F4, "fp32", "t_fdpa", f"{kind} kind::f8f6f4", _t(32, 25, "rz_fp32"), source=src4),
+        Row(arch, F8F6F4, "fp16", "t_fdpa", f"{kind} kind::f8f6f4", _t(32, 25, "rne_fp16"), source=src4),
+        # MX (E8M0 scales, 32-element blocks).  FP4 defaults to kind::mxf4 (GST-FDPA).
+        Row(arch, ("fp4_e2m1",), "fp32", "gst_fdpa", f"{kind} kind::mxf4",
+            _t(64, 35, "rz_fp32", G=16), scale_format="ue8m0", block_sizes=(32, 16), source=src5),
+        Row(arch, F8F6F4, "fp32", "st_fdpa", f"{kind} kind::mxf8f6f4",
+            _t(32, 25, "rz_fp32"), scale_format="ue8m0", block_sizes=(32,), source=src4),
+        # NVFP4 (UE4M3 scales, 16-element blocks)
+        Row(arch, ("fp4_e2m1",), "fp32", "gst_fdpa", f"{kind} kind::mxf4nvf4",
+            _t(64, 35, "rz_fp32", G=16), scale_format="ue4m3", block_sizes=(16,), source=src5),
+    ]
+    return r
+
+
+ROWS: list[Row] = []
+# NVIDIA -------------------------------------------------------------------------------
+ROWS += _fma_rows("sm70", "nvidia")
+ROWS += [
+    Row("sm70", ("fp16",), "fp32", "t_fdpa", "HMMA.884 (mma.m8n8k4)", _t(4, 23, "rz_fp32"), source="seed 003 Table 4"),
+    Row("sm70", ("fp16",), "fp16", "t_fdpa", "HMMA.884 (mma.m8n8k4)", _t(4, 23, "rne_fp16"), source="seed 003 Table 4"),
+]
+ROWS += _fma_rows("sm75", "nvidia")
+ROWS += _nv_half_rows("sm75", 8, 24, "HMMA.1688 (mma.m16n8k8)", bf16=False)
+for _arch in ("sm80", "sm86"):
+    ROWS += _fma_rows(_arch, "nvidia")
+    ROWS += _nv_half_rows(_arch, 8, 24, "HMMA.16816 (mma.m16n8k16, 2 x k8)",
+                          tf32=(4, 24, "HMMA.1684 (mma.m16n8k8 tf32, 2 x k4)"))
+ROWS += _fma_rows("sm89", "nvidia")
+ROWS += _nv_half_rows("sm89", 8, 24, "HMMA.16816 (mma.m16n8k16, 2 x k8)",
+                      tf32=(4, 24, "HMMA.1684 (mma.m16n8k8 tf32, 2 x k4)"))
+ROWS += [
+    Row("sm89", FP8, "fp32", "t_fdpa", "QMMA.16832 (mma.m16n8k32, 2 x k16)", _t(16, 13, "rz_e8m13"), source="seed 003 Table 4"),
+    Row("sm89", FP8, "fp16", "t_fdpa", "QMMA.16832 (mma.m16n8k32, 2 x k16)", _t(16, 13, "rne_fp16"), source="seed 003 Table 4"),
+]
+ROWS += _fma_rows("sm90", "nvidia")
+ROWS += _nv_half_rows("sm90", 16, 25, "HGMMA (wgmma.m64nNk16)", tf32=(8, 25, "HGMMA (wgmma.m64nNk8 tf32)"),
+                      floor=-133)
+ROWS += [
+    Row("sm90", FP8, "fp32", "t_fdpa", "QGMMA (wgmma.m64nNk32)", _t(32, 13, "rz_e8m13"), source="seed 003 Table 4"),
+    Row("sm90", FP8, "fp16", "t_fdpa", "QGMMA (wgmma.m64nNk32)", _t(32, 13, "rne_fp16"), source="seed 003 Table 4"),
+]
+ROWS += _blackwell_rows("sm100")
+ROWS += _blackwell_rows("sm120")
+# AMD ----------------------------------------------------------------------------------
+ROWS += _fma_rows("gfx908", "amd")[1:]  # CDNA1 has no fp64 MFMA; fp64 runs on the vector ALU
+ROWS += [
+    Row("gfx908", ("fp64",), "fp64", "fma", "v_fma_f64 (vector ALU)", dict(rho="rne_fp64"),
+        source="IEEE FMA chain (no fp64 matrix core on CDNA1)"),
+    Row("gfx908", ("fp16",), "fp32", "e_fdpa", "v_mfma_f32_32x32x8f16", dict(L=4, rho="rne_fp32"), source="seed 003 Table 6"),
+    Row("gfx908", ("bf16",), "fp32", "e_fdpa", "v_mfma_f32_32x32x4bf16", dict(L=2, rho="rne_fp32"), source="seed 003 Table 6"),
+]
+ROWS += _fma_rows("gfx90a", "amd")
+_FTZ = dict(rho="rne_fp32", flush_inputs=True)
+ROWS += [
+    Row("gfx90a", ("fp16",), "fp32", "ftz_addmul", "v_mfma_f32_32x32x8f16", dict(L=4, P=4, **_FTZ), source="seed 003 Table 6"),
+    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "v_mfma_f32_32x32x8bf16_1k", dict(L=4, P=4, **_FTZ), source="seed 003 Table 6"),
+    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "v_mfma_f32_32x32x4bf16", dict(L=2, P=2, **_FTZ),
+        default=False, source="seed 003 Table 6 (CDNA1-era bf16 instruction, no _1k suffix)"),
+]
+ROWS += _fma_rows("gfx942", "amd")
+_TR = dict(F=24, F2=31, rho="rne_fp32")
+ROWS += [
+    Row("gfx942", ("xf32",), "fp32", "tr_fdpa", "v_mfma_f32_32x32x4_xf32", dict(L=4, **_TR), source="seed 003 Table 7"),
+    Row("gfx942", ("fp16",), "fp32", "tr_fdpa", "v_mfma_f32_32x32x8_f16", dict(L=8, **_TR), source="seed 003 Table 7"),
+    Row("gfx942", ("bf16",), "fp32", "tr_fdpa", "v_mfma_f32_32x32x8_bf16", dict(L=8, **_TR), source="seed 003 Table 7"),
+    Row("gfx942", FP8_FNUZ, "fp32", "gtr_fdpa", "v_mfma_f32_32x32x16_fp8_fp8", dict(L=16, **_TR), source="seed 003 Table 7"),
+]
+
+
+# --------------------------------------------------------------------------------------
+# Queries
+# --------------------------------------------------------------------------------------
+
+def archs() -> list[str]:
+    """Canonical names of the supported architectures."""
+    return list(ARCHS)
+
+
+def rows_for(arch: str) -> list[Row]:
+    arch = canonical_arch(arch)
+    return [r for r in ROWS if r.arch == arch]
+
+
+def _out_name(out_dtype) -> str | None:
+    if out_dtype is None:
+        return None
+    if isinstance(out_dtype, str):
+        f = get_format(out_dtype).name
+        if f not in OUT_DTYPES:
+            raise TypeError(f"out_dtype {out_dtype!r} is not an accumulator type "
+                            "(fp32, fp16 or fp64)")
+        return f
+    for name, d in OUT_DTYPES.items():
+        if d == out_dtype:
+            return name
+    raise TypeError(f"out_dtype {out_dtype} is not an accumulator type; allowed: "
+                    "torch.float32, torch.float16 (where the arch has fp16 accumulation), "
+                    "torch.float64 (fp64 inputs)")
+
+
+def spec(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instruction=None,
+         scale_format=None, block_size=None) -> Spec:
+    """The model used for ``arch`` with these types.
+
+    ``arch`` may be a name/alias or a :class:`Spec` (returned as is after checking formats).
+    ``out_dtype`` defaults to fp32 (fp64 for fp64 inputs).  ``instruction`` picks a
+    non-default instruction where an arch has several (``instructions(arch, fmt)`` lists them).
+    Raises ``ValueError`` naming what is supported.
+    """
+    if isinstance(arch, Spec):
+        return arch
+    if isinstance(arch, str) and arch.startswith("spec:"):
+        return Spec.from_string(arch)
+    name = canonical_arch(arch)
+    fa = get_format(in_format).name
+    fb = get_format(in_format_b).name if in_format_b is not None else fa
+    out = _out_name(out_dtype) or ("fp64" if fa == "fp64" else "fp32")
+    sf = get_format(scale_format).name if scale_format is not None else None
+    rows = rows_for(name)
+    cand = [r for r in rows if fa in r.formats and fb in r.formats]
+    if not cand:
+        have = sorted({f for r in rows for f in r.formats})
+        pair = fa if fa == fb else f"{fa} x {fb}"
+        raise ValueError(f"{name} ({ARCHS[name].family}) has no instruction for {pair} inputs; "
+                         f"supported input formats: {', '.join(have)}")
+    c2 = [r for r in cand if r.scale_format == sf]
+    if not c2:
+        have = sorted({str(r.scale_format) for r in cand})
+        raise ValueError(f"{name} has no {fa} instruction with scale format {sf}; "
+                         f"available scale formats: {', '.join(have)} (None = unscaled)")
+    c3 = [r for r in c2 if r.out == out]
+    if not c3:
+        have = sorted({r.out for r in c2})
+        raise ValueError(f"{name} has no {fa} instruction producing {out}; "
+                         f"available outputs: {', '.join(have)}")
+    if instruction is not None:
+        key = _norm(instruction)
+        c4 = [r for r in c3 if _norm(r.instruction) == key or key in _norm(r.instruction)]
+        if not c4:
+            raise ValueError(f"{name} has no instruction {instruction!r} for {fa} -> {out}; "
+                             f"available: {', '.join(r.instruction for r in c3)}")
+        row = c4[0]
+    else:
+        defaults = [r for r in c3 if r.default]
+        row = (defaults or c3)[0]
+    bs = 0
+    if row.scale_format is not None:
+        bs = block_size if block_size is not None else row.block_sizes[0]
+        if bs not in row.block_sizes:
+            raise ValueError(f"{name} {row.instruction} takes {row.scale_format} scales per "
+                             f"{' or '.join(map(str, row.block_sizes))} elements, not {bs}")
+    return row.make_spec(fa, fb, bs)
+
+
+def instructions(arch, in_format, out_dtype=None, scale_format=None) -> list[str]:
+    """Names of the instructions available for these types (the default first)."""
+    fa = get_format(in_format).name
+    out = _out_name(out_dtype) or ("fp64" if fa == "fp64" else "fp32")
+    sf = get_format(scale_format).name if scale_format else None
+    rows = [r for r in rows_for(arch) if fa in r.formats and r.out == out and r.scale_format == sf]
+    rows.sort(key=lambda r: not r.default)
+    return [r.instruction for r in rows]
+
+
+def all_specs() -> list[Spec]:
+    """One spec per registry row and input-format combination (for tests and tables)."""
+    out = []
+    for r in ROWS:
+        for fa in r.formats:
+            for fb in r.formats:
+                for bs in (r.block_sizes or (0,)):
+                    out.append(r.make_spec(fa, fb, bs))
+    return out
+
+
+def table() -> list[dict]:
+    """Rows as dicts, for ``mma-emu archs`` and the README table."""
+    res = []
+    for r in ROWS:
+        s = r.make_spec(r.formats[0], r.formats[0], r.block_sizes[0] if r.block_sizes else 0)
+        res.append(dict(arch=r.arch, family=ARCHS[r.arch].family, formats="/".join(r.formats),
+                        out=r.out, scale=(f"{r.scale_format}/{','.join(map(str, r.block_sizes))}"
+                                          if r.scale_format else ""),
+                        instruction=r.instruction + ("" if r.default else " (alt)"),
+                        model=s.describe(), source=r.source))
+    return res

@@ -1,0 +1,226 @@
+"""The model of one matrix-unit instruction: an elementary operation plus its parameters.
+
+A :class:`Spec` says how one output element ``d = c + sum_k a_k b_k`` is computed
+(seed 003, Section 4): ``acc = c``; for each chunk of ``L`` consecutive k (zero padded)
+``acc = op(a[chunk], b[chunk], acc)``; ``d = acc``.  The registry maps architectures to
+specs; users may build their own (``spec("sm90", "fp16").replace(F=27)``).
+
+Elementary operations (seed 003 Table 1, Algorithms 1-11):
+
+``fma``        IEEE fused multiply-add chain (L = 1), RNE, in the output format.
+``ftz_addmul`` AMD CDNA2: FTZ products, pairwise FTZ additions of P products, FTZ add to acc.
+``e_fdpa``     exact fused dot-product-add, RNE to fp32 (AMD CDNA1).
+``t_fdpa``     truncated FDPA: align at max exponent, truncate to F fraction bits, then rho.
+``st_fdpa``    t_fdpa with one E8M0 scale pair per block (MXFP8/6/4).
+``gst_fdpa``   exact dot per group of G, times the block scales, then truncated fused sum.
+``tr_fdpa``    AMD CDNA3: truncated sum of the L products, then round-down add of c.
+``gtr_fdpa``   AMD CDNA3 FP8: even/odd truncated groups, round-down combination and add of c.
+"""
+from __future__ import annotations
+
+import dataclasses
+from urllib.parse import quote, unquote
+from dataclasses import dataclass, field
+
+from .formats import FORMATS, Format, get_format
+
+OPS = ("fma", "ftz_addmul", "e_fdpa", "t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa")
+OP_CODES = {name: i for i, name in enumerate(OPS)}
+
+# Output conversions (seed 003 Table 2) plus the IEEE ones used by FMA / AMD paths.
+RHOS = ("rz_fp32", "rz_e8m13", "rne_fp32", "rne_fp16", "rne_fp64")
+RHO_CODES = {name: i for i, name in enumerate(RHOS)}
+RHO_OUT = {"rz_fp32": "fp32", "rz_e8m13": "fp32", "rne_fp32": "fp32",
+           "rne_fp16": "fp16", "rne_fp64": "fp64"}
+
+ALIGN_ROUNDINGS = ("rd", "rz")
+C_MODES = ("chain", "epilogue")
+
+# Canonical NaN encodings of the output (None: the IEEE default quiet NaN).
+NVIDIA_NAN = {"fp32": 0x7FFFFFFF, "fp16": 0x7FFF, "fp64": 0x7FFFFFFFFFFFFFFF}
+IEEE_NAN = {"fp32": 0x7FC00000, "fp16": 0x7E00, "fp64": 0x7FF8000000000000}
+
+NO_FLOOR = -(1 << 20)  # "no lower cap on the alignment exponent"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Everything that decides the bits of an emulated matrix product."""
+
+    op: str
+    in_format: str                  # format of A
+    out_format: str                 # "fp32" | "fp16" | "fp64": accumulator and result
+    L: int = 1                      # fused length (chunk of K per elementary op)
+    F: int = 0                      # fraction bits kept in the fused sum
+    F2: int = 0                     # tr/gtr: fraction bits of the product sum before adding c
+    rho: str = "rne_fp32"           # final conversion
+    P: int = 0                      # ftz_addmul: products summed pairwise per group
+    G: int = 0                      # gst_fdpa: exact-dot group length
+    in_format_b: str | None = None  # format of B when it differs from A
+    scale_format: str | None = None  # "ue8m0" | "ue4m3" for block-scaled ops
+    block_size: int = 0             # K elements per scale
+    emax_floor: int | None = None   # lower cap of the alignment exponent (seed 002: -133)
+    align_round: str = "rd"         # tr/gtr_fdpa rounding of the c addition ("rd" hardware)
+    flush_inputs: bool = False      # ftz_addmul: input subnormals -> +0
+    nan_bits: int | None = None     # output NaN encoding; None = IEEE default quiet NaN
+    arch: str = "custom"
+    instruction: str = ""
+    notes: str = field(default="", compare=False)
+
+    # -- validation ---------------------------------------------------------------------
+    def __post_init__(self):
+        errs = []
+        if self.op not in OPS:
+            errs.append(f"op must be one of {OPS}, got {self.op!r}")
+        for fname in ("in_format", "in_format_b", "out_format", "scale_format"):
+            v = getattr(self, fname)
+            if v is not None and v not in FORMATS:
+                errs.append(f"{fname}={v!r} is not a known format ({', '.join(FORMATS)})")
+        if self.out_format not in ("fp32", "fp16", "fp64"):
+            errs.append("out_format must be fp32, fp16 or fp64")
+        if self.rho not in RHOS:
+            errs.append(f"rho must be one of {RHOS}")
+        elif RHO_OUT[self.rho] != self.out_format:
+            errs.append(f"rho={self.rho} does not produce {self.out_format}")
+        if self.L < 1 or self.L > 256:
+            errs.append("L must be in 1..256")
+        if not 0 <= self.F <= 40:
+            errs.append("F must be in 0..40 (the C++ core keeps the fused sum in 64 bits)")
+        if not 0 <= self.F2 <= 40:
+            errs.append("F2 must be in 0..40")
+        if self.align_round not in ALIGN_ROUNDINGS:
+            errs.append(f"align_round must be one of {ALIGN_ROUNDINGS}")
+        if self.op == "fma" and self.L != 1:
+            errs.append("fma has L = 1")
+        if self.op == "fma" and self.in_format != self.out_format:
+            errs.append("fma takes inputs in the output format (fp32 or fp64)")
+        if self.op == "ftz_addmul" and (self.P not in (2, 4) or self.L % self.P):
+            errs.append("ftz_addmul needs P in (2, 4) dividing L")
+        if self.op in ("st_fdpa", "gst_fdpa"):
+            if self.scale_format not in ("ue8m0", "ue4m3"):
+                errs.append(f"{self.op} needs scale_format ue8m0 or ue4m3")
+            if self.block_size <= 0 or self.L % self.block_size and self.block_size % self.L:
+                errs.append(f"{self.op} needs a block_size that tiles L")
+        elif self.scale_format is not None:
+            errs.append(f"{self.op} takes no block scales")
+        if self.op == "gst_fdpa" and (self.G <= 0 or self.L % self.G or self.block_size % self.G):
+            errs.append("gst_fdpa needs a group G dividing L and the block size")
+        if self.op == "gst_fdpa" and max(self.fmt_a.exp_bits, self.fmt_b.exp_bits) > 4:
+            errs.append("gst_fdpa takes element formats with at most 4 exponent bits "
+                        "(fp4, fp6, fp8 e4m3)")
+        if self.op == "st_fdpa" and self.scale_format != "ue8m0":
+            errs.append("st_fdpa takes ue8m0 scales")
+        if self.op == "gtr_fdpa" and self.L % 2:
+            errs.append("gtr_fdpa needs an even L")
+        if self.op in ("t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa") and self.F < 1:
+            errs.append(f"{self.op} needs F >= 1")
+        if self.op in ("tr_fdpa", "gtr_fdpa") and self.F2 < 1:
+            errs.append(f"{self.op} needs F2 >= 1")
+        if self.op in ("fma", "e_fdpa", "ftz_addmul", "tr_fdpa", "gtr_fdpa") and \
+                not self.rho.startswith("rne"):
+            errs.append(f"{self.op} rounds to nearest (rho rne_*)")
+        if errs:
+            raise ValueError("invalid Spec: " + "; ".join(errs))
+
+    # -- conveniences -------------------------------------------------------------------
+    @property
+    def fmt_a(self) -> Format:
+        return FORMATS[self.in_format]
+
+    @property
+    def fmt_b(self) -> Format:
+        return FORMATS[self.in_format_b or self.in_format]
+
+    @property
+    def fmt_out(self) -> Format:
+        return FORMATS[self.out_format]
+
+    @property
+    def scaled(self) -> bool:
+        return self.scale_format is not None
+
+    @property
+    def nan_encoding(self) -> int:
+        return self.nan_bits if self.nan_bits is not None else IEEE_NAN[self.out_format]
+
+    def replace(self, **changes) -> "Spec":
+        """A copy with some fields changed, e.g. ``spec.replace(F=27)`` (arch becomes custom)."""
+        changes.setdefault("arch", "custom")
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        bits = [f"{self.op}", f"L={self.L}"]
+        if self.op in ("t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa"):
+            bits.append(f"F={self.F}")
+        if self.op in ("tr_fdpa", "gtr_fdpa"):
+            bits.append(f"F2={self.F2}")
+            bits.append(f"align={self.align_round}")
+        if self.P:
+            bits.append(f"P={self.P}")
+        if self.G:
+            bits.append(f"G={self.G}")
+        if self.scaled:
+            bits.append(f"scale={self.scale_format}/{self.block_size}")
+        if self.emax_floor is not None:
+            bits.append(f"emax_floor={self.emax_floor}")
+        bits.append(f"rho={self.rho}")
+        return " ".join(bits)
+
+    # -- serialisation: lets a custom spec travel through the op's ``arch`` string --------
+    _KEYS = ("op", "in_format", "out_format", "L", "F", "F2", "rho", "P", "G", "in_format_b",
+             "scale_format", "block_size", "emax_floor", "align_round", "flush_inputs",
+             "nan_bits", "arch", "instruction")
+
+    def to_string(self) -> str:
+        parts = []
+        for k in self._KEYS:
+            v = getattr(self, k)
+            if v is None or v == "":
+                continue
+            parts.append(f"{k}={int(v) if isinstance(v, bool) else quote(str(v), safe='')}")
+        return "spec:" + ",".join(parts)
+
+    @classmethod
+    def from_string(cls, s: str) -> "Spec":
+        if not s.startswith("spec:"):
+            raise ValueError(f"not a serialised spec: {s!r}")
+        kw = {}
+        ints = {"L", "F", "F2", "P", "G", "block_size", "emax_floor", "nan_bits"}
+        for part in s[5:].split(","):
+            if not part:
+                continue
+            k, _, v = part.partition("=")
+            v = unquote(v)
+            if k not in cls._KEYS:
+                raise ValueError(f"unknown spec field {k!r}")
+            if k in ints:
+                kw[k] = int(v, 0)
+            elif k == "flush_inputs":
+                kw[k] = bool(int(v))
+            else:
+                kw[k] = v
+        return cls(**kw)
+
+    # -- the flat integer vector the C++ kernels read -----------------------------------
+    def to_params(self, c_mode: str = "chain") -> list[int]:
+        """Integer parameter vector for ``torch.ops.mma_emu._gemm`` (layout: csrc/core/params.h)."""
+        fa, fb, fo = self.fmt_a, self.fmt_b, self.fmt_out
+        sc = FORMATS[self.scale_format] if self.scale_format else None
+        nan = self.nan_encoding
+        p = [
+            OP_CODES[self.op], self.L, self.F, self.F2, RHO_CODES[self.rho], self.P, self.G,
+            self.block_size,
+            self.emax_floor if self.emax_floor is not None else NO_FLOOR,
+            1 if self.align_round == "rd" else 0,
+            int(self.flush_inputs),
+            1 if c_mode == "epilogue" else 0,
+            nan & 0xFFFFFFFF, (nan >> 32) & 0xFFFFFFFF,
+        ]
+        for f in (fa, fb, fo, sc):
+            if f is None:
+                p += [0, 0, 0, 0, 0, 0, 0]
+            else:
+                p += [f.code, f.exp_bits, f.man_bits, f.bias,
+                      ("ieee", "fn", "fnuz", "none", "e8m0").index(f.nan_style),
+                      int(f.signed), f.container_bits]
+        return p
