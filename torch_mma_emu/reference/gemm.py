@@ -1,0 +1,210 @@
+"""The elementary operation on codes, the GEMM chain (docs/model.md section 2) and tensor I/O."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from ..formats import FORMATS, get_format
+from ..registry import spec as registry_spec
+from ..spec import Spec
+from . import ieee
+from .ops import OPS
+from .rounding import encode
+from .values import decode, x_of
+
+# Scale code used for K-blocks that lie entirely in the zero padding (no scale given).
+NEUTRAL_SCALE = {"ue8m0": 127, "ue4m3": 0x38}  # both encode 1.0
+
+
+def _as_spec(spec) -> Spec:
+    return spec if isinstance(spec, Spec) else registry_spec(spec)
+
+
+def scales_per_chunk(spec: Spec) -> int:
+    """Number of K-block scales covering one chunk of L elements."""
+    return max(1, spec.L // spec.block_size)
+
+
+def elementary(spec: Spec, a_codes: Sequence[int], b_codes: Sequence[int], c_code: int,
+               scale_a_codes: Sequence[int] | None = None,
+               scale_b_codes: Sequence[int] | None = None) -> int:
+    """One elementary operation on one chunk; returns the output code (``spec.out_format``).
+
+    ``a_codes``/``b_codes``: exactly ``spec.L`` codes in ``spec.fmt_a``/``spec.fmt_b`` (tf32 /
+    xf32 as fp32 words); ``c_code``: the accumulator in the output format; scales (scaled ops
+    only): the codes of the K-blocks covering the chunk (``max(1, L // block_size)`` each).
+    """
+    spec = _as_spec(spec)
+    L = spec.L
+    if len(a_codes) != L or len(b_codes) != L:
+        raise ValueError(f"elementary takes exactly L={L} codes of a and b "
+                         f"(got {len(a_codes)}, {len(b_codes)})")
+    fa, fb, fo = spec.fmt_a.name, spec.fmt_b.name, spec.out_format
+    a = [decode(fa, x) for x in a_codes]
+    b = [decode(fb, x) for x in b_codes]
+    c = decode(fo, c_code)
+    sa = sb = None
+    if spec.scaled:
+        n = scales_per_chunk(spec)
+        if scale_a_codes is None or scale_b_codes is None or \
+                len(scale_a_codes) != n or len(scale_b_codes) != n:
+            raise ValueError(f"{spec.op} needs {n} scale code(s) of a and of b per chunk")
+        sa = [decode(spec.scale_format, x) for x in scale_a_codes]
+        sb = [decode(spec.scale_format, x) for x in scale_b_codes]
+    result = OPS[spec.op](spec, a, b, c, sa, sb)
+    return encode(fo, result, nan_code=spec.nan_encoding)
+
+
+def epilogue_add(spec: Spec, acc_code: int, c_code: int) -> int:
+    """``RNE_out(acc + c)``: one IEEE addition in the output format (docs/model.md 2)."""
+    fo = spec.out_format
+    r = ieee.add(fo, x_of(decode(fo, acc_code)), x_of(decode(fo, c_code)))
+    return encode(fo, r, nan_code=spec.nan_encoding)
+
+
+def dot(spec: Spec, a_codes: Sequence[int], b_codes: Sequence[int], c_code: int,
+        scale_a_codes: Sequence[int] | None = None, scale_b_codes: Sequence[int] | None = None,
+        c_mode: str = "chain") -> int:
+    """One output element over any K: the chain of elementary operations (docs/model.md 2).
+
+    ``acc = c``; for each chunk of L consecutive k (ascending, the last one zero padded)
+    ``acc = op(chunk, acc)``; ``K = 0`` gives ``c``.  ``c_mode="epilogue"``: ``acc`` starts at
+    +0 and ``D = RNE_out(acc + c)``.  Scales: one per K-block of ``spec.block_size`` over the
+    whole K (``ceil(K / block_size)``); blocks lying entirely in the padding use scale 1.0.
+    """
+    spec = _as_spec(spec)
+    K = len(a_codes)
+    if len(b_codes) != K:
+        raise ValueError(f"a has {K} codes but b has {len(b_codes)}")
+    if c_mode not in ("chain", "epilogue"):
+        raise ValueError(f"c_mode must be 'chain' or 'epilogue', got {c_mode!r}")
+    L = spec.L
+    if spec.scaled:
+        bs = spec.block_size
+        nblocks = -(-K // bs)
+        if scale_a_codes is None or scale_b_codes is None or \
+                len(scale_a_codes) != nblocks or len(scale_b_codes) != nblocks:
+            raise ValueError(f"{spec.op} needs ceil(K / {bs}) = {nblocks} scale codes of a "
+                             "and of b")
+    acc = c_code if c_mode == "chain" else 0
+    for k0 in range(0, K, L):
+        a_chunk = list(a_codes[k0:k0 + L])
+        b_chunk = list(b_codes[k0:k0 + L])
+        pad = L - len(a_chunk)
+        a_chunk += [0] * pad
+        b_chunk += [0] * pad
+        sa = sb = None
+        if spec.scaled:
+            first = k0 // spec.block_size
+            n = scales_per_chunk(spec)
+            neutral = NEUTRAL_SCALE[spec.scale_format]
+            sa = [scale_a_codes[i] if i < nblocks else neutral for i in range(first, first + n)]
+            sb = [scale_b_codes[i] if i < nblocks else neutral for i in range(first, first + n)]
+        acc = elementary(spec, a_chunk, b_chunk, acc, sa, sb)
+    if c_mode == "epilogue":
+        acc = epilogue_add(spec, acc, c_code)
+    return acc
+
+
+# --------------------------------------------------------------------------------------
+# Tensors <-> codes
+# --------------------------------------------------------------------------------------
+
+_INT_VIEW = {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
+
+
+def tensor_to_codes(t: torch.Tensor) -> list:
+    """Bit patterns of a floating-point (or uint8 code) tensor as nested lists of
+    non-negative Python ints (same shape)."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype == torch.uint8:
+        return t.tolist()
+    bits = t.element_size() * 8
+    if not t.is_floating_point() or bits not in _INT_VIEW:
+        raise TypeError(f"cannot take codes of a {t.dtype} tensor")
+    ints = t.view(_INT_VIEW[bits]).to(torch.int64)
+    if bits < 64:
+        ints = ints & ((1 << bits) - 1)
+        return ints.tolist()
+    mask = (1 << 64) - 1
+    return _map_nested(ints.tolist(), lambda v: v & mask)
+
+
+def _map_nested(x, f):
+    if isinstance(x, list):
+        return [_map_nested(y, f) for y in x]
+    return f(x)
+
+
+_OUT_DTYPE = {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16}
+
+
+def codes_to_tensor(codes, out_format: str) -> torch.Tensor:
+    """Tensor of ``out_format`` (fp64 / fp32 / fp16) holding exactly these bit patterns."""
+    fmt = get_format(out_format)
+    bits = fmt.bits
+    signed = lambda v: v - (1 << bits) if v >= (1 << (bits - 1)) else v  # noqa: E731
+    ints = torch.tensor(_map_nested(codes, lambda v: signed(int(v))), dtype=torch.int64)
+    return ints.to(_INT_VIEW[bits]).view(_OUT_DTYPE[fmt.name])
+
+
+def _check_input(t: torch.Tensor, fmt_name: str, what: str):
+    fmt = FORMATS[fmt_name]
+    if fmt.container_bits == 32:
+        ok = t.dtype == torch.float32
+        need = "torch.float32 (fp32 words)"
+    elif fmt.torch_dtype is not None and fmt.nan_style != "none":
+        ok = t.dtype == fmt.torch_dtype or t.dtype == torch.uint8 and fmt.bits <= 8
+        need = str(fmt.torch_dtype)
+    else:
+        ok = t.dtype == torch.uint8
+        need = "torch.uint8 codes"
+    if not ok:
+        raise TypeError(f"{what} in format {fmt_name} must be a {need} tensor, got {t.dtype}")
+
+
+def _scale_codes(t: torch.Tensor, what: str) -> list:
+    if t.dtype not in (torch.uint8,) and t.element_size() != 1:
+        raise TypeError(f"{what} must hold 8-bit scale codes (uint8, float8_e8m0fnu or "
+                        f"float8_e4m3fn), got {t.dtype}")
+    return t.detach().cpu().contiguous().view(torch.uint8).tolist()
+
+
+def mm(spec, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None,
+       scale_a: torch.Tensor | None = None, scale_b: torch.Tensor | None = None,
+       c_mode: str = "chain") -> torch.Tensor:
+    """Reference ``D = A @ B + C`` for 2-D tensors, element by element through :func:`dot`.
+
+    ``A`` (M, K), ``B`` (K, N) with dtypes matching ``spec``'s formats (float32 for tf32/xf32,
+    uint8 codes for fp6/fp4); ``C`` (broadcastable to (M, N)) or ``None`` (zeros) is first
+    converted to the output dtype with ``.to`` (RNE).  ``scale_a`` (M, ceil(K/bs)) and
+    ``scale_b`` (ceil(K/bs), N) for scaled specs.  Returns the output-dtype tensor.
+    """
+    spec = _as_spec(spec)
+    if A.dim() != 2 or B.dim() != 2 or A.shape[1] != B.shape[0]:
+        raise ValueError(f"mm takes A (M, K) and B (K, N); got {tuple(A.shape)} and "
+                         f"{tuple(B.shape)}")
+    _check_input(A, spec.fmt_a.name, "A")
+    _check_input(B, spec.fmt_b.name, "B")
+    M, K = A.shape
+    N = B.shape[1]
+    out_dtype = _OUT_DTYPE[spec.out_format]
+    if C is None:
+        Cc = torch.zeros((M, N), dtype=out_dtype)
+    else:
+        Cc = C.to(out_dtype).expand(M, N)
+    a = tensor_to_codes(A)
+    bT = tensor_to_codes(B.t())
+    c = tensor_to_codes(Cc)
+    sa = sbT = None
+    if spec.scaled:
+        if scale_a is None or scale_b is None:
+            raise ValueError(f"{spec.op} needs scale_a and scale_b")
+        sa = _scale_codes(scale_a, "scale_a")
+        sbT = _scale_codes(scale_b.t(), "scale_b")
+    out = [[dot(spec, a[i], bT[j], c[i][j],
+                sa[i] if sa is not None else None, sbT[j] if sbT is not None else None,
+                c_mode=c_mode)
+            for j in range(N)] for i in range(M)]
+    return codes_to_tensor(out, spec.out_format).reshape(M, N)
