@@ -462,6 +462,12 @@ def test_zero_sum_sign():
     assert run_code(sp, [1, 1], [1, -1], 0) == 0
     # all-zero inputs with c = -0: the fixed-point sum is zero -> +0 (docs/model.md 3)
     assert run_code(sp, [-0.0, 0], [1, 1], -0.0) == 0
+    # E-FDPA is a fused operation too: an exact zero gives +0 (IEEE would give -0 here)
+    assert run_code(registry.spec("gfx908", "fp16"), [-0.0] * 4, [1] * 4, -0.0) == 0
+    # a nonzero sum that rounds to zero keeps its sign (docs/model.md is silent; IEEE-like
+    # choice of this oracle, MMA-Sim's Python returns +0): -2**-34 -> fp16 -0
+    sp16 = registry.spec("sm80", "fp16", "fp16")
+    assert run_code(sp16, [-(2 ** -24)], [2 ** -10], 0) == 0x8000
     # FMA follows IEEE: -0 + -0 = -0
     f = registry.spec("sm80", "fp32")
     assert run_code(f, [-0.0], [1], -0.0) == 0x80000000
