@@ -1,0 +1,36 @@
+"""FPRev: reveal the accumulation order of sums, dot products, matmuls and collectives.
+
+Seed 001 (Xie et al., FPRev) made fast and usable from PyTorch.  Probes put a large value
++M and its negative on two summands and ones (a *unit*) elsewhere; what survives counts the
+summands added after +M and -M cancelled, i.e. the size of their lowest common ancestor in
+the summation tree.  Enough such probes determine the tree.
+
+>>> import torch
+>>> from torch_mma_emu import fprev
+>>> tree = fprev.reveal_sum(32)                   # doctest: +SKIP
+>>> tree.describe()                               # doctest: +SKIP
+'8-way strided, ways combined sequentially'
+>>> tree.render("sum32.png")                      # doctest: +SKIP
+
+See docs/fprev.md.
+"""
+from . import builders
+from .builders import blocked, fused_chain, pairwise, reversed_sum, sequential, strided
+from .collectives import CollectiveReveal
+from .errors import (FPRevError, InconsistentError, NondeterministicError,
+                     ProbeRangeError)
+from .probes import ProbeValues
+from .replay import exact_sum, replay, truncated_sum
+from .reveal import (ALGORITHMS, reveal, reveal_allreduce, reveal_dot, reveal_matmul,
+                     reveal_mv, reveal_sum, reveal_target)
+from .targets.base import RowsTarget, Target, VectorTarget
+from .tree import SumTree
+
+__all__ = [
+    "SumTree", "reveal", "reveal_sum", "reveal_dot", "reveal_mv", "reveal_matmul",
+    "reveal_allreduce", "reveal_target", "ALGORITHMS", "CollectiveReveal",
+    "Target", "VectorTarget", "RowsTarget", "ProbeValues",
+    "replay", "exact_sum", "truncated_sum",
+    "builders", "sequential", "reversed_sum", "pairwise", "strided", "blocked", "fused_chain",
+    "FPRevError", "InconsistentError", "NondeterministicError", "ProbeRangeError",
+]

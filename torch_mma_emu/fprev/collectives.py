@@ -1,0 +1,225 @@
+"""Revealing the reduction order of torch.distributed collectives.
+
+The summands of element p of an all_reduce are the world_size ranks' values at p.  Ring
+and tree algorithms split the tensor into chunks that are reduced in different orders, so
+every element position gets its own tree: one collective per rank pair (i, j) puts +big on
+rank i and -big on rank j at *every* position, so world_size*(world_size-1)/2 collectives
+give the full LCA-size matrix of every position at once.  Each position's tree is rebuilt
+from its matrix (Algorithm 4 on a table) and checked against all of it; positions are then
+grouped into ranges with the same tree.
+
+Processes are started with ``torch.multiprocessing`` (spawn) and rendezvous through a file;
+several world sizes can share one start (sub-groups of the largest world).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+
+import torch
+
+from .errors import FPRevError, InconsistentError, NondeterministicError
+from .probes import ProbeValues, check_dtype
+from .tree import SumTree
+
+OPS = ("all_reduce", "reduce_scatter")
+
+
+def _pairs(ws: int) -> list:
+    return [(i, j) for i in range(ws) for j in range(i + 1, ws)]
+
+
+def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, dtype_name,
+            big, unit, repeats):
+    import torch.distributed as dist
+    dtype = getattr(torch, dtype_name)
+    dist.init_process_group(backend, init_method="file://" + init_file, rank=rank,
+                            world_size=max_ws)
+    try:
+        groups = {ws: (dist.new_group(list(range(ws))) if ws != max_ws else None)
+                  for ws in world_sizes}
+        for ws in world_sizes:
+            if rank >= ws:
+                continue
+            outs = []
+            for rep in range(repeats):
+                pairs = _pairs(ws) if rep == 0 else _pairs(ws)[::-1]
+                res = []
+                for i, j in pairs:
+                    x = torch.full((numel,), big if rank == i else -big if rank == j else unit,
+                                   dtype=dtype)
+                    if op == "all_reduce":
+                        dist.all_reduce(x, group=groups[ws])
+                        res.append(x.to(torch.float64))
+                    else:
+                        out = torch.empty(numel // ws, dtype=dtype)
+                        dist.reduce_scatter_tensor(out, x, group=groups[ws])
+                        res.append(out.to(torch.float64))
+                if rep:
+                    res = res[::-1]
+                outs.append(torch.stack(res))
+            torch.save(torch.stack(outs), os.path.join(out_dir, f"ws{ws}_rank{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@dataclass
+class CollectiveReveal:
+    """Trees of one collective: ``ranges`` is ``[(start, stop, tree), ...]`` over element
+    positions (of the whole tensor; for reduce_scatter rank r holds positions
+    ``r*numel/ws ...``).  ``per_rank`` is set instead when ranks received differently
+    reduced all_reduce results."""
+
+    op: str
+    world_size: int
+    backend: str
+    numel: int
+    ranges: list = field(default_factory=list)
+    per_rank: dict | None = None
+    probes: int = 0
+
+    def trees(self) -> list:
+        """The distinct trees."""
+        seen = []
+        for _, _, t in self.ranges:
+            if t not in seen:
+                seen.append(t)
+        return seen
+
+    def tree_at(self, position: int) -> SumTree:
+        for start, stop, t in self.ranges:
+            if start <= position < stop:
+                return t
+        raise IndexError(f"position {position} outside 0..{self.numel - 1}")
+
+    def describe(self) -> str:
+        parts = [f"[{s}:{e}] {t.describe()}" for s, e, t in self.ranges]
+        return (f"{self.op} over {self.world_size} ranks ({self.backend}), {len(self.trees())} "
+                f"distinct tree(s): " + "; ".join(parts))
+
+    def to_dict(self) -> dict:
+        return {"op": self.op, "world_size": self.world_size, "backend": self.backend,
+                "numel": self.numel, "probes": self.probes,
+                "ranges": [[s, e, t.to_dict()] for s, e, t in self.ranges]}
+
+
+def tree_from_table(L) -> SumTree:
+    """The tree whose LCA sizes are the table ``L[i][j]`` (Algorithm 4 reading a table),
+    checked against every entry."""
+    from .algorithms.assemble import Assembler
+    n = len(L)
+    asm = Assembler(n)
+
+    def build(I):
+        if len(I) == 1:
+            return I[0], 1
+        i = I[0]
+        lv: dict[int, list] = {}
+        for j in I[1:]:
+            lv.setdefault(int(L[i][j]), []).append(j)
+        r = i
+        for lval in sorted(lv):
+            sub, n_tc = build(lv[lval])
+            if len(lv[lval]) == n_tc:
+                r = asm.new("add", [r, sub])
+            else:
+                asm.attach(sub, [r], "fused")
+                r = sub
+        return r, max(lv)
+
+    tree = asm.tree(build(list(range(n)))[0]) if n > 1 else SumTree(1)
+    for i in range(n):
+        for j in range(i + 1, n):
+            if tree.lca_size(i, j) != L[i][j]:
+                raise InconsistentError(f"LCA sizes {L} fit no summation tree (pair {i},{j})")
+    return tree
+
+
+def _ranges(tables: list) -> list:
+    out = []
+    for p, L in enumerate(tables):
+        t = tree_from_table(L)
+        if out and out[-1][2] == t:
+            out[-1][1] = p + 1
+        else:
+            out.append([p, p + 1, t])
+    return [tuple(r) for r in out]
+
+
+def _tables(res: torch.Tensor, ws: int, values: ProbeValues) -> list:
+    """res: (pairs, positions) outputs -> one LCA-size table per position."""
+    q = res / values.unit
+    if not torch.isfinite(q).all() or not torch.equal(q, q.round()) or (q < 0).any() \
+            or (q > ws - 2).any():
+        raise FPRevError("collective outputs are not counts of units: the big value did not "
+                         "cancel (not a plain sum, or a reduction op other than SUM)")
+    cnt = q.to(torch.int64)
+    tables = []
+    for p in range(res.shape[1]):
+        L = [[0] * ws for _ in range(ws)]
+        for k, (i, j) in enumerate(_pairs(ws)):
+            L[i][j] = L[j][i] = ws - int(cnt[k, p])
+        tables.append(L)
+    return tables
+
+
+def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
+                      dtype=torch.float32, verify=False, timeout=300):
+    """Reveal ``torch.distributed.all_reduce`` (or ``reduce_scatter``) with SUM.
+
+    ``world_size``: an int, or a list of ints to reveal several sizes with one process
+    start (returns a dict size -> result).  Returns a :class:`CollectiveReveal`.
+    """
+    sizes = [world_size] if isinstance(world_size, int) else list(world_size)
+    if not sizes or any(not isinstance(w, int) or w < 2 for w in sizes):
+        raise ValueError(f"world_size must be an int >= 2 (or a list of them), got {world_size!r}")
+    if op not in OPS:
+        raise ValueError(f"op must be one of {OPS}, got {op!r}")
+    if not isinstance(numel, int) or numel < 1:
+        raise ValueError(f"numel must be a positive int, got {numel!r}")
+    if op == "reduce_scatter" and any(numel % w for w in sizes):
+        raise ValueError(f"reduce_scatter needs numel ({numel}) divisible by every world size")
+    dtype = check_dtype(dtype)
+    values = ProbeValues.for_dtype(dtype)
+    import torch.distributed as dist
+    if not dist.is_available():
+        raise RuntimeError("torch.distributed is not available in this torch build")
+    import torch.multiprocessing as mp
+    max_ws = max(sizes)
+    repeats = 2 if verify else 1
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file = os.path.join(tmp, "rendezvous")
+        ctx = mp.start_processes(
+            _worker, args=(max_ws, sorted(set(sizes)), init_file, tmp, backend, op, numel,
+                           str(dtype).replace("torch.", ""), values.big, values.unit, repeats),
+            nprocs=max_ws, join=False, start_method="spawn")
+        import time
+        deadline = time.monotonic() + timeout
+        while not ctx.join(timeout=1):
+            if time.monotonic() > deadline:
+                for p in ctx.processes:
+                    p.kill()
+                raise FPRevError(f"collective probes did not finish within {timeout} s")
+        results = {}
+        for ws in sorted(set(sizes)):
+            outs = [torch.load(os.path.join(tmp, f"ws{ws}_rank{r}.pt")) for r in range(ws)]
+            results[ws] = _assemble(ws, outs, op, backend, numel, values)
+    return results[sizes[0]] if isinstance(world_size, int) else results
+
+
+def _assemble(ws, outs, op, backend, numel, values) -> CollectiveReveal:
+    for r, o in enumerate(outs):  # o: (repeats, pairs, positions)
+        if o.shape[0] > 1 and not torch.equal(o[0], o[1]):
+            raise NondeterministicError(f"rank {r}: the same {op} probe gave different "
+                                        "results; the reduction order is not deterministic")
+    res = CollectiveReveal(op, ws, backend, numel, probes=len(_pairs(ws)) * outs[0].shape[0])
+    if op == "reduce_scatter":
+        res.ranges = _ranges(_tables(torch.cat([o[0] for o in outs], dim=1), ws, values))
+        return res
+    if all(torch.equal(outs[0][0], o[0]) for o in outs[1:]):
+        res.ranges = _ranges(_tables(outs[0][0], ws, values))
+    else:
+        res.per_rank = {r: _ranges(_tables(o[0], ws, values)) for r, o in enumerate(outs)}
+        res.ranges = res.per_rank[0]
+    return res

@@ -1,0 +1,99 @@
+"""Matrix multiplication targets: D = A @ B (+ C), summing over K.
+
+Row i of A carries probe i (B is all ones, so the summands of D[i, 0] are A[i, :]); the m
+rows of one product answer m probes, after seed 003's Step 1 has confirmed that identical
+rows give identical outputs.  With ``with_c=True`` the accumulator input C is summand K
+(the last leaf), which shows whether C enters at the start of the chain or in an epilogue.
+
+Backends: ``"torch"`` (torch.matmul / torch.addmm), ``"emulated"``
+(:func:`torch_mma_emu.emulated_mm` on any arch), ``"reference"`` (the exact pure-Python
+oracle, slow), ``"cublas"`` / ``"triton"`` (:func:`torch_mma_emu.native_mm`, CUDA only),
+or any callable ``mm(A, B)`` / ``mm(A, B, C)``.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..probes import ProbeValues, check_dtype
+from .base import RowsTarget
+from .torch_ops import _check_n, _device
+
+BACKENDS = ("torch", "emulated", "reference", "cublas", "triton")
+
+
+def _emulated():
+    import torch_mma_emu as tme
+    fn = getattr(tme, "emulated_mm", None)
+    if fn is None:
+        raise RuntimeError("torch_mma_emu.emulated_mm is not available in this build "
+                           "(the C++ extension is not built or not installed)")
+    return fn
+
+
+def _native(backend):
+    import torch_mma_emu as tme
+    fn = getattr(tme, "native_mm", None)
+    if fn is None:
+        raise RuntimeError(f"backend={backend!r} needs torch_mma_emu.native_mm, which this "
+                           "build does not provide")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"backend={backend!r} runs on the GPU, but CUDA is not available")
+    return lambda A, B, C=None: fn(A, B, C, backend=backend)
+
+
+def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="chain",
+               mm_kwargs=None):
+    """(callable mm(A, B, C=None), label, ieee) for a backend name or callable."""
+    kw = dict(mm_kwargs or {})
+    if callable(backend):
+        name = getattr(backend, "__name__", "mm")
+        return (lambda A, B, C=None: backend(A, B) if C is None else backend(A, B, C)), name, True
+    if backend == "torch":
+        return (lambda A, B, C=None: torch.matmul(A, B) if C is None else torch.addmm(C, A, B)), \
+            "torch.matmul", True
+    if backend == "emulated":
+        emu = _emulated()
+
+        def mm(A, B, C=None):
+            return emu(A, B, C, arch=arch, in_format=in_format, out_dtype=out_dtype,
+                       c_mode=c_mode, **kw)
+        return mm, f"emulated_mm(arch={arch})", False
+    if backend == "reference":
+        from .. import reference_adapter
+        return reference_adapter.mm(arch, in_format, out_dtype, c_mode), \
+            f"reference.mm(arch={arch})", False
+    if backend in ("cublas", "triton"):
+        return _native(backend), f"native_mm(backend={backend})", False
+    raise ValueError(f"backend must be one of {BACKENDS} or a callable mm(A, B[, C]), "
+                     f"got {backend!r}")
+
+
+class MatmulTarget(RowsTarget):
+    def __init__(self, m, n, k, *, backend="torch", dtype=torch.float32, device="cpu",
+                 out_dtype=None, with_c=False, arch="sm90", in_format=None, c_mode="chain",
+                 mm_kwargs=None, values=None, big=None, unit=None, pack=None, batch=True):
+        m, n, k = _check_n(m, "m"), _check_n(n, "n"), _check_n(k, "k")
+        dtype = check_dtype(dtype)
+        dev = _device(device)
+        mm, label, ieee = resolve_mm(backend, arch=arch, in_format=in_format,
+                                     out_dtype=out_dtype, c_mode=c_mode, mm_kwargs=mm_kwargs)
+        self.out_dtype = out_dtype or (torch.float64 if dtype == torch.float64 else
+                                       torch.float32 if backend != "torch" else dtype)
+        if pack is None:
+            pack = ieee and dev.type == "cpu"
+        values = values or ProbeValues.for_dtype(dtype, self.out_dtype, big=big, unit=unit,
+                                                 pack=pack)
+        super().__init__(k + bool(with_c), m if batch else 1, dtype, dev, values,
+                         f"{label} [{m}x{k}] @ [{k}x{n}]" + (" + C" if with_c else ""),
+                         rows=m)
+        self.mm, self.k, self.ncols, self.with_c = mm, k, n, with_c
+        self._B = torch.ones(k, n, dtype=dtype, device=dev)
+
+    def eval_rows(self, X: torch.Tensor) -> torch.Tensor:
+        A = X[:, :self.k].contiguous()
+        if self.with_c:
+            C = X[:, self.k:].to(self.out_dtype).expand(-1, self.ncols).contiguous()
+            D = self.mm(A, self._B, C)
+        else:
+            D = self.mm(A, self._B)
+        return D[:, 0]

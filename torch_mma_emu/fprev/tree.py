@@ -1,0 +1,327 @@
+"""The summation tree: how an implementation combines its n summands.
+
+Leaves are the summand indices ``0..n-1``; internal nodes have ids ``n, n+1, ...``.  A node
+with two children is an addition (``"add"``: an IEEE addition, or a 2-term fused sum - the
+two are indistinguishable to FPRev).  A node with three or more children is a multi-term
+fused summation (seed 001 section 5.2): ``"fused"`` when large terms swamp the small ones
+(truncated/aligned fixed-point sums, e.g. NVIDIA Tensor Cores) or ``"exact"`` when the small
+terms survive next to cancelling large ones (seed 003 eq. 9, e.g. AMD CDNA1).
+
+Everything here is iterative: trees of 65536 leaves can be chains 65535 deep.
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterable, Sequence
+
+KINDS = ("add", "fused", "exact")
+_OPEN = {"add": "(", "fused": "[", "exact": "{"}
+_CLOSE = {"(": ")", "[": "]", "{": "}"}
+_KIND_OF_OPEN = {"(": "add", "[": "fused", "{": "exact"}
+JSON_FORMAT = "torch_mma_emu.fprev.SumTree"
+
+
+class SumTree:
+    """A rooted tree over the leaves ``0..n-1`` (see module docstring).
+
+    Build one from internal nodes ``[(kind, children), ...]`` (ids ``n + index``), from the
+    compact text form (:meth:`parse`), or with the builders in :mod:`.builders`.  Equality
+    ignores the order of children.  ``meta`` carries free-form provenance (target, dtype,
+    device, probes used, ...) and takes no part in equality.
+    """
+
+    __slots__ = ("n", "kinds", "children", "root", "meta", "_parent", "_size", "_key")
+
+    def __init__(self, n: int, nodes: Sequence[tuple[str, Sequence[int]]] = (),
+                 root: int | None = None, meta: dict | None = None, *, _trusted=False):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"a summation tree needs n >= 1 leaves, got {n!r}")
+        self.n = n
+        self.kinds: list[str] = []
+        self.children: list[tuple[int, ...]] = []
+        for kind, ch in nodes:
+            ch = tuple(ch) if _trusted else tuple(int(c) for c in ch)
+            if kind not in KINDS:
+                raise ValueError(f"node kind must be one of {KINDS}, got {kind!r}")
+            if len(ch) < 2:
+                raise ValueError(f"an internal node needs at least 2 children, got {ch}")
+            # FPRev cannot tell a 2-term fused sum from an addition: store both as "add".
+            self.kinds.append("add" if len(ch) == 2 else kind)
+            self.children.append(ch)
+        total = n + len(self.children)
+        if root is None:
+            root = total - 1
+        self.root = int(root)
+        self.meta = dict(meta or {})
+        self._parent = None
+        self._size = None
+        self._key = None
+        if not _trusted:
+            self._check()
+
+    def _check(self) -> None:
+        n, total = self.n, self.num_nodes
+        parent = [-1] * total
+        for idx, ch in enumerate(self.children):
+            for c in ch:
+                if not 0 <= c < total or c == n + idx:
+                    raise ValueError(f"node {n + idx} has an invalid child {c}")
+                if parent[c] != -1:
+                    raise ValueError(f"node {c} has two parents ({parent[c]} and {n + idx})")
+                parent[c] = n + idx
+        if not 0 <= self.root < total or parent[self.root] != -1:
+            raise ValueError(f"invalid root {self.root}")
+        orphans = [v for v in range(total) if parent[v] == -1 and v != self.root]
+        if orphans:
+            raise ValueError(f"nodes not connected to the root: {orphans[:10]}")
+        self._parent = parent
+        self.sizes()  # also proves the structure is acyclic
+
+    # ------------------------------------------------------------------ structure
+    @property
+    def num_nodes(self) -> int:
+        return self.n + len(self.children)
+
+    def is_leaf(self, v: int) -> bool:
+        return v < self.n
+
+    def kind(self, v: int) -> str:
+        return "leaf" if v < self.n else self.kinds[v - self.n]
+
+    def child_list(self, v: int) -> tuple[int, ...]:
+        return () if v < self.n else self.children[v - self.n]
+
+    def parent(self, v: int) -> int:
+        """Parent id, or -1 for the root."""
+        if self._parent is None:
+            par = [-1] * self.num_nodes
+            for idx, ch in enumerate(self.children):
+                for c in ch:
+                    par[c] = self.n + idx
+            self._parent = par
+        return self._parent[v]
+
+    def postorder(self) -> list[int]:
+        """Internal node ids, children before parents."""
+        out, stack = [], [(self.root, False)]
+        while stack:
+            v, done = stack.pop()
+            if v < self.n:
+                continue
+            if done:
+                out.append(v)
+            else:
+                stack.append((v, True))
+                stack.extend((c, False) for c in reversed(self.children[v - self.n]))
+        return out
+
+    def sizes(self) -> list[int]:
+        """Number of leaves under every node (indexed by node id)."""
+        if self._size is None:
+            size = [1] * self.n + [0] * len(self.children)
+            order = self.postorder()
+            if len(order) != len(self.children):
+                raise ValueError("the nodes do not form a tree (cycle or unreachable node)")
+            for v in order:
+                size[v] = sum(size[c] for c in self.children[v - self.n])
+            if size[self.root] != self.n:
+                raise ValueError("not every leaf hangs under the root")
+            self._size = size
+        return self._size
+
+    def leaves(self, v: int | None = None) -> list[int]:
+        """Leaves under ``v`` (default: the root) in left-to-right order."""
+        v = self.root if v is None else v
+        out, stack = [], [v]
+        while stack:
+            u = stack.pop()
+            if u < self.n:
+                out.append(u)
+            else:
+                stack.extend(reversed(self.children[u - self.n]))
+        return out
+
+    def depth(self) -> int:
+        """Length of the longest root-to-leaf path (a single leaf has depth 0)."""
+        d = [0] * self.num_nodes
+        for v in self.postorder():
+            d[v] = 1 + max(d[c] for c in self.children[v - self.n])
+        return d[self.root]
+
+    def arities(self) -> dict[tuple[str, int], int]:
+        """Histogram ``{(kind, number of children): count}``."""
+        h: dict[tuple[str, int], int] = {}
+        for k, ch in zip(self.kinds, self.children):
+            h[(k, len(ch))] = h.get((k, len(ch)), 0) + 1
+        return h
+
+    def lca_size(self, i: int, j: int) -> int:
+        """Leaves under the lowest common ancestor of leaves ``i`` and ``j``."""
+        seen = set()
+        v = i
+        while v != -1:
+            seen.add(v)
+            v = self.parent(v)
+        v = j
+        while v not in seen:
+            v = self.parent(v)
+        return self.sizes()[v]
+
+    # ------------------------------------------------------------------ equality
+    def canonical(self) -> tuple:
+        """A flat token tuple that is equal for trees equal up to the order of children.
+
+        Children are sorted by their smallest leaf; an internal node is written as
+        ``(-1 - kind code, arity)`` followed by its children.
+        """
+        if self._key is None:
+            low = list(range(self.n)) + [0] * len(self.children)
+            for v in self.postorder():
+                low[v] = min(low[c] for c in self.children[v - self.n])
+            toks, stack = [], [self.root]
+            while stack:
+                v = stack.pop()
+                if v < self.n:
+                    toks.append(v)
+                    continue
+                ch = sorted(self.children[v - self.n], key=low.__getitem__)
+                toks.append(-1 - KINDS.index(self.kinds[v - self.n]))
+                toks.append(len(ch))
+                stack.extend(reversed(ch))
+            self._key = (self.n, tuple(toks))
+        return self._key
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, SumTree):
+            return NotImplemented
+        return self.canonical() == other.canonical()
+
+    def __hash__(self) -> int:
+        return hash(self.canonical())
+
+    def __repr__(self) -> str:
+        text = self.to_text()
+        if len(text) > 120:
+            text = text[:100] + " ... " + text[-15:]
+        return f"SumTree(n={self.n}, {text})"
+
+    # ------------------------------------------------------------------ text form
+    def to_text(self) -> str:
+        """Compact text: ``(a+b)`` addition, ``[a+b+c]`` fused, ``{a+b+c}`` exact fused sum.
+
+        Children keep their stored order (the order the revelation found them in).
+        """
+        if self.n == 1 and not self.children:
+            return "0"
+        out, stack = [], [self.root]
+        while stack:
+            v = stack.pop()
+            if isinstance(v, str):
+                out.append(v)
+            elif v < self.n:
+                out.append(str(v))
+            else:
+                op = _OPEN[self.kinds[v - self.n]]
+                out.append(op)
+                ch = self.children[v - self.n]
+                items: list = [_CLOSE[op]]
+                for k, c in enumerate(reversed(ch)):
+                    items.append(c)
+                    if k < len(ch) - 1:
+                        items.append("+")
+                stack.extend(items)
+        return "".join(out)
+
+    @classmethod
+    def parse(cls, text: str, n: int | None = None) -> "SumTree":
+        """Inverse of :meth:`to_text`.  ``n`` defaults to 1 + the largest leaf index."""
+        nodes: list[tuple[str, list[int]]] = []
+        stack: list[tuple[str, list[int]]] = []
+        leaves: list[int] = []
+        top: list[int] = []
+        i, s = 0, "".join(text.split())
+        while i < len(s):
+            ch = s[i]
+            if ch in _KIND_OF_OPEN:
+                stack.append((ch, []))
+                i += 1
+            elif ch in ")]}":
+                if not stack or _CLOSE[stack[-1][0]] != ch:
+                    raise ValueError(f"unbalanced {ch!r} at position {i} in tree text")
+                op, kids = stack.pop()
+                nodes.append((_KIND_OF_OPEN[op], kids))
+                node_ref = -len(nodes)  # resolved to an id once n is known
+                (stack[-1][1] if stack else top).append(node_ref)
+                i += 1
+            elif ch == "+":
+                i += 1
+            elif ch.isdigit():
+                j = i
+                while j < len(s) and s[j].isdigit():
+                    j += 1
+                leaf = int(s[i:j])
+                leaves.append(leaf)
+                (stack[-1][1] if stack else top).append(leaf)
+                i = j
+            else:
+                raise ValueError(f"unexpected character {ch!r} at position {i} in tree text")
+        if stack or len(top) != 1:
+            raise ValueError("tree text must hold exactly one balanced expression")
+        if n is None:
+            n = max(leaves) + 1
+        if sorted(leaves) != list(range(n)):
+            raise ValueError(f"tree text must use every leaf 0..{n - 1} exactly once")
+        fix = lambda c: c if c >= 0 else n + (-c - 1)  # noqa: E731
+        built = [(k, [fix(c) for c in kids]) for k, kids in nodes]
+        return cls(n, built, root=fix(top[0]))
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict:
+        return {"format": JSON_FORMAT, "version": 1, "n": self.n, "root": self.root,
+                "nodes": [[k, list(ch)] for k, ch in zip(self.kinds, self.children)],
+                "meta": self.meta}
+
+    def to_json(self, indent: int | None = None) -> str:
+        """JSON with a flat node list (no nesting, so deep chains serialise)."""
+        return json.dumps(self.to_dict(), indent=indent, default=str)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SumTree":
+        if d.get("format") != JSON_FORMAT:
+            raise ValueError(f"not a serialised SumTree (format {d.get('format')!r})")
+        return cls(int(d["n"]), [(k, ch) for k, ch in d["nodes"]], root=int(d["root"]),
+                   meta=d.get("meta") or {})
+
+    @classmethod
+    def from_json(cls, s: str) -> "SumTree":
+        return cls.from_dict(json.loads(s))
+
+    # ------------------------------------------------------------------ conveniences
+    def describe(self) -> str:
+        """One-line summary of the pattern ("sequential", "pairwise", ...)."""
+        from .describe import describe
+        return describe(self)
+
+    def to_dot(self, **kw) -> str:
+        from .render import to_dot
+        return to_dot(self, **kw)
+
+    def render(self, path, **kw) -> str:
+        """Draw the tree to ``path`` (.png, .svg or .pdf) with graphviz; returns the path."""
+        from .render import render
+        return render(self, path, **kw)
+
+    def replay(self, x, **kw):
+        """Sum ``x[..., 0:n]`` in this order (see :func:`.replay.replay`)."""
+        from .replay import replay
+        return replay(self, x, **kw)
+
+    def relabel(self, mapping: Sequence[int] | Iterable[int]) -> "SumTree":
+        """The same shape with leaf ``i`` renamed ``mapping[i]`` (a permutation of 0..n-1)."""
+        m = list(mapping)
+        if sorted(m) != list(range(self.n)):
+            raise ValueError("relabel needs a permutation of 0..n-1")
+        fix = lambda c: m[c] if c < self.n else c  # noqa: E731
+        return SumTree(self.n, [(k, [fix(c) for c in ch])
+                                for k, ch in zip(self.kinds, self.children)],
+                       root=fix(self.root), meta=self.meta)
