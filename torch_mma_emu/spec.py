@@ -105,9 +105,9 @@ class Spec:
             errs.append(f"{self.op} takes no block scales")
         if self.op == "gst_fdpa" and (self.G <= 0 or self.L % self.G or self.block_size % self.G):
             errs.append("gst_fdpa needs a group G dividing L and the block size")
-        if self.op == "gst_fdpa" and max(self.fmt_a.exp_bits, self.fmt_b.exp_bits) > 4:
-            errs.append("gst_fdpa takes element formats with at most 4 exponent bits "
-                        "(fp4, fp6, fp8 e4m3)")
+        if self.op == "gst_fdpa" and max(self.fmt_a.exp_bits, self.fmt_b.exp_bits) > 3:
+            errs.append("gst_fdpa takes element formats with at most 3 exponent bits "
+                        "(fp4, fp6)")
         if self.op == "st_fdpa" and self.scale_format != "ue8m0":
             errs.append("st_fdpa takes ue8m0 scales")
         if self.op == "gtr_fdpa" and self.L % 2:

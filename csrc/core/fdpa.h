@@ -1,0 +1,197 @@
+// The fused elementary operations of seed 003 (Algorithms 6-11) on decoded operands.
+// See docs/model.md for every corner decided here.  All arithmetic is exact integer
+// fixed point; the truncated sums fit in int64 for every Spec the validator accepts.
+#pragma once
+#include "decode.h"
+#include "round.h"
+#include "wideacc.h"
+
+namespace mma {
+
+// One chunk of operands.  a[k], b[k] for k < n (the rest of the chunk is zero padding);
+// sa, sb: the scale decodes of the K-blocks, indexed by (k0 + k) / block.
+struct Chunk {
+  const Dec* a;
+  const Dec* b;
+  int n;
+  int k0;
+  const Dec* sa;
+  const Dec* sb;
+};
+
+// Special-value rules (docs/model.md section 3).  Returns true and sets *out when the
+// result is NaN or an infinity.
+MMA_HD bool chunk_specials(const Params& P, const OutFmt& o, const Chunk& ch, const Dec& c,
+                           uint64_t* out) {
+  bool nan = c.cls == kNan, pinf = false, ninf = false;
+  if (c.cls == kInf) (c.sig < 0 ? ninf : pinf) = true;
+  const int32_t fab = P.fa.mbits + P.fb.mbits;
+  for (int k = 0; k < ch.n; ++k) {
+    const Dec& x = ch.a[k];
+    const Dec& y = ch.b[k];
+    if (x.cls == kNan || y.cls == kNan) { nan = true; break; }
+    if (x.cls == kInf || y.cls == kInf) {
+      if ((x.cls == kFinite && x.sig == 0) || (y.cls == kFinite && y.sig == 0)) { nan = true; break; }
+      ((x.sig < 0) != (y.sig < 0) ? ninf : pinf) = true;
+    } else if (P.op == kTrFdpa && x.sig && y.sig) {
+      // seed 003 section 4.2: TR-FDPA products overflow to infinity at 2^128
+      const int64_t p = int64_t(x.sig) * y.sig;
+      const int32_t top = x.exp + y.exp - fab + bitlen64(uint64_t(p < 0 ? -p : p)) - 1;
+      if (top >= 128) (p < 0 ? ninf : pinf) = true;
+    }
+  }
+  if (!nan && ch.sa) {
+    const int last = (ch.k0 + (ch.n ? ch.n - 1 : 0)) / P.block;
+    for (int kb = ch.k0 / P.block; kb <= last; ++kb)
+      if (ch.sa[kb].cls == kNan || ch.sb[kb].cls == kNan) { nan = true; break; }
+  }
+  if (nan || (pinf && ninf)) { *out = P.nan_bits; return true; }
+  if (pinf || ninf) { *out = inf_bits(o, ninf); return true; }
+  return false;
+}
+
+MMA_HD int32_t floor_exp(const Params& P, int32_t e) { return imax(e, P.emax_floor); }
+
+// T-FDPA (Algorithm 7) and ST-FDPA (Algorithm 8): scale exponents join the products.
+MMA_HD uint64_t t_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, const Dec& c) {
+  const int32_t fab = P.fa.mbits + P.fb.mbits;
+  const int32_t fc = P.fo.mbits;
+  const bool scaled = ch.sa != nullptr;
+  int32_t emax = c.exp;  // kZeroExp when c == 0
+  for (int k = 0; k < ch.n; ++k) {
+    if (ch.a[k].sig == 0 || ch.b[k].sig == 0) continue;
+    int32_t e = ch.a[k].exp + ch.b[k].exp;
+    if (scaled) {
+      const int kb = (ch.k0 + k) / P.block;
+      e += ch.sa[kb].exp + ch.sb[kb].exp;
+    }
+    emax = imax(emax, e);
+  }
+  emax = floor_exp(P, emax);
+  int64_t S = shift_rz(c.sig, emax - c.exp + fc - P.F);
+  for (int k = 0; k < ch.n; ++k) {
+    if (ch.a[k].sig == 0 || ch.b[k].sig == 0) continue;
+    int32_t e = ch.a[k].exp + ch.b[k].exp;
+    if (scaled) {
+      const int kb = (ch.k0 + k) / P.block;
+      e += ch.sa[kb].exp + ch.sb[kb].exp;
+    }
+    S += shift_rz(int64_t(ch.a[k].sig) * ch.b[k].sig, emax - e + fab - P.F);
+  }
+  return round_fixed(S, emax - P.F, o);
+}
+
+// GST-FDPA (Algorithm 9): exact dot per group of G, times the block scales' significands.
+MMA_HD uint64_t gst_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, const Dec& c) {
+  const int32_t ea0 = P.fa.emin(), eb0 = P.fb.emin();
+  // group terms are Q * 2^(e_g - fo)
+  const int32_t fo = P.fa.mbits + P.fb.mbits - ea0 - eb0 + P.fs.mbits * 2;
+  const int ngroups = P.L / P.G;
+  int64_t q[256];
+  int32_t eg[256];
+  int32_t emax = c.exp;
+  for (int g = 0; g < ngroups; ++g) {
+    const int kbeg = g * P.G;
+    int64_t acc = 0;
+    for (int k = kbeg; k < kbeg + P.G && k < ch.n; ++k) {
+      const Dec& x = ch.a[k];
+      const Dec& y = ch.b[k];
+      if (x.sig == 0 || y.sig == 0) continue;
+      acc += int64_t(x.sig) * y.sig * (int64_t(1) << ((x.exp - ea0) + (y.exp - eb0)));
+    }
+    q[g] = 0;
+    if (acc == 0) continue;  // zero groups never take part in the maximum exponent
+    const int kb = (ch.k0 + kbeg) / P.block;
+    const Dec& al = ch.sa[kb];
+    const Dec& be = ch.sb[kb];
+    q[g] = acc * al.sig * be.sig;
+    if (q[g] == 0) continue;
+    eg[g] = al.exp + be.exp;
+    emax = imax(emax, eg[g]);
+  }
+  emax = floor_exp(P, emax);
+  int64_t S = shift_rz(c.sig, emax - c.exp + P.fo.mbits - P.F);
+  for (int g = 0; g < ngroups; ++g)
+    if (q[g]) S += shift_rz(q[g], emax - eg[g] + fo - P.F);
+  return round_fixed(S, emax - P.F, o);
+}
+
+// Truncated sum of the products with index k = first, first+step, ... (at its own max
+// exponent, returned in *emax_out).  Shared by TR-FDPA (step 1) and GTR-FDPA (step 2).
+MMA_HD int64_t products_rz(const Params& P, const Chunk& ch, int first, int step,
+                           int32_t* emax_out) {
+  const int32_t fab = P.fa.mbits + P.fb.mbits;
+  int32_t emax = kZeroExp;
+  for (int k = first; k < ch.n; k += step)
+    if (ch.a[k].sig && ch.b[k].sig) emax = imax(emax, ch.a[k].exp + ch.b[k].exp);
+  emax = floor_exp(P, emax);
+  int64_t T = 0;
+  for (int k = first; k < ch.n; k += step)
+    if (ch.a[k].sig && ch.b[k].sig)
+      T += shift_rz(int64_t(ch.a[k].sig) * ch.b[k].sig,
+                    emax - (ch.a[k].exp + ch.b[k].exp) + fab - P.F);
+  *emax_out = emax;
+  return T;
+}
+
+MMA_HD int64_t round_dir(const Params& P, int64_t v, int32_t s) {
+  return P.align_rd ? shift_rd(v, s) : shift_rz(v, s);
+}
+
+// Final step of TR/GTR-FDPA: T (grid 2^(emax-F)) and c, aligned at E = max(emax, e_c).
+MMA_HD uint64_t tr_finish(const Params& P, const OutFmt& o, int64_t T, int32_t emax,
+                          const Dec& c, bool special_trunc) {
+  const int32_t E = imax(emax, c.exp);
+  if (T == 0 && c.sig == 0) return 0;
+  const int64_t Tp = round_dir(P, T, (E - P.F2) - (emax - P.F));
+  int64_t cp = round_dir(P, c.sig, (E - P.F) - (c.exp - P.fo.mbits));
+  if (special_trunc && c.exp < E - P.F - 1) cp = 0;
+  const int64_t S = Tp + cp * (int64_t(1) << (P.F2 - P.F));
+  return round_fixed(S, E - P.F2, o);
+}
+
+// TR-FDPA (Algorithm 10, AMD CDNA3 tf32/bf16/fp16).
+MMA_HD uint64_t tr_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, const Dec& c) {
+  int32_t emax;
+  const int64_t T = products_rz(P, ch, 0, 1, &emax);
+  return tr_finish(P, o, T, emax, c, false);
+}
+
+// GTR-FDPA (Algorithm 11, AMD CDNA3 fp8).
+MMA_HD uint64_t gtr_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, const Dec& c) {
+  int32_t ee, eo;
+  const int64_t Te = products_rz(P, ch, 0, 2, &ee);
+  const int64_t To = products_rz(P, ch, 1, 2, &eo);
+  const int32_t emax = imax(ee, eo);
+  const int64_t T = round_dir(P, Te, emax - ee) + round_dir(P, To, emax - eo);
+  return tr_finish(P, o, T, emax, c, true);
+}
+
+// E-FDPA (Algorithm 6, AMD CDNA1): exact sum, one RNE rounding.
+MMA_HD uint64_t e_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, const Dec& c) {
+  WideAcc acc;
+  const int32_t fab = P.fa.mbits + P.fb.mbits;
+  if (c.sig) acc.add(c.sig, c.exp - P.fo.mbits);
+  for (int k = 0; k < ch.n; ++k)
+    if (ch.a[k].sig && ch.b[k].sig)
+      acc.add(int64_t(ch.a[k].sig) * ch.b[k].sig, ch.a[k].exp + ch.b[k].exp - fab);
+  return acc.round(o);
+}
+
+// One fused elementary op with its special-value rules.
+MMA_HD uint64_t fused_op(const Params& P, const OutFmt& o, const Chunk& ch, uint64_t c_bits,
+                         bool check_specials) {
+  const Dec c = decode(P.fo, c_bits);
+  uint64_t out;
+  if ((check_specials || c.cls != kFinite) && chunk_specials(P, o, ch, c, &out)) return out;
+  switch (P.op) {
+    case kTFdpa:
+    case kStFdpa: return t_fdpa(P, o, ch, c);
+    case kGstFdpa: return gst_fdpa(P, o, ch, c);
+    case kTrFdpa: return tr_fdpa(P, o, ch, c);
+    case kGtrFdpa: return gtr_fdpa(P, o, ch, c);
+    default: return e_fdpa(P, o, ch, c);
+  }
+}
+
+}  // namespace mma

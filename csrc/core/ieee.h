@@ -1,0 +1,58 @@
+// IEEE binary32/binary64 operations with round-to-nearest-even, never contracted.
+// Device code uses the explicit _rn intrinsics; host code is compiled with
+// -ffp-contract=off and the CPU kernel clears FTZ/DAZ (see cpu/fpenv.h).
+#pragma once
+#include <cmath>
+
+#include "common.h"
+
+namespace mma {
+
+MMA_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+MMA_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+MMA_HD double add_rn(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+MMA_HD float fma_rn(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+MMA_HD double fma_rn(double a, double b, double c) {
+#if defined(__CUDA_ARCH__)
+  return __fma_rn(a, b, c);
+#else
+  return std::fma(a, b, c);
+#endif
+}
+
+MMA_HD bool is_nan(float x) { return (bits_of(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+MMA_HD bool is_nan(double x) {
+  return (bits_of(x) & 0x7FFFFFFFFFFFFFFFull) > 0x7FF0000000000000ull;
+}
+
+// FTZ of AMD CDNA2 (seed 003 Algorithm 1): |z| < 2^-126 becomes a zero of the same sign.
+MMA_HD float ftz_keep_sign(float z) {
+  const uint32_t b = bits_of(z);
+  return ((b & 0x7F800000u) == 0) ? f32_of(b & 0x80000000u) : z;
+}
+
+}  // namespace mma

@@ -1,0 +1,43 @@
+// Host-side declarations shared by the op registration and the device kernels.
+#pragma once
+#include <ATen/ATen.h>
+
+#include "core/params.h"
+
+namespace mma {
+
+// Byte-addressed 3-D view of a tensor of 1/2/4/8-byte codes with arbitrary strides.
+struct View3 {
+  const uint8_t* base;
+  int64_t s0, s1, s2;  // strides in bytes
+  int esize;
+  uint64_t at(int64_t b, int64_t i, int64_t j) const {
+    const uint8_t* p = base + b * s0 + i * s1 + j * s2;
+    switch (esize) {
+      case 1: return *p;
+      case 2: return *reinterpret_cast<const uint16_t*>(p);
+      case 4: return *reinterpret_cast<const uint32_t*>(p);
+      default: return *reinterpret_cast<const uint64_t*>(p);
+    }
+  }
+};
+
+inline View3 view3(const at::Tensor& t) {
+  const int64_t es = t.element_size();
+  return View3{static_cast<const uint8_t*>(t.data_ptr()), t.stride(0) * es, t.stride(1) * es,
+               t.stride(2) * es, int(es)};
+}
+
+// Validated entry points (checks in ops.cpp).
+at::Tensor gemm_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+                    const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
+                    const Params& P);
+at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+                     const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
+                     const Params& P);
+
+Params checked_params(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+                      const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
+                      at::IntArrayRef params);
+
+}  // namespace mma

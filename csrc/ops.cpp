@@ -1,0 +1,79 @@
+// Registration of the C++ op mma_emu::_gemm (schema, argument checks, CPU kernel).
+// The public op mma_emu::emulated_mm (torch_mma_emu/ops.py) resolves the arch to a Spec and
+// calls this one with the flat parameter vector.
+#include <torch/library.h>
+
+#include "gemm.h"
+
+namespace mma {
+
+Params checked_params(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+                      const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
+                      at::IntArrayRef params) {
+  TORCH_CHECK_VALUE(params.size() == size_t(kNumParams), "_gemm: expected ", kNumParams,
+                    " parameters, got ", params.size());
+  const Params P = parse_params(params.data());
+  TORCH_CHECK_VALUE(a.dim() == 3 && b.dim() == 3 && c.dim() == 3,
+                    "_gemm: a, b, c must be 3-D (batch, rows, cols)");
+  TORCH_CHECK_VALUE(a.size(0) == b.size(0) && a.size(0) == c.size(0), "_gemm: batch sizes differ");
+  TORCH_CHECK_VALUE(a.size(2) == b.size(1), "_gemm: inner dimensions differ: ", a.sizes(), " @ ",
+                    b.sizes());
+  TORCH_CHECK_VALUE(c.size(1) == a.size(1) && c.size(2) == b.size(2), "_gemm: c has shape ",
+                    c.sizes(), ", expected (", a.size(0), ", ", a.size(1), ", ", b.size(2), ")");
+  TORCH_CHECK_VALUE(a.device() == b.device() && a.device() == c.device(),
+                    "_gemm: tensors on different devices");
+  TORCH_CHECK_VALUE(P.L >= 1 && P.L <= 256, "_gemm: L out of range");
+  TORCH_CHECK_VALUE(sa.has_value() == sb.has_value(), "_gemm: give both scales or none");
+  if (P.op == kStFdpa || P.op == kGstFdpa) {
+    TORCH_CHECK_VALUE(sa.has_value(), "_gemm: block-scaled op needs scales");
+    TORCH_CHECK_VALUE(P.block > 0, "_gemm: block size must be positive");
+    const int64_t nblk = (a.size(2) + P.block - 1) / P.block;
+    TORCH_CHECK_VALUE(sa->dim() == 3 && sa->size(0) == a.size(0) && sa->size(1) == a.size(1) &&
+                          sa->size(2) == nblk,
+                      "_gemm: scale_a must have shape (batch, M, ceil(K / block))");
+    TORCH_CHECK_VALUE(sb->dim() == 3 && sb->size(0) == b.size(0) && sb->size(1) == nblk &&
+                          sb->size(2) == b.size(2),
+                      "_gemm: scale_b must have shape (batch, ceil(K / block), N)");
+    TORCH_CHECK_VALUE(sa->element_size() == 1 && sb->element_size() == 1,
+                      "_gemm: scales are 1-byte codes");
+    TORCH_CHECK_VALUE(sa->device() == a.device() && sb->device() == a.device(),
+                      "_gemm: scales on a different device");
+  } else {
+    TORCH_CHECK_VALUE(!sa.has_value(), "_gemm: this op takes no scales");
+  }
+  if (P.op == kFma || P.op == kFtzAddMul) {
+    const auto want = P.rho == kRneFp64 ? at::kDouble : at::kFloat;
+    TORCH_CHECK_VALUE(a.scalar_type() == want && b.scalar_type() == want && c.scalar_type() == want,
+                      "_gemm: fma/ftz_addmul take ", want, " values");
+  } else {
+    TORCH_CHECK_VALUE(a.element_size() <= 4 && b.element_size() <= 4, "_gemm: codes up to 32 bits");
+    TORCH_CHECK_VALUE(c.element_size() == (P.rho == kRneFp16 ? 2 : 4),
+                      "_gemm: c must hold output-format codes");
+  }
+  return P;
+}
+
+namespace {
+at::Tensor gemm_cpu_entry(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+                          const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
+                          at::IntArrayRef params) {
+  const Params P = checked_params(a, b, c, sa, sb, params);
+  TORCH_CHECK_VALUE(a.device().is_cpu(), "_gemm (CPU kernel) got a ", a.device(), " tensor");
+  return gemm_cpu(a, b, c, sa, sb, P);
+}
+}  // namespace
+
+}  // namespace mma
+
+TORCH_LIBRARY(mma_emu, m) {
+  m.def("_gemm(Tensor a, Tensor b, Tensor c, Tensor? scale_a, Tensor? scale_b, int[] params) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(mma_emu, CPU, m) { m.impl("_gemm", &mma::gemm_cpu_entry); }
+
+// Importable as torch_mma_emu._C (loading it runs the registrations above).
+#include <Python.h>
+extern "C" PyObject* PyInit__C(void) {
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  return PyModule_Create(&module_def);
+}

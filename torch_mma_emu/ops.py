@@ -1,0 +1,309 @@
+"""The public op ``torch.ops.mma_emu.emulated_mm``: argument checks, spec resolution, fake
+kernel and autograd.  The arithmetic runs in the C++ op ``torch.ops.mma_emu._gemm``
+(CPU and CUDA kernels over one header-only core, csrc/core)."""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Optional
+
+import torch
+
+from . import _C  # noqa: F401  (registers torch.ops.mma_emu._gemm)
+from .formats import FORMATS, Format, format_of_dtype, get_format
+from .registry import spec as _registry_spec
+from .spec import Spec
+
+__all__ = ["emulated_mm", "resolve_spec"]
+
+_SCALE_DTYPES = {}
+if hasattr(torch, "float8_e8m0fnu"):
+    _SCALE_DTYPES[torch.float8_e8m0fnu] = "ue8m0"
+if hasattr(torch, "float8_e4m3fn"):
+    _SCALE_DTYPES[torch.float8_e4m3fn] = "ue4m3"
+
+_CODE_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
+_AMBIGUOUS = {torch.float32: ("fp32", "tf32", "xf32"),
+              torch.uint8: ("fp6_e2m3", "fp6_e3m2", "fp4_e2m1", "fp8_e4m3", "fp8_e5m2",
+                            "fp8_e4m3fnuz", "fp8_e5m2fnuz")}
+
+
+def _operand_format(t: torch.Tensor, in_format: Optional[str], which: str) -> Format:
+    """Input format of an operand: its dtype, or ``in_format`` where the dtype is ambiguous."""
+    if not t.dtype.is_floating_point and t.dtype != torch.uint8:
+        raise TypeError(f"emulated_mm: {which} has dtype {t.dtype}; allowed: float64, float32, "
+                        "float16, bfloat16, float8 dtypes, or uint8 codes with in_format")
+    if in_format is not None:
+        fmt = get_format(in_format)
+        allowed = _AMBIGUOUS.get(t.dtype, ())
+        own = format_of_dtype(t.dtype)
+        if fmt.name in allowed or (own is not None and own.name == fmt.name):
+            return fmt
+        if t.dtype in _AMBIGUOUS or own is None:
+            raise TypeError(f"emulated_mm: in_format={fmt.name!r} does not fit {which} of dtype "
+                            f"{t.dtype}; for {t.dtype} use one of {', '.join(allowed)}")
+        # a non-ambiguous dtype keeps its own format (fp8 x fp8 mixes, etc.)
+        return own
+    fmt = format_of_dtype(t.dtype)
+    if fmt is None:
+        raise TypeError(f"emulated_mm: {which} holds uint8 codes; say which format with "
+                        "in_format='fp4_e2m1' / 'fp6_e2m3' / 'fp6_e3m2' / 'fp8_*'")
+    return fmt
+
+
+def _scale_format(t: Optional[torch.Tensor]) -> Optional[str]:
+    if t is None:
+        return None
+    if t.dtype in _SCALE_DTYPES:
+        return _SCALE_DTYPES[t.dtype]
+    if t.dtype == torch.uint8:
+        return "ue8m0"
+    raise TypeError(f"emulated_mm: scales have dtype {t.dtype}; allowed: torch.float8_e8m0fnu "
+                    "or uint8 codes (MX, ue8m0) and torch.float8_e4m3fn (NVFP4, ue4m3)")
+
+
+@lru_cache(maxsize=4096)
+def _cached_spec(arch: str, fa: str, fb: str, out: Optional[str], instruction: Optional[str],
+                 scale_format: Optional[str], block: Optional[int]) -> Spec:
+    if arch.startswith("spec:"):
+        return Spec.from_string(arch)
+    return _registry_spec(arch, fa, out, in_format_b=fb, instruction=instruction,
+                          scale_format=scale_format, block_size=block)
+
+
+def _out_name(out_dtype: Optional[torch.dtype]) -> Optional[str]:
+    if out_dtype is None:
+        return None
+    names = {torch.float32: "fp32", torch.float16: "fp16", torch.float64: "fp64"}
+    if out_dtype not in names:
+        raise TypeError(f"emulated_mm: out_dtype={out_dtype} is not an accumulator type; "
+                        "allowed: torch.float32, torch.float16 (archs with fp16 accumulation), "
+                        "torch.float64 (fp64 inputs)")
+    return names[out_dtype]
+
+
+def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
+                 in_format: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
+                 instruction: Optional[str] = None, scale_a: Optional[torch.Tensor] = None,
+                 scale_b: Optional[torch.Tensor] = None) -> Spec:
+    """The :class:`Spec` ``emulated_mm`` uses for these operands (raises what is allowed)."""
+    fa = _operand_format(A, in_format, "A")
+    fb = _operand_format(B, in_format, "B")
+    sf = _scale_format(scale_a)
+    if (scale_a is None) != (scale_b is None):
+        raise ValueError("emulated_mm: give both scale_a and scale_b, or neither")
+    if sf is not None and _scale_format(scale_b) != sf:
+        raise TypeError("emulated_mm: scale_a and scale_b must have the same scale format")
+    block = None
+    if sf is not None:
+        K = A.shape[-1]
+        nblk = scale_a.shape[-1] if scale_a.dim() >= 1 else 0
+        if nblk <= 0:
+            raise ValueError("emulated_mm: scale_a needs a last dimension of ceil(K / block)")
+        cands = [bs for bs in (32, 16) if -(-K // bs) == nblk]
+        if not cands:
+            raise ValueError(f"emulated_mm: scale_a has {nblk} blocks along K = {K}; expected "
+                             f"ceil(K / block) for a block size of 32 (MX) or 16 (NVFP4)")
+        block = cands[0] if sf == "ue8m0" else cands[-1]
+    if isinstance(arch, Spec):
+        arch = arch.to_string()
+    if not isinstance(arch, str):
+        raise TypeError(f"emulated_mm: arch must be an arch name or a Spec, got {type(arch)}")
+    s = _cached_spec(arch, fa.name, fb.name, _out_name(out_dtype), instruction, sf, block)
+    if arch.startswith("spec:"):
+        _check_custom(s, fa, fb, sf, out_dtype)
+    return s
+
+
+def _check_custom(s: Spec, fa: Format, fb: Format, sf, out_dtype) -> None:
+    if s.fmt_a.name != fa.name or s.fmt_b.name != fb.name:
+        raise TypeError(f"emulated_mm: the spec takes {s.fmt_a.name} x {s.fmt_b.name} inputs, "
+                        f"got {fa.name} x {fb.name}")
+    if s.scale_format != sf:
+        raise TypeError(f"emulated_mm: the spec takes scale format {s.scale_format}, got {sf}")
+    if out_dtype is not None and _out_name(out_dtype) != s.out_format:
+        raise TypeError(f"emulated_mm: the spec produces {s.out_format}, out_dtype={out_dtype}")
+
+
+def _out_dtype(s: Spec) -> torch.dtype:
+    return {"fp32": torch.float32, "fp16": torch.float16, "fp64": torch.float64}[s.out_format]
+
+
+def _broadcast_shapes(A, B, C):
+    if A.dim() < 2 or B.dim() < 2:
+        raise ValueError(f"emulated_mm: A and B need at least 2 dimensions (..., M, K) and "
+                         f"(..., K, N); got {tuple(A.shape)} and {tuple(B.shape)}")
+    M, K = A.shape[-2:]
+    K2, N = B.shape[-2:]
+    if K != K2:
+        raise ValueError(f"emulated_mm: shapes {tuple(A.shape)} and {tuple(B.shape)} cannot be "
+                         f"multiplied (K = {K} vs {K2})")
+    try:
+        batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    except RuntimeError as e:
+        raise ValueError(f"emulated_mm: batch dimensions {tuple(A.shape[:-2])} and "
+                         f"{tuple(B.shape[:-2])} do not broadcast") from e
+    out_shape = (*batch, M, N)
+    if C is not None:
+        try:
+            torch.broadcast_shapes(C.shape, out_shape)
+            ok = tuple(torch.broadcast_shapes(C.shape, out_shape)) == tuple(out_shape)
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"emulated_mm: C of shape {tuple(C.shape)} does not broadcast to "
+                             f"the result shape {tuple(out_shape)}")
+    return batch, M, K, N, out_shape
+
+
+def _check_devices(*ts):
+    devs = {t.device for t in ts if t is not None}
+    if len(devs) > 1:
+        raise ValueError(f"emulated_mm: tensors are on different devices: "
+                         f"{', '.join(sorted(map(str, devs)))}")
+
+
+def _check_codes(t: torch.Tensor, fmt: Format, which: str) -> None:
+    if t.dtype == torch.uint8 and t.numel() and fmt.bits < 8:
+        if int(t.max()) >= (1 << fmt.bits):
+            raise ValueError(f"emulated_mm: {which} holds codes >= 2**{fmt.bits}, not valid "
+                             f"{fmt.name} codes (one code per uint8, in the low bits)")
+
+
+def _flat3(t: torch.Tensor, batch, r: int, c: int) -> torch.Tensor:
+    t = t.broadcast_to((*batch, r, c))
+    n = 1
+    for d in batch:
+        n *= d
+    return t.reshape(n, r, c)
+
+
+def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b):
+    if c_mode not in ("chain", "epilogue"):
+        raise ValueError(f"emulated_mm: c_mode must be 'chain' or 'epilogue', got {c_mode!r}")
+    _check_devices(A, B, C, scale_a, scale_b)
+    s = resolve_spec(A, B, arch, in_format, out_dtype, instruction, scale_a, scale_b)
+    batch, M, K, N, out_shape = _broadcast_shapes(A, B, C)
+    odt = _out_dtype(s)
+    if C is not None and not C.dtype.is_floating_point:
+        raise TypeError(f"emulated_mm: C has dtype {C.dtype}; it must be a floating tensor")
+    Cc = (C.to(odt) if C is not None else torch.zeros((), dtype=odt, device=A.device))
+    a3 = _flat3(A, batch, M, K)
+    b3 = _flat3(B, batch, K, N)
+    c3 = _flat3(Cc, batch, M, N)
+    sa3 = sb3 = None
+    if s.scaled:
+        nblk = -(-K // s.block_size)
+        if scale_a.shape[-2:] != (M, nblk) or scale_b.shape[-2:] != (nblk, N):
+            raise ValueError(f"emulated_mm: scales must have shapes (..., {M}, {nblk}) and "
+                             f"(..., {nblk}, {N}) for block size {s.block_size}; got "
+                             f"{tuple(scale_a.shape)} and {tuple(scale_b.shape)}")
+        sa3 = _flat3(scale_a, batch, M, nblk).view(torch.uint8)
+        sb3 = _flat3(scale_b, batch, nblk, N).view(torch.uint8)
+    if s.op in ("fma", "ftz_addmul"):
+        vdt = torch.float64 if s.out_format == "fp64" else torch.float32
+        a3, b3 = a3.to(vdt), b3.to(vdt)
+    else:
+        _check_codes(A, s.fmt_a, "A")
+        _check_codes(B, s.fmt_b, "B")
+        a3 = a3.view(_CODE_VIEW[a3.element_size()])
+        b3 = b3.view(_CODE_VIEW[b3.element_size()])
+    d = torch.ops.mma_emu._gemm(a3, b3, c3, sa3, sb3, s.to_params(c_mode))
+    return d.reshape(out_shape)
+
+
+@torch.library.custom_op("mma_emu::emulated_mm", mutates_args=())
+def _emulated_mm_op(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None,
+                    scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
+                    *, arch: str = "sm90", in_format: Optional[str] = None,
+                    out_dtype: Optional[torch.dtype] = None, instruction: Optional[str] = None,
+                    c_mode: str = "chain") -> torch.Tensor:
+    return _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b)
+
+
+@_emulated_mm_op.register_fake
+def _(A, B, C=None, scale_a=None, scale_b=None, *, arch="sm90", in_format=None,
+      out_dtype=None, instruction=None, c_mode="chain"):
+    s = resolve_spec(A, B, arch, in_format, out_dtype, instruction, scale_a, scale_b)
+    _check_devices(A, B, C, scale_a, scale_b)
+    *_, out_shape = _broadcast_shapes(A, B, C)
+    return A.new_empty(out_shape, dtype=_out_dtype(s))
+
+
+# ---------------------------------------------------------------------------------------
+# autograd: the backward products are emulated on the same arch
+# ---------------------------------------------------------------------------------------
+
+def _setup_context(ctx, inputs, keyword_only_inputs, output):
+    A, B, C, scale_a, _ = inputs
+    ctx.save_for_backward(A, B)
+    ctx.scaled = scale_a is not None
+    ctx.kw = dict(keyword_only_inputs)
+    ctx.c_shape = None if C is None else C.shape
+    ctx.c_dtype = None if C is None else C.dtype
+
+
+def _reduce_to(g: torch.Tensor, shape) -> torch.Tensor:
+    while g.dim() > len(shape):
+        g = g.sum(0)
+    for i, n in enumerate(shape):
+        if n == 1 and g.shape[i] != 1:
+            g = g.sum(i, keepdim=True)
+    return g
+
+
+def _backward(ctx, grad):
+    A, B = ctx.saved_tensors
+    kw = ctx.kw
+    if ctx.scaled:
+        raise NotImplementedError("emulated_mm: gradients through block-scaled (MX/NVFP4) "
+                                  "products are not supported")
+    for t in (A, B):
+        if t.dtype not in (torch.float64, torch.float32, torch.float16, torch.bfloat16):
+            raise NotImplementedError(f"emulated_mm: gradients for {t.dtype} inputs are not "
+                                      "supported (float64/32/16 and bfloat16 are)")
+    common = dict(arch=kw["arch"], in_format=kw.get("in_format"), instruction=kw.get("instruction"),
+                  c_mode=kw.get("c_mode", "chain"), out_dtype=kw.get("out_dtype"))
+    gA = gB = gC = None
+    if ctx.needs_input_grad[0]:
+        gA = torch.ops.mma_emu.emulated_mm(grad.to(A.dtype), B.mT, **common).to(A.dtype)
+        gA = _reduce_to(gA, A.shape)
+    if ctx.needs_input_grad[1]:
+        gB = torch.ops.mma_emu.emulated_mm(A.mT, grad.to(B.dtype), **common).to(B.dtype)
+        gB = _reduce_to(gB, B.shape)
+    if ctx.c_shape is not None and ctx.needs_input_grad[2]:
+        gC = _reduce_to(grad, ctx.c_shape).to(ctx.c_dtype)
+    return gA, gB, gC, None, None
+
+
+_emulated_mm_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _fake_gemm(a, b, c, scale_a, scale_b, params):
+    return c.new_empty((a.shape[0], a.shape[1], b.shape[2]))
+
+
+torch.library.register_fake("mma_emu::_gemm")(_fake_gemm)
+
+
+def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *,
+                arch="sm90", in_format: Optional[str] = None,
+                out_dtype: Optional[torch.dtype] = None, instruction: Optional[str] = None,
+                c_mode: str = "chain", scale_a: Optional[torch.Tensor] = None,
+                scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``D = C + A @ B`` exactly as ``arch``'s matrix unit computes it.
+
+    A (..., M, K) and B (..., K, N), batch dimensions broadcast as in ``torch.matmul``; C
+    broadcastable to (..., M, N), default zero.  The input format comes from the dtype;
+    ``in_format`` picks it where the dtype is ambiguous ("tf32"/"xf32" for float32,
+    "fp4_e2m1"/"fp6_e2m3"/"fp6_e3m2" for uint8 codes).  ``arch`` is a name or alias
+    (``tme.archs()``) or a :class:`Spec`.  ``out_dtype`` is float32 by default (float64 for
+    fp64 inputs).  ``instruction`` picks a non-default instruction where an arch has several.
+    ``c_mode="epilogue"`` accumulates A@B from zero and adds C at the end (BLAS style).
+    ``scale_a`` (..., M, ceil(K/32|16)) and ``scale_b`` (..., ceil(K/..), N) are MX (E8M0) or
+    NVFP4 (E4M3) block scales.  This calls the custom op ``torch.ops.mma_emu.emulated_mm``.
+    """
+    if isinstance(arch, Spec):
+        arch = arch.to_string()
+    return torch.ops.mma_emu.emulated_mm(A, B, C, scale_a, scale_b, arch=arch,
+                                         in_format=in_format, out_dtype=out_dtype,
+                                         instruction=instruction, c_mode=c_mode)
