@@ -86,8 +86,16 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
                  instruction: Optional[str] = None, scale_a: Optional[torch.Tensor] = None,
                  scale_b: Optional[torch.Tensor] = None) -> Spec:
     """The :class:`Spec` ``emulated_mm`` uses for these operands (raises what is allowed)."""
-    fa = _operand_format(A, in_format, "A")
-    fb = _operand_format(B, in_format, "B")
+    if isinstance(arch, Spec):
+        arch = arch.to_string()
+    if not isinstance(arch, str):
+        raise TypeError(f"emulated_mm: arch must be an arch name or a Spec, got {type(arch)}")
+    if in_format is None and arch.startswith("spec:"):
+        sp = Spec.from_string(arch)
+        in_format = f"{sp.fmt_a.name},{sp.fmt_b.name}"
+    fmt_a, _, fmt_b = (in_format or "").partition(",")
+    fa = _operand_format(A, fmt_a or None, "A")
+    fb = _operand_format(B, (fmt_b or fmt_a) or None, "B")
     sf = _scale_format(scale_a)
     if (scale_a is None) != (scale_b is None):
         raise ValueError("emulated_mm: give both scale_a and scale_b, or neither")
@@ -96,18 +104,12 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
     block = None
     if sf is not None:
         K = A.shape[-1]
-        nblk = scale_a.shape[-1] if scale_a.dim() >= 1 else 0
-        if nblk <= 0:
-            raise ValueError("emulated_mm: scale_a needs a last dimension of ceil(K / block)")
+        nblk = scale_a.shape[-1] if scale_a.dim() >= 1 else -1
         cands = [bs for bs in (32, 16) if -(-K // bs) == nblk]
         if not cands:
             raise ValueError(f"emulated_mm: scale_a has {nblk} blocks along K = {K}; expected "
                              f"ceil(K / block) for a block size of 32 (MX) or 16 (NVFP4)")
-        block = cands[0] if sf == "ue8m0" else cands[-1]
-    if isinstance(arch, Spec):
-        arch = arch.to_string()
-    if not isinstance(arch, str):
-        raise TypeError(f"emulated_mm: arch must be an arch name or a Spec, got {type(arch)}")
+        block = None if K == 0 else (cands[0] if sf == "ue8m0" else cands[-1])
     s = _cached_spec(arch, fa.name, fb.name, _out_name(out_dtype), instruction, sf, block)
     if arch.startswith("spec:"):
         _check_custom(s, fa, fb, sf, out_dtype)
@@ -295,7 +297,8 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
     A (..., M, K) and B (..., K, N), batch dimensions broadcast as in ``torch.matmul``; C
     broadcastable to (..., M, N), default zero.  The input format comes from the dtype;
     ``in_format`` picks it where the dtype is ambiguous ("tf32"/"xf32" for float32,
-    "fp4_e2m1"/"fp6_e2m3"/"fp6_e3m2" for uint8 codes).  ``arch`` is a name or alias
+    "fp4_e2m1"/"fp6_e2m3"/"fp6_e3m2" for uint8 codes); "fmtA,fmtB" gives A and B
+    different formats (e.g. "fp6_e2m3,fp4_e2m1").  ``arch`` is a name or alias
     (``tme.archs()``) or a :class:`Spec`.  ``out_dtype`` is float32 by default (float64 for
     fp64 inputs).  ``instruction`` picks a non-default instruction where an arch has several.
     ``c_mode="epilogue"`` accumulates A@B from zero and adds C at the end (BLAS style).

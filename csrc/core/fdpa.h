@@ -183,7 +183,9 @@ MMA_HD uint64_t fused_op(const Params& P, const OutFmt& o, const Chunk& ch, uint
                          bool check_specials) {
   const Dec c = decode(P.fo, c_bits);
   uint64_t out;
-  if ((check_specials || c.cls != kFinite) && chunk_specials(P, o, ch, c, &out)) return out;
+  // TR-FDPA products can overflow without any infinite input, so it always checks.
+  if ((check_specials || c.cls != kFinite || P.op == kTrFdpa) && chunk_specials(P, o, ch, c, &out))
+    return out;
   switch (P.op) {
     case kTFdpa:
     case kStFdpa: return t_fdpa(P, o, ch, c);

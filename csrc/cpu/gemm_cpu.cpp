@@ -63,7 +63,7 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
           const uint64_t r = dot_fused(
               P, A.data() + i * K, B.data() + j * K, int(K), cb,
               scaled ? SA.data() + i * nblk : nullptr, scaled ? SB.data() + j * nblk : nullptr,
-              fa[size_t(i)] | fb[size_t(j)]);
+              fa[size_t(i)] | fb[size_t(j)] | (scaled ? fsa[size_t(i)] | fsb[size_t(j)] : 0));
           uint8_t* p = obase + ((bi * M + i) * N + j) * oes;
           if (oes == 2) *reinterpret_cast<uint16_t*>(p) = uint16_t(r);
           else *reinterpret_cast<uint32_t*>(p) = uint32_t(r);
