@@ -12,25 +12,43 @@ Recognised, recursively (leaf positions are ranks among the subtree's leaves):
 """
 from __future__ import annotations
 
-import random
+import numpy as np
 
 from .tree import SumTree
 
 _WORD = {"fused": "fused", "exact": "exact (non-swamped) fused"}
 
 
+_MEMO: dict | None = None
+
+
 def describe(tree: SumTree) -> str:
-    return _describe(tree)
+    global _MEMO
+    outer = _MEMO is None
+    if outer:
+        _MEMO = {}  # sub-shapes recur across candidate splits: describe each once
+    try:
+        return _describe(tree)
+    finally:
+        if outer:
+            _MEMO = None
 
 
 def _describe(t: SumTree) -> str:
     if t.n == 1:
         return "single summand"
+    key = t.canonical() if _MEMO is not None else None
+    if key is not None and key in _MEMO:
+        return _MEMO[key]
     for f in (_chain, _pairwise, _split):
         d = f(t)
         if d:
-            return d
-    return _generic(t)
+            break
+    else:
+        d = _generic(t)
+    if key is not None:
+        _MEMO[key] = d
+    return d
 
 
 # ---------------------------------------------------------------------- helpers
@@ -149,14 +167,14 @@ def _split(t: SumTree) -> str | None:
     holding position 0 must be an ancestor of leaf 0, so only ancestor sizes are tried;
     parts are matched to nodes by a 64-bit hash of their leaves, then checked exactly."""
     n = t.n
-    rnd = random.Random(0)
     mask = (1 << 64) - 1
-    h = [rnd.getrandbits(64) for _ in range(n)]
+    h = np.random.default_rng(0).integers(0, 1 << 62, n).tolist()
     acc = h + [0] * len(t.children)
     sig = {}
+    size = t.sizes()
     for v in t.postorder():
         acc[v] = sum(acc[c] for c in t.children[v - n]) & mask
-        sig[(acc[v], t.sizes()[v])] = v
+        sig[(acc[v], size[v])] = v
     sizes, v = set(), t.parent(0)
     while v != -1:
         sizes.add(t.sizes()[v])
@@ -166,7 +184,7 @@ def _split(t: SumTree) -> str | None:
         if 2 <= s <= n // 2:
             cands.add(("ways", -(-n // s)))
             cands.add(("blocks", -(-n // s)))
-    found = []
+    first = None
     for kind, k in sorted(cands, key=lambda c: -c[1]):
         if kind == "ways":
             parts = [list(range(r, n, k)) for r in range(k)]
@@ -182,18 +200,27 @@ def _split(t: SumTree) -> str | None:
                 break
             roots.append(sig[key])
         else:
-            found.append(_split_words(t, kind, k, parts, roots))
-            if len(found) == 3:
-                break
-    # several splits can hold (pairwise blocks split into pairs, too): say the shortest
-    return min(found, key=len) if found else None
+            # several splits can hold (pairwise blocks split into pairs too): take the
+            # finest whose parts are combined plainly, else the finest
+            combine = _describe(contract(t, roots))
+            if combine in _PLAIN:
+                return _split_words(t, kind, k, parts, roots, combine)
+            first = first or (kind, k, parts, roots, combine)
+    return _split_words(t, *first) if first else None
 
 
-def _split_words(t, kind, k, parts, roots) -> str:
-    inner = [_describe(subtree(t, r)) for r in roots]
-    combine = _describe(contract(t, roots))
-    each = inner[0] if len(set(inner)) == 1 else "mixed"
-    if combine in ("sequential", "pairwise", "reversed"):
+_PLAIN = ("sequential", "reversed", "pairwise")
+
+
+def _split_words(t, kind, k, parts, roots, combine) -> str:
+    # describe each distinct part shape once (parts are usually copies of each other)
+    shapes: dict = {}
+    for r in roots:
+        sub = subtree(t, r)
+        shapes.setdefault(sub.canonical(), sub)
+    inner = {_describe(sub) for sub in shapes.values()}
+    each = inner.pop() if len(inner) == 1 else "mixed"
+    if combine in _PLAIN:
         comb = f"combined {combine}" if combine != "sequential" else "combined sequentially"
     else:
         comb = f"combined as: {combine}"

@@ -51,6 +51,9 @@ def reveal_target(target: Target, *, algorithm: str = "default", verify: bool = 
     check the tree on extra random probes; a non-deterministic or value-dependent target
     raises :class:`~.errors.InconsistentError` instead of returning a tree.  ``progress``:
     True for a tqdm bar, or a callable receiving the number of probes done.
+    ``shortcuts``: let the default algorithm guess-and-verify blocks and strided ways
+    (default: only for library sums known to use IEEE additions; see
+    :func:`~.algorithms.fast.reveal_default`).
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
@@ -99,7 +102,8 @@ def _values(dtype, big, unit, pack=True, out_dtype=None):
 def reveal(fn, n: int, *, dtype=torch.float32, device="cpu", big=None, unit=None,
            **opts) -> SumTree:
     """The summation tree of ``fn``, any callable summing a 1-D tensor of ``n`` elements
-    of ``dtype`` on ``device`` (it must return a scalar tensor or a number).
+    of ``dtype`` on ``device`` (it must return a scalar tensor or a number).  Pass
+    ``shortcuts=True`` when fn is known to add with plain IEEE additions (faster).
 
     >>> reveal(torch.sum, 64).describe()   # doctest: +SKIP
     '8-way strided, ways combined sequentially'

@@ -234,12 +234,17 @@ class Solver:
 
 
 def reveal_default(target, *, verify: bool = False, progress=None, shortcuts=None):
-    """Run our algorithm on ``target``; returns (tree, stats).  ``shortcuts`` (default: on
-    for one-probe-per-call fp32/fp64 targets) enables :mod:`.structure`."""
+    """Run our algorithm on ``target``; returns (tree, stats).
+
+    ``shortcuts`` enables :mod:`.structure`.  Its cluster tests are only sound when every
+    multi-term node swamps (a non-swamped/exact sum, or compensated summation, can pass
+    them wrongly), so the default is on only for one-probe-per-call fp32/fp64 targets known
+    to use IEEE additions (``target.ieee``: torch.sum, torch.dot, NumPy)."""
     target.check_independence()
     target.calibrate()
     if shortcuts is None:
-        shortcuts = target.rows_per_call == 1 and target.values.mask_levels > 1
+        shortcuts = target.ieee and target.rows_per_call == 1 and \
+            target.values.mask_levels > 1
     asm = Assembler(target.n)
     solver = Solver(asm, shortcuts=shortcuts)
     sched = Scheduler(target, verify=verify, progress=progress)

@@ -242,7 +242,10 @@ class Scheduler:
                 raise NondeterministicError(
                     f"{self.target.describe()}: the same probe gave {out[i]!r} and then "
                     f"{again[i]!r}; the summation order is not deterministic")
-        limit = np.array([reqs[lay[0][0]].maxcount if len(lay) == 1
+        cap = self.values.capacity
+        # a count at or above capacity may have been rounded up past the support size
+        limit = np.array([(lambda c: c if c < cap else 2 * (c + cap))(reqs[lay[0][0]].maxcount)
+                          if len(lay) == 1
                           else (1 << sum(b for _, _, b in lay)) - 1 for lay in layout])
         return decode(out, self.values, np.maximum(limit, 0))
 

@@ -35,6 +35,9 @@ class Target:
     device: torch.device
     label: str = "target"
     rows_per_call: int = 1
+    # True when the target is known to add with plain IEEE additions (library sums): then
+    # the default algorithm may verify guessed structure instead of revealing it
+    ieee: bool = False
 
     def __init__(self):
         self.calls = 0
@@ -92,13 +95,13 @@ class VectorTarget(Target):
     vector, a Python loop, ...)."""
 
     def __init__(self, fn, n: int, dtype=torch.float32, device="cpu", *, values=None,
-                 label: str | None = None, pack: bool = True):
+                 label: str | None = None, pack: bool = True, ieee: bool = False):
         super().__init__()
         if not callable(fn):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive int, got {n!r}")
-        self.fn, self.n = fn, n
+        self.fn, self.n, self.ieee = fn, n, ieee
         self.dtype = check_dtype(dtype)
         self.device = torch.device(device)
         self.values = values or ProbeValues.for_dtype(self.dtype, pack=pack)

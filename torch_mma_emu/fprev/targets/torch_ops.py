@@ -71,7 +71,7 @@ def sum_target(n=None, *, shape=None, dim=None, dtype=torch.float32, device="cpu
                fn=torch.sum, **kw):
     """torch.sum of a 1-D tensor of n elements, or over ``dim`` of a tensor of ``shape``."""
     if shape is None:
-        return VectorTarget(fn, _check_n(n), dtype, _device(device),
+        return VectorTarget(fn, _check_n(n), dtype, _device(device), ieee=fn is torch.sum,
                             label=f"{getattr(fn, '__name__', 'sum')}(n={n})", **kw)
     if dim is None:
         raise ValueError("give dim= together with shape=")
@@ -84,16 +84,16 @@ def dot_target(n, *, dtype=torch.float32, device="cpu", dot=torch.dot, **kw):
     """dot(x, ones): the summands are x's entries."""
     dev = _device(device)
     ones = torch.ones(_check_n(n), dtype=check_dtype(dtype), device=dev)
-    return VectorTarget(lambda x: dot(x, ones), n, dtype, dev,
+    return VectorTarget(lambda x: dot(x, ones), n, dtype, dev, ieee=dot is torch.dot,
                         label=f"{getattr(dot, '__name__', 'dot')}(n={n})", **kw)
 
 
 def numpy_sum_target(n, *, dtype=torch.float32, **kw):
-    return VectorTarget(lambda x: np.sum(x.numpy()), _check_n(n), dtype, "cpu",
+    return VectorTarget(lambda x: np.sum(x.numpy()), _check_n(n), dtype, "cpu", ieee=True,
                         label=f"numpy.sum(n={n})", **kw)
 
 
 def numpy_dot_target(n, *, dtype=torch.float32, **kw):
     ones = np.ones(_check_n(n), dtype=str(dtype).replace("torch.", ""))
-    return VectorTarget(lambda x: np.dot(x.numpy(), ones), n, dtype, "cpu",
+    return VectorTarget(lambda x: np.dot(x.numpy(), ones), n, dtype, "cpu", ieee=True,
                         label=f"numpy.dot(n={n})", **kw)
