@@ -37,15 +37,15 @@ MMA_HD uint64_t epilogue_add(const Params& P, uint64_t x, uint64_t y) {
   return round_pack(v < 0, v < 0 ? uint64_t(-v) : uint64_t(v), lsb, o, kRNE);
 }
 
-// Fused ops (t/st/gst/tr/gtr/e_fdpa) on decoded rows: a[k], b[k] contiguous along K;
+// Fused ops (t/st/gst/tr/gtr/e_fdpa) on decoded rows: a, b contiguous along K;
 // sa, sb: scale decodes per K-block (or nullptr).  may_special: the row or column holds a
 // NaN or an infinity, so every chunk checks the special-value rules.
-MMA_HD uint64_t dot_fused(const Params& P, const Dec* a, const Dec* b, int K, uint64_t c_bits,
-                          const Dec* sa, const Dec* sb, bool may_special) {
+MMA_HD uint64_t dot_fused(const Params& P, const Operand& a, const Operand& b, int K,
+                          uint64_t c_bits, const Dec* sa, const Dec* sb, bool may_special) {
   const OutFmt o = out_fmt(P.rho);
   uint64_t acc = P.epilogue ? 0 : c_bits;
   for (int k0 = 0; k0 < K; k0 += P.L) {
-    const Chunk ch{a + k0, b + k0, imin(P.L, K - k0), k0, sa, sb};
+    const Chunk ch{a.shifted(k0), b.shifted(k0), imin(P.L, K - k0), k0, sa, sb};
     acc = fused_op(P, o, ch, acc, may_special);
   }
   return P.epilogue ? epilogue_add(P, acc, c_bits) : acc;

@@ -8,11 +8,19 @@
 
 namespace mma {
 
+// Decoded operands along K, structure of arrays (see Dec): zeros have exp = kZeroExp.
+struct Operand {
+  const int32_t* sig;
+  const int32_t* exp;
+  const uint8_t* cls;
+  MMA_HD Operand shifted(int k) const { return Operand{sig + k, exp + k, cls + k}; }
+};
+
 // One chunk of operands.  a[k], b[k] for k < n (the rest of the chunk is zero padding);
 // sa, sb: the scale decodes of the K-blocks, indexed by (k0 + k) / block.
 struct Chunk {
-  const Dec* a;
-  const Dec* b;
+  Operand a;
+  Operand b;
   int n;
   int k0;
   const Dec* sa;
@@ -27,8 +35,8 @@ MMA_HD bool chunk_specials(const Params& P, const OutFmt& o, const Chunk& ch, co
   if (c.cls == kInf) (c.sig < 0 ? ninf : pinf) = true;
   const int32_t fab = P.fa.mbits + P.fb.mbits;
   for (int k = 0; k < ch.n; ++k) {
-    const Dec& x = ch.a[k];
-    const Dec& y = ch.b[k];
+    const Dec x{ch.a.sig[k], ch.a.exp[k], ch.a.cls[k]};
+    const Dec y{ch.b.sig[k], ch.b.exp[k], ch.b.cls[k]};
     if (x.cls == kNan || y.cls == kNan) { nan = true; break; }
     if (x.cls == kInf || y.cls == kInf) {
       if ((x.cls == kFinite && x.sig == 0) || (y.cls == kFinite && y.sig == 0)) { nan = true; break; }
@@ -52,32 +60,46 @@ MMA_HD bool chunk_specials(const Params& P, const OutFmt& o, const Chunk& ch, co
 
 MMA_HD int32_t floor_exp(const Params& P, int32_t e) { return imax(e, P.emax_floor); }
 
+// Exponent of product k, with the block scales for ST-FDPA.  Zero operands carry kZeroExp,
+// so a zero product never wins the maximum.
+MMA_HD int32_t prod_exp(const Params& P, const Chunk& ch, int k) {
+  int32_t e = ch.a.exp[k] + ch.b.exp[k];
+  if (ch.sa) {
+    const int kb = (ch.k0 + k) / P.block;
+    e += ch.sa[kb].exp + ch.sb[kb].exp;
+  }
+  return e;
+}
+
+// sum_k RZ(p_k * 2^(e_k - emax)) on the grid 2^-F.  With G = F - fab >= 0 every term is
+// (|p| << G) >> (emax - e): no left shifts depend on data and |p| << G < 2^(F + 2).
+MMA_HD int64_t sum_products_rz(const Params& P, const Chunk& ch, int32_t emax, int first, int step) {
+  const int32_t G = P.F - (P.fa.mbits + P.fb.mbits);
+  int64_t S = 0;
+  if (G >= 0) {
+    for (int k = first; k < ch.n; k += step) {
+      const int64_t p = int64_t(ch.a.sig[k]) * ch.b.sig[k];
+      const int32_t d = imin(emax - prod_exp(P, ch, k), 63);
+      const int64_t t = int64_t((uint64_t(p < 0 ? -p : p) << G) >> d);
+      S += p < 0 ? -t : t;
+    }
+  } else {
+    for (int k = first; k < ch.n; k += step) {
+      const int64_t p = int64_t(ch.a.sig[k]) * ch.b.sig[k];
+      const int32_t d = imin(emax - prod_exp(P, ch, k) - G, 63);
+      const int64_t t = int64_t(uint64_t(p < 0 ? -p : p) >> d);
+      S += p < 0 ? -t : t;
+    }
+  }
+  return S;
+}
+
 // T-FDPA (Algorithm 7) and ST-FDPA (Algorithm 8): scale exponents join the products.
 MMA_HD uint64_t t_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, const Dec& c) {
-  const int32_t fab = P.fa.mbits + P.fb.mbits;
-  const int32_t fc = P.fo.mbits;
-  const bool scaled = ch.sa != nullptr;
   int32_t emax = c.exp;  // kZeroExp when c == 0
-  for (int k = 0; k < ch.n; ++k) {
-    if (ch.a[k].sig == 0 || ch.b[k].sig == 0) continue;
-    int32_t e = ch.a[k].exp + ch.b[k].exp;
-    if (scaled) {
-      const int kb = (ch.k0 + k) / P.block;
-      e += ch.sa[kb].exp + ch.sb[kb].exp;
-    }
-    emax = imax(emax, e);
-  }
+  for (int k = 0; k < ch.n; ++k) emax = imax(emax, prod_exp(P, ch, k));
   emax = floor_exp(P, emax);
-  int64_t S = shift_rz(c.sig, emax - c.exp + fc - P.F);
-  for (int k = 0; k < ch.n; ++k) {
-    if (ch.a[k].sig == 0 || ch.b[k].sig == 0) continue;
-    int32_t e = ch.a[k].exp + ch.b[k].exp;
-    if (scaled) {
-      const int kb = (ch.k0 + k) / P.block;
-      e += ch.sa[kb].exp + ch.sb[kb].exp;
-    }
-    S += shift_rz(int64_t(ch.a[k].sig) * ch.b[k].sig, emax - e + fab - P.F);
-  }
+  const int64_t S = shift_rz(c.sig, emax - c.exp + P.fo.mbits - P.F) + sum_products_rz(P, ch, emax, 0, 1);
   return round_fixed(S, emax - P.F, o);
 }
 
@@ -94,10 +116,9 @@ MMA_HD uint64_t gst_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, cons
     const int kbeg = g * P.G;
     int64_t acc = 0;
     for (int k = kbeg; k < kbeg + P.G && k < ch.n; ++k) {
-      const Dec& x = ch.a[k];
-      const Dec& y = ch.b[k];
-      if (x.sig == 0 || y.sig == 0) continue;
-      acc += int64_t(x.sig) * y.sig * (int64_t(1) << ((x.exp - ea0) + (y.exp - eb0)));
+      if (ch.a.sig[k] == 0 || ch.b.sig[k] == 0) continue;
+      acc += int64_t(ch.a.sig[k]) * ch.b.sig[k] *
+             (int64_t(1) << ((ch.a.exp[k] - ea0) + (ch.b.exp[k] - eb0)));
     }
     q[g] = 0;
     if (acc == 0) continue;  // zero groups never take part in the maximum exponent
@@ -120,18 +141,11 @@ MMA_HD uint64_t gst_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, cons
 // exponent, returned in *emax_out).  Shared by TR-FDPA (step 1) and GTR-FDPA (step 2).
 MMA_HD int64_t products_rz(const Params& P, const Chunk& ch, int first, int step,
                            int32_t* emax_out) {
-  const int32_t fab = P.fa.mbits + P.fb.mbits;
   int32_t emax = kZeroExp;
-  for (int k = first; k < ch.n; k += step)
-    if (ch.a[k].sig && ch.b[k].sig) emax = imax(emax, ch.a[k].exp + ch.b[k].exp);
+  for (int k = first; k < ch.n; k += step) emax = imax(emax, prod_exp(P, ch, k));
   emax = floor_exp(P, emax);
-  int64_t T = 0;
-  for (int k = first; k < ch.n; k += step)
-    if (ch.a[k].sig && ch.b[k].sig)
-      T += shift_rz(int64_t(ch.a[k].sig) * ch.b[k].sig,
-                    emax - (ch.a[k].exp + ch.b[k].exp) + fab - P.F);
   *emax_out = emax;
-  return T;
+  return sum_products_rz(P, ch, emax, first, step);
 }
 
 MMA_HD int64_t round_dir(const Params& P, int64_t v, int32_t s) {
@@ -173,8 +187,8 @@ MMA_HD uint64_t e_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, const 
   const int32_t fab = P.fa.mbits + P.fb.mbits;
   if (c.sig) acc.add(c.sig, c.exp - P.fo.mbits);
   for (int k = 0; k < ch.n; ++k)
-    if (ch.a[k].sig && ch.b[k].sig)
-      acc.add(int64_t(ch.a[k].sig) * ch.b[k].sig, ch.a[k].exp + ch.b[k].exp - fab);
+    if (ch.a.sig[k] && ch.b.sig[k])
+      acc.add(int64_t(ch.a.sig[k]) * ch.b.sig[k], ch.a.exp[k] + ch.b.exp[k] - fab);
   return acc.round(o);
 }
 

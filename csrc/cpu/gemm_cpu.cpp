@@ -13,22 +13,68 @@ namespace {
 
 constexpr int64_t kTileN = 16;
 
-// Decode a (M, K) slab of codes, row-major; flags[i] = row i holds a NaN or infinity.
+// Decoded (M, K) slab, row-major, as structure of arrays (what the core's Operand reads).
+struct Decoded {
+  std::vector<int32_t> sig, exp;
+  std::vector<uint8_t> cls;
+  std::vector<uint8_t> row_flags;  // row i holds a NaN or an infinity
+  Operand row(int64_t i, int64_t K) const {
+    return Operand{sig.data() + i * K, exp.data() + i * K, cls.data() + i * K};
+  }
+};
+
 void decode_rows(const View3& v, int64_t bi, int64_t M, int64_t K, bool transposed,
-                 const FormatDesc& f, std::vector<Dec>& out, std::vector<uint8_t>& flags) {
-  out.resize(size_t(M * K));
-  flags.assign(size_t(M), 0);
+                 const FormatDesc& f, Decoded& out) {
+  out.sig.resize(size_t(M * K));
+  out.exp.resize(size_t(M * K));
+  out.cls.resize(size_t(M * K));
+  out.row_flags.assign(size_t(M), 0);
   at::parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       uint8_t fl = 0;
-      Dec* row = out.data() + i * K;
       for (int64_t k = 0; k < K; ++k) {
-        row[k] = decode(f, transposed ? v.at(bi, k, i) : v.at(bi, i, k));
-        fl |= row[k].cls;
+        const Dec d = decode(f, transposed ? v.at(bi, k, i) : v.at(bi, i, k));
+        const size_t at = size_t(i * K + k);
+        out.sig[at] = d.sig;
+        out.exp[at] = d.exp;
+        out.cls[at] = d.cls;
+        fl |= d.cls;
       }
-      flags[size_t(i)] = fl;
+      out.row_flags[size_t(i)] = fl;
     }
   });
+}
+
+// Scales stay array-of-structs (one Dec per K-block).
+void decode_scales(const View3& v, int64_t bi, int64_t M, int64_t nb, bool transposed,
+                   const FormatDesc& f, std::vector<Dec>& out, std::vector<uint8_t>& flags) {
+  out.resize(size_t(M * nb));
+  flags.assign(size_t(M), 0);
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t k = 0; k < nb; ++k) {
+      out[size_t(i * nb + k)] = decode(f, transposed ? v.at(bi, k, i) : v.at(bi, i, k));
+      flags[size_t(i)] |= out[size_t(i * nb + k)].cls;
+    }
+}
+
+// One output tile; compiled for AVX2 and baseline x86-64 (dispatch at load time).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void compute_tile(const Params& P, const Decoded& A, const Decoded& B, int64_t K, int64_t i,
+                  int64_t j0, int64_t j1, const View3& vc, int64_t bi, const Dec* sa,
+                  const Dec* sb, int64_t nblk, uint8_t sflag_i, const std::vector<uint8_t>& sflag_b,
+                  uint8_t* orow, int oes) {
+  const Operand a = A.row(i, K);
+  for (int64_t j = j0; j < j1; ++j) {
+    const uint8_t fl = A.row_flags[size_t(i)] | B.row_flags[size_t(j)] | sflag_i |
+                       (sa ? sflag_b[size_t(j)] : 0);
+    const uint64_t r = dot_fused(P, a, B.row(j, K), int(K), vc.at(bi, i, j), sa,
+                                 sb ? sb + j * nblk : nullptr, fl);
+    uint8_t* p = orow + j * oes;
+    if (oes == 2) *reinterpret_cast<uint16_t*>(p) = uint16_t(r);
+    else *reinterpret_cast<uint32_t*>(p) = uint32_t(r);
+  }
 }
 
 void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
@@ -42,14 +88,15 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
   if (scaled) { vsa = view3(*sa); vsb = view3(*sb); }
   uint8_t* obase = static_cast<uint8_t*>(out.data_ptr());
   const int oes = int(out.element_size());
-  std::vector<Dec> A, B, SA, SB;
-  std::vector<uint8_t> fa, fb, fsa, fsb;
+  Decoded A, B;
+  std::vector<Dec> SA, SB;
+  std::vector<uint8_t> fsa, fsb;
   for (int64_t bi = 0; bi < Bt; ++bi) {
-    decode_rows(va, bi, M, K, false, P.fa, A, fa);
-    decode_rows(vb, bi, N, K, true, P.fb, B, fb);
+    decode_rows(va, bi, M, K, false, P.fa, A);
+    decode_rows(vb, bi, N, K, true, P.fb, B);
     if (scaled) {
-      decode_rows(vsa, bi, M, nblk, false, P.fs, SA, fsa);
-      decode_rows(vsb, bi, N, nblk, true, P.fs, SB, fsb);
+      decode_scales(vsa, bi, M, nblk, false, P.fs, SA, fsa);
+      decode_scales(vsb, bi, N, nblk, true, P.fs, SB, fsb);
     }
     const int64_t ntn = (N + kTileN - 1) / kTileN;
     const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, K * kTileN));
@@ -57,17 +104,9 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
       FpEnvGuard guard;  // epilogue additions use the FPU
       for (int64_t t = lo; t < hi; ++t) {
         const int64_t i = t / ntn, j0 = (t % ntn) * kTileN;
-        const int64_t j1 = std::min(N, j0 + kTileN);
-        for (int64_t j = j0; j < j1; ++j) {
-          const uint64_t cb = vc.at(bi, i, j);
-          const uint64_t r = dot_fused(
-              P, A.data() + i * K, B.data() + j * K, int(K), cb,
-              scaled ? SA.data() + i * nblk : nullptr, scaled ? SB.data() + j * nblk : nullptr,
-              fa[size_t(i)] | fb[size_t(j)] | (scaled ? fsa[size_t(i)] | fsb[size_t(j)] : 0));
-          uint8_t* p = obase + ((bi * M + i) * N + j) * oes;
-          if (oes == 2) *reinterpret_cast<uint16_t*>(p) = uint16_t(r);
-          else *reinterpret_cast<uint32_t*>(p) = uint32_t(r);
-        }
+        compute_tile(P, A, B, K, i, j0, std::min(N, j0 + kTileN), vc, bi,
+                     scaled ? SA.data() + i * nblk : nullptr, scaled ? SB.data() : nullptr, nblk,
+                     scaled ? fsa[size_t(i)] : 0, fsb, obase + (bi * M + i) * N * oes, oes);
       }
     });
   }
