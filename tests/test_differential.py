@@ -36,9 +36,10 @@ def check(spec, kw, c_mode="chain"):
         R = ref.mm(spec, A, B, C, kw.get("scale_a"), kw.get("scale_b"), c_mode=c_mode)
     else:  # batched: compare per batch element after broadcasting
         batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
-        A = A.broadcast_to((*batch, *A.shape[-2:])).reshape(-1, *A.shape[-2:])
-        B = B.broadcast_to((*batch, *B.shape[-2:])).reshape(-1, *B.shape[-2:])
-        C = C.broadcast_to(D.shape).reshape(-1, *D.shape[-2:])
+        nb = batch.numel()
+        A = A.broadcast_to((*batch, *A.shape[-2:])).reshape(nb, *A.shape[-2:])
+        B = B.broadcast_to((*batch, *B.shape[-2:])).reshape(nb, *B.shape[-2:])
+        C = C.broadcast_to(D.shape).reshape(nb, *D.shape[-2:])
         R = torch.stack([ref.mm(spec, A[i], B[i], C[i], c_mode=c_mode) for i in range(A.shape[0])])
         R = R.reshape(D.shape)
     diff = (bits(D) != bits(R)).nonzero()
