@@ -38,11 +38,10 @@ def _operand_format(t: torch.Tensor, in_format: Optional[str], which: str) -> Fo
         own = format_of_dtype(t.dtype)
         if fmt.name in allowed or (own is not None and own.name == fmt.name):
             return fmt
-        if t.dtype in _AMBIGUOUS or own is None:
-            raise TypeError(f"emulated_mm: in_format={fmt.name!r} does not fit {which} of dtype "
-                            f"{t.dtype}; for {t.dtype} use one of {', '.join(allowed)}")
-        # a non-ambiguous dtype keeps its own format (fp8 x fp8 mixes, etc.)
-        return own
+        fits = ", ".join(allowed) if allowed else own.name
+        raise TypeError(f"emulated_mm: in_format={fmt.name!r} does not fit {which} of dtype "
+                        f"{t.dtype} (allowed: {fits}); give 'fmtA,fmtB' when A and B differ, "
+                        "or leave in_format out for dtypes that fix their format")
     fmt = format_of_dtype(t.dtype)
     if fmt is None:
         raise TypeError(f"emulated_mm: {which} holds uint8 codes; say which format with "
@@ -307,6 +306,21 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
     """
     if isinstance(arch, Spec):
         arch = arch.to_string()
+    if not isinstance(arch, str):
+        raise TypeError(f"emulated_mm: arch must be an arch name (tme.archs()) or a Spec, "
+                        f"got {type(arch).__name__}")
+    if isinstance(out_dtype, str):
+        from .formats import OUT_DTYPES
+        name = get_format(out_dtype).name
+        if name not in OUT_DTYPES:
+            raise TypeError(f"emulated_mm: out_dtype={out_dtype!r} is not an accumulator type; "
+                            "allowed: float32, float16, float64")
+        out_dtype = OUT_DTYPES[name]
+    elif out_dtype is not None and not isinstance(out_dtype, torch.dtype):
+        raise TypeError(f"emulated_mm: out_dtype must be a torch.dtype, got {out_dtype!r}")
+    for name, t in (("A", A), ("B", B), ("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
+        if t is not None and not isinstance(t, torch.Tensor):
+            raise TypeError(f"emulated_mm: {name} must be a torch.Tensor, got {type(t).__name__}")
     return torch.ops.mma_emu.emulated_mm(A, B, C, scale_a, scale_b, arch=arch,
                                          in_format=in_format, out_dtype=out_dtype,
                                          instruction=instruction, c_mode=c_mode)

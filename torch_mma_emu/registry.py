@@ -217,6 +217,13 @@ def rows_for(arch: str) -> list[Row]:
     return [r for r in ROWS if r.arch == arch]
 
 
+def _instr_match(name: str, key: str) -> bool:
+    """``key`` is the whole instruction name or one of its words ("kind::mxf4", "HGMMA")."""
+    import re
+    words = [name] + re.split(r"[\s(),]+", name)
+    return any(_norm(w) == key for w in words if w)
+
+
 def _out_name(out_dtype) -> str | None:
     if out_dtype is None:
         return None
@@ -271,9 +278,12 @@ def spec(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instructio
                          f"available outputs: {', '.join(have)}")
     if instruction is not None:
         key = _norm(instruction)
-        c4 = [r for r in c3 if _norm(r.instruction) == key or key in _norm(r.instruction)]
+        exact = any(_instr_match(r.instruction, key) for r in cand)  # else accept a part
+        c4 = [r for r in c3 if (_instr_match(r.instruction, key) if exact
+                                else key in _norm(r.instruction))]
         if not c4:
-            raise ValueError(f"{name} has no instruction {instruction!r} for {fa} -> {out}; "
+            raise ValueError(f"{name} has no instruction {instruction!r} for {fa} -> {out}"
+                             f"{f' with {sf} scales' if sf else ''}; "
                              f"available: {', '.join(r.instruction for r in c3)}")
         row = c4[0]
     else:
