@@ -25,12 +25,13 @@ from .reveal import (ALGORITHMS, reveal, reveal_allreduce, reveal_dot, reveal_ma
                      reveal_mv, reveal_sum, reveal_target)
 from .targets.base import RowsTarget, Target, VectorTarget
 from .tree import SumTree
+from .verify import check_replay
 
 __all__ = [
     "SumTree", "reveal", "reveal_sum", "reveal_dot", "reveal_mv", "reveal_matmul",
     "reveal_allreduce", "reveal_target", "ALGORITHMS", "CollectiveReveal",
     "Target", "VectorTarget", "RowsTarget", "ProbeValues",
-    "replay", "exact_sum", "truncated_sum",
+    "replay", "exact_sum", "truncated_sum", "check_replay",
     "builders", "sequential", "reversed_sum", "pairwise", "strided", "blocked", "fused_chain",
     "FPRevError", "InconsistentError", "NondeterministicError", "ProbeRangeError",
 ]

@@ -31,7 +31,7 @@ def _pairs(ws: int) -> list:
 
 
 def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, dtype_name,
-            big, unit, repeats):
+            big, unit, repeats, checks):
     import torch.distributed as dist
     dtype = getattr(torch, dtype_name)
     dist.init_process_group(backend, init_method="file://" + init_file, rank=rank,
@@ -59,7 +59,22 @@ def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, d
                 if rep:
                     res = res[::-1]
                 outs.append(torch.stack(res))
-            torch.save(torch.stack(outs), os.path.join(out_dir, f"ws{ws}_rank{rank}.pt"))
+            # random inputs, to check the revealed trees by replay
+            g = torch.Generator().manual_seed(1000 * ws + rank)
+            xs = torch.randn(checks, numel, generator=g, dtype=torch.float64).to(dtype)
+            ys = []
+            for x in xs:
+                x = x.clone()
+                if op == "all_reduce":
+                    dist.all_reduce(x, group=groups[ws])
+                    ys.append(x.to(torch.float64))
+                else:
+                    out = torch.empty(numel // ws, dtype=dtype)
+                    dist.reduce_scatter_tensor(out, x, group=groups[ws])
+                    ys.append(out.to(torch.float64))
+            torch.save({"probes": torch.stack(outs), "x": xs.to(torch.float64),
+                        "y": torch.stack(ys) if ys else torch.zeros(0)},
+                       os.path.join(out_dir, f"ws{ws}_rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
 
@@ -78,6 +93,7 @@ class CollectiveReveal:
     ranges: list = field(default_factory=list)
     per_rank: dict | None = None
     probes: int = 0
+    checked: int = 0  # random inputs reproduced by replay
 
     def trees(self) -> list:
         """The distinct trees."""
@@ -100,7 +116,7 @@ class CollectiveReveal:
 
     def to_dict(self) -> dict:
         return {"op": self.op, "world_size": self.world_size, "backend": self.backend,
-                "numel": self.numel, "probes": self.probes,
+                "numel": self.numel, "probes": self.probes, "checked": self.checked,
                 "ranges": [[s, e, t.to_dict()] for s, e, t in self.ranges]}
 
 
@@ -165,11 +181,13 @@ def _tables(res: torch.Tensor, ws: int, values: ProbeValues) -> list:
 
 
 def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
-                      dtype=torch.float32, verify=False, timeout=300):
+                      dtype=torch.float32, verify=False, timeout=300, checks=4):
     """Reveal ``torch.distributed.all_reduce`` (or ``reduce_scatter``) with SUM.
 
     ``world_size``: an int, or a list of ints to reveal several sizes with one process
-    start (returns a dict size -> result).  Returns a :class:`CollectiveReveal`.
+    start (returns a dict size -> result).  ``verify``: run every probe twice.  ``checks``:
+    collectives on random data whose results the revealed trees must reproduce by replay.
+    Returns a :class:`CollectiveReveal`.
     """
     sizes = [world_size] if isinstance(world_size, int) else list(world_size)
     if not sizes or any(not isinstance(w, int) or w < 2 for w in sizes):
@@ -192,7 +210,8 @@ def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
         init_file = os.path.join(tmp, "rendezvous")
         ctx = mp.start_processes(
             _worker, args=(max_ws, sorted(set(sizes)), init_file, tmp, backend, op, numel,
-                           str(dtype).replace("torch.", ""), values.big, values.unit, repeats),
+                           str(dtype).replace("torch.", ""), values.big, values.unit, repeats,
+                           checks),
             nprocs=max_ws, join=False, start_method="spawn")
         import time
         deadline = time.monotonic() + timeout
@@ -203,9 +222,32 @@ def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
                 raise FPRevError(f"collective probes did not finish within {timeout} s")
         results = {}
         for ws in sorted(set(sizes)):
-            outs = [torch.load(os.path.join(tmp, f"ws{ws}_rank{r}.pt")) for r in range(ws)]
-            results[ws] = _assemble(ws, outs, op, backend, numel, values)
+            saved = [torch.load(os.path.join(tmp, f"ws{ws}_rank{r}.pt")) for r in range(ws)]
+            res = _assemble(ws, [d["probes"] for d in saved], op, backend, numel, values)
+            _check_by_replay(res, saved, dtype)
+            results[ws] = res
     return results[sizes[0]] if isinstance(world_size, int) else results
+
+
+def _check_by_replay(res: "CollectiveReveal", saved: list, dtype) -> None:
+    """Every rank's random-data result must be the replay of the tree at its position."""
+    from .replay import replay
+    if not len(saved[0]["y"]):
+        return
+    x = torch.stack([d["x"] for d in saved], dim=-1)  # (checks, numel, ranks)
+    ws = res.world_size
+    for r, d in enumerate(saved):
+        y = d["y"]
+        for k in range(y.shape[1]):
+            pos = k if res.op == "all_reduce" else r * (res.numel // ws) + k
+            ranges = res.per_rank[r] if res.per_rank else res.ranges
+            tree = next(t for s, e, t in ranges if s <= pos < e)
+            got = replay(tree, x[:, pos, :].to(dtype))
+            if not torch.equal(torch.from_numpy(got), y[:, k]):
+                raise InconsistentError(
+                    f"{res.op} on {ws} ranks: rank {r} position {pos} does not reduce random "
+                    "data in the revealed order (value-dependent reduction?)")
+    res.checked = x.shape[0]
 
 
 def _assemble(ws, outs, op, backend, numel, values) -> CollectiveReveal:

@@ -124,18 +124,19 @@ def _chain(t: SumTree) -> str | None:
             if words != "sequential in order" and not words.startswith("sequential in"):
                 return words
         return _order_words([a, b] + rest)
-    L = len(steps[-1][1]) if len(steps) == 1 else len(steps[1][1])
-    if len(kinds) == 1 and all(len(s[1]) == L for s in steps[1:-1]):
-        firsts = [min(s[1]) for s in steps]
+    if len(steps) > 1 and steps[0][0] == "add" and len(steps[0][1]) == 2:
+        kinds = {k for k, _ in steps[1:]}  # a 2-term first chunk is stored as an addition
+    sizes = [len(s[1]) for s in steps]
+    L = max(set(sizes[1:-1]), key=sizes.count) if len(steps) > 2 else max(sizes)
+    if len(kinds) == 1 and all(x == L for x in sizes[1:-1]):
         word = _WORD[kinds.pop()]
         if len(steps) == 1:
             return f"one {t.n}-term {word} sum"
+        firsts = [min(s[1]) for s in steps]
         consecutive = all(sorted(s[1]) == list(range(f, f + len(s[1])))
                           for s, f in zip(steps, firsts)) and firsts == sorted(firsts)
-        tail = len(steps[-1][1])
-        extra = f", the last adding {tail}" if tail != L else ""
-        first = len(steps[0][1])
-        head = f", the first fusing {first}" if first != L else ""
+        extra = f", the last adding {sizes[-1]}" if sizes[-1] != L else ""
+        head = f", the first fusing {sizes[0]}" if sizes[0] != L else ""
         where = " over consecutive chunks" if consecutive else ""
         return f"chain of ({L}+1)-term {word} sums{where}{head}{extra}"
     return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 
-def mm(arch, in_format=None, out_dtype=None, c_mode="chain"):
+def mm(arch, in_format=None, out_dtype=None, c_mode="chain", instruction=None):
     from .. import reference
     from ..formats import format_of_dtype
     from ..registry import spec as registry_spec
@@ -17,17 +17,9 @@ def mm(arch, in_format=None, out_dtype=None, c_mode="chain"):
         fmt = in_format or getattr(format_of_dtype(A.dtype), "name", None)
         if fmt is None:
             raise TypeError(f"no input format for {A.dtype}; pass in_format=")
-        sp = registry_spec(arch, fmt, out_dtype)
+        sp = registry_spec(arch, fmt, out_dtype, instruction=instruction)
         # only the first output column is read: compute just that one
         D = reference.mm(sp, A.cpu(), B[:, :1].cpu(), None if C is None else C[:, :1].cpu(),
                          c_mode=c_mode)
         return D.to(A.device)
     return run
-
-
-def spec_for(arch, dtype, out_dtype=None, in_format=None):
-    """The registry spec an emulated/reference matmul of these types uses."""
-    from ..formats import format_of_dtype
-    from ..registry import spec as registry_spec
-    fmt = in_format or format_of_dtype(dtype).name
-    return registry_spec(arch, fmt, out_dtype if out_dtype is not torch.float32 else None)

@@ -149,29 +149,31 @@ def reveal_mv(m: int, n: int, *, dtype=torch.float32, device="cpu", big=None, un
 
 def reveal_matmul(m: int, n: int, k: int, mm="torch", *, dtype=torch.float32, device="cpu",
                   out_dtype=None, arch: str = "sm90", in_format=None, with_c: bool = False,
-                  c_mode: str = "chain", batch: bool = True, mm_kwargs=None, big=None,
-                  unit=None, **opts) -> SumTree:
+                  c_mode: str = "chain", instruction=None, batch: bool = True,
+                  mm_kwargs=None, big=None, unit=None, **opts) -> SumTree:
     """The order in which an (m, k) @ (k, n) product sums over k.
 
     ``mm``: "torch", "emulated" (``torch_mma_emu.emulated_mm`` with ``arch``,
-    ``in_format``, ``out_dtype``, ``c_mode``), "reference" (the exact oracle; slow),
+    ``in_format``, ``out_dtype``, ``c_mode``, ``instruction``), "reference" (the exact
+    oracle; slow),
     "cublas" / "triton" (``torch_mma_emu.native_mm``, CUDA), or a callable
     ``mm(A, B[, C])``.  ``with_c``: C is summand k.  ``batch``: one probe per row of A
     (checked with seed 003's Step 1 first); False probes row 0 only.
     """
     target = MatmulTarget(m, n, k, backend=mm, dtype=dtype, device=device,
                           out_dtype=out_dtype, with_c=with_c, arch=arch,
-                          in_format=in_format, c_mode=c_mode, mm_kwargs=mm_kwargs,
-                          big=big, unit=unit, batch=batch)
+                          in_format=in_format, c_mode=c_mode, instruction=instruction,
+                          mm_kwargs=mm_kwargs, big=big, unit=unit, batch=batch)
     return reveal_target(target, **opts)
 
 
 def reveal_allreduce(world_size, backend: str = "gloo", numel: int = 16, *,
                      op: str = "all_reduce", dtype=torch.float32, verify: bool = False,
-                     timeout: float = 300):
+                     timeout: float = 300, checks: int = 4):
     """torch.distributed.all_reduce (``op="reduce_scatter"``: reduce_scatter_tensor) with
     SUM over ``world_size`` spawned processes.  Returns a
     :class:`~.collectives.CollectiveReveal`: the distinct trees and the element ranges they
-    apply to.  A list of world sizes reveals each of them with one process start."""
+    apply to.  A list of world sizes reveals each of them with one process start.
+    ``checks`` random-data collectives must be reproduced by replaying the trees."""
     return reveal_collective(world_size, op=op, backend=backend, numel=numel, dtype=dtype,
-                             verify=verify, timeout=timeout)
+                             verify=verify, timeout=timeout, checks=checks)

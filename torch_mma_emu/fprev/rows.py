@@ -44,6 +44,7 @@ def cluster_masks(cluster: np.ndarray, values: ProbeValues, level: int = 0) -> t
 
 
 def single_row(support: Support, masks: tuple = (), bulk: tuple = ()) -> tuple:
+    """A row of one field (a fresh signature: the support is rewritten)."""
     return (object(), ((support, 0),), masks, bulk)
 
 

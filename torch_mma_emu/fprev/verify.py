@@ -2,10 +2,16 @@
 
 Random probes - triplets (three-leaf supports: any binary tree has exactly one pair whose
 LCA excludes the third leaf; a non-swamped or value-dependent sum does not), single pairs
-on random supports, and on fp32/fp64 several mask pairs of different magnitudes at once -
-are run on the target and compared with :func:`.simulate.predict`.  A sorted or
-compensated sum, or a target that changed its order between calls, fails here even if
-each answer looked like a count.
+on random supports with the masks' signs swapped (a fixed tree cannot tell +big at i from
++big at j), and on fp32/fp64 several mask pairs of different magnitudes at once - are run
+on the target and compared with :func:`.simulate.predict`.  An order that depends on the
+values, or changed between calls, fails here even if each answer looked like a count.
+
+What probes cannot see: an algorithm that is not a tree of additions but behaves like one
+at probe values (compensated summation), or a value-dependent order that is invariant
+under permutations (summing in sorted order looks like one multi-term fused sum).
+:func:`check_replay` catches those by comparing with :func:`.replay.replay` on random
+inputs.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ def cross_check(target, tree, *, trials: int = 48, seed: int = 0) -> int:
     rng = np.random.default_rng(seed)
     cap = min(n, vals.capacity)
     rows, W, Mk = [], np.zeros((trials, n), np.int64), np.zeros((trials, n), np.int64)
+    prev = None
     for t in range(trials):
         kind = t % 3
         if kind == 0:
@@ -37,6 +44,9 @@ def cross_check(target, tree, *, trials: int = 48, seed: int = 0) -> int:
         if kind == 2 and vals.mask_levels >= 3 and len(sup) >= 6:
             pairs = int(rng.integers(2, 4))
         leaves = rng.permutation(sup)[:2 * pairs]
+        if t % 2 and t > 0 and prev is not None:
+            sup, leaves, pairs = prev[0], prev[1][[1, 0]], 1  # the previous probe, swapped
+        prev = (sup, leaves) if pairs == 1 else None
         masks = []
         for lvl in range(pairs):
             a, b = int(leaves[2 * lvl]), int(leaves[2 * lvl + 1])
@@ -58,3 +68,25 @@ def cross_check(target, tree, *, trials: int = 48, seed: int = 0) -> int:
             "non-deterministic), or uses exact multi-term sums the shortcuts cannot see "
             "(try shortcuts=False)")
     return trials
+
+
+def check_replay(fn, tree, *, trials: int = 16, dtype=None, seed: int = 0, **replay_kw):
+    """Compare ``fn`` (summing a 1-D tensor) with ``tree.replay`` on random normal inputs of
+    ``dtype`` (default float32); raise :class:`InconsistentError` at the first mismatch.
+    ``replay_kw`` go to :func:`.replay.replay` (accumulation ``dtype`` there is given as
+    ``acc_dtype``; fused-sum models as ``fused`` / ``exact``)."""
+    import torch
+
+    from .replay import replay
+    dtype = dtype or torch.float32
+    acc = replay_kw.pop("acc_dtype", None)
+    g = torch.Generator().manual_seed(seed)
+    for t in range(trials):
+        x = torch.randn(tree.n, generator=g, dtype=torch.float64).to(dtype)
+        want = float(fn(x))
+        got = float(replay(tree, x[None], dtype=acc, **replay_kw)[0])
+        if not (want == got or (want != want and got != got)):
+            raise InconsistentError(
+                f"on random input {t} the target gave {want!r} but summing in the revealed "
+                f"order gives {got!r}: it does not add in this fixed order (value-dependent "
+                "order, compensated summation, or a different fused-sum model)")

@@ -46,24 +46,47 @@ class Target:
         raise NotImplementedError
 
     def calibrate(self) -> None:
-        """Lower ``values.capacity`` to what this target's accumulator counts exactly:
-        sums of 2**k units must come out exact (no order can make them inexact below the
-        accumulator's precision, and all orders stall above it)."""
+        """Check the probe values on this target, then lower ``values.capacity`` to what its
+        accumulator counts exactly.
+
+        * one unit must come out as itself (a flushed subnormal unit would read 0);
+        * +big (and -big) with units on every other summand must come out as exactly
+          +-big: every unit meets big somewhere and must be swamped there, otherwise the
+          input format's range is too small for this accumulator and the answers would
+          describe the probe values rather than the order;
+        * sums of 2**k units must be exact (no order can make them inexact below the
+          accumulator's precision, and all orders stall above it).
+        """
+        from ..errors import ProbeRangeError
         from ..rows import Support, single_row
+        v = self.values
         sizes, k = [], 1
         while k <= self.n:
             sizes.append(k)
             k *= 2
-        rows = [single_row(Support(np.arange(s)), ()) for s in sizes]
+        rows = [single_row(Support(np.arange(s))) for s in sizes]
+        everyone = Support(np.arange(self.n))
+        if self.n > 1:
+            rows += [single_row(everyone, ((0, v.big),)), single_row(everyone, ((0, -v.big),))]
         out = np.concatenate([self.run(rows[i:i + self.rows_per_call])
                               for i in range(0, len(rows), self.rows_per_call)])
-        cap = self.values.capacity
+        if out[0] != v.unit:
+            raise ProbeRangeError(
+                f"{self.describe()}: a single unit {v.unit} came out as {out[0]!r} (flushed "
+                "subnormal?); pass a larger unit= (a normal number of the input format)")
+        if self.n > 1 and (out[-2] != v.big or out[-1] != -v.big):
+            raise ProbeRangeError(
+                f"{self.describe()}: big={v.big} plus {self.n - 1} units of {v.unit} came out "
+                f"as {out[-2]!r}, not big: the units are not swamped, so the input format's "
+                "dynamic range is too small for this accumulator (pass big=/unit= or use a "
+                "wider format)")
+        cap = v.capacity
         for s, y in zip(sizes, out):
-            if y != s * self.values.unit:
+            if y != s * v.unit:
                 cap = min(cap, max(2, s // 2))
                 break
-        if cap != self.values.capacity:
-            self.values = self.values.with_capacity(1 << (cap.bit_length() - 1))
+        if cap != v.capacity:
+            self.values = v.with_capacity(1 << (cap.bit_length() - 1))
 
     def check_independence(self) -> None:
         """Seed 003 Step 1 for targets answering several probes per call (no-op here)."""

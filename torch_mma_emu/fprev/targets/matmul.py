@@ -42,7 +42,7 @@ def _native(backend):
 
 
 def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="chain",
-               mm_kwargs=None):
+               instruction=None, mm_kwargs=None):
     """(callable mm(A, B, C=None), label, ieee) for a backend name or callable."""
     kw = dict(mm_kwargs or {})
     if callable(backend):
@@ -56,11 +56,11 @@ def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="
 
         def mm(A, B, C=None):
             return emu(A, B, C, arch=arch, in_format=in_format, out_dtype=out_dtype,
-                       c_mode=c_mode, **kw)
+                       c_mode=c_mode, instruction=instruction, **kw)
         return mm, f"emulated_mm(arch={arch})", False
     if backend == "reference":
         from .. import reference_adapter
-        return reference_adapter.mm(arch, in_format, out_dtype, c_mode), \
+        return reference_adapter.mm(arch, in_format, out_dtype, c_mode, instruction), \
             f"reference.mm(arch={arch})", False
     if backend in ("cublas", "triton"):
         return _native(backend), f"native_mm(backend={backend})", False
@@ -71,18 +71,23 @@ def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="
 class MatmulTarget(RowsTarget):
     def __init__(self, m, n, k, *, backend="torch", dtype=torch.float32, device="cpu",
                  out_dtype=None, with_c=False, arch="sm90", in_format=None, c_mode="chain",
-                 mm_kwargs=None, values=None, big=None, unit=None, pack=None, batch=True):
+                 instruction=None, mm_kwargs=None, values=None, big=None, unit=None,
+                 pack=None, batch=True):
         m, n, k = _check_n(m, "m"), _check_n(n, "n"), _check_n(k, "k")
         dtype = check_dtype(dtype)
         dev = _device(device)
         mm, label, ieee = resolve_mm(backend, arch=arch, in_format=in_format,
-                                     out_dtype=out_dtype, c_mode=c_mode, mm_kwargs=mm_kwargs)
+                                     out_dtype=out_dtype, c_mode=c_mode,
+                                     instruction=instruction, mm_kwargs=mm_kwargs)
         self.out_dtype = out_dtype or (torch.float64 if dtype == torch.float64 else
                                        torch.float32 if backend != "torch" else dtype)
         if pack is None:
             pack = ieee and dev.type == "cpu"
-        values = values or ProbeValues.for_dtype(dtype, self.out_dtype, big=big, unit=unit,
-                                                 pack=pack)
+        if values is None:
+            values = ProbeValues.for_dtype(dtype, self.out_dtype, big=big, unit=unit, pack=pack)
+            if backend in ("emulated", "reference"):
+                values = _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction,
+                                      unit_given=unit is not None)
         super().__init__(k + bool(with_c), m if batch else 1, dtype, dev, values,
                          f"{label} [{m}x{k}] @ [{k}x{n}]" + (" + C" if with_c else ""),
                          rows=m)
@@ -97,3 +102,25 @@ class MatmulTarget(RowsTarget):
         else:
             D = self.mm(A, self._B)
         return D[:, 0]
+
+
+def _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction, unit_given):
+    """Probe values for a known model (emulated / reference): a normal unit where the
+    instruction flushes subnormal inputs, and a clear error where big cannot swamp the
+    units in its truncated fused sum (e.g. fp8 e4m3 with 25 kept fraction bits)."""
+    from ..errors import ProbeRangeError
+    from ...formats import format_of_dtype, get_format
+    from ...registry import spec as registry_spec
+    fmt = get_format(in_format) if in_format else format_of_dtype(dtype)
+    sp = registry_spec(arch, fmt.name, out_dtype, instruction=instruction)
+    if sp.flush_inputs and not unit_given:
+        values = ProbeValues(values.big, 2.0 ** fmt.emin, values.capacity, values.mask_levels)
+    if sp.op in ("t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa"):
+        # a unit aligned to big's exponent is truncated away iff big/unit >= 2**(keep + 1)
+        keep = max(sp.F, sp.F2)
+        if values.big / values.unit < 2.0 ** (keep + 1):
+            raise ProbeRangeError(
+                f"{arch} {fmt.name} keeps {keep} fraction bits in its fused sum, but "
+                f"big/unit = {values.big / values.unit:g} < 2**{keep + 1}: probes could not "
+                f"swamp the units (the {fmt.name} range is too narrow for this instruction)")
+    return values
