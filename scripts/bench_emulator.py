@@ -1,0 +1,74 @@
+#!/usr/bin/env python
+"""Emulated multiply-adds per second, against torch.matmul in fp32 measured in the same run.
+
+    python scripts/bench_emulator.py                      # sm90 fp16 -> fp32, 512^3, CPU
+    python scripts/bench_emulator.py --all                # every arch's fp16/bf16/fp8 path
+    python scripts/bench_emulator.py --size 1024 --arch gfx942 --format bf16
+
+The target of issue 2: >= 2e8 emulated MAC/s on 2 CPU cores for fp16, fp32 out, sm90, 512^3.
+"""
+import argparse
+import time
+
+import torch
+
+import torch_mma_emu as tme
+
+DT = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "xf32": torch.float32,
+      "fp32": torch.float32, "fp64": torch.float64, "fp8_e4m3": torch.float8_e4m3fn,
+      "fp8_e5m2": torch.float8_e5m2, "fp8_e4m3fnuz": torch.float8_e4m3fnuz}
+
+
+def best_time(fn, reps, sync):
+    fn()
+    sync()
+    ts = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        sync()
+        ts.append(time.perf_counter() - t)
+    return min(ts)
+
+
+def bench(arch, fmt, n, device, reps):
+    g = torch.Generator().manual_seed(0)
+    A32 = torch.randn(n, n, generator=g).to(device)
+    B32 = torch.randn(n, n, generator=g).to(device)
+    A, B = A32.to(DT[fmt]), B32.to(DT[fmt])
+    inf = fmt if fmt in ("tf32", "xf32") else None
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    if device.startswith("cuda"):
+        torch.backends.cuda.matmul.allow_tf32 = False
+    t_emu = best_time(lambda: tme.emulated_mm(A, B, arch=arch, in_format=inf), reps, sync)
+    t_ref = best_time(lambda: torch.matmul(A32, B32), reps, sync)
+    macs = n ** 3
+    return macs / t_emu, macs / t_ref, t_emu, t_ref
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", default="sm90")
+    p.add_argument("--format", default="fp16")
+    p.add_argument("--size", type=int, default=512)
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--all", action="store_true", help="a table over archs and formats")
+    args = p.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}, "
+          f"{args.size}^3")
+    cases = [(args.arch, args.format)]
+    if args.all:
+        cases = [("sm70", "fp16"), ("sm80", "bf16"), ("sm80", "tf32"), ("sm89", "fp8_e4m3"),
+                 ("sm90", "fp16"), ("sm90", "bf16"), ("sm90", "fp8_e4m3"), ("sm100", "fp8_e4m3"),
+                 ("gfx908", "fp16"), ("gfx90a", "fp16"), ("gfx942", "fp16"),
+                 ("gfx942", "fp8_e4m3fnuz"), ("sm90", "fp32")]
+    print(f"{'arch':8} {'input':14} {'model':44} {'emulated MAC/s':>15} {'fp32 matmul MAC/s':>18} {'ratio':>8}")
+    for arch, fmt in cases:
+        s = tme.spec(arch, fmt)
+        emu, ref, te, tr = bench(arch, fmt, args.size, args.device, args.reps)
+        print(f"{arch:8} {fmt:14} {s.describe():44} {emu:15.3g} {ref:18.3g} {ref / emu:7.1f}x")
+
+
+if __name__ == "__main__":
+    main()
