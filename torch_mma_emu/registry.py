@@ -330,3 +330,57 @@ def table() -> list[dict]:
                         instruction=r.instruction + ("" if r.default else " (alt)"),
                         model=s.describe(), source=r.source))
     return res
+
+
+def markdown_matrix() -> str:
+    """The arch x input-format matrix of the README (kept in sync by tests/test_readme.py)."""
+    cols = ["fp64", "fp32", "tf32/xf32", "bf16", "fp16", "fp8", "fp6/fp4", "MXFP8/6/4", "NVFP4"]
+
+    def cols_of(r: Row) -> set[str]:
+        if r.scale_format == "ue4m3":
+            return {"NVFP4"}
+        if r.scale_format == "ue8m0":
+            return {"MXFP8/6/4"}
+        out = set()
+        for f in r.formats:
+            if f in ("tf32", "xf32"):
+                out.add("tf32/xf32")
+            elif f.startswith("fp8"):
+                out.add("fp8")
+            elif f in ("fp6_e2m3", "fp6_e3m2", "fp4_e2m1"):
+                out.add("fp6/fp4")
+            else:
+                out.add(f)
+        return out
+
+    def cell(rs: list[Row]) -> str:
+        parts = []
+        for r in rs:
+            p = r.params
+            if r.op == "fma":
+                txt = "FMA"
+            elif r.op == "ftz_addmul":
+                txt = f"FTZ-AddMul P={p['P']}"
+            elif r.op == "e_fdpa":
+                txt = f"E-FDPA L={p['L']}"
+            else:
+                txt = f"{r.op.split('_')[0].upper()}-FDPA L={p['L']} F={p['F']}"
+            if r.op in ("t_fdpa", "st_fdpa", "gst_fdpa"):
+                txt += {"rz_e8m13": " E8M13", "rne_fp16": ""}.get(p["rho"], "")
+            if r.out == "fp16" and r.op != "fma":
+                txt = "fp16 out"
+            if not r.default:
+                txt += " (alt)"
+            if txt not in parts:
+                parts.append(txt)
+        return "; ".join(parts)
+
+    lines = ["| arch | GPUs | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
+    for a in ARCHS.values():
+        rows = rows_for(a.name)
+        cells = []
+        for c in cols:
+            rs = [r for r in rows if c in cols_of(r)]
+            cells.append(cell(rs) if rs else "-")
+        lines.append(f"| {a.name} ({a.family}) | {', '.join(a.gpus)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

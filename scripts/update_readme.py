@@ -1,0 +1,18 @@
+#!/usr/bin/env python
+"""Regenerate the generated parts of README.md (the arch x format matrix from the registry).
+tests/test_readme.py fails when they are stale."""
+import re
+from pathlib import Path
+
+from torch_mma_emu.registry import markdown_matrix
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def render(text: str) -> str:
+    return re.sub(r"(<!-- registry-matrix:begin -->\n).*?(<!-- registry-matrix:end -->)",
+                  lambda m: m.group(1) + markdown_matrix() + "\n" + m.group(2), text, flags=re.S)
+
+
+if __name__ == "__main__":
+    README.write_text(render(README.read_text()))
