@@ -16,14 +16,19 @@ FORMATS = ("png", "svg", "pdf", "dot")
 
 def to_dot(tree: SumTree, *, title: str | None = None, rankdir: str = "BT") -> str:
     """DOT source: edges point from a summand to the operation consuming it."""
-    lines = ["digraph summation {", f"  rankdir={rankdir};", "  node [fontsize=10];"]
+    lines = ["digraph summation {", f"  rankdir={rankdir};", "  ordering=in;",
+             "  node [fontsize=10];"]
     if title:
         safe = title.replace('"', "'")
         lines.append(f'  label="{safe}"; labelloc=t;')
     for v in range(tree.n):
         lines.append(f'  {v} [shape=box, label="{v}"];')
+    low = list(range(tree.n)) + [0] * len(tree.children)  # children drawn by smallest leaf
+    for v in tree.postorder():
+        low[v] = min(low[c] for c in tree.children[v - tree.n])
     for idx, (kind, ch) in enumerate(zip(tree.kinds, tree.children)):
         v = tree.n + idx
+        ch = sorted(ch, key=low.__getitem__)
         if kind == "add":
             lines.append(f'  {v} [shape=circle, label="+", width=0.3, fixedsize=true];')
         else:

@@ -1,0 +1,179 @@
+"""``mma-emu reveal sum|dot|mv|matmul|allreduce ...``: the CLI face of :mod:`torch_mma_emu.fprev`.
+
+The package CLI calls :func:`register` with its sub-parser collection; :func:`main` runs the
+``reveal`` command alone (``python -m torch_mma_emu.fprev.cli reveal sum --n 64``).
+Prints the one-line description and the probes used; ``--out`` writes a picture (.png,
+.svg, .pdf), DOT (.dot), the compact text (.txt) or JSON (.json).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+DTYPES = ("float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+          "float8_e4m3fnuz", "float8_e5m2fnuz")
+OUT_SUFFIXES = (".png", ".svg", ".pdf", ".dot", ".txt", ".json")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", default="float32", choices=DTYPES, help="input dtype")
+    p.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
+    p.add_argument("--algorithm", default="default",
+                   choices=("default", "fprev", "basic", "modified"),
+                   help="ours (default) or seed 001's Algorithm 4 / 2 / 5")
+    p.add_argument("--verify", action="store_true",
+                   help="run every probe twice and check the tree on extra probes")
+    p.add_argument("--big", type=float, help="mask magnitude (a power of two)")
+    p.add_argument("--unit", type=float, help="the scaled one (a power of two)")
+    p.add_argument("--out", help="write the tree: " + ", ".join(OUT_SUFFIXES))
+    p.add_argument("--json", action="store_true", help="print the tree as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def register(subparsers) -> None:
+    """Add the ``reveal`` command to an ``argparse`` sub-parser collection."""
+    rev = subparsers.add_parser(
+        "reveal", help="reveal the accumulation order of a sum, matmul or collective (FPRev)",
+        description="Reveal the summation tree an implementation really uses (seed 001).")
+    kinds = rev.add_subparsers(dest="target", required=True, metavar="TARGET")
+
+    s = kinds.add_parser("sum", help="torch.sum (or numpy.sum) of n elements / over a dim")
+    s.add_argument("--n", type=int, help="number of summands (1-D sum)")
+    s.add_argument("--shape", help="comma-separated shape, with --dim: sum over one dim")
+    s.add_argument("--dim", type=int)
+    s.add_argument("--library", default="torch", choices=("torch", "numpy"))
+    _common(s)
+
+    d = kinds.add_parser("dot", help="torch.dot (or numpy.dot) of two n-vectors")
+    d.add_argument("--n", type=int, required=True)
+    d.add_argument("--library", default="torch", choices=("torch", "numpy"))
+    _common(d)
+
+    v = kinds.add_parser("mv", help="torch.mv of an m x n matrix")
+    v.add_argument("--m", type=int, default=64)
+    v.add_argument("--n", type=int, required=True)
+    _common(v)
+
+    m = kinds.add_parser("matmul", help="an (m x k) @ (k x n) product, summing over k")
+    m.add_argument("--m", type=int, default=64)
+    m.add_argument("--n", type=int, default=8)
+    m.add_argument("--k", type=int, required=True)
+    m.add_argument("--backend", default="torch",
+                   choices=("torch", "emulated", "reference", "cublas", "triton"))
+    m.add_argument("--arch", default="sm90", help="arch for emulated/reference")
+    m.add_argument("--in-format", help="tf32, xf32, ... where the dtype is ambiguous")
+    m.add_argument("--out-dtype", choices=("float32", "float16", "float64"))
+    m.add_argument("--instruction", help="non-default instruction of the arch")
+    m.add_argument("--with-c", action="store_true", help="C is summand k")
+    m.add_argument("--c-mode", default="chain", choices=("chain", "epilogue"))
+    m.add_argument("--no-batch", action="store_true", help="probe row 0 only")
+    _common(m)
+
+    a = kinds.add_parser("allreduce", help="torch.distributed all_reduce / reduce_scatter")
+    a.add_argument("--world-size", type=int, required=True)
+    a.add_argument("--numel", type=int, default=16)
+    a.add_argument("--op", default="all_reduce", choices=("all_reduce", "reduce_scatter"))
+    a.add_argument("--backend", default="gloo")
+    a.add_argument("--dtype", default="float32", choices=("float32", "float64"))
+    a.add_argument("--verify", action="store_true")
+    a.add_argument("--out", help="write the distinct trees (numbered) / JSON")
+    a.add_argument("--json", action="store_true")
+    rev.set_defaults(func=handler)
+
+
+def _opts(args) -> dict:
+    return dict(algorithm=args.algorithm, verify=args.verify,
+                progress=not args.no_progress and sys.stderr.isatty())
+
+
+def _dt(name):
+    import torch
+    return getattr(torch, name) if name else None
+
+
+def handler(args) -> int:
+    """Run ``mma-emu reveal ...``; returns the exit code."""
+    from . import (FPRevError, reveal_allreduce, reveal_dot, reveal_matmul, reveal_mv,
+                   reveal_sum)
+    try:
+        if args.target == "allreduce":
+            res = reveal_allreduce(args.world_size, backend=args.backend, numel=args.numel,
+                                   op=args.op, dtype=_dt(args.dtype), verify=args.verify)
+            return _report_collective(res, args)
+        vals = dict(dtype=_dt(args.dtype), big=args.big, unit=args.unit)
+        if args.target == "sum":
+            shape = tuple(int(x) for x in args.shape.split(",")) if args.shape else None
+            if shape is None and args.n is None:
+                raise ValueError("reveal sum needs --n or --shape with --dim")
+            tree = reveal_sum(args.n, shape=shape, dim=args.dim, device=args.device,
+                              library=args.library, **vals, **_opts(args))
+        elif args.target == "dot":
+            tree = reveal_dot(args.n, device=args.device, library=args.library, **vals,
+                              **_opts(args))
+        elif args.target == "mv":
+            tree = reveal_mv(args.m, args.n, device=args.device, **vals, **_opts(args))
+        else:
+            tree = reveal_matmul(args.m, args.n, args.k, mm=args.backend, device=args.device,
+                                 out_dtype=_dt(args.out_dtype), arch=args.arch,
+                                 in_format=args.in_format, with_c=args.with_c,
+                                 c_mode=args.c_mode, instruction=args.instruction,
+                                 batch=not args.no_batch, **vals, **_opts(args))
+    except (FPRevError, ValueError, TypeError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    meta = tree.meta
+    print(f"{meta['target']}: {tree.describe()}")
+    print(f"probes: {meta['probes']} in {meta['calls']} calls, {meta['seconds']:.3f} s "
+          f"({meta['algorithm']}{', verified' if meta['verified'] else ''})")
+    if args.json:
+        print(tree.to_json())
+    if args.out:
+        _write(tree, args.out)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def _write(tree, path: str) -> None:
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in OUT_SUFFIXES:
+        raise SystemExit(f"error: --out must end with one of {', '.join(OUT_SUFFIXES)}")
+    if ext == ".json":
+        with open(path, "w") as f:
+            f.write(tree.to_json(indent=1))
+    elif ext == ".txt":
+        with open(path, "w") as f:
+            f.write(tree.to_text() + "\n")
+    else:
+        tree.render(path)
+
+
+def _report_collective(res, args) -> int:
+    print(res.describe())
+    print(f"probes: {res.probes} collectives, {res.checked} random inputs replayed")
+    if args.json:
+        print(json.dumps(res.to_dict()))
+    if args.out:
+        root, ext = os.path.splitext(args.out)
+        if ext.lower() == ".json":
+            with open(args.out, "w") as f:
+                json.dump(res.to_dict(), f, indent=1)
+            print(f"wrote {args.out}")
+        else:
+            for i, t in enumerate(res.trees()):
+                path = f"{root}{i}{ext}"
+                _write(t, path)
+                print(f"wrote {path}")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="mma-emu")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
