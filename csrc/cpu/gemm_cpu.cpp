@@ -88,15 +88,19 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
   if (scaled) { vsa = view3(*sa); vsb = view3(*sb); }
   uint8_t* obase = static_cast<uint8_t*>(out.data_ptr());
   const int oes = int(out.element_size());
-  Decoded A, B;
-  std::vector<Dec> SA, SB;
-  std::vector<uint8_t> fsa, fsb;
-  for (int64_t bi = 0; bi < Bt; ++bi) {
-    decode_rows(va, bi, M, K, false, P.fa, A);
-    decode_rows(vb, bi, N, K, true, P.fb, B);
+  struct Workspace {
+    Decoded A, B;
+    std::vector<Dec> SA, SB;
+    std::vector<uint8_t> fsa, fsb;
+  };
+  // One batch element; the parallel_for calls inside run inline when the caller is
+  // already parallel over the batch.
+  auto one_batch = [&](int64_t bi, Workspace& w) {
+    decode_rows(va, bi, M, K, false, P.fa, w.A);
+    decode_rows(vb, bi, N, K, true, P.fb, w.B);
     if (scaled) {
-      decode_scales(vsa, bi, M, nblk, false, P.fs, SA, fsa);
-      decode_scales(vsb, bi, N, nblk, true, P.fs, SB, fsb);
+      decode_scales(vsa, bi, M, nblk, false, P.fs, w.SA, w.fsa);
+      decode_scales(vsb, bi, N, nblk, true, P.fs, w.SB, w.fsb);
     }
     const int64_t ntn = (N + kTileN - 1) / kTileN;
     const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, K * kTileN));
@@ -104,11 +108,23 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
       FpEnvGuard guard;  // epilogue additions use the FPU
       for (int64_t t = lo; t < hi; ++t) {
         const int64_t i = t / ntn, j0 = (t % ntn) * kTileN;
-        compute_tile(P, A, B, K, i, j0, std::min(N, j0 + kTileN), vc, bi,
-                     scaled ? SA.data() + i * nblk : nullptr, scaled ? SB.data() : nullptr, nblk,
-                     scaled ? fsa[size_t(i)] : 0, fsb, obase + (bi * M + i) * N * oes, oes);
+        compute_tile(P, w.A, w.B, K, i, j0, std::min(N, j0 + kTileN), vc, bi,
+                     scaled ? w.SA.data() + i * nblk : nullptr, scaled ? w.SB.data() : nullptr,
+                     nblk, scaled ? w.fsa[size_t(i)] : 0, w.fsb, obase + (bi * M + i) * N * oes,
+                     oes);
       }
     });
+  };
+  const int64_t work = M * N * std::max<int64_t>(K, 1);
+  if (Bt > 1 && work < (1 << 16)) {  // many small products: parallel over the batch
+    const int64_t grain = std::max<int64_t>(1, (1 << 16) / work);
+    at::parallel_for(0, Bt, grain, [&](int64_t lo, int64_t hi) {
+      Workspace w;
+      for (int64_t bi = lo; bi < hi; ++bi) one_batch(bi, w);
+    });
+  } else {
+    Workspace w;
+    for (int64_t bi = 0; bi < Bt; ++bi) one_batch(bi, w);
   }
 }
 
@@ -117,38 +133,37 @@ template <class T>
 void gemm_values(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                  const Params& P, at::Tensor& out) {
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
+  const at::Tensor Ac = a.contiguous();                  // (Bt, M, K)
+  const at::Tensor Bc = b.transpose(1, 2).contiguous();  // (Bt, N, K)
+  const T* ap = Ac.data_ptr<T>();
+  const T* bp = Bc.data_ptr<T>();
+  const T* cp = c.data_ptr<T>();
+  const int64_t cs0 = c.stride(0), cs1 = c.stride(1), cs2 = c.stride(2);
   T* op = out.data_ptr<T>();
-  for (int64_t bi = 0; bi < Bt; ++bi) {
-    const at::Tensor Ab = a[bi].contiguous();
-    const at::Tensor Bt_ = b[bi].t().contiguous();
-    const at::Tensor Cb = c[bi];
-    const T* ap = Ab.data_ptr<T>();
-    const T* bp = Bt_.data_ptr<T>();
-    const T* cp = Cb.data_ptr<T>();
-    const int64_t cs0 = Cb.stride(0), cs1 = Cb.stride(1);
-    const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, K * N));
-    at::parallel_for(0, M, grain, [&](int64_t lo, int64_t hi) {
-      FpEnvGuard guard;
-      for (int64_t i = lo; i < hi; ++i) {
-        for (int64_t j = 0; j < N; ++j) {
-          const T cv = cp[i * cs0 + j * cs1];
-          T r;
-          if constexpr (sizeof(T) == 4) {
-            r = P.op == kFma ? dot_fma<T>(P, ap + i * K, bp + j * K, int(K), cv)
-                             : dot_ftz(P, ap + i * K, bp + j * K, int(K), cv);
-          } else {
-            r = dot_fma<T>(P, ap + i * K, bp + j * K, int(K), cv);
-          }
-          if (is_nan(r)) {
-            const uint64_t nb = P.nan_bits;
-            if constexpr (sizeof(T) == 4) r = f32_of(uint32_t(nb));
-            else r = f64_of(nb);
-          }
-          op[(bi * M + i) * N + j] = r;
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, K * N));
+  at::parallel_for(0, Bt * M, grain, [&](int64_t lo, int64_t hi) {
+    FpEnvGuard guard;
+    for (int64_t r = lo; r < hi; ++r) {
+      const int64_t bi = r / M, i = r % M;
+      const T* arow = ap + r * K;
+      for (int64_t j = 0; j < N; ++j) {
+        const T cv = cp[bi * cs0 + i * cs1 + j * cs2];
+        const T* bcol = bp + (bi * N + j) * K;
+        T v;
+        if constexpr (sizeof(T) == 4) {
+          v = P.op == kFma ? dot_fma<T>(P, arow, bcol, int(K), cv)
+                           : dot_ftz(P, arow, bcol, int(K), cv);
+        } else {
+          v = dot_fma<T>(P, arow, bcol, int(K), cv);
         }
+        if (is_nan(v)) {
+          if constexpr (sizeof(T) == 4) v = f32_of(uint32_t(P.nan_bits));
+          else v = f64_of(P.nan_bits);
+        }
+        op[r * N + j] = v;
       }
-    });
-  }
+    }
+  });
 }
 
 }  // namespace
