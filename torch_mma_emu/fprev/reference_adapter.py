@@ -5,7 +5,6 @@ cross-checking ``emulated_mm``; it computes the same model.
 """
 from __future__ import annotations
 
-import torch
 
 
 def mm(arch, in_format=None, out_dtype=None, c_mode="chain", instruction=None):
