@@ -94,7 +94,7 @@ def test_exact_sum_is_one_non_swamped_node():
 
 
 def test_unswamped_units_raise():
-    # float16 masks are too small to swamp float32 units once probes are scaled up
+    # big = 2**10 cannot swamp 63 float32 units: the calibration must refuse to probe
     with pytest.raises(ProbeRangeError, match="not swamped|not a count"):
         fprev.reveal(torch.sum, 64, dtype=torch.float32, big=2.0 ** 10, unit=1.0)
 

@@ -6,7 +6,6 @@ cross-checking ``emulated_mm``; it computes the same model.
 from __future__ import annotations
 
 
-
 def mm(arch, in_format=None, out_dtype=None, c_mode="chain", instruction=None):
     from .. import reference
     from ..formats import format_of_dtype
