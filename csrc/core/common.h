@@ -6,6 +6,9 @@
 
 #if defined(__CUDACC__)
 #define MMA_HD __host__ __device__ __forceinline__
+#elif defined(__GNUC__)
+// always_inline: the CPU kernel's per-ISA clones (target_clones) then contain the whole core
+#define MMA_HD inline __attribute__((always_inline))
 #else
 #define MMA_HD inline
 #endif
