@@ -130,8 +130,9 @@ def _nv_half_rows(arch, L, F, instr, tf32=None, bf16=True, floor=None):
 def _blackwell_rows(arch):
     r = _fma_rows(arch, "nvidia")
     kind = "tcgen05.mma" if arch == "sm100" else "mma.sync"
-    r += _nv_half_rows(arch, 16, 25, f"{kind} kind::f16", tf32=(8, 25, f"{kind} kind::tf32"),
-                       floor=-133 if arch == "sm100" else None)
+    f16, tf32 = ((f"{kind} kind::f16", f"{kind} kind::tf32") if arch == "sm100" else
+                 ("mma.sync m16n8k16 (f16/bf16)", "mma.sync m16n8k8 (tf32)"))
+    r += _nv_half_rows(arch, 16, 25, f16, tf32=(8, 25, tf32), floor=-133 if arch == "sm100" else None)
     src4, src5 = "seed 003 Table 4", "seed 003 Table 5"
     r += [
         Row(arch, F8F6F4, "fp32", "t_fdpa", f"{kind} kind::f8f6f4", _t(32, 25, "rz_fp32"), source=src4),
