@@ -1,0 +1,95 @@
+"""Scaled dot-product attention with emulated products: the flash form in one KV block.
+
+``prod(A, B)`` is the emulated batched product returning the accumulator (fp32, or fp64 for
+fp64 inputs) without rounding to the input dtype, as a flash-attention kernel keeps S and
+the output accumulator in fp32.  Everything between the two products (scale, mask,
+max, exp, row sums, the final division) runs natively in the accumulator type.
+
+Forward (FlashAttention-2 with the whole KV sequence in one block):
+``S = prod(Q, K^T) * scale + mask``, ``m = rowmax(S)``, ``P = exp(S - m)``,
+``l = rowsum(P)``, ``O = prod(P.to(dtype), V) / l``, ``lse = m + log(l)``.
+Backward (FlashAttention-2): ``P = exp(S - lse)``, ``dV = prod(P.to(dtype)^T, dO)``,
+``dP = prod(dO, V^T)``, ``D = rowsum(dO * O)``, ``dS = P * (dP - D)``,
+``dQ = prod(dS.to(dtype), K) * scale``, ``dK = prod(dS.to(dtype)^T, Q) * scale``.
+Rows whose keys are all masked give zeros (as PyTorch's CPU kernel does).
+Grouped-query attention (fewer K/V heads) repeats K/V heads and sums their gradients.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+
+__all__ = ["attention_forward", "attention_backward"]
+
+Prod = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+def _expand_heads(q, k, v):
+    hq, hk = q.shape[-3], k.shape[-3]
+    if hq == hk:
+        return k, v, 1
+    if hq % hk:
+        raise ValueError(f"attention: {hq} query heads are not a multiple of {hk} key heads")
+    rep = hq // hk
+    return k.repeat_interleave(rep, dim=-3), v.repeat_interleave(rep, dim=-3), rep
+
+
+def _scores(q, k, mask, is_causal, scale, prod):
+    S = prod(q, k.transpose(-2, -1)) * scale
+    if mask is not None:
+        if mask.dtype == torch.bool:
+            S = S.masked_fill(~mask, float("-inf"))
+        else:
+            S = S + mask.to(S.dtype)
+    if is_causal:
+        L, Skv = S.shape[-2:]
+        keep = torch.ones(L, Skv, dtype=torch.bool, device=S.device).tril()
+        S = S.masked_fill(~keep, float("-inf"))
+    return S
+
+
+def default_scale(q: torch.Tensor, scale: Optional[float]) -> float:
+    return 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+
+
+def attention_forward(q, k, v, mask, is_causal: bool, scale: Optional[float], prod: Prod):
+    """``(out in q.dtype, logsumexp in the accumulator type)``."""
+    dtype = q.dtype
+    scale = default_scale(q, scale)
+    k, v, _ = _expand_heads(q, k, v)
+    S = _scores(q, k, mask, is_causal, scale, prod)
+    m = S.amax(dim=-1, keepdim=True)
+    m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
+    P = torch.exp(S - m)
+    l = P.sum(dim=-1, keepdim=True)
+    O = prod(P.to(dtype), v)
+    empty = l == 0
+    O = torch.where(empty, torch.zeros_like(O), O / torch.where(empty, torch.ones_like(l), l))
+    lse = torch.where(empty, torch.zeros_like(l), m + torch.log(l)).squeeze(-1)
+    return O.to(dtype), lse
+
+
+def attention_backward(dO, q, k, v, O, lse, mask, is_causal: bool, scale: Optional[float],
+                       prod: Prod):
+    """``(dQ, dK, dV, dS)`` in the input dtype (dS, the score gradient, in the accumulator
+    type: the gradient of an additive mask)."""
+    dtype = q.dtype
+    scale = default_scale(q, scale)
+    hk = k.shape[-3]
+    k, v, rep = _expand_heads(q, k, v)
+    S = _scores(q, k, mask, is_causal, scale, prod)
+    P = torch.exp(S - lse.to(S.dtype).unsqueeze(-1))
+    dO = dO.to(dtype)
+    dV = prod(P.to(dtype).transpose(-2, -1), dO)
+    dP = prod(dO, v.transpose(-2, -1))
+    D = (dO.to(S.dtype) * O.to(S.dtype)).sum(dim=-1, keepdim=True)
+    dS = P * (dP - D)
+    dSd = dS.to(dtype)
+    dQ = prod(dSd, k) * scale
+    dK = prod(dSd.transpose(-2, -1), q) * scale
+    if rep > 1:
+        dK = dK.unflatten(-3, (hk, rep)).sum(-3)
+        dV = dV.unflatten(-3, (hk, rep)).sum(-3)
+    return dQ.to(dtype), dK.to(dtype), dV.to(dtype), dS

@@ -1,0 +1,129 @@
+"""Convolutions as matrix products (im2col), forward and backward, for any spatial rank.
+
+Every function takes ``mm(A, B, C=None)``: the emulated product (with its bias handling)
+to use.  The reduction order is the im2col order ``(input channel, kernel position)`` for
+the forward pass and the data gradient, and ``(batch, output position)`` for the weight
+gradient.  cuDNN / MIOpen pick their own orders per algorithm; the products here are exact
+emulations of one matrix-unit GEMM per convolution, not of a particular library kernel.
+
+* forward:   ``y[n, o, l] = sum_{c, k} W[o, c, k] * cols(x)[n, c k, l]``;
+* transposed convolution and the data gradient: zero insertion (stride), padding and a
+  forward convolution with the flipped, channel-swapped kernel (the implicit-GEMM dgrad);
+* weight gradient: ``dW[o, c k] = sum_{n, l} dy[n, o, l] * cols(x)[n, c k, l]``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["im2col", "conv_forward", "conv_transpose", "conv_wgrad", "conv_backward"]
+
+MM = Callable[..., torch.Tensor]
+
+
+def _pad_list(left: Sequence[int], right: Sequence[int]) -> list[int]:
+    pads = []
+    for lo, hi in zip(reversed(list(left)), reversed(list(right))):
+        pads += [int(lo), int(hi)]
+    return pads
+
+
+def im2col(x: torch.Tensor, kernel, stride, padding, dilation):
+    """``(cols, out_spatial)``: cols (N, C * prod(kernel), L) in (c, k1, k2, ...) order."""
+    nd = len(kernel)
+    N, C = x.shape[:2]
+    if any(padding):
+        x = F.pad(x, _pad_list(padding, padding))
+    cols = x
+    for d in range(nd):
+        span = dilation[d] * (kernel[d] - 1) + 1
+        if cols.shape[2 + d] < span:
+            raise ValueError(f"convolution: kernel span {span} exceeds the padded input "
+                             f"size {cols.shape[2 + d]} along spatial dim {d}")
+        cols = cols.unfold(2 + d, span, stride[d])
+    if any(dl != 1 for dl in dilation):
+        idx = (slice(None),) * (2 + nd) + tuple(slice(None, None, dl) for dl in dilation)
+        cols = cols[idx]
+    out_sp = tuple(cols.shape[2:2 + nd])
+    perm = [0, 1] + list(range(2 + nd, 2 + 2 * nd)) + list(range(2, 2 + nd))
+    cols = cols.permute(perm).reshape(N, C * math.prod(kernel), math.prod(out_sp))
+    return cols, out_sp
+
+
+def conv_forward(x, w, stride, padding, dilation, groups: int, mm: MM,
+                 bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``F.conv{1,2,3}d(x, w, bias, ...)`` with ``mm`` for the product."""
+    N, C = x.shape[:2]
+    Cout, kernel = w.shape[0], tuple(w.shape[2:])
+    G = groups
+    cols, out_sp = im2col(x, kernel, stride, padding, dilation)
+    Kg = (C // G) * math.prod(kernel)
+    cols = cols.reshape(N, G, Kg, cols.shape[-1])
+    wm = w.reshape(G, Cout // G, Kg)
+    cb = None if bias is None else bias.reshape(G, Cout // G, 1)
+    y = mm(wm, cols, cb)                                  # (N, G, Cout/G, L)
+    return y.reshape(N, Cout, *out_sp)
+
+
+def conv_transpose(x, w, stride, padding, output_padding, dilation, groups: int, mm: MM,
+                   bias: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``F.conv_transpose{1,2,3}d``: w is (Cin, Cout/G, *k)."""
+    nd = x.dim() - 2
+    N, Cin = x.shape[:2]
+    kernel = tuple(w.shape[2:])
+    G = groups
+    if any(s != 1 for s in stride):
+        up = [(n - 1) * s + 1 for n, s in zip(x.shape[2:], stride)]
+        xu = x.new_zeros((N, Cin, *up))
+        xu[(slice(None), slice(None)) + tuple(slice(None, None, s) for s in stride)] = x
+        x = xu
+    left = [d * (k - 1) - p for d, k, p in zip(dilation, kernel, padding)]
+    right = [lo + op for lo, op in zip(left, output_padding)]
+    if any(left) or any(right):
+        x = F.pad(x, _pad_list(left, right))
+    co = w.shape[1]
+    weq = (w.reshape(G, Cin // G, co, *kernel).transpose(1, 2)
+           .flip(list(range(3, 3 + nd))).reshape(G * co, Cin // G, *kernel))
+    return conv_forward(x, weq, (1,) * nd, (0,) * nd, dilation, G, mm, bias)
+
+
+def conv_wgrad(x, grad_y, w_shape, stride, padding, dilation, groups: int, mm: MM):
+    """Weight gradient of a forward convolution: (Cout, Cin/G, *k)."""
+    N, C = x.shape[:2]
+    Cout, kernel = w_shape[0], tuple(w_shape[2:])
+    G = groups
+    cols, out_sp = im2col(x, kernel, stride, padding, dilation)
+    L = cols.shape[-1]
+    if tuple(out_sp) != tuple(grad_y.shape[2:]):
+        raise ValueError(f"convolution_backward: grad_output spatial shape "
+                         f"{tuple(grad_y.shape[2:])} does not match {out_sp}")
+    Kg = (C // G) * math.prod(kernel)
+    a = grad_y.reshape(N, G, Cout // G, L).permute(1, 2, 0, 3).reshape(G, Cout // G, N * L)
+    b = cols.reshape(N, G, Kg, L).permute(1, 0, 3, 2).reshape(G, N * L, Kg)
+    return mm(a, b).reshape(w_shape)
+
+
+def conv_backward(grad_y, x, w, stride, padding, dilation, transposed: bool, output_padding,
+                  groups: int, output_mask, mm: MM):
+    """``aten.convolution_backward``: (grad_input, grad_weight, grad_bias) or None each."""
+    nd = x.dim() - 2
+    gx = gw = gb = None
+    if transposed:
+        if output_mask[0]:
+            gx = conv_forward(grad_y, w, stride, padding, dilation, groups, mm)
+        if output_mask[1]:
+            gw = conv_wgrad(grad_y, x, tuple(w.shape), stride, padding, dilation, groups, mm)
+    else:
+        if output_mask[0]:
+            kernel = w.shape[2:]
+            op = [xs - ((gs - 1) * s - 2 * p + d * (k - 1) + 1) for xs, gs, s, p, d, k in
+                  zip(x.shape[2:], grad_y.shape[2:], stride, padding, dilation, kernel)]
+            gx = conv_transpose(grad_y, w, stride, padding, op, dilation, groups, mm)
+        if output_mask[1]:
+            gw = conv_wgrad(x, grad_y, tuple(w.shape), stride, padding, dilation, groups, mm)
+    if output_mask[2]:
+        gb = grad_y.sum(dim=[0] + list(range(2, 2 + nd)))
+    return gx, gw, gb

@@ -1,0 +1,251 @@
+"""``convert(model, arch)`` / ``revert(model)``: swap ``nn.Linear`` and ``nn.Conv1d/2d/3d``
+for emulated modules that share the same parameters (in the style of torchao's
+``quantize_``).
+
+The emulated modules compute exactly what :func:`emulate` computes for the aten ops the
+original modules turn into (``addmm`` / ``mm`` for Linear, ``convolution`` for Conv), with
+the same :class:`Policy` and the same helpers, forward and backward:
+
+* Linear: ``y = addmm(b, x, W^T)`` (``mm`` without bias) on ``x`` flattened to 2-D;
+  backward ``dx = mm(dy, W)``, ``dW = mm(dy^T, x)``, ``db = dy.sum(0)`` (``mm`` plans,
+  backward phase), as autograd's ``AddmmBackward`` does;
+* Conv: ``conv.conv_forward`` / ``conv.conv_backward``.
+
+They are ``torch.autograd.Function``s with plain-tensor bodies, so ``torch.compile(model,
+fullgraph=True)`` traces them without graph breaks (the emulated product is the custom op
+``mma_emu::emulated_mm``) and gives the eager bits.  Under ``torch.autocast`` the inputs are
+cast to the autocast dtype first, as ``F.linear`` / ``F.conv*d`` do.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .conv import conv_backward, conv_forward
+from .gemm import run_product
+from .policy import Plan, Policy
+
+__all__ = ["EmulatedLinear", "EmulatedConv", "convert", "revert"]
+
+_PLAN_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
+
+
+class _Plans:
+    """Forward / backward plans per input dtype, computed once (dict lookups trace cleanly
+    under torch.compile)."""
+
+    def __init__(self, policy: Policy, fwd_kind: str, bwd_kind: str):
+        self.table = {}
+        for dt in _PLAN_DTYPES:
+            try:
+                self.table[dt] = (policy.plan(fwd_kind, dt, dt, backward=False),
+                                  policy.plan(bwd_kind, dt, dt, backward=True))
+            except ValueError as e:  # dtype the arch cannot take: raise when used
+                self.table[dt] = e
+
+    def get(self, dtype):
+        p = self.table.get(dtype)
+        if p is None:
+            raise TypeError(f"emulated module: inputs of dtype {dtype} are not supported; "
+                            "allowed: float64, float32, float16, bfloat16")
+        if isinstance(p, ValueError):
+            raise p
+        return p
+
+
+def _autocast(*ts):
+    dev = ts[0].device.type
+    if torch.is_autocast_enabled(dev):
+        dt = torch.get_autocast_dtype(dev)
+        return tuple(None if t is None else t.to(dt) for t in ts)
+    return ts
+
+
+class _LinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, fwd: Plan, bwd: Plan, bias_mode: str):
+        ctx.save_for_backward(x, weight)
+        ctx.bwd, ctx.has_bias = bwd, bias is not None
+        return run_product(x, weight.t(), fwd, C=bias, bias_mode=bias_mode, out_dtype=x.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        gx = gw = gb = None
+        grad = grad.to(x.dtype)
+        if ctx.needs_input_grad[0]:
+            gx = run_product(grad, weight, ctx.bwd, out_dtype=x.dtype)
+        if ctx.needs_input_grad[1]:
+            gw = run_product(grad.t(), x, ctx.bwd, out_dtype=weight.dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            gb = grad.sum(0)
+        return gx, gw, gb, None, None, None
+
+
+class _ConvFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, fwd: Plan, bwd: Plan, bias_mode: str, geom: tuple):
+        stride, padding, dilation, groups = geom
+        ctx.save_for_backward(x, weight)
+        ctx.bwd, ctx.bias_mode, ctx.geom, ctx.has_bias = bwd, bias_mode, geom, bias is not None
+
+        def mm(A, B, C=None):
+            return run_product(A, B, fwd, C=C, bias_mode=bias_mode, out_dtype=x.dtype)
+        return conv_forward(x, weight, stride, padding, dilation, groups, mm, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        stride, padding, dilation, groups = ctx.geom
+        bwd, bias_mode = ctx.bwd, ctx.bias_mode
+        grad = grad.to(x.dtype)
+
+        def mm(A, B, C=None):
+            return run_product(A, B, bwd, C=C, bias_mode=bias_mode, out_dtype=x.dtype)
+        mask = (ctx.needs_input_grad[0], ctx.needs_input_grad[1],
+                ctx.has_bias and ctx.needs_input_grad[2])
+        gx, gw, gb = conv_backward(grad, x, weight, stride, padding, dilation, False,
+                                   [0] * len(stride), groups, mask, mm)
+        return gx, gw, gb, None, None, None, None
+
+
+class _Emulated(nn.Module):
+    """Common part: shares the original module's parameters, keeps it for ``revert``."""
+
+    def __init__(self, original: nn.Module, policy: Policy, fwd_kind: str, bwd_kind: str):
+        super().__init__()
+        self.__dict__["_original"] = original
+        self.policy = policy
+        self._plans = _Plans(policy, fwd_kind, bwd_kind)
+        self.weight = original.weight
+        self.bias = original.bias
+
+    @property
+    def original(self) -> nn.Module:
+        return self.__dict__["_original"]
+
+    def extra_repr(self) -> str:
+        return f"{self.original.extra_repr()}, {self.policy.describe()}"
+
+
+class EmulatedLinear(_Emulated):
+    """``nn.Linear`` whose products run as ``policy.arch`` computes them."""
+
+    def __init__(self, original: nn.Linear, policy: Policy):
+        super().__init__(original, policy, "addmm" if original.bias is not None else "mm", "mm")
+        self.in_features, self.out_features = original.in_features, original.out_features
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, w, b = _autocast(x, self.weight, self.bias)
+        fwd, bwd = self._plans.get(x.dtype)
+        if x.dtype != w.dtype:
+            raise TypeError(f"EmulatedLinear: input dtype {x.dtype} != weight dtype {w.dtype}")
+        if fwd.native:
+            return F.linear(x, w, b)
+        lead = x.shape[:-1]
+        y = _LinearFn.apply(x.reshape(-1, x.shape[-1]), w, b, fwd, bwd, self.policy.bias)
+        return y.reshape(*lead, y.shape[-1])
+
+
+class EmulatedConv(_Emulated):
+    """``nn.Conv1d/2d/3d`` (any padding mode, groups, dilation) on emulated products."""
+
+    def __init__(self, original: nn.modules.conv._ConvNd, policy: Policy):
+        super().__init__(original, policy, "conv", "conv")
+        o = original
+        self.nd = len(o.kernel_size)
+        self.stride, self.dilation, self.groups = tuple(o.stride), tuple(o.dilation), o.groups
+        self.padding_mode = o.padding_mode
+        k = o.kernel_size
+        if isinstance(o.padding, str):
+            if o.padding == "valid":
+                lo = hi = (0,) * self.nd
+            else:  # "same": extra padding on the right, as PyTorch does
+                tot = [d * (kk - 1) for d, kk in zip(self.dilation, k)]
+                lo = tuple(t // 2 for t in tot)
+                hi = tuple(t - t // 2 for t in tot)
+        else:
+            lo = hi = tuple(o.padding)
+        self.pad_lo, self.pad_hi = lo, hi
+
+    def _pad_input(self, x):
+        if self.padding_mode != "zeros":
+            pads = []
+            for lo, hi in zip(reversed(self.pad_lo), reversed(self.pad_hi)):
+                pads += [lo, hi]
+            return F.pad(x, pads, mode=self.padding_mode), (0,) * self.nd
+        if self.pad_lo == self.pad_hi:
+            return x, self.pad_lo
+        pads = []
+        for lo, hi in zip(reversed(self.pad_lo), reversed(self.pad_hi)):
+            pads += [0, hi - lo]
+        return F.pad(x, pads), self.pad_lo
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, w, b = _autocast(x, self.weight, self.bias)
+        if x.dtype != w.dtype:
+            raise TypeError(f"EmulatedConv: input dtype {x.dtype} != weight dtype {w.dtype}")
+        fwd, bwd = self._plans.get(x.dtype)
+        if fwd.native:
+            return self.original._conv_forward(x, w, b)
+        batched = x.dim() == self.nd + 2
+        if not batched:
+            x = x.unsqueeze(0)
+        x, pad = self._pad_input(x)
+        geom = (self.stride, pad, self.dilation, self.groups)
+        y = _ConvFn.apply(x, w, b, fwd, bwd, self.policy.bias, geom)
+        return y if batched else y.squeeze(0)
+
+
+_SWAPS: dict[type, Callable] = {nn.Linear: EmulatedLinear, nn.Conv1d: EmulatedConv,
+                                nn.Conv2d: EmulatedConv, nn.Conv3d: EmulatedConv}
+
+
+def convert(model: nn.Module, arch, *, formats=None, fp32_format: str = "auto",
+            bias: str = "epilogue", fp16_accumulation: Optional[bool] = None,
+            fp16_alt_impl: str = "off",
+            filter_fn: Optional[Callable[[nn.Module, str], bool]] = None) -> nn.Module:
+    """Swap every ``nn.Linear`` / ``nn.Conv1d/2d/3d`` in ``model`` (in place) for an emulated
+    module on ``arch`` sharing its parameters; returns ``model``.
+
+    Options as for :func:`emulate` (``formats`` keys used here: ``addmm`` / ``mm`` for
+    Linear, ``conv``, ``default``).  ``filter_fn(module, fqn) -> bool`` picks which modules
+    to swap (default: all).  PyTorch's TF32 settings are read now.  ``revert(model)`` puts
+    the original modules back.  A bare ``nn.Linear`` / ``nn.Conv2d`` is returned swapped.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"convert: model must be an nn.Module, got {type(model).__name__}")
+    policy = Policy(arch, formats=formats, fp32_format=fp32_format, bias=bias,
+                    fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl)
+
+    def swap(m: nn.Module, fqn: str):
+        cls = _SWAPS.get(type(m))
+        if cls is None or (filter_fn is not None and not filter_fn(m, fqn)):
+            return None
+        return cls(m, policy)
+
+    top = swap(model, "")
+    if top is not None:
+        return top
+    for fqn, parent in list(model.named_modules()):
+        if isinstance(parent, _Emulated):
+            continue
+        for name, child in list(parent.named_children()):
+            new = swap(child, f"{fqn}.{name}" if fqn else name)
+            if new is not None:
+                setattr(parent, name, new)
+    return model
+
+
+def revert(model: nn.Module) -> nn.Module:
+    """Put back the original modules that :func:`convert` replaced; returns ``model``."""
+    if isinstance(model, _Emulated):
+        return model.original
+    for _, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, _Emulated):
+                setattr(parent, name, child.original)
+    return model

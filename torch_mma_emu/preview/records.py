@@ -1,0 +1,60 @@
+"""What a preview did: one :class:`Record` per routed (or deliberately native) op call."""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable
+
+__all__ = ["Record", "Recorder"]
+
+
+@dataclass(frozen=True)
+class Record:
+    op: str            # aten op name, e.g. "aten.addmm.default", or "EmulatedLinear"
+    kind: str          # mm / addmm / bmm / baddbmm / conv / attention / scaled_mm / other
+    phase: str         # "forward" or "backward" (an autograd node was running)
+    format: str        # the plan's label ("bf16", "tf32", ...) or "native"
+    arch: str
+    shapes: tuple      # operand shapes
+    note: str = ""     # why an op stayed native, or details
+
+    @property
+    def emulated(self) -> bool:
+        return self.format != "native"
+
+
+class Recorder:
+    """Counts every call by (op, phase, format); keeps the records when ``keep`` is set."""
+
+    def __init__(self, keep: bool):
+        self.keep = keep
+        self.records: list[Record] = []
+        self.counts: Counter = Counter()
+
+    def add(self, rec: Record) -> None:
+        self.counts[(rec.op, rec.phase, rec.format)] += 1
+        if self.keep:
+            self.records.append(rec)
+
+    @property
+    def emulated_count(self) -> int:
+        return sum(n for (op, ph, fmt), n in self.counts.items() if fmt != "native")
+
+    @property
+    def native_count(self) -> int:
+        return sum(n for (op, ph, fmt), n in self.counts.items() if fmt == "native")
+
+    def summary(self) -> str:
+        return format_counts(self.counts.items())
+
+
+def format_counts(items: Iterable) -> str:
+    rows = sorted(items, key=lambda kv: (kv[0][1], kv[0][0], kv[0][2]))
+    if not rows:
+        return "(no matrix products seen)"
+    w0 = max(len("op"), *(len(k[0]) for k, _ in rows))
+    w2 = max(len("format"), *(len(k[2]) for k, _ in rows))
+    lines = [f"{'op':<{w0}}  {'phase':<8}  {'format':<{w2}}  calls"]
+    for (op, ph, fmt), n in rows:
+        lines.append(f"{op:<{w0}}  {ph:<8}  {fmt:<{w2}}  {n}")
+    return "\n".join(lines)
