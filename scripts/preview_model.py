@@ -1,0 +1,231 @@
+#!/usr/bin/env python
+"""Preview a model's numerics on every emulated GPU: divergence per layer from an fp64 run
+and between archs, as a table and a PNG, plus the emulated / native forward-time ratio.
+
+    python scripts/preview_model.py                          # the built-in TinyGPT, all archs
+    python scripts/preview_model.py --archs sm70,sm90,gfx942 --formats bf16,fp8
+    python scripts/preview_model.py --model mypkg.models:make_net --input randn:8,3,32,32
+
+``--model module:factory`` takes any importable factory returning an ``nn.Module`` (or a
+``(module, example_input)`` pair).  Inputs come from ``model.example_inputs(batch, seed)``
+when the model has it, else from ``--input randn:SHAPE`` / ``randint:HIGH:SHAPE``.  Compared
+layers: ``model.preview_layers()`` when defined, else ``--layers``, else the model's
+top-level children.  Outputs go to ``--out`` (default out/preview/): preview.png,
+preview.json.
+"""
+import argparse
+import importlib
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from torch_mma_emu.preview.model_preview import FORMATS, preview_model  # noqa: E402
+from torch_mma_emu.registry import ARCHS  # noqa: E402
+
+
+def load_model(spec: str, kwargs: dict):
+    mod, _, fn = spec.partition(":")
+    if not fn:
+        raise SystemExit(f"--model must be module:factory, got {spec!r}")
+    factory = getattr(importlib.import_module(mod), fn)
+    made = factory(**kwargs)
+    if isinstance(made, tuple):
+        model, example = made
+        return model, (example,) if isinstance(example, torch.Tensor) else tuple(example)
+    if not isinstance(made, torch.nn.Module):
+        raise SystemExit(f"{spec} returned {type(made).__name__}, not an nn.Module")
+    return made, None
+
+
+def make_input(spec: str, seed: int) -> torch.Tensor:
+    kind, _, rest = spec.partition(":")
+    g = torch.Generator().manual_seed(seed)
+    if kind == "randn":
+        return torch.randn(*map(int, rest.split(",")), generator=g)
+    if kind == "randint":
+        high, _, shape = rest.partition(":")
+        return torch.randint(0, int(high), tuple(map(int, shape.split(","))), generator=g)
+    raise SystemExit(f"--input must be randn:SHAPE or randint:HIGH:SHAPE, got {spec!r}")
+
+
+def fmt_num(x: float) -> str:
+    if x != x:
+        return "nan"
+    if x == 0:
+        return "0"
+    return f"{x:.2e}" if (abs(x) < 1e-2 or abs(x) >= 1e4) else f"{x:.3f}"
+
+
+def table(rows, header):
+    w = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
+    line = lambda r: "  ".join(str(c).rjust(w[i]) if i else str(c).ljust(w[i])  # noqa: E731
+                               for i, c in enumerate(r))
+    return "\n".join([line(header), line(["-" * n for n in w])] + [line(r) for r in rows])
+
+
+def report(res, layers):
+    out = []
+    out.append("== logits against the fp64 run, and forward time emulated / native ==")
+    rows = []
+    for r in res.runs:
+        d = r.vs_fp64["output"]
+        rows.append([r.fmt, r.label, fmt_num(d["max_abs"]), fmt_num(d["max_ulp"]),
+                     fmt_num(d["median_ulp"]), f"{100 * r.top1_vs_fp64:.1f}%",
+                     f"{r.seconds * 1e3:.1f}", f"{r.time_ratio:.1f}x"])
+    out.append(table(rows, ["format", "arch", "max abs", "max ulp", "median ulp",
+                            "top-1 = fp64", "fwd ms", "emulated/native"]))
+    out.append("\n== per layer against the fp64 run: max |error| / median error in ulps ==")
+    rows = [[r.fmt, r.label] + [f"{fmt_num(r.vs_fp64[k]['max_abs'])} / "
+                                f"{r.vs_fp64[k]['median_ulp']:.2f}" for k in layers]
+            for r in res.runs]
+    out.append(table(rows, ["format", "arch"] + layers))
+    out.append("\n== logits between archs of one format: max distance in ulps "
+               "('=' bit-identical), top-1 disagreements ==")
+    for fmt, pairs in res.between.items():
+        names = [r.arch for r in res.runs if r.fmt == fmt and r.arch != "native"]
+        if len(names) < 2:
+            continue
+        cell = {}
+        for (a, b), p in pairs.items():
+            cell[a, b] = cell[b, a] = "=" if p["identical"] == 1 else str(p["max_ulp"])
+        rows = [[a] + ["" if a == b else cell[a, b] for b in names] for a in names]
+        out.append(f"-- {fmt} --")
+        out.append(table(rows, [""] + names))
+        dis = [f"{a}/{b} {100 * (1 - p['top1']):.1f}%" for (a, b), p in pairs.items()
+               if p["top1"] < 1]
+        out.append("top-1 disagreements: " + (", ".join(dis) if dis else "none"))
+    out.append("\n== forward-pass time, emulated / native, measured in this run ==")
+    rows = []
+    fp32_native = next((r.seconds for r in res.runs if r.arch == "native"
+                        and r.fmt == "fp32"), float("nan"))
+    for fmt in res.between:
+        em = sorted(r.seconds for r in res.runs if r.fmt == fmt and r.arch != "native")
+        if not em:
+            continue
+        nat = next(r.native_seconds for r in res.runs if r.fmt == fmt)
+        med = em[len(em) // 2]
+        rows.append([fmt, f"{nat * 1e3:.1f}", f"{med * 1e3:.1f}", f"{med / nat:.1f}x",
+                     f"{med / fp32_native:.0f}x" if fp32_native == fp32_native else "-"])
+    out.append(table(rows, ["format", "native ms (same dtype)", "emulated ms (median arch)",
+                            "ratio", "ratio vs native fp32"]))
+    return "\n".join(out)
+
+
+def plot(res, layers, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fmts = [f for f in res.between if any(r.fmt == f for r in res.runs)]
+    fig, axes = plt.subplots(2, len(fmts), figsize=(4.2 * len(fmts), 8.2), squeeze=False)
+    archs = list(ARCHS)
+    cmap = plt.get_cmap("tab20")
+    for j, fmt in enumerate(fmts):
+        ax = axes[0][j]
+        for r in (r for r in res.runs if r.fmt == fmt):
+            ys = [max(r.vs_fp64[k]["rel_l2"], 1e-30) for k in layers]
+            style = dict(color="k", ls="--", lw=2) if r.arch == "native" else dict(
+                color=cmap(archs.index(r.arch) % 20), marker="o", ms=3)
+            ax.plot(range(len(layers)), ys, label=r.label, **style)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(layers)))
+        ax.set_xticklabels(layers, rotation=45, ha="right", fontsize=7)
+        ax.set_title(f"{fmt}: relative L2 error vs fp64")
+        ax.legend(fontsize=6)
+        ax = axes[1][j]
+        names = [r.arch for r in res.runs if r.fmt == fmt and r.arch != "native"]
+        n = len(names)
+        mat = np.zeros((n, n))
+        for (a, b), p in res.between[fmt].items():
+            i, k = names.index(a), names.index(b)
+            mat[i, k] = mat[k, i] = 100 * (1 - p["identical"])
+        im = ax.imshow(mat, cmap="Reds", vmin=0, vmax=100)
+        ax.set_xticks(range(n))
+        ax.set_xticklabels(names, rotation=90, fontsize=7)
+        ax.set_yticks(range(n))
+        ax.set_yticklabels(names, fontsize=7)
+        for (a, b), p in res.between[fmt].items():
+            i, k = names.index(a), names.index(b)
+            txt = "=" if p["identical"] == 1 else f"{p['max_ulp']}"
+            if p["top1"] < 1:
+                txt += f"\n{100 * (1 - p['top1']):.0f}%!"
+            for (u, v) in ((i, k), (k, i)):
+                ax.text(v, u, txt, ha="center", va="center", fontsize=5)
+        ax.set_title(f"{fmt}: % of logits that differ between archs\n(numbers: max ulp "
+                     "distance; n%!: top-1 disagreement)", fontsize=9)
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default="torch_mma_emu.preview.tiny_gpt:tiny_gpt")
+    ap.add_argument("--model-kwargs", default="{}", help="JSON kwargs for the factory")
+    ap.add_argument("--input", help="randn:SHAPE or randint:HIGH:SHAPE (models without "
+                    "example_inputs)")
+    ap.add_argument("--layers", help="comma-separated module names to compare")
+    ap.add_argument("--archs", default="all", help="comma-separated archs or 'all'")
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--repeat", type=int, default=3, help="timed forward passes per run")
+    ap.add_argument("--out", default="out/preview")
+    ap.add_argument("--no-plot", action="store_true")
+    args = ap.parse_args(argv)
+
+    model, example = load_model(args.model, json.loads(args.model_kwargs))
+    if args.input:
+        inputs = (make_input(args.input, args.seed),)
+    elif example is not None:
+        inputs = example
+    elif hasattr(model, "example_inputs"):
+        inputs = model.example_inputs(args.batch, args.seed)
+        inputs = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    else:
+        raise SystemExit("the model has no example_inputs(batch, seed); pass --input")
+    if args.layers:
+        layers = args.layers.split(",")
+    elif hasattr(model, "preview_layers"):
+        layers = list(model.preview_layers())
+    else:
+        layers = [n for n, _ in model.named_children()]
+    archs = list(ARCHS) if args.archs == "all" else args.archs.split(",")
+    formats = args.formats.split(",")
+
+    t0 = time.perf_counter()
+    res = preview_model(model, inputs, layers, archs, formats, repeat=args.repeat,
+                        progress=lambda s: print(f"  running {s}", file=sys.stderr))
+    wall = time.perf_counter() - t0
+    names = layers + ["output"]
+    print(f"model {args.model} ({sum(p.numel() for p in model.parameters())} parameters), "
+          f"input {[tuple(t.shape) for t in inputs]}")
+    print(report(res, names))
+    os.makedirs(args.out, exist_ok=True)
+    dump = dict(model=args.model, layers=names, wall_seconds=wall, runs=[
+        dict(format=r.fmt, arch=r.arch, options={k: str(v) for k, v in r.options.items()},
+             vs_fp64=r.vs_fp64, top1_vs_fp64=r.top1_vs_fp64, seconds=r.seconds,
+             native_seconds=r.native_seconds,
+             counts={" | ".join(k): v for k, v in r.counts.items()}) for r in res.runs],
+        between={f: {f"{a} vs {b}": p for (a, b), p in pairs.items()}
+                 for f, pairs in res.between.items()})
+    with open(os.path.join(args.out, "preview.json"), "w") as fh:
+        json.dump(dump, fh, indent=1, default=lambda x: None if x != x else x)
+    if not args.no_plot:
+        png = os.path.join(args.out, "preview.png")
+        plot(res, names, png, f"{args.model}: emulated GPUs against fp64")
+        print(f"\nwrote {png}")
+    print(f"wrote {os.path.join(args.out, 'preview.json')}  (total {wall:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Run one model under many (arch, format) previews and measure how each diverges: the
+engine of ``scripts/preview_model.py``.
+
+For every format (fp32, tf32, xf32, fp16, bf16, fp8) and every arch with an instruction
+for it, the model runs a batch under :func:`emulate`; a native run of the same dtype on
+this machine is timed alongside.  Layer outputs are compared with an fp64 run (max abs,
+ulps of the run's dtype, top-1 agreement of the logits) and the logits of archs with each
+other (top-1 agreement, ulp distance, bit-identical fraction).
+"""
+from __future__ import annotations
+
+import copy
+import itertools
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import torch
+import torch.nn as nn
+
+from ..registry import ARCHS
+from .compare import capture, divergence, top1_agreement, ulp_distance
+from .mode import emulate
+from .policy import _has
+
+__all__ = ["Run", "PreviewResult", "FORMATS", "runs_for", "preview_model"]
+
+# preview format -> (model dtype, emulate() options builder, archs predicate)
+FORMATS = ("fp32", "tf32", "xf32", "fp16", "bf16", "fp8")
+_DTYPE = {"fp32": torch.float32, "tf32": torch.float32, "xf32": torch.float32,
+          "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
+
+
+def _fp8_name(arch: str) -> Optional[str]:
+    for name in ("fp8_e4m3", "fp8_e4m3fnuz"):
+        if _has(arch, name):
+            return name
+    return None
+
+
+def _options(fmt: str, arch: str) -> Optional[dict]:
+    """emulate() options for this preview format on ``arch``, None where unsupported."""
+    if fmt == "fp32":
+        return dict(fp32_format="fp32")
+    if fmt in ("tf32", "xf32"):
+        return dict(fp32_format=fmt) if _has(arch, fmt) else None
+    if fmt in ("fp16", "bf16"):
+        return {} if _has(arch, fmt) else None
+    f8 = _fp8_name(arch)  # fp8: the Linear layers (addmm / mm) in fp8, tensorwise scaled
+    return dict(formats={"mm": f8, "addmm": f8}) if f8 else None
+
+
+@dataclass
+class Run:
+    fmt: str
+    arch: str                     # "native" for this machine's own run
+    options: dict
+    outputs: dict = field(default_factory=dict)
+    seconds: float = float("nan")
+    native_seconds: float = float("nan")
+    vs_fp64: dict = field(default_factory=dict)     # layer -> divergence()
+    top1_vs_fp64: float = float("nan")
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        if self.arch == "native":
+            return "native (this CPU)"
+        gpus = ARCHS[self.arch].gpus
+        return f"{self.arch} ({gpus[0]})"
+
+    @property
+    def time_ratio(self) -> float:
+        return self.seconds / self.native_seconds
+
+
+@dataclass
+class PreviewResult:
+    layers: list
+    runs: list
+    between: dict      # fmt -> {(arch_a, arch_b): dict(top1, max_ulp, identical)}
+    reference_seconds: float
+
+
+def runs_for(archs: Sequence[str], formats: Sequence[str]) -> list[Run]:
+    out = []
+    for fmt in formats:
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown preview format {fmt!r}; allowed: {', '.join(FORMATS)}")
+        if fmt in ("fp32", "fp16", "bf16"):
+            out.append(Run(fmt, "native", {}))
+        for arch in archs:
+            opts = _options(fmt, arch)
+            if opts is not None:
+                out.append(Run(fmt, arch, opts))
+    return out
+
+
+def _cast_inputs(inputs, dtype):
+    return tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
+
+
+def _timed(fn, repeat: int) -> float:
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def preview_model(model: nn.Module, inputs: Sequence[torch.Tensor], layers: Sequence[str],
+                  archs: Sequence[str], formats: Sequence[str] = FORMATS, repeat: int = 1,
+                  progress: Optional[Callable[[str], None]] = None) -> PreviewResult:
+    """Run every (format, arch) preview of ``model`` on ``inputs``; see the module doc."""
+    say = progress or (lambda s: None)
+    model = model.eval()
+    ref_model = copy.deepcopy(model).to(torch.float64)
+    ref_in = _cast_inputs(inputs, torch.float64)
+    t0 = time.perf_counter()
+    ref = capture(ref_model, layers, *ref_in)
+    ref_seconds = time.perf_counter() - t0
+    runs = runs_for(archs, formats)
+    models = {}
+    natives = {}
+    for run in runs:
+        dt = _DTYPE[run.fmt]
+        if dt not in models:
+            models[dt] = copy.deepcopy(model).to(dt)
+        m, x = models[dt], _cast_inputs(inputs, dt)
+        if dt not in natives:  # native forward of this dtype: warm up, then time
+            capture(m, layers, *x)
+            natives[dt] = _timed(lambda: capture(m, layers, *x), repeat)
+        run.native_seconds = natives[dt]
+        if run.arch == "native":
+            run.outputs = capture(m, layers, *x)
+            run.seconds = natives[dt]
+        else:
+            say(f"{run.fmt:5s} {run.arch}")
+            with emulate(run.arch, **run.options) as em:
+                run.outputs = capture(m, layers, *x)
+            run.counts = dict(em.counts)
+
+            def fwd():
+                with emulate(run.arch, **run.options):
+                    capture(m, layers, *x)
+            run.seconds = _timed(fwd, repeat)
+        run.vs_fp64 = {k: divergence(v, ref[k]) for k, v in run.outputs.items()}
+        run.top1_vs_fp64 = top1_agreement(run.outputs["output"], ref["output"])
+    between = {}
+    for fmt in formats:
+        rs = [r for r in runs if r.fmt == fmt and r.arch != "native"]
+        pairs = {}
+        for a, b in itertools.combinations(rs, 2):
+            la, lb = a.outputs["output"], b.outputs["output"]
+            d = ulp_distance(la, lb)
+            pairs[(a.arch, b.arch)] = dict(top1=top1_agreement(la, lb), max_ulp=int(d.max()),
+                                           identical=float((d == 0).to(torch.float64).mean()))
+        between[fmt] = pairs
+    return PreviewResult(list(layers) + ["output"], runs, between, ref_seconds)
