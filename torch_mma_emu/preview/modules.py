@@ -171,6 +171,10 @@ class EmulatedConv(_Emulated):
             lo = hi = tuple(o.padding)
         self.pad_lo, self.pad_hi = lo, hi
 
+    def _native(self, x, w, b, pad):
+        fn = (F.conv1d, F.conv2d, F.conv3d)[self.nd - 1]
+        return fn(x, w, b, self.stride, pad, self.dilation, self.groups)
+
     def _pad_input(self, x):
         if self.padding_mode != "zeros":
             pads = []
@@ -185,16 +189,17 @@ class EmulatedConv(_Emulated):
         return F.pad(x, pads), self.pad_lo
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batched = x.dim() == self.nd + 2
+        if not batched:
+            x = x.unsqueeze(0)
+        x, pad = self._pad_input(x)   # before autocast, as nn.Conv pads before F.conv
         x, w, b = _autocast(x, self.weight, self.bias)
         if x.dtype != w.dtype:
             raise TypeError(f"EmulatedConv: input dtype {x.dtype} != weight dtype {w.dtype}")
         fwd, bwd = self._plans.get(x.dtype)
         if fwd.native:
-            return self.original._conv_forward(x, w, b)
-        batched = x.dim() == self.nd + 2
-        if not batched:
-            x = x.unsqueeze(0)
-        x, pad = self._pad_input(x)
+            y = self._native(x, w, b, pad)
+            return y if batched else y.squeeze(0)
         geom = (self.stride, pad, self.dilation, self.groups)
         y = _ConvFn.apply(x, w, b, fwd, bwd, self.policy.bias, geom)
         return y if batched else y.squeeze(0)
