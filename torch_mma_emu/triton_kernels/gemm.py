@@ -54,7 +54,7 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, d_ptr, M, N, K,
                  BLOCK_K: tl.constexpr, INTERP_UPCAST: tl.constexpr):
     pid = tl.program_id(0)
     bat = tl.program_id(1).to(tl.int64)
-    n_tiles = tl.cdiv(N, BLOCK_N)
+    n_tiles = (N + BLOCK_N - 1) // BLOCK_N
     pid_m = pid // n_tiles
     pid_n = pid % n_tiles
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -68,7 +68,7 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, d_ptr, M, N, K,
     if HAS_C and C_IN_ACC:
         acc = tl.load(c_ptrs, mask=out_ok, other=0.0).to(acc_ty)
     else:
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=acc_ty)
+        acc = tl.full((BLOCK_M, BLOCK_N), 0, dtype=acc_ty)
     a_ptrs = a_ptr + bat * s_ab + offs_m[:, None].to(tl.int64) * s_am + offs_k[None, :] * s_ak
     b_ptrs = b_ptr + bat * s_bb + offs_k[:, None].to(tl.int64) * s_bk + offs_n[None, :] * s_bn
     for k0 in range(0, K, BLOCK_K):
