@@ -6,6 +6,9 @@
     python scripts/bench_emulator.py --size 1024 --arch gfx942 --format bf16
 
 The target of issue 2: >= 2e8 emulated MAC/s on 2 CPU cores for fp16, fp32 out, sm90, 512^3.
+On a GPU (issue 3: >= 5e11 emulated MAC/s on an H100, fp16 -> fp32, sm90, 4096^3):
+
+    python scripts/bench_emulator.py --device cuda --size 4096
 """
 import argparse
 import time
@@ -55,8 +58,10 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--all", action="store_true", help="a table over archs and formats")
     args = p.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, device {args.device}, "
-          f"{args.size}^3")
+    where = (f"device {args.device} ({torch.cuda.get_device_name(args.device)}; the reference is "
+             "fp32 torch.matmul with TF32 disabled)" if args.device.startswith("cuda")
+             else f"{torch.get_num_threads()} CPU threads, device {args.device}")
+    print(f"torch {torch.__version__}, {where}, {args.size}^3")
     cases = [(args.arch, args.format)]
     if args.all:
         cases = [("sm70", "fp16"), ("sm80", "bf16"), ("sm80", "tf32"), ("sm89", "fp8_e4m3"),
