@@ -202,6 +202,8 @@ def main(argv=None):
     archs = list(ARCHS) if args.archs == "all" else args.archs.split(",")
     formats = args.formats.split(",")
 
+    with torch.no_grad():  # materialise lazy modules before counting parameters
+        model(*inputs)
     t0 = time.perf_counter()
     res = preview_model(model, inputs, layers, archs, formats, repeat=args.repeat,
                         progress=lambda s: print(f"  running {s}", file=sys.stderr))

@@ -92,12 +92,16 @@ def train(c: TaskConfig, arch: Optional[str], *, loss_scale: float = 1.0,
     tiny = torch.finfo(torch.float16).tiny
     sub_stats = [0.0] * len(linears)
 
-    def grad_hook(i):
-        def hook(_m, _gin, gout):
-            g = gout[0].float().abs()
+    def watch(i):  # record how much of the gradient reaching layer i's output is subnormal
+        def on_grad(g):
+            g = g.float().abs()
             sub_stats[i] = float(((g > 0) & (g < tiny)).float().mean())
-        return hook
-    hooks = [lin.register_full_backward_hook(grad_hook(i)) for i, lin in enumerate(linears)]
+
+        def fwd_hook(_m, _inp, out):
+            if out.requires_grad:
+                out.register_hook(on_grad)
+        return fwd_hook
+    hooks = [lin.register_forward_hook(watch(i)) for i, lin in enumerate(linears)]
     mode = emulate(arch, fp16_alt_impl=fp16_alt_impl) if arch else None
     t0 = time.perf_counter()
     try:
@@ -117,7 +121,7 @@ def train(c: TaskConfig, arch: Optional[str], *, loss_scale: float = 1.0,
                 for p, mp in zip(model.parameters(), master):
                     mp -= c.lr * (p.grad.float() / loss_scale)
                     p.copy_(mp.half())
-            res.losses.append(float(loss))
+            res.losses.append(float(loss.detach()))
     finally:
         for h in hooks:
             h.remove()

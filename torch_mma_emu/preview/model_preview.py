@@ -116,6 +116,8 @@ def preview_model(model: nn.Module, inputs: Sequence[torch.Tensor], layers: Sequ
     """Run every (format, arch) preview of ``model`` on ``inputs``; see the module doc."""
     say = progress or (lambda s: None)
     model = model.eval()
+    with torch.no_grad():  # materialise lazy modules once, before the per-dtype copies
+        model(*inputs)
     ref_model = copy.deepcopy(model).to(torch.float64)
     ref_in = _cast_inputs(inputs, torch.float64)
     t0 = time.perf_counter()
