@@ -104,9 +104,15 @@ class EmulatedTarget(Target):
 
 
 class NativeTarget(Target):
-    """The GPU's own matrix instruction: ``torch_mma_emu.native.mma_instruction``."""
+    """The GPU's own matrix instruction (``torch_mma_emu.native.mma_instruction``).
+
+    A batch of S dot products runs as (R, K) @ (K, R) products whose diagonal holds the R
+    wanted outputs (C on the diagonal, zeros elsewhere); K is zero-padded to a multiple of
+    the instruction's K, which appends all-zero chunks that leave the accumulator as it is.
+    """
 
     label = "native"
+    rows = 64
 
     def __init__(self, iface: Interface, instruction=None, device="cuda"):
         super().__init__(iface)
@@ -118,24 +124,49 @@ class NativeTarget(Target):
         except ImportError as e:
             raise RuntimeError("target 'native' needs torch_mma_emu.native (the instruction-"
                                f"level kernels), which this build lacks: {e}") from e
-        fn = getattr(native, "mma_instruction", None)
-        if fn is None:
-            raise RuntimeError("torch_mma_emu.native has no mma_instruction(A, B, C, "
-                               "in_format, out_dtype); target 'native' needs it")
-        self._fn, self.instruction, self.device = fn, instruction, torch.device(device)
-        self.label = f"native {torch.cuda.get_device_name(self.device)}"
+        if not hasattr(native, "mma_instruction"):
+            raise RuntimeError("torch_mma_emu.native has no mma_instruction; target 'native' "
+                               "needs it")
+        self.native, self.device = native, torch.device(device)
+        fa, fb = iface.fmt_a.name, iface.fmt_b.name
+        if instruction is None:
+            cands = native.instructions_for(fa, self.device)
+            if not cands:
+                raise RuntimeError(f"this GPU ({native.device_arch(self.device)}) has no "
+                                   f"instruction for {fa} in torch_mma_emu.native")
+            instruction = cands[0]
+        if instruction not in native.INSTRUCTIONS:
+            raise ValueError(f"unknown instruction {instruction!r}; known: "
+                             f"{', '.join(native.INSTRUCTIONS)}")
+        self.instruction = instruction
+        self.k = native.INSTRUCTIONS[instruction][1]
+        self.fmt = fa if fa == fb else f"{fa},{fb}"
+        self.label = (f"native {torch.cuda.get_device_name(self.device)} "
+                      f"({native.device_arch(self.device)}, {instruction})")
 
     def mm(self, A, B, C, scale_a=None, scale_b=None):
-        dev = self.device
-        kw = {}
-        if self.instruction is not None:
-            kw["instruction"] = self.instruction
         if scale_a is not None:
-            kw.update(scale_a=scale_a.to(dev), scale_b=scale_b.to(dev))
-        fa, fb = self.iface.fmt_a.name, self.iface.fmt_b.name
-        fmt = fa if fa == fb else f"{fa},{fb}"
-        D = self._fn(A.to(dev), B.to(dev), C.to(dev), fmt, self.iface.out_dtype, **kw)
-        return D.to("cpu")
+            raise RuntimeError("the native instruction kernels take no block scales")
+        S, _, K = A.shape
+        Kp = max(self.k, -(-K // self.k) * self.k)
+        dev, R = self.device, self.rows
+        a = torch.zeros((S, Kp), dtype=A.dtype, device=dev)
+        a[:, :K] = A[:, 0, :].to(dev)
+        b = torch.zeros((S, Kp), dtype=B.dtype, device=dev)
+        b[:, :K] = B[:, :, 0].to(dev)
+        c = C.reshape(S).to(dev)
+        out = torch.empty(S, dtype=self.iface.out_dtype, device=dev)
+        eye = torch.eye(R, dtype=torch.bool, device=dev)
+        for s0 in range(0, S, R):
+            r = min(R, S - s0)
+            cm = torch.zeros((r, r), dtype=self.iface.out_dtype, device=dev)
+            cm[eye[:r, :r]] = c[s0:s0 + r]
+            D = self.native.mma_instruction(a[s0:s0 + r], b[s0:s0 + r].t(), cm,
+                                            in_format=self.fmt,
+                                            out_dtype=self.iface.out_dtype,
+                                            instruction=self.instruction)
+            out[s0:s0 + r] = D.diagonal()
+        return out.reshape(S, 1, 1).cpu()
 
 
 class CallableTarget(Target):

@@ -1,0 +1,183 @@
+"""``infer_spec``: seed 003's closed loop.  Probe the features, build the specs they allow,
+check them bit for bit on the probe vectors plus random inputs of the three families, and
+widen the neighbourhood (revise) until a model reproduces everything."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..spec import IEEE_NAN, Spec
+from . import search, space
+from .features import probe
+from .report import FeatureReport, Interval
+from .samples import Samples, from_runner_log, random_samples
+
+
+class InferenceError(RuntimeError):
+    """No spec of the model space reproduces the target."""
+
+
+@dataclass
+class Inference:
+    spec: Spec
+    report: FeatureReport
+    candidates: list = field(default_factory=list)      # search.Candidate, best first
+    rounds: list = field(default_factory=list)          # what each round of the loop did
+    samples: int = 0
+    seconds: float = 0.0
+
+    def describe(self) -> str:
+        lines = [f"inferred: {self.spec.describe()}"]
+        lines += [f"  round {i + 1}: {r}" for i, r in enumerate(self.rounds)]
+        if len(self.candidates) > 1:
+            lines.append(f"  {len(self.candidates)} specs fit all {self.samples} checks; "
+                         "the others:")
+            lines += [f"    {c.describe()}" for c in self.candidates[1:8]]
+        return "\n".join(lines)
+
+
+def _interval_values(iv: Interval | None, lo=1, hi=40, prefer=()):
+    if iv is None:
+        return None
+    if iv.exact:
+        return [iv.lo]
+    a = iv.lo if iv.lo is not None else lo
+    b = iv.hi if iv.hi is not None else hi
+    vals = list(range(max(a, lo), min(b, hi) + 1))
+    return vals or None
+
+
+def hints(rep: FeatureReport, iface, wide: bool = False) -> dict:
+    """Restrictions of the model space implied by the features (``wide``: the
+    neighbourhood of round 2: every dimension relaxed around the observed value)."""
+    h: dict = {}
+    out = iface.out.name
+    W = rep.value("block_width")
+    F = rep.value("fused_precision")
+    nonfused = F is None and "one at a time" in rep["fused_precision"].detail
+    exact = F is not None and F.hi is None and F.lo >= 41
+    # op kind
+    if W is not None and W.exact and W.lo == 1:
+        ops = ["fma", "e_fdpa"]
+    elif nonfused or rep.value("subnormal_inputs") is False:
+        ops = ["ftz_addmul"]
+    elif exact:
+        ops = ["e_fdpa"]
+    elif iface.scaled:
+        g = rep.value("product_groups")
+        ops = ["gst_fdpa"] if isinstance(g, str) and g.startswith("G") else \
+            ["st_fdpa"] if g == "none" else ["st_fdpa", "gst_fdpa"]
+    else:
+        cj = rep.value("c_joins")
+        after = ["gtr_fdpa"] if rep.value("product_groups") == "even/odd" else ["tr_fdpa"]
+        ops = ["t_fdpa"] if cj is True else after if cj is False else ["t_fdpa"] + after
+    if wide:
+        ops = None
+    h["ops"] = ops
+    # fused length
+    if W is None:
+        h["Ls"] = None
+    elif W.exact:
+        h["Ls"] = [W.lo] if not wide else sorted({max(1, W.lo // 2), W.lo, W.lo * 2})
+    else:
+        h["Ls"] = [W.lo] if not wide else [W.lo, 2 * W.lo]
+    # precision
+    if F is not None and not exact:
+        vals = _interval_values(F, lo=1, hi=40)
+        if wide and vals is not None:
+            vals = sorted(set(range(max(1, vals[0] - 3), min(40, vals[-1] + 3) + 1)))
+        h["Fs"] = vals
+    # final conversion
+    fr = rep.value("final_rounding") or ""
+    pe = rep.value("output_precision")
+    rhos = set()
+    if fr.startswith("RZ") or "RZ" in fr.split("/"):
+        rhos.add("rz_e8m13" if pe is not None and pe.exact and pe.lo == 14 else "rz_fp32")
+        if pe is not None and not pe.exact:
+            rhos |= {"rz_e8m13", "rz_fp32"}
+    if "RNE" in fr.split("/") or fr.startswith("RNE"):
+        rhos.add("rne_" + out)
+    h["rhos"] = None if wide or not rhos else sorted(rhos)
+    # lower cap of the alignment exponent
+    fl = rep.value("exponent_floor")
+    if fl is not None and not wide:
+        h["floors"] = [fl.lo] if fl.exact else [None]
+    # c added after the products (CDNA3)
+    f2 = rep.value("c_add_precision")
+    if f2 is not None and not wide:
+        h["F2s"] = _interval_values(f2, lo=1, hi=40)
+    ca = rep.value("c_alignment") or ""
+    if not wide and ca:
+        al = [m for m in ("rd", "rz") if m.upper() in ca.split(" ")[0].split("/")]
+        h["aligns"] = al or None
+    g = rep.value("product_groups")
+    if isinstance(g, str) and g.startswith("G = ") and not wide:
+        h["Gs"] = [int(g[4:])]
+    nb = rep.value("nan_encoding")
+    if nb is not None:
+        h["nan_bits"] = [None if nb == IEEE_NAN[out] else nb]
+    return h
+
+
+def infer(target, in_format=None, out_dtype=None, *, scale_format=None, block_size=None,
+          instruction=None, checks: int = 3000, seed: int = 0, order: bool = False,
+          max_candidates: int = 20000) -> Inference:
+    """Probe ``target``, then find the specs reproducing every probe and ``checks`` random
+    inputs (seed 003 Steps 3-4); see :func:`infer_spec`."""
+    t0 = time.perf_counter()
+    ctx = probe(target, in_format, out_dtype, scale_format=scale_format,
+                block_size=block_size, instruction=instruction, order=order)
+    rep, iface = ctx.report, ctx.iface
+    W = rep.value("block_width")
+    w = W.lo if W is not None else 8
+    ks = sorted({max(1, w), 2 * w + 1, 3, max(1, w // 2) + 1, 3 * w})
+    samples = from_runner_log(iface, ctx.runner.log)
+    rnd = random_samples(ctx.target, checks, ks, seed=seed)
+    samples.batches += rnd.batches
+    rounds, found = [], []
+    for name, h in (("features", hints(rep, iface)),
+                    ("neighbourhood", hints(rep, iface, wide=True)),
+                    ("whole model space", {})):
+        cands = []
+        for sp in space.space(iface, **h):
+            cands.append(sp)
+            if len(cands) >= max_candidates:
+                break
+        cands = search.rank(cands)
+        found = search.survivors(cands, samples)
+        rounds.append(f"{name}: {len(cands)} candidate specs, {len(found)} reproduce "
+                      f"{len(samples)} probe and random results")
+        if found:
+            break
+    if not found:
+        raise InferenceError(f"{ctx.target.describe()}: no spec of the model space reproduces "
+                             f"the probes ({'; '.join(rounds)}); see features() for what "
+                             "the unit does")
+    ranked = search.annotate(search.rank(found))
+    best = ranked[0].spec
+    name = f"inferred from {ctx.target.label}"
+    best = best.replace(arch="custom", instruction=name[:120])
+    return Inference(best, rep, ranked, rounds, len(samples), time.perf_counter() - t0)
+
+
+def infer_spec(target, in_format=None, out_dtype=None, *, scale_format=None,
+               block_size=None, instruction=None, checks: int = 3000, seed: int = 0) -> Spec:
+    """A :class:`~torch_mma_emu.spec.Spec` for ``target`` built from its features.
+
+    The features restrict the model space (op kind, L, F, F2, rho, floor, alignment
+    rounding, NaN encoding); every spec left is checked bit for bit against the probe
+    vectors and ``checks`` random inputs run on the target; when none fits, the loop widens
+    to the neighbourhood and then the whole space (seed 003's revise step).  Among the specs
+    that fit, the one closest to a known registry entry for these formats, then the
+    simplest, is returned.  ``infer(...)`` returns the details (report, ties, rounds).
+
+    >>> sp = infer_spec("sm90", "fp16")                    # doctest: +SKIP
+    >>> sp.describe()                                      # doctest: +SKIP
+    't_fdpa L=16 F=25 rho=rz_fp32'
+    """
+    return infer(target, in_format, out_dtype, scale_format=scale_format,
+                 block_size=block_size, instruction=instruction, checks=checks,
+                 seed=seed).spec
+
+
+__all__ = ["infer", "infer_spec", "Inference", "InferenceError", "hints", "Samples"]

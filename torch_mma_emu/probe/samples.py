@@ -1,0 +1,216 @@
+"""Recorded dot-product-accumulate samples: inputs and the unit's answers, as batches in
+``emulated_mm``'s operand conventions (so a candidate model is checked with one call per
+batch).  Sources: the probe log of a session, random inputs run on a target, or files of
+recorded data (the ``a, b, c, d`` uint32 fp32-bit-pattern arrays of tests/data/hwdata)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..formats import FORMATS
+from .targets import Interface, OUT_DTYPES, encode, interface, output_codes, storage_dtype
+
+
+@dataclass
+class Batch:
+    """S samples of one length K: A (S, 1, K), B (S, K, 1), C (S, 1, 1), D codes (S,)."""
+
+    A: torch.Tensor
+    B: torch.Tensor
+    C: torch.Tensor
+    D: torch.Tensor                      # int64 bit patterns of the answers
+    scale_a: torch.Tensor | None = None
+    scale_b: torch.Tensor | None = None
+    label: str = ""
+
+    def __len__(self) -> int:
+        return self.A.shape[0]
+
+    @property
+    def K(self) -> int:
+        return self.A.shape[2]
+
+    def select(self, idx) -> "Batch":
+        sa = None if self.scale_a is None else self.scale_a[idx]
+        sb = None if self.scale_b is None else self.scale_b[idx]
+        return Batch(self.A[idx], self.B[idx], self.C[idx], self.D[idx], sa, sb, self.label)
+
+
+@dataclass
+class Samples:
+    iface: Interface
+    batches: list = field(default_factory=list)
+    source: str = ""
+
+    def __len__(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+    @property
+    def ks(self) -> list[int]:
+        return sorted({b.K for b in self.batches})
+
+    def add(self, batch: Batch) -> None:
+        if len(batch):
+            self.batches.append(batch)
+
+    def split(self, first: int = 64) -> "Samples":
+        """The same samples with a small leading batch (cheap early rejection)."""
+        out = Samples(self.iface, source=self.source)
+        for b in self.batches:
+            if len(b) > 2 * first:
+                out.add(b.select(slice(0, first)))
+                out.add(b.select(slice(first, None)))
+            else:
+                out.add(b)
+        out.batches.sort(key=len)
+        return out
+
+
+def from_runner_log(iface: Interface, log) -> Samples:
+    """Every probe vector of a session with the target's answer (one batch per K)."""
+    from .targets import encode_scales
+    by_k: dict[int, list] = {}
+    for v, o in log:
+        by_k.setdefault(max(1, v.K), []).append((v, o))
+    s = Samples(iface, source="probe vectors")
+    for K, items in sorted(by_k.items()):
+        S = len(items)
+        av = torch.zeros(S, K, dtype=torch.float64)
+        bv = torch.zeros(S, K, dtype=torch.float64)
+        for i, (v, _) in enumerate(items):
+            if v.K:
+                av[i, :v.K] = torch.tensor(v.a, dtype=torch.float64)
+                bv[i, :v.K] = torch.tensor(v.b, dtype=torch.float64)
+        cv = torch.tensor([v.c for v, _ in items], dtype=torch.float64)
+        A = encode(av, iface.fmt_a).reshape(S, 1, K)
+        B = encode(bv, iface.fmt_b).reshape(S, K, 1)
+        C = cv.to(iface.out_dtype).reshape(S, 1, 1)
+        D = torch.tensor([o.code for _, o in items], dtype=torch.int64)
+        sa = sb = None
+        if iface.scaled:
+            nblk = -(-K // iface.block_size)
+            sav = torch.ones(S, nblk, dtype=torch.float64)
+            sbv = torch.ones(S, nblk, dtype=torch.float64)
+            for i, (v, _) in enumerate(items):
+                if v.sa:
+                    sav[i, :len(v.sa)] = torch.tensor(v.sa, dtype=torch.float64)
+                    sbv[i, :len(v.sb)] = torch.tensor(v.sb, dtype=torch.float64)
+            sa = encode_scales(sav, iface.scale_format).reshape(S, 1, nblk)
+            sb = encode_scales(sbv, iface.scale_format).reshape(S, nblk, 1)
+        s.add(Batch(A, B, C, D, sa, sb, f"probes K={K}"))
+    return s
+
+
+def random_samples(target, n: int, ks, seed: int = 0, families=None,
+                   batch: int = 4096) -> Samples:
+    """n random inputs of seed 003's three families (split evenly), run on ``target``."""
+    from ..inputs import FAMILIES, operands
+    from ..spec import Spec
+    fams = tuple(families or FAMILIES)
+    iface = target.iface
+    stand_in = _stand_in(iface)   # carries only the formats for inputs.operands
+    g = torch.Generator().manual_seed(seed)
+    s = Samples(iface, source=f"{n} random inputs ({', '.join(fams)})")
+    ks = list(ks)
+    done, i = 0, 0
+    while done < n:
+        fam = fams[i % len(fams)]
+        K = ks[(i // len(fams)) % len(ks)]
+        S = min(batch, n - done)
+        kw = operands(stand_in, 1, 1, K, fam, g, batch=(S,))
+        C = kw["C"] if kw["C"] is not None else torch.zeros(S, 1, 1, dtype=iface.out_dtype)
+        D = target(kw["A"], kw["B"], C, kw.get("scale_a"), kw.get("scale_b"))
+        s.add(Batch(kw["A"], kw["B"], C, output_codes(D.reshape(-1)), kw.get("scale_a"),
+                    kw.get("scale_b"), f"{fam} K={K}"))
+        done += S
+        i += 1
+    return s
+
+
+def _stand_in(iface: Interface):
+    from ..spec import Spec
+    if iface.scaled:
+        op, L, G = "st_fdpa", iface.block_size, 0
+        if iface.scale_format == "ue4m3":
+            op, G = "gst_fdpa", iface.block_size
+    else:
+        op, L, G = "t_fdpa", 1, 0
+    rho = "rz_fp32" if iface.out.name == "fp32" else "rne_" + iface.out.name
+    if op == "gst_fdpa" and max(iface.fmt_a.exp_bits, iface.fmt_b.exp_bits) > 3:
+        op, G = "st_fdpa", 0
+    return Spec(op=op, in_format=iface.fmt_a.name,
+                in_format_b=None if iface.fmt_b == iface.fmt_a else iface.fmt_b.name,
+                out_format=iface.out.name, L=L, F=24, rho=rho, G=G,
+                scale_format=iface.scale_format if op != "st_fdpa" or
+                iface.scale_format == "ue8m0" else None,
+                block_size=iface.block_size)
+
+
+# ------------------------------------------------------------------------------------
+# recorded files
+# ------------------------------------------------------------------------------------
+
+def _u32_to_f32(x) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(x).astype(np.int64).astype(np.int32)).view(torch.float32)
+
+
+def from_arrays(a, b, c, d, in_format, out_dtype=None, *, source="arrays") -> Samples:
+    """Samples from arrays a (S, K), b (S, K), c (S,), d (S,): either uint32 fp32 bit
+    patterns (the hwdata convention) or floating arrays holding exact values.  c is rounded
+    to the output format (RNE) as the recording harness did; d must be exact outputs."""
+    iface = interface(in_format, out_dtype)
+
+    def f32(x):
+        x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.integer):        # fp32 bit patterns
+            return _u32_to_f32(x).to(torch.float64)
+        return torch.from_numpy(x.astype(np.float64))
+    av, bv, cv, dv = f32(a), f32(b), f32(c).reshape(-1), f32(d).reshape(-1)
+    if av.dim() != 2 or bv.shape != av.shape or cv.numel() != av.shape[0] or \
+            dv.numel() != av.shape[0]:
+        raise ValueError(f"samples need a (S, K), b (S, K), c (S,), d (S,); got "
+                         f"{tuple(av.shape)}, {tuple(bv.shape)}, {tuple(cv.shape)}, "
+                         f"{tuple(dv.shape)}")
+    S, K = av.shape
+    try:
+        A = encode(av, iface.fmt_a).reshape(S, 1, K)
+        B = encode(bv, iface.fmt_b).reshape(S, K, 1)
+    except ValueError as e:
+        raise ValueError(f"the recorded inputs are not {iface.fmt_a.name} values: {e}") from e
+    C = cv.to(torch.float32).to(iface.out_dtype).reshape(S, 1, 1) \
+        if iface.out_dtype != torch.float64 else cv.reshape(S, 1, 1)
+    D = output_codes(dv.to(torch.float32).to(iface.out_dtype)
+                     if iface.out_dtype != torch.float64 else dv)
+    s = Samples(iface, source=source)
+    s.add(Batch(A, B, C, D, label=source))
+    return s
+
+
+def load(path, in_format=None, out_dtype=None) -> Samples:
+    """A recorded ``.npz`` (arrays a, b, c, d).  For files of tests/data/hwdata the formats
+    come from the directory's index.json when not given."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"no such samples file: {p}")
+    if in_format is None:
+        idx = p.parent / "index.json"
+        if idx.exists():
+            import json
+            for e in json.loads(idx.read_text()):
+                if e["file"] == p.name:
+                    in_format, out_dtype = e["in_format"], out_dtype or e["out_dtype"]
+        if in_format is None:
+            raise ValueError(f"{p.name}: say in_format= (and out_dtype=); no index.json "
+                             "entry names them")
+    z = np.load(p)
+    missing = [k for k in ("a", "b", "c", "d") if k not in z]
+    if missing:
+        raise ValueError(f"{p.name} lacks arrays {missing} (needs a, b, c, d)")
+    return from_arrays(z["a"], z["b"], z["c"], z["d"], in_format, out_dtype, source=p.name)
+
+
+__all__ = ["Batch", "Samples", "from_runner_log", "random_samples", "from_arrays", "load",
+           "FORMATS", "OUT_DTYPES", "storage_dtype"]

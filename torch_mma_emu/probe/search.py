@@ -1,0 +1,128 @@
+"""Checking candidate models against samples, and ranking the ones that fit.
+
+A candidate is a :class:`~torch_mma_emu.spec.Spec`; it *fits* when ``emulated_mm`` with it
+reproduces every sample bit for bit.  Batches are tried small first, so most wrong
+candidates are rejected after a few dozen samples.  Ranking prefers models close to a known
+registry entry for the same formats, then simpler ones.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..spec import OPS, Spec
+from .samples import Samples
+from .targets import output_codes
+
+# fields that change arithmetic (arch, instruction, notes do not)
+ARITH_FIELDS = ("op", "in_format", "in_format_b", "out_format", "L", "F", "F2", "rho", "P",
+                "G", "scale_format", "block_size", "emax_floor", "align_round",
+                "flush_inputs", "nan_bits")
+_OP_RANK = {op: i for i, op in enumerate(("fma", "e_fdpa", "t_fdpa", "st_fdpa", "gst_fdpa",
+                                          "tr_fdpa", "gtr_fdpa", "ftz_addmul"))}
+
+
+def arith_key(sp: Spec) -> tuple:
+    """The arithmetic identity of a spec (NaN encoding normalised)."""
+    vals = []
+    for f in ARITH_FIELDS:
+        v = getattr(sp, f)
+        if f == "nan_bits":
+            v = sp.nan_encoding
+        if f == "in_format_b" and v is None:
+            v = sp.in_format
+        if f in ("F2", "align_round") and sp.op not in ("tr_fdpa", "gtr_fdpa"):
+            v = None
+        if f == "F" and sp.op in ("fma", "e_fdpa", "ftz_addmul"):
+            v = None
+        vals.append(v)
+    return tuple(vals)
+
+
+def mismatches(spec: Spec, samples: Samples, stop_at: int = 1) -> int:
+    """Number of samples the spec gets wrong (stops counting at ``stop_at``; 0: count all)."""
+    from ..ops import emulated_mm
+    bad = 0
+    arch = spec.to_string()
+    iface = samples.iface
+    for b in samples.batches:
+        D = emulated_mm(b.A, b.B, b.C, arch=arch, in_format=iface.in_format_arg,
+                        out_dtype=iface.out_dtype, scale_a=b.scale_a, scale_b=b.scale_b)
+        bad += int((output_codes(D.reshape(-1)) != b.D).sum())
+        if stop_at and bad >= stop_at:
+            return bad
+    return bad
+
+
+def survivors(candidates, samples: Samples) -> list[Spec]:
+    """The candidates reproducing every sample (duplicates by arithmetic removed)."""
+    fast = samples.split()
+    seen, out = set(), []
+    for sp in candidates:
+        k = arith_key(sp)
+        if k in seen:
+            continue
+        seen.add(k)
+        if mismatches(sp, fast) == 0:
+            out.append(sp)
+    return out
+
+
+def distance(sp: Spec, ref: Spec) -> int:
+    """Number of arithmetic fields in which two specs differ."""
+    return sum(a != b for a, b in zip(arith_key(sp), arith_key(ref)))
+
+
+def known_specs(sp_like: Spec) -> list[Spec]:
+    """Registry entries with the same input, output and scale formats."""
+    from ..registry import all_specs
+    fb = sp_like.in_format_b or sp_like.in_format
+    return [r for r in all_specs()
+            if r.in_format == sp_like.in_format and (r.in_format_b or r.in_format) == fb
+            and r.out_format == sp_like.out_format and r.scale_format == sp_like.scale_format
+            and r.block_size == sp_like.block_size]
+
+
+def closest_known(sp: Spec) -> tuple[int, Spec | None]:
+    best = (len(ARITH_FIELDS) + 1, None)
+    for r in known_specs(sp):
+        d = distance(sp, r)
+        if d < best[0]:
+            best = (d, r)
+    return best
+
+
+def rank(specs) -> list[Spec]:
+    """Closest to a known registry entry first, then simpler (lower op rank, smaller L,
+    no floor, F nearest 24)."""
+    def key(sp):
+        d, _ = closest_known(sp)
+        return (d, _OP_RANK.get(sp.op, len(OPS)), sp.L, sp.emax_floor is not None,
+                abs(sp.F - 24), sp.F2, sp.align_round != "rd")
+    return sorted(specs, key=key)
+
+
+@dataclass
+class Candidate:
+    spec: Spec
+    distance: int
+    known: Spec | None
+
+    def describe(self) -> str:
+        near = f" = {self.known.arch} {self.known.instruction}" if self.distance == 0 and \
+            self.known is not None else (f" ({self.distance} field(s) from {self.known.arch})"
+                                         if self.known is not None else "")
+        return self.spec.describe() + near
+
+
+def annotate(specs) -> list[Candidate]:
+    out = []
+    for sp in specs:
+        d, k = closest_known(sp)
+        out.append(Candidate(sp, d, k))
+    return out
+
+
+__all__ = ["arith_key", "mismatches", "survivors", "rank", "distance", "closest_known",
+           "known_specs", "annotate", "Candidate", "torch"]

@@ -1,0 +1,81 @@
+"""The model space: every Spec the registry's type can express for one interface, as a
+generator over optional restrictions (the hints that features or data provide)."""
+from __future__ import annotations
+
+from itertools import product
+
+from ..spec import NVIDIA_NAN, Spec
+from .targets import Interface
+
+POW2_L = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+F_RANGE = tuple(range(8, 41))
+KNOWN_FLOORS = (None, -133)
+OPS_UNSCALED = ("fma", "e_fdpa", "t_fdpa", "tr_fdpa", "gtr_fdpa", "ftz_addmul")
+OPS_SCALED = ("st_fdpa", "gst_fdpa")
+
+
+def rhos_for(out: str, op: str) -> tuple[str, ...]:
+    if op in ("fma", "e_fdpa", "ftz_addmul", "tr_fdpa", "gtr_fdpa"):
+        return ("rne_" + out,)
+    return {"fp32": ("rz_fp32", "rz_e8m13", "rne_fp32"), "fp16": ("rne_fp16",),
+            "fp64": ("rne_fp64",)}[out]
+
+
+def nan_choices(out: str):
+    return (None, NVIDIA_NAN[out])
+
+
+def space(iface: Interface, *, ops=None, Ls=None, Fs=None, F2s=None, rhos=None, floors=None,
+          aligns=None, nan_bits=None, Gs=None):
+    """Yield the valid Specs; each keyword restricts one dimension (None: all values)."""
+    fa, fb, out = iface.fmt_a.name, iface.fmt_b.name, iface.out.name
+    fb_arg = None if fb == fa else fb
+    all_ops = OPS_SCALED if iface.scaled else OPS_UNSCALED
+    ops = [o for o in (ops or all_ops) if o in all_ops]
+    nans = tuple(nan_bits) if nan_bits is not None else nan_choices(out)
+    Ls = tuple(Ls or POW2_L)
+    Fs = tuple(Fs or F_RANGE)
+    floors = tuple(floors) if floors is not None else KNOWN_FLOORS
+    aligns = tuple(aligns or ("rd", "rz"))
+    common = dict(in_format=fa, in_format_b=fb_arg, out_format=out,
+                  scale_format=iface.scale_format, block_size=iface.block_size)
+    wide_in = max(iface.fmt_a.bits, iface.fmt_b.bits) > 32
+    for op in ops:
+        if wide_in and op != "fma":      # the fused operations take codes of <= 32 bits
+            continue
+        op_rhos = [r for r in rhos_for(out, op) if rhos is None or r in rhos]
+        if op == "fma":
+            if fa == fb == out and out in ("fp32", "fp64"):
+                for nb in nans:
+                    yield from _make(op=op, L=1, rho=op_rhos[0] if op_rhos else None,
+                                     nan_bits=nb, **common)
+            continue
+        if op == "e_fdpa":
+            for L, nb, r in product(Ls, nans, op_rhos):
+                yield from _make(op=op, L=L, rho=r, nan_bits=nb, **common)
+            continue
+        if op == "ftz_addmul":
+            for L, nb, r in product(Ls, nans, op_rhos):
+                if L in (2, 4):
+                    yield from _make(op=op, L=L, P=L, rho=r, flush_inputs=True, nan_bits=nb,
+                                     **common)
+            continue
+        if op in ("tr_fdpa", "gtr_fdpa"):
+            for L, F, nb, r, al in product(Ls, Fs, nans, op_rhos, aligns):
+                for F2 in (F2s or range(F + 1, min(40, F + 12) + 1)):
+                    yield from _make(op=op, L=L, F=F, F2=F2, rho=r, align_round=al,
+                                     nan_bits=nb, **common)
+            continue
+        groups = Gs or ((0,) if op != "gst_fdpa" else (16, 8, 32, 4, 2))
+        for L, F, nb, r, fl, G in product(Ls, Fs, nans, op_rhos, floors, groups):
+            yield from _make(op=op, L=L, F=F, rho=r, emax_floor=fl, nan_bits=nb,
+                             G=G if op == "gst_fdpa" else 0, **common)
+
+
+def _make(**kw):
+    if kw.get("rho") is None:
+        return
+    try:
+        yield Spec(arch="custom", **kw)
+    except ValueError:
+        return
