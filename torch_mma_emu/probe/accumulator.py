@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from .context import Ctx, pred
+from .context import Ctx, num, pred
 
 
 def products_exact(ctx: Ctx):
@@ -123,8 +123,9 @@ def monotonicity(ctx: Ctx):
         o1, o2 = ctx.run([v1, v2])
         if o1.value > o2.value:
             return ctx.add("monotonic", False,
-                           f"c = {c1!r} gives {o1.value!r} but the larger c = {c2!r} gives "
-                           f"{o2.value!r} (with {m} products {eps!r})", [(v1, o1), (v2, o2)])
+                           f"c = {num(c1)} gives {num(o1.value)} but the larger c = {num(c2)} "
+                           f"gives {num(o2.value)} (with {m} products {num(eps)})",
+                           [(v1, o1), (v2, o2)])
         return ctx.add("monotonic", True,
                        f"no violation: pred(2**E) and 2**E plus {m} products 2**(E-1-F)",
                        [(v1, o1), (v2, o2)])

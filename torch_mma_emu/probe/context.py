@@ -21,7 +21,7 @@ class Ctx:
         self.iface = target.iface
         self.fa, self.fb, self.out = self.iface.fmt_a, self.iface.fmt_b, self.iface.out
         self.p_out = self.out.man_bits + 1
-        self.report = FeatureReport(target.describe(), self.iface.describe())
+        self.report = FeatureReport(target.label, self.iface.describe())
         # operands may be subnormal once the target is known to keep subnormal inputs
         self.normal = True
 
@@ -100,4 +100,26 @@ def as_frac(x) -> Fraction:
     return Fraction(x)
 
 
-__all__ = ["Ctx", "Interval", "ulp", "pred", "as_frac"]
+def num(x: float) -> str:
+    """A probe value for humans: 2**k, m*2**k for short odd m, else repr."""
+    if x == 0 or not math.isfinite(x):
+        return repr(x)
+    n, d = abs(x).as_integer_ratio()
+    tz = (n & -n).bit_length() - 1
+    m, k = n >> tz, tz - (d.bit_length() - 1)
+    sign = "-" if x < 0 else ""
+    if m == 1:
+        return f"{sign}2**{k}"
+    if -8 <= k <= 8 and m < 4096:
+        return repr(x)
+    if m < 1 << 12:
+        return f"{sign}{m}*2**{k}"
+    # near a power of two: 2**e - m'*2**k
+    e = k + m.bit_length()
+    rest = (1 << (e - k)) - m
+    if 0 < rest < 1 << 12:
+        return f"{sign}(2**{e} - {num(float(rest) * 2.0 ** k)})"
+    return repr(x)
+
+
+__all__ = ["Ctx", "Interval", "ulp", "pred", "as_frac", "num"]

@@ -108,11 +108,15 @@ class Candidate:
     spec: Spec
     distance: int
     known: Spec | None
+    same_as: tuple = ()            # archs whose registry entry has this arithmetic
 
     def describe(self) -> str:
-        near = f" = {self.known.arch} {self.known.instruction}" if self.distance == 0 and \
-            self.known is not None else (f" ({self.distance} field(s) from {self.known.arch})"
-                                         if self.known is not None else "")
+        if self.distance == 0 and self.same_as:
+            near = " = registry " + ", ".join(self.same_as)
+        elif self.known is not None:
+            near = f" ({self.distance} field(s) from registry {self.known.arch})"
+        else:
+            near = ""
         return self.spec.describe() + near
 
 
@@ -120,7 +124,8 @@ def annotate(specs) -> list[Candidate]:
     out = []
     for sp in specs:
         d, k = closest_known(sp)
-        out.append(Candidate(sp, d, k))
+        same = tuple(dict.fromkeys(r.arch for r in known_specs(sp) if distance(sp, r) == 0))
+        out.append(Candidate(sp, d, k, same))
     return out
 
 

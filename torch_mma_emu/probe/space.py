@@ -55,6 +55,8 @@ def space(iface: Interface, *, ops=None, Ls=None, Fs=None, F2s=None, rhos=None, 
                 yield from _make(op=op, L=L, rho=r, nan_bits=nb, **common)
             continue
         if op == "ftz_addmul":
+            if out != "fp32":           # AMD CDNA2: FTZ-Add/Mul accumulate in fp32 only
+                continue
             for L, nb, r in product(Ls, nans, op_rhos):
                 if L in (2, 4):
                     yield from _make(op=op, L=L, P=L, rho=r, flush_inputs=True, nan_bits=nb,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .context import Ctx, ulp
+from .context import Ctx, num, ulp
 from .vectors import fits, max_finite
 
 INF, NAN = math.inf, math.nan
@@ -68,7 +68,7 @@ def overflow(ctx: Ctx):
         if o.value == M:
             return ctx.add("overflow", "saturates", "max + ulp(max) -> max", [(v, o)])
         return ctx.add("overflow", None, f"max + ulp(max) -> {o.value!r}", [(v, o)])
-    return ctx.add("overflow", None, f"products cannot reach ulp(max) = {u!r}")
+    return ctx.add("overflow", None, f"products cannot reach ulp(max) = {num(u)}")
 
 
 def product_overflow(ctx: Ctx):

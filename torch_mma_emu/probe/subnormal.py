@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .context import Ctx
+from .context import Ctx, num
 from .vectors import fits, max_finite
 
 
@@ -45,7 +45,7 @@ def subnormal_inputs(ctx: Ctx):
     if all(kept):
         ctx.normal = False
         return ctx.add("subnormal_inputs", True,
-                       f"{vecs[0].a[0]!r} * {vecs[0].b[0]!r} -> {outs[0].value!r}", ev)
+                       f"{num(vecs[0].a[0])} * {num(vecs[0].b[0])} -> {num(outs[0].value)}", ev)
     if all(k or f for k, f in zip(kept, flushed)) and any(flushed):
         sides = sorted({v.note for v, f in zip(vecs, flushed) if f})
         return ctx.add("subnormal_inputs", False, "flushed to zero: " + ", ".join(sides), ev)
@@ -82,7 +82,7 @@ def subnormal_accumulation(ctx: Ctx):
     v = ctx.runner.raw([0.0], [0.0], c)
     o = ctx.run([v])[0]
     if o == c:
-        return ctx.add("subnormal_accumulation", True, f"c = {c!r} passes through", [(v, o)])
+        return ctx.add("subnormal_accumulation", True, f"c = {num(c)} passes through", [(v, o)])
     if o.value == 0:
-        return ctx.add("subnormal_accumulation", False, f"c = {c!r} flushed to 0", [(v, o)])
-    return ctx.add("subnormal_accumulation", None, f"c = {c!r} -> {o.value!r}", [(v, o)])
+        return ctx.add("subnormal_accumulation", False, f"c = {num(c)} flushed to 0", [(v, o)])
+    return ctx.add("subnormal_accumulation", None, f"c = {num(c)} -> {num(o.value)}", [(v, o)])

@@ -1,0 +1,206 @@
+"""``fit(samples, in_format, out_dtype)``: the specs of the model space that reproduce every
+recorded sample, best first - for data recorded on a device one cannot access.
+
+The search reads a few features off the data first (the lengths K, NaN outputs, how low the
+alignment exponent goes, whether results are ever larger than the exact value), collapses
+the dimensions the data provably cannot see, enumerates the rest with cheap early
+rejection, and ranks what fits by closeness to known registry entries, then simplicity.
+What the data cannot tell is said in ``result.undetermined`` and shows as ties.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from ..spec import Spec
+from . import search, space
+from .samples import Samples, from_arrays, load
+from .targets import values_of
+
+
+@dataclass
+class DataFeatures:
+    samples: int
+    ks: list
+    nan_outputs: bool
+    min_emax: int | None            # lowest alignment exponent any sample reaches
+    exact_rn: bool                  # every d is the exact sum rounded to nearest
+
+    def describe(self) -> str:
+        return (f"{self.samples} samples, K = {', '.join(map(str, self.ks))}; "
+                f"{'some' if self.nan_outputs else 'no'} NaN outputs; lowest alignment "
+                f"exponent 2**{self.min_emax}; "
+                + ("every result is the exact sum rounded to nearest" if self.exact_rn
+                   else "results are not all the exact sum rounded to nearest"))
+
+
+def data_features(samples: Samples) -> DataFeatures:
+    iface = samples.iface
+    nan_out = False
+    min_emax = None
+    rn = True
+    odt = iface.out_dtype
+    for b in samples.batches:
+        a = values_of(b.A[:, 0, :], iface.fmt_a)
+        bb = values_of(b.B[:, :, 0], iface.fmt_b)
+        c = b.C.reshape(-1).to(torch.float64)
+        if b.scale_a is not None:
+            continue
+        d = _decode(b.D, odt)
+        nan_out |= bool(torch.isnan(d).any())
+        # exponent of the largest term: products' exponents add, c's is its own
+        ea = torch.frexp(a)[1] - 1
+        eb = torch.frexp(bb)[1] - 1
+        ep = torch.where((a != 0) & (bb != 0), ea + eb, torch.full_like(ea, -10 ** 6))
+        ec = torch.where(c != 0, torch.frexp(c)[1] - 1, torch.full_like(ea[:, 0], -10 ** 6))
+        em = torch.maximum(ep.max(dim=1).values, ec)
+        em = em[em > -10 ** 6]
+        if em.numel():
+            m = int(em.min())
+            min_emax = m if min_emax is None else min(min_emax, m)
+        for i in range(a.shape[0]):
+            di = float(d[i])
+            if not math.isfinite(di):
+                continue
+            row = [float(x) * float(y) for x, y in zip(a[i], bb[i])] + [float(c[i])]
+            if not all(math.isfinite(x) for x in row):
+                continue
+            ex = math.fsum(row)
+            if rn and torch.tensor(ex, dtype=torch.float64).to(odt).item() != di:
+                rn = False
+    return DataFeatures(len(samples), samples.ks, nan_out, min_emax, rn)
+
+
+def _decode(codes: torch.Tensor, dtype) -> torch.Tensor:
+    view = {torch.float16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
+    return codes.to(view[dtype]).view(dtype).to(torch.float64)
+
+
+@dataclass
+class FitResult:
+    candidates: list                      # search.Candidate, best first
+    features: DataFeatures
+    undetermined: list = field(default_factory=list)
+    checked: int = 0
+    seconds: float = 0.0
+    source: str = ""
+
+    @property
+    def specs(self) -> list[Spec]:
+        return [c.spec for c in self.candidates]
+
+    @property
+    def best(self) -> Spec | None:
+        return self.candidates[0].spec if self.candidates else None
+
+    def describe(self, limit: int = 12) -> str:
+        lines = [f"{self.source}: {self.features.describe()}",
+                 f"{self.checked} candidate specs checked in {self.seconds:.1f} s; "
+                 f"{len(self.candidates)} reproduce every sample"]
+        for i, c in enumerate(self.candidates[:limit]):
+            lines.append(f"  {i + 1}. {c.describe()}")
+        if len(self.candidates) > limit:
+            lines.append(f"  ... {len(self.candidates) - limit} more")
+        lines += [f"  the data cannot tell: {u}" for u in self.undetermined]
+        return "\n".join(lines)
+
+
+def _as_samples(samples, in_format, out_dtype) -> Samples:
+    if isinstance(samples, Samples):
+        return samples
+    if isinstance(samples, (str,)) or hasattr(samples, "__fspath__"):
+        return load(samples, in_format, out_dtype)
+    if isinstance(samples, dict):
+        return from_arrays(samples["a"], samples["b"], samples["c"], samples["d"], in_format,
+                           out_dtype)
+    if isinstance(samples, (tuple, list)) and len(samples) == 4:
+        return from_arrays(*samples, in_format, out_dtype)
+    raise TypeError("samples must be a probe Samples, a path to an .npz with arrays a, b, c, "
+                    "d, a dict of those arrays, or a tuple (a, b, c, d)")
+
+
+def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None = None) -> FitResult:
+    """The specs reproducing every sample ``(a, b, c, d)``, best first.
+
+    ``samples``: a path to an ``.npz`` (arrays a (S, K), b (S, K), c (S,), d (S,) - uint32
+    fp32 bit patterns or float values), a dict or tuple of those arrays, or
+    :class:`~torch_mma_emu.probe.samples.Samples`.  ``in_format``/``out_dtype`` name the
+    types (read from index.json for files of tests/data/hwdata).  ``ops`` restricts the op
+    kinds searched.
+    """
+    t0 = time.perf_counter()
+    s = _as_samples(samples, in_format, out_dtype)
+    iface = s.iface
+    feats = data_features(s)
+    kmax = max(s.ks)
+    undetermined = []
+    Ls = [L for L in space.POW2_L if L < kmax] + [kmax]
+    undetermined.append(f"the fused length beyond K: L = {kmax} stands for every L >= {kmax}"
+                        " (each sample is one fused operation then)")
+    nan_bits = [None]
+    if not feats.nan_outputs:
+        undetermined.append("the NaN encoding (no NaN in the data)")
+    floors = list(space.KNOWN_FLOORS)
+    if feats.min_emax is None or all(f is None or feats.min_emax >= f
+                                     for f in space.KNOWN_FLOORS):
+        floors = [None]
+        undetermined.append("a lower cap of the alignment exponent at -133: no sample aligns "
+                            f"below 2**{feats.min_emax}")
+    nans = [None, *space.nan_choices(iface.out.name)[1:]] if feats.nan_outputs else nan_bits
+    gen = space.space(iface, ops=ops, Ls=Ls, floors=floors, nan_bits=nans)
+    cands = list(gen)
+    # likely models first: correctly rounded data points at exact sums (E-FDPA, FMA)
+    def prior(sp):
+        exact = sp.op in ("e_fdpa", "fma")
+        return (0 if exact == feats.exact_rn else 1, search._OP_RANK.get(sp.op, 9))
+    cands.sort(key=prior)
+    found = search.survivors(cands, s)
+    found = [_complete(sp, feats, kmax) for sp in found]
+    ranked = search.annotate(search.rank(_dedupe(found)))
+    if limit:
+        ranked = ranked[:limit]
+    return FitResult(ranked, feats, undetermined, len(cands), time.perf_counter() - t0,
+                     s.source)
+
+
+def _complete(sp: Spec, feats: DataFeatures, kmax: int) -> Spec:
+    """Fill the dimensions the data cannot see from the closest known spec (a registry
+    entry for these formats), when that entry agrees with everything the data shows."""
+    best = None
+    for r in search.known_specs(sp):
+        if r.op != sp.op or r.F != sp.F or r.rho != sp.rho or r.F2 != sp.F2 or \
+                r.align_round != sp.align_round or r.P != sp.P or r.G != sp.G:
+            continue
+        if not (r.L == sp.L or (sp.L == kmax and r.L >= kmax)):
+            continue
+        if r.emax_floor != sp.emax_floor and sp.emax_floor is not None:
+            continue
+        best = r
+        break
+    if best is None:
+        return sp
+    ch = {}
+    if sp.L == kmax and best.L >= kmax:
+        ch["L"] = best.L
+    if sp.emax_floor is None and best.emax_floor is not None and \
+            (feats.min_emax is None or feats.min_emax >= best.emax_floor):
+        ch["emax_floor"] = best.emax_floor
+    if not feats.nan_outputs:
+        ch["nan_bits"] = best.nan_bits
+    return sp.replace(**ch) if ch else sp
+
+
+def _dedupe(specs):
+    seen, out = set(), []
+    for sp in specs:
+        k = search.arith_key(sp)
+        if k not in seen:
+            seen.add(k)
+            out.append(sp)
+    return out
+
+
+__all__ = ["fit", "FitResult", "DataFeatures", "data_features"]
