@@ -65,3 +65,14 @@ def test_custom_fast_specs_match(checker):
               base.replace(emax_floor=-20), base.replace(F=24, L=8)]
     res, err = run(checker, [f"5000 7 " + " ".join(map(str, s.to_params())) for s in custom])
     assert all(r is not None and r[1] == 0 for r in res), (res, err)
+
+
+def test_fixed_output_formats_of_the_cuda_kernel_match_formats_py():
+    # csrc/cuda/gemm_cuda.cu fixes these FormatDesc values in its specialised fast kernels
+    # (kFp32Desc, kFp16Desc); the host falls back to the generic kernel when they differ,
+    # so a change here costs speed, not bits: keep them in step.
+    from torch_mma_emu.spec import Spec
+    for out, rho, want in (("fp32", "rz_fp32", [2, 8, 23, 127, 0, 1, 0]),
+                           ("fp16", "rne_fp16", [5, 5, 10, 15, 0, 1, 0])):
+        p = Spec(op="t_fdpa", in_format="fp16", out_format=out, L=16, F=25, rho=rho).to_params()
+        assert p[14 + 14:14 + 21] == want

@@ -166,18 +166,34 @@ __device__ __forceinline__ void load_chunk(const int32_t* src, int32_t (&dst)[L]
   }
 }
 
-template <int L, bool WIDE>
+// The IEEE output formats of the NVIDIA t_fdpa rows (formats.py: fp32, fp16).
+constexpr FormatDesc kFp32Desc{2, 8, 23, 127, kIeee, 1, 0};
+constexpr FormatDesc kFp16Desc{5, 5, 10, 15, kIeee, 1, 0};
+
+inline bool same_desc(const FormatDesc& x, const FormatDesc& y) {
+  return x.code == y.code && x.ebits == y.ebits && x.mbits == y.mbits && x.bias == y.bias &&
+         x.nan_style == y.nan_style && x.is_signed == y.is_signed && x.container == y.container;
+}
+
+// RHO >= 0: the host checked P.rho == RHO and P.fo == the matching IEEE format, so fixing
+// them as constants changes no value; it lets the compiler fold the decoding of the
+// accumulator and the final conversion (the per-chunk cost).  RHO < 0: read from P.
+template <int L, bool WIDE, int RHO>
 __global__ void __launch_bounds__(kThreads)
-fast_tfdpa_kernel(Params P, int32_t G, Planes A, Planes B, DView3 c, int64_t b0, int64_t nb,
+fast_tfdpa_kernel(Params P0, int32_t G, Planes A, Planes B, DView3 c, int64_t b0, int64_t nb,
                   int64_t M, int64_t N, int K, uint8_t* out, int oes) {
   static_assert(kKT % L == 0 && L % 4 == 0, "chunk length must tile kKT");
   __shared__ __align__(16) int32_t sAs[kBM][kLd];
   __shared__ __align__(16) int32_t sAe[kBM][kLd];
   __shared__ __align__(16) int32_t sBs[kBN][kLd];
   __shared__ __align__(16) int32_t sBe[kBN][kLd];
+  Params P = P0;
+  P.op = kTFdpa;  // as in generic_kernel: the special-value path needs only t_fdpa
+  if constexpr (RHO >= 0) {
+    P.rho = RHO;
+    P.fo = RHO == kRneFp16 ? kFp16Desc : kFp32Desc;
+  }
   const OutFmt o = out_fmt(P.rho);
-  Params Q = P;
-  Q.op = kTFdpa;  // as in generic_kernel: the special-value path needs only t_fdpa
   const int tx = threadIdx.x % kFT, ty = threadIdx.x / kFT;
   const int64_t tm = (M + kBM - 1) / kBM, tn = (N + kBN - 1) / kBN;
   const int64_t tiles = nb * tm * tn;
@@ -230,7 +246,7 @@ fast_tfdpa_kernel(Params P, int32_t G, Planes A, Planes B, DView3 c, int64_t b0,
               const int64_t i = i0 + ty + kFT * r, j = j0 + tx + kFT * q;
               const Chunk ch{A.row(b, i).shifted(k0), B.row(b, j).shifted(k0), imin(L, K - k0),
                              k0, nullptr, nullptr};
-              acc[r][q] = uint32_t(fused_op(Q, o, ch, acc[r][q], true));
+              acc[r][q] = uint32_t(fused_op(P, o, ch, acc[r][q], true));
             } else {
               int32_t bs[L], be[L];
               load_chunk<L>(&sBs[tx + kFT * q][kc], bs);
@@ -334,17 +350,40 @@ void launch_generic(const Params& P, const Planes& A, const Planes& B, const Sca
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
+// Instantiations with the output conversion fixed (the registry's hot rows): sm80/sm89 and
+// sm90 tf32 (L = 8), sm90 fp16/bf16 (L = 16), sm89 / sm90 fp8 (L = 16 / 32, E8M13 or fp16).
+constexpr bool has_fixed(int L, int rho) {
+  return (rho == kRzFp32 && (L == 8 || L == 16)) || (rho == kRzE8m13 && (L == 16 || L == 32)) ||
+         (rho == kRneFp16 && (L == 8 || L == 16 || L == 32));
+}
+
+template <int L, bool WIDE, int RHO>
+void launch_fast_kernel(const Params& P, const FastTfdpa& f, const Planes& A, const Planes& B,
+                        const DView3& c, int64_t b0, int64_t nb, int64_t M, int64_t N, int K,
+                        uint8_t* out, int oes, cudaStream_t stream) {
+  const int64_t tiles = nb * ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(tiles, kMaxBlocks));
+  fast_tfdpa_kernel<L, WIDE, RHO><<<blocks, kThreads, 0, stream>>>(P, f.G, A, B, c, b0, nb, M, N,
+                                                                   K, out, oes);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
 template <int L>
 void launch_fast(const Params& P, const FastTfdpa& f, const Planes& A, const Planes& B,
                  const DView3& c, int64_t b0, int64_t nb, int64_t M, int64_t N, int K,
                  uint8_t* out, int oes, cudaStream_t stream) {
-  const int64_t tiles = nb * ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);
-  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(tiles, kMaxBlocks));
-  if (f.wide)
-    fast_tfdpa_kernel<L, true><<<blocks, kThreads, 0, stream>>>(P, f.G, A, B, c, b0, nb, M, N, K, out, oes);
-  else
-    fast_tfdpa_kernel<L, false><<<blocks, kThreads, 0, stream>>>(P, f.G, A, B, c, b0, nb, M, N, K, out, oes);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  const bool std_out = (P.rho == kRneFp16) ? same_desc(P.fo, kFp16Desc)
+                       : (P.rho == kRzFp32 || P.rho == kRzE8m13) ? same_desc(P.fo, kFp32Desc)
+                                                                  : false;
+  const int rho = (!f.wide && std_out) ? P.rho : -1;
+  if constexpr (has_fixed(L, kRzFp32))
+    if (rho == kRzFp32) return launch_fast_kernel<L, false, kRzFp32>(P, f, A, B, c, b0, nb, M, N, K, out, oes, stream);
+  if constexpr (has_fixed(L, kRzE8m13))
+    if (rho == kRzE8m13) return launch_fast_kernel<L, false, kRzE8m13>(P, f, A, B, c, b0, nb, M, N, K, out, oes, stream);
+  if constexpr (has_fixed(L, kRneFp16))
+    if (rho == kRneFp16) return launch_fast_kernel<L, false, kRneFp16>(P, f, A, B, c, b0, nb, M, N, K, out, oes, stream);
+  if (f.wide) launch_fast_kernel<L, true, -1>(P, f, A, B, c, b0, nb, M, N, K, out, oes, stream);
+  else launch_fast_kernel<L, false, -1>(P, f, A, B, c, b0, nb, M, N, K, out, oes, stream);
 }
 
 void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
