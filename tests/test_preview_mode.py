@@ -485,3 +485,76 @@ def test_fp8_tensors_on_an_arch_without_fp8_raise():
         with pytest.raises(ValueError, match="sm80 has no fp8_e4m3"):
             torch._scaled_mm(A, B, torch.tensor(1.0), torch.tensor(1.0),
                              out_dtype=torch.bfloat16)
+
+
+# ------------------------------------------------------------------------ every routed overload
+
+def _gemm_calls(A, B, A3, B3, C, C3):
+    f32 = torch.float32
+    o2 = lambda: torch.empty(0, dtype=A.dtype)           # noqa: E731
+    o3 = lambda: torch.empty(0, dtype=A.dtype)           # noqa: E731
+    return {
+        "aten.mm.default": (lambda: aten.mm.default(A, B), lambda acc2, acc3: acc2.to(A.dtype)),
+        "aten.mm.out": (lambda: aten.mm.out(A, B, out=o2()), lambda a2, a3: a2.to(A.dtype)),
+        "aten.mm.dtype": (lambda: aten.mm.dtype(A, B, f32), lambda a2, a3: a2),
+        "aten.mm.dtype_out": (lambda: aten.mm.dtype_out(A, B, f32, out=torch.empty(0)),
+                              lambda a2, a3: a2),
+        "aten.addmm.default": (lambda: aten.addmm.default(C, A, B, beta=2, alpha=0.5),
+                               lambda a2, a3: (a2 * 0.5 + C.float() * 2).to(A.dtype)),
+        "aten.addmm.out": (lambda: aten.addmm.out(C, A, B, out=o2()),
+                           lambda a2, a3: (a2 + C.float()).to(A.dtype)),
+        "aten.addmm.dtype": (lambda: aten.addmm.dtype(C, A, B, f32), lambda a2, a3: a2 + C.float()),
+        "aten.addmm.dtype_out": (lambda: aten.addmm.dtype_out(C, A, B, f32, out=torch.empty(0)),
+                                 lambda a2, a3: a2 + C.float()),
+        "aten.addmm_.default": (lambda: aten.addmm_.default(C.clone(), A, B),
+                                lambda a2, a3: (a2 + C.float()).to(A.dtype)),
+        "aten.bmm.default": (lambda: aten.bmm.default(A3, B3), lambda a2, a3: a3.to(A.dtype)),
+        "aten.bmm.out": (lambda: aten.bmm.out(A3, B3, out=o3()), lambda a2, a3: a3.to(A.dtype)),
+        "aten.bmm.dtype": (lambda: aten.bmm.dtype(A3, B3, f32), lambda a2, a3: a3),
+        "aten.bmm.dtype_out": (lambda: aten.bmm.dtype_out(A3, B3, f32, out=torch.empty(0)),
+                               lambda a2, a3: a3),
+        "aten.baddbmm.default": (lambda: aten.baddbmm.default(C3, A3, B3, alpha=3),
+                                 lambda a2, a3: (a3 * 3 + C3.float()).to(A.dtype)),
+        "aten.baddbmm.out": (lambda: aten.baddbmm.out(C3, A3, B3, out=o3()),
+                             lambda a2, a3: (a3 + C3.float()).to(A.dtype)),
+        "aten.baddbmm.dtype": (lambda: aten.baddbmm.dtype(C3, A3, B3, f32),
+                               lambda a2, a3: a3 + C3.float()),
+        "aten.baddbmm.dtype_out": (lambda: aten.baddbmm.dtype_out(C3, A3, B3, f32,
+                                                                  out=torch.empty(0)),
+                                   lambda a2, a3: a3 + C3.float()),
+        "aten.baddbmm_.default": (lambda: aten.baddbmm_.default(C3.clone(), A3, B3),
+                                  lambda a2, a3: (a3 + C3.float()).to(A.dtype)),
+    }
+
+
+def test_every_gemm_overload_equals_emulated_mm():
+    from torch_mma_emu.preview import ROUTED_OPS
+    A, B = rnd(3, 40), rnd(40, 5, seed=1)
+    A3, B3 = rnd(2, 3, 40, seed=2), rnd(2, 40, 5, seed=3)
+    C, C3 = rnd(3, 5, seed=4), rnd(2, 3, 5, seed=5)
+    acc2, acc3 = emm(A, B, arch="gfx942"), emm(A3, B3, arch="gfx942")
+    calls = _gemm_calls(A, B, A3, B3, C, C3)
+    gemm_ops = {op for op in ROUTED_OPS if op.split(".")[1] in
+                ("mm", "addmm", "bmm", "baddbmm", "addmm_", "baddbmm_")}
+    assert gemm_ops == set(calls)
+    for op, (call, expect) in calls.items():
+        with emulate("gfx942", record=True) as em:
+            got = call()
+        assert [r.op for r in em.records] == [op]
+        assert same(got, expect(acc2, acc3)), op
+
+
+def test_convolution_out_and_scaled_mm_out_overloads():
+    x = rnd(1, 2, 5, 5)
+    w = rnd(3, 2, 3, 3, seed=1)
+    A8 = rnd(4, 32, seed=2).to(torch.float8_e4m3fn)
+    B8 = rnd(6, 32, seed=3).to(torch.float8_e4m3fn).t()
+    one = torch.tensor(1.0)
+    with emulate("sm89", record=True) as em:
+        y = torch.ops.aten.convolution.out(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1,
+                                           out=torch.empty(0, dtype=torch.bfloat16))
+        d = torch.ops.aten._scaled_mm.out(A8, B8, one, one, out_dtype=torch.float32,
+                                          out=torch.empty(0))
+    assert same(y, _conv_ref(x, w, None, 1, 0, 1, 1, "sm89"))
+    assert same(d, emm(A8, B8, arch="sm89"))
+    assert [r.op for r in em.records] == ["aten.convolution.out", "aten._scaled_mm.out"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import itertools
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -70,10 +69,6 @@ class Run:
         gpus = ARCHS[self.arch].gpus
         return f"{self.arch} ({gpus[0]})"
 
-    @property
-    def time_ratio(self) -> float:
-        return self.seconds / self.native_seconds
-
 
 @dataclass
 class PreviewResult:
@@ -102,12 +97,13 @@ def _cast_inputs(inputs, dtype):
 
 
 def _timed(fn, repeat: int) -> float:
+    """Best of ``repeat`` runs (the least disturbed by other work on a shared machine)."""
     times = []
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return min(times)
 
 
 def preview_model(model: nn.Module, inputs: Sequence[torch.Tensor], layers: Sequence[str],
@@ -125,19 +121,17 @@ def preview_model(model: nn.Module, inputs: Sequence[torch.Tensor], layers: Sequ
     ref_seconds = time.perf_counter() - t0
     runs = runs_for(archs, formats)
     models = {}
-    natives = {}
     for run in runs:
         dt = _DTYPE[run.fmt]
         if dt not in models:
             models[dt] = copy.deepcopy(model).to(dt)
+            capture(models[dt], layers, *_cast_inputs(inputs, dt))   # warm-up
         m, x = models[dt], _cast_inputs(inputs, dt)
-        if dt not in natives:  # native forward of this dtype: warm up, then time
-            capture(m, layers, *x)
-            natives[dt] = _timed(lambda: capture(m, layers, *x), repeat)
-        run.native_seconds = natives[dt]
+        # the native forward of this dtype is timed next to each emulated one
+        run.native_seconds = _timed(lambda: capture(m, layers, *x), repeat)
         if run.arch == "native":
             run.outputs = capture(m, layers, *x)
-            run.seconds = natives[dt]
+            run.seconds = run.native_seconds
         else:
             say(f"{run.fmt:5s} {run.arch}")
             with emulate(run.arch, **run.options) as em:
