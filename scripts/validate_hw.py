@@ -1,7 +1,12 @@
 #!/usr/bin/env python
 """Live validation on a CUDA GPU: the emulator against this GPU's own matrix units.
 
-One command on a bare GPU machine (builds the extension for this GPU, about 10 minutes in all):
+One command on a bare GPU machine (builds the extension for this GPU, runs this script and the
+GPU tests; about 10 minutes in all):
+
+    bash scripts/validate_hw.sh [options of this script]
+
+or by hand:
 
     TORCH_CUDA_ARCH_LIST=9.0a bash scripts/build_ext.sh      # 9.0a: wgmma; 8.0 / 8.9 elsewhere
     python scripts/validate_hw.py --out /tmp/validate          # writes docs/hardware/<GPU>.md
@@ -337,13 +342,9 @@ def part_bench(args, dev):
     A32 = torch.randn(n, n, device=dev, generator=g)
     B32 = torch.randn(n, n, device=dev, generator=g)
     A, B = A32.half(), B32.half()
-    old = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        t_emu = best_time(lambda: tme.emulated_mm(A, B, arch=args.bench_arch), args.reps)
+    t_emu = best_time(lambda: tme.emulated_mm(A, B, arch=args.bench_arch), args.reps)
+    with native._tf32(False):  # the reference: fp32 torch.matmul without TF32
         t_ref = best_time(lambda: torch.matmul(A32, B32), args.reps)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = old
     macs = n ** 3
     return dict(arch=args.bench_arch, size=n, model=tme.spec(args.bench_arch, "fp16").describe(),
                 emulated_macs=macs / t_emu, fp32_matmul_macs=macs / t_ref,

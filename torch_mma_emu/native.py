@@ -151,7 +151,17 @@ def _flat3(t, batch, r, c):
 
 @contextmanager
 def _tf32(enabled: bool):
+    """cuBLAS fp32 GEMMs with TF32 on or off for the duration (new API where torch has it:
+    mixing it with the legacy allow_tf32 flag raises)."""
     m = torch.backends.cuda.matmul
+    if hasattr(m, "fp32_precision"):
+        old = m.fp32_precision
+        m.fp32_precision = "tf32" if enabled else "ieee"
+        try:
+            yield
+        finally:
+            m.fp32_precision = old
+        return
     old = m.allow_tf32
     m.allow_tf32 = enabled
     try:
