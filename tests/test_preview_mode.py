@@ -478,6 +478,21 @@ def test_bad_options_raise_clear_errors(kwargs, exc, match):
         emulate(**kwargs)
 
 
+def test_scaled_mm_mixed_fp8_rowwise_scales():
+    g = torch.Generator().manual_seed(1)
+    A = torch.randn(4, 64, generator=g).to(torch.float8_e5m2)
+    B = torch.randn(8, 64, generator=g).to(torch.float8_e4m3fn).t()
+    sa = torch.rand(4, 1, generator=g) + 0.5
+    sb = torch.rand(1, 8, generator=g) + 0.5
+    bias = torch.randn(8, generator=g).to(torch.bfloat16)
+    with emulate("sm90", record=True) as em:
+        D = torch._scaled_mm(A, B, sa, sb, bias=bias, out_dtype=torch.bfloat16)
+    ref = (emm(A, B) * (sa * sb) + bias.float()).to(torch.bfloat16)
+    assert same(D, ref) and em.records[0].format == "fp8_e5m2 x fp8_e4m3"
+    with pytest.raises(ValueError, match="'auto' or 'native'"):
+        emulate("sm90", formats={"scaled_mm": "bf16"})
+
+
 def test_fp8_tensors_on_an_arch_without_fp8_raise():
     A = rnd(4, 32).to(torch.float8_e4m3fn)
     B = rnd(32, 4, seed=1).to(torch.float8_e4m3fn)

@@ -303,7 +303,7 @@ class EmulateMode(TorchDispatchMode):
         A, B = a["self"], a["mat2"]
         plan = self._plan("scaled_mm", A, B, _phase())
         sa, sb = a["scale_a"], a["scale_b"]
-        if (plan.native or A.dtype != B.dtype or plan.cast is not None
+        if (plan.native or plan.cast is not None
                 or sa.dtype != torch.float32 or sb.dtype != torch.float32
                 or a.get("scale_result") is not None):
             self._note(func, "scaled_mm", "native", [A.shape, B.shape],

@@ -119,6 +119,15 @@ def _has(arch: str, fmt: str, out: str = "fp32") -> bool:
         return False
 
 
+@lru_cache(maxsize=256)
+def _has_pair(arch: str, fa: str, fb: str) -> bool:
+    try:
+        registry_spec(arch, fa, "fp32", in_format_b=fb)
+        return True
+    except ValueError:
+        return False
+
+
 def _supported(arch: str) -> list[str]:
     return [f for f in FORMAT_CHOICES if _has(arch, f, "fp64" if f == "fp64" else "fp32")]
 
@@ -188,6 +197,9 @@ class Policy:
             if val in SPECIAL_CHOICES:
                 out[key] = val
                 continue
+            if key == "scaled_mm":
+                raise ValueError("formats['scaled_mm'] takes 'auto' or 'native' (its fp8 "
+                                 "operands and scales fix the format)")
             try:
                 name = get_format(val).name
             except ValueError:
@@ -214,8 +226,16 @@ class Policy:
         choice = self.choice(kind)
         if choice == "native":
             return NATIVE
-        if a_dtype != b_dtype or a_dtype not in _FLOAT_DTYPES:
-            return NATIVE  # PyTorch raises its own error or runs an integer product
+        if a_dtype != b_dtype:
+            fa, fb = _FLOAT_DTYPES.get(a_dtype), _FLOAT_DTYPES.get(b_dtype)
+            if fa in FP8 and fb in FP8 and choice == "auto" and self.spec is None:
+                if not _has_pair(self.arch, fa, fb):  # e.g. e4m3 x e5m2 (fp8 training)
+                    raise ValueError(f"emulate: {self.arch} has no instruction for {fa} x "
+                                     f"{fb} inputs")
+                return Plan(self.arch, f"{fa} x {fb}")
+            return NATIVE  # PyTorch raises its own error for mixed dtypes
+        if a_dtype not in _FLOAT_DTYPES:
+            return NATIVE  # an integer product
         own = _FLOAT_DTYPES[a_dtype]
         if self.spec is not None:
             return self._spec_plan(own)
