@@ -116,3 +116,21 @@ def test_block_k_leaves_no_all_zero_instruction():
             r = K % bk
             if r and bk > max(ik, 16):
                 assert -(-r // ik) * ik == bk
+
+
+def test_native_mm_triton_backend_glue(monkeypatch):
+    from torch_mma_emu import native
+    monkeypatch.setattr(native, "_need_cuda", lambda *a: None)
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(2, 1, 20, 40, generator=g).half()
+    B = torch.randn(3, 40, 9, generator=g).half()
+    C = torch.randn(9, generator=g)
+    for mode in ("chain", "epilogue"):
+        D = native.native_mm(A, B, C, backend="triton", c_mode=mode)
+        assert D.shape == (2, 3, 20, 9) and D.dtype == torch.float32
+        assert torch.allclose(D.double(), ref(A, B, C), rtol=1e-4, atol=1e-4)
+    A32 = torch.randn(20, 40, generator=g)
+    D = native.native_mm(A32, A32.t(), backend="triton", in_format="tf32")
+    assert torch.allclose(D.double(), ref(A32, A32.t(), None), rtol=1e-3, atol=1e-3)
+    with pytest.raises(ValueError, match="fp64"):
+        native.native_mm(A32.double(), A32.t().double(), backend="triton")
