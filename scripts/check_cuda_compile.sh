@@ -49,15 +49,26 @@ if [ ${#SRCS[@]} -eq 0 ]; then
   echo "[check_cuda_compile] no CUDA sources"
   exit 0
 fi
-fail=0
-for src in "${SRCS[@]}"; do
-  obj="$TMP/$(basename "$src").o"
+# one nvcc per source; MMA_EMU_CHECK_JOBS=N runs N at a time (default 1: nvcc is memory hungry)
+jobs=${MMA_EMU_CHECK_JOBS:-1}
+check_one() {
+  local src=$1 obj="$TMP/$(basename "$1").o" start
   start=$(date +%s)
-  if "$NVCC" "${flags[@]}" "${gencode[@]}" "${incflags[@]}" -c "$src" -o "$obj"; then
+  if "$NVCC" "${flags[@]}" "${gencode[@]}" "${incflags[@]}" -c "$src" -o "$obj" >"$obj.log" 2>&1; then
+    cat "$obj.log"
     echo "[check_cuda_compile] ok   $src (archs: $ARCHS, $(( $(date +%s) - start )) s)"
   else
+    cat "$obj.log" >&2
     echo "[check_cuda_compile] FAIL $src" >&2
-    fail=1
+    return 1
   fi
+}
+fail=0
+pids=()
+for src in "${SRCS[@]}"; do
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do sleep 1; done
+  check_one "$src" &
+  pids+=($!)
 done
+for pid in "${pids[@]}"; do wait "$pid" || fail=1; done
 exit $fail
