@@ -78,9 +78,10 @@ def report(res, layers):
     rows = []
     for r in res.runs:
         d = r.vs_fp64["output"]
+        sec = best[r.fmt] if r.arch == "native" else r.seconds
         rows.append([r.fmt, r.label, fmt_num(d["max_abs"]), fmt_num(d["max_ulp"]),
                      fmt_num(d["median_ulp"]), f"{100 * r.top1_vs_fp64:.1f}%",
-                     f"{r.seconds * 1e3:.1f}", f"{r.seconds / best[r.fmt]:.1f}x"])
+                     f"{sec * 1e3:.1f}", f"{sec / best[r.fmt]:.1f}x"])
     out.append(table(rows, ["format", "arch", "max abs", "max ulp", "median ulp",
                             "top-1 = fp64", "fwd ms", "emulated/native"]))
     out.append("\n== per layer against the fp64 run: max |error| / median error in ulps ==")
@@ -130,20 +131,25 @@ def plot(res, layers, path, title):
     import numpy as np
 
     fmts = [f for f in res.between if any(r.fmt == f for r in res.runs)]
+    if "tf32" in fmts and "xf32" in fmts:  # one column for the reduced fp32 formats
+        fmts.remove("xf32")
+    col = {f: ("tf32" if f == "xf32" and "tf32" in fmts else f) for f in res.between}
     fig, axes = plt.subplots(2, len(fmts), figsize=(4.2 * len(fmts), 8.2), squeeze=False)
     archs = list(ARCHS)
     cmap = plt.get_cmap("tab20")
     for j, fmt in enumerate(fmts):
         ax = axes[0][j]
-        for r in (r for r in res.runs if r.fmt == fmt):
+        for r in (r for r in res.runs if col[r.fmt] == fmt):
             ys = [max(r.vs_fp64[k]["rel_l2"], 1e-30) for k in layers]
             style = dict(color="k", ls="--", lw=2) if r.arch == "native" else dict(
                 color=cmap(archs.index(r.arch) % 20), marker="o", ms=3)
-            ax.plot(range(len(layers)), ys, label=r.label, **style)
+            ax.plot(range(len(layers)), ys, label=r.label + (f" {r.fmt}" if r.fmt != fmt else ""),
+                    **style)
         ax.set_yscale("log")
         ax.set_xticks(range(len(layers)))
         ax.set_xticklabels(layers, rotation=45, ha="right", fontsize=7)
-        ax.set_title(f"{fmt}: relative L2 error vs fp64")
+        ax.set_title(f"{fmt}{' / xf32' if fmt == 'tf32' and 'xf32' in col else ''}: "
+                     "relative L2 error vs fp64")
         ax.legend(fontsize=6)
         ax = axes[1][j]
         names = [r.arch for r in res.runs if r.fmt == fmt and r.arch != "native"]
