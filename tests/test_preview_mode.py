@@ -573,3 +573,13 @@ def test_convolution_out_and_scaled_mm_out_overloads():
     assert same(y, _conv_ref(x, w, None, 1, 0, 1, 1, "sm89"))
     assert same(d, emm(A8, B8, arch="sm89"))
     assert [r.op for r in em.records] == ["aten.convolution.out", "aten._scaled_mm.out"]
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_higher_order_ops_run_natively_and_are_recorded():
+    from torch.nn.attention.flex_attention import flex_attention
+    q = rnd(1, 2, 8, 16, dtype=torch.float32)
+    with emulate("sm90", record=True) as em:
+        o = flex_attention(q, q, q)
+    assert same(o, flex_attention(q, q, q))
+    assert [(r.op, r.format) for r in em.records] == [("flex_attention", "native")]

@@ -100,6 +100,10 @@ class EmulateMode(TorchDispatchMode):
     """The mode behind :func:`emulate`.  ``counts`` / ``records`` / ``summary()`` say
     which ops were emulated, in which format, in which phase."""
 
+    # Higher-order operators (flex_attention, ...) reach the mode; they run natively and
+    # are recorded instead of raising.
+    supports_higher_order_operators = True
+
     def __init__(self, policy: Policy, *, record: bool = False,
                  fp8_promotion: Optional[int] = 128):
         super().__init__()
@@ -136,6 +140,11 @@ class EmulateMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         handler = _HANDLERS.get(func)
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            self._note(func, "other", "native", [a.shape for a in args
+                                                if isinstance(a, torch.Tensor)],
+                       "higher-order operator: runs natively")
+            return func(*args, **kwargs)
         if handler is None:
             if func.overloadpacket.__name__ in _WATCH_NATIVE:
                 self._note(func, "other", "native", [a.shape for a in args
