@@ -20,6 +20,11 @@ cxx_flags = ["-O3", "-std=c++20", "-ffp-contract=off", "-fno-fast-math"]
 if os.environ.get("MMA_EMU_NATIVE", "0") == "1":
     cxx_flags.append("-march=native")
 extra = {"cxx": cxx_flags}
+if with_cuda and "TORCH_CUDA_ARCH_LIST" not in os.environ and torch.cuda.is_available():
+    # wgmma (the sm90 instruction kernel) needs the arch-specific target sm_90a
+    caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
+    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(
+        f"{ma}.{mi}a" if (ma, mi) == (9, 0) else f"{ma}.{mi}" for ma, mi in sorted(caps))
 if with_cuda:
     extra["nvcc"] = ["-O3", "-std=c++20", "--fmad=false", "-lineinfo"]
     ext = CUDAExtension("torch_mma_emu._C", cpp_sources + cuda_sources, extra_compile_args=extra,

@@ -44,6 +44,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   # pin torch so pip never swaps it; a missing optional package is not fatal offline
   "$VPY" -m pip install -q "${missing[@]}" "$TORCH_PIN" || echo "[setup] warning: could not install ${missing[*]}"
 fi
+# Triton: the GPU kernels, and their CPU interpreter in the tests (optional)
+if ! "$VPY" -c "import triton" 2>/dev/null; then
+  "$VPY" -m pip install -q triton==3.6.0 "$TORCH_PIN" || echo "[setup] warning: triton unavailable; its tests will skip"
+fi
 if ! command -v dot >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   echo "[setup] installing graphviz (dot) for tree pictures"
   (apt-get install -y -qq graphviz >/dev/null 2>&1 || (apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq graphviz >/dev/null 2>&1)) \

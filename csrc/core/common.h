@@ -47,9 +47,7 @@ MMA_HD int64_t shift_rd(int64_t v, int32_t s) {
 
 }  // namespace mma
 
-#if !defined(__CUDACC__)
 #include <cstring>
-#endif
 
 namespace mma {
 // Bit casts that work on host and device.
