@@ -583,3 +583,30 @@ def test_higher_order_ops_run_natively_and_are_recorded():
         o = flex_attention(q, q, q)
     assert same(o, flex_attention(q, q, q))
     assert [(r.op, r.format) for r in em.records] == [("flex_attention", "native")]
+
+
+def test_addmm_activation_epilogue():
+    A, B = rnd(4, 32), rnd(32, 6, seed=1)
+    C = rnd(6, seed=2)
+    with emulate("sm90", record=True) as em:
+        R = aten._addmm_activation(C, A, B)
+        G = aten._addmm_activation(C, A, B, use_gelu=True)
+    acc = emm(A, B) + C.float()
+    assert same(R, torch.relu(acc).bfloat16())
+    assert same(G, F.gelu(acc, approximate="tanh").bfloat16())
+    assert [r.format for r in em.records] == ["bf16", "bf16"]
+
+
+def test_multihead_attention_fast_path_is_switched_off_and_restored():
+    mha = torch.nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    x = rnd(2, 5, 16, dtype=torch.float32)
+    before = torch.backends.mha.get_fastpath_enabled()
+    with pytest.raises(KeyError):
+        with torch.no_grad(), emulate("gfx942", record=True) as em:
+            mha(x, x, x)
+            assert torch.backends.mha.get_fastpath_enabled() is False
+            raise KeyError("boom")
+    assert torch.backends.mha.get_fastpath_enabled() == before
+    ops = [r.op for r in em.records]
+    assert "aten._native_multi_head_attention.default" not in ops
+    assert ops.count("aten.bmm.default") == 2 and "aten.addmm.default" in ops

@@ -48,7 +48,7 @@ _GEMM_KINDS = {"mm": ("self", "mat2", None), "addmm": ("mat1", "mat2", "self"),
 # Matrix-like ops that stay native (they do not run on matrix units in PyTorch's GPU
 # paths, or have no emulation here); counted so that users see them.
 _WATCH_NATIVE = {"mv", "dot", "vdot", "addmv", "addbmm", "addr", "_int_mm", "_weight_int8pack_mm",
-                 "linalg_vecdot"}
+                 "linalg_vecdot", "_native_multi_head_attention", "_transformer_encoder_layer_fwd"}
 
 
 def _bind(func, args, kwargs) -> dict:
@@ -115,6 +115,33 @@ class EmulateMode(TorchDispatchMode):
                              f"of K elements, got {fp8_promotion!r}")
         self.fp8_promotion = fp8_promotion
         self._warned: set = set()
+        self._fastpath: list = []
+
+    # nn.MultiheadAttention / TransformerEncoderLayer have fused inference kernels whose
+    # inner products never reach a dispatch mode: switch that fast path off in the block.
+    def __enter__(self):
+        mha = getattr(torch.backends, "mha", None)
+        if mha is not None and hasattr(mha, "get_fastpath_enabled"):
+            self._fastpath.append(mha.get_fastpath_enabled())
+            mha.set_fastpath_enabled(False)
+        else:
+            self._fastpath.append(None)
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._restore_fastpath()
+            raise
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        try:
+            return super().__exit__(exc_type, exc_val, exc_tb)
+        finally:
+            self._restore_fastpath()
+
+    def _restore_fastpath(self):
+        old = self._fastpath.pop()
+        if old is not None:
+            torch.backends.mha.set_fastpath_enabled(old)
 
     # -- records ------------------------------------------------------------------------
     @property
@@ -178,6 +205,22 @@ class EmulateMode(TorchDispatchMode):
                 target.resize_(D.shape)
             return target.copy_(D)
         return D
+
+    def _addmm_activation(self, func, args, kwargs):
+        """``act(beta*self + alpha*mat1@mat2)``: cuBLASLt's RELU / GELU (tanh) epilogue,
+        applied in the accumulator type before the one rounding to the output dtype."""
+        a = _bind(func, args, kwargs)
+        A, B, C = a["mat1"], a["mat2"], a["self"]
+        plan = self._plan("addmm", A, B, _phase())
+        if plan.native or A.dtype != B.dtype:
+            self._note(func, "addmm", "native", [A.shape, B.shape], "policy: native")
+            return func(*args, **kwargs)
+        D = run_product(A, B, plan, C=C, alpha=a["alpha"], beta=a["beta"],
+                        bias_mode=self.policy.bias, out_dtype=plan.acc_dtype)
+        D = (torch.nn.functional.gelu(D, approximate="tanh") if a["use_gelu"]
+             else torch.relu(D))
+        self._note(func, "addmm", plan.label, [A.shape, B.shape])
+        return D.to(A.dtype)
 
     # -- convolution ----------------------------------------------------------------------
     def _mm_fn(self, plan: Plan, out_dtype):
@@ -347,6 +390,8 @@ _HANDLERS: dict[Any, Any] = {}
 for _k in ("mm", "addmm", "bmm", "baddbmm"):
     for _f in _overloads(_k, ("default", "out", "dtype", "dtype_out")):
         _HANDLERS[_f] = EmulateMode._gemm
+for _f in _overloads("_addmm_activation", ("default",)):
+    _HANDLERS[_f] = EmulateMode._addmm_activation
 for _k in ("addmm_", "baddbmm_"):
     for _f in _overloads(_k, ("default",)):
         _HANDLERS[_f] = EmulateMode._gemm
