@@ -16,7 +16,6 @@ preview.json.
 import argparse
 import importlib
 import json
-import math
 import os
 import sys
 import time
