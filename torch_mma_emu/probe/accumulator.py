@@ -103,9 +103,12 @@ def monotonicity(ctx: Ctx):
     if getattr(ctx, "nonfused", False) and ctx.fact("final_rounding") == "RNE":
         return ctx.add("monotonic", True, "additions rounded to nearest one at a time: "
                        "monotonic in every input")
+    if W is not None and W.lo < 2:
+        return ctx.add("monotonic", True, "a chain of correctly rounded FMAs: every step is "
+                       "monotonic in its inputs")
     if W is None or F is None or pe is None:
         return ctx.add("monotonic", None, "needs the fused length, F and output precision")
-    if W.lo < 2 or (F.hi is None and F.lo >= 41):
+    if F.hi is None and F.lo >= 41:
         return ctx.add("monotonic", True, "each addition (or the whole sum) rounds correctly: "
                        "rounding to nearest and exact sums are monotonic")
     if not F.exact:

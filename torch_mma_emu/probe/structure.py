@@ -112,10 +112,11 @@ def scale_groups(ctx: Ctx):
     W = ctx.fact("block_width")
     F = ctx.fact("fused_precision")
     bs = ctx.iface.block_size
-    if W is None or F is None or not F.exact or W.lo < 2 * bs:
-        return ctx.add("product_groups", None,
-                       "needs two scale blocks in one fused sum and a known F")
+    if W is None or F is None or not F.exact:
+        return ctx.add("product_groups", None, "needs the fused length and a known F")
     Fv = F.lo
+    if W.lo < 2 * bs:
+        return _groups_in_one_block(ctx, Fv, bs)
     out = ctx.out
     for eU in range(out.emax - 1, out.emin + Fv, -1):
         t = 2.0 ** (eU - Fv)
@@ -135,13 +136,43 @@ def scale_groups(ctx: Ctx):
         if G == 1:
             return ctx.add("product_groups", "none",
                            "each product aligned on its own (ST-FDPA)", ev)
-        if G is None:
-            return ctx.add("product_groups", f"G >= {obs[-1][0] + 1}",
-                           "exact group sums span the probed block", ev)
+        if G is None:   # a group never spans two scale blocks (G divides the block)
+            ctx.group_size = bs
+            return ctx.add("product_groups", f"G = {bs}",
+                           f"products summed exactly over the whole scale block of {bs}", ev)
         return ctx.add("product_groups", f"G = {G}",
                        f"products summed exactly in groups of {G} before alignment (GST-FDPA)",
                        ev)
     return ctx.add("product_groups", None, "no realisable probe")
+
+
+def _groups_in_one_block(ctx: Ctx, Fv: int, bs: int):
+    """Only one scale block per fused sum: U, -U, eps = U/2**(F+1) at positions 0, 1, 2 of
+    the block.  Summed exactly in a group (G >= 2) U and -U cancel first and eps survives;
+    aligned one by one (ST-FDPA) eps falls below the fused sum's last bit."""
+    lo_p, hi_p = ctx.prod_range(scaled=True)
+    exps = [e for e in range(min(hi_p, ctx.out.emax), lo_p + Fv, -1)
+            if ctx.fits_out(2.0 ** (e - Fv - 1))]
+    vecs = ctx.build([(lambda eU=eU: ctx.vec({0: 2.0 ** eU, 1: -2.0 ** eU,
+                                              2: 2.0 ** (eU - Fv - 1)}))
+                      for eU in exps])
+    found = [(v, e) for v, e in zip(vecs, exps) if v is not None][:1]
+    if not found:
+        return ctx.add("product_groups", None, "one scale block per fused sum and the "
+                       f"formats cannot hold products 2**{Fv + 1} apart in it")
+    vecs, eps = [found[0][0]], 2.0 ** (found[0][1] - Fv - 1)
+    (o,) = ctx.run(vecs)
+    if o is None:
+        return ctx.add("product_groups", None, "no result")
+    ev = [(vecs[0], o)]
+    if o == 0:
+        ctx.group_size = 1
+        return ctx.add("product_groups", "none", "U, -U, U/2**(F+1) in one block: the small "
+                       "product is lost, so each product is aligned on its own (ST-FDPA)", ev)
+    if o == eps:
+        return ctx.add("product_groups", "G >= 2", "U, -U, U/2**(F+1) in one block: U and -U "
+                       "cancel exactly before alignment (GST-FDPA)", ev)
+    return ctx.add("product_groups", None, f"unexpected result {o}", ev)
 
 
 def order(ctx: Ctx, k: int | None = None):

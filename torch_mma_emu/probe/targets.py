@@ -314,7 +314,10 @@ def _out_name(out_dtype, fa: Format) -> str:
                 return k
         raise TypeError(f"out_dtype {out_dtype} is not an accumulator type; allowed: "
                         "torch.float32, torch.float16, torch.float64")
-    name = get_format(out_dtype).name
+    try:
+        name = get_format(out_dtype).name
+    except ValueError:
+        name = None
     if name not in OUT_DTYPES:
         raise TypeError(f"out_dtype {out_dtype!r} is not an accumulator type; allowed: "
                         "fp32, fp16, fp64")
@@ -337,7 +340,7 @@ def interface(in_format, out_dtype=None, scale_format=None, block_size=None) -> 
             raise ValueError(f"{f.name} is a scale format, not an element format; pass it as "
                              "scale_format=")
     out = FORMATS[_out_name(out_dtype, fa)]
-    sf = get_format(scale_format).name if scale_format is not None else None
+    sf = None if scale_format is None else str(scale_format).lower()
     if sf is not None and sf not in ("ue8m0", "ue4m3"):
         raise ValueError(f"scale_format must be 'ue8m0' or 'ue4m3', got {scale_format!r}")
     bs = 0
