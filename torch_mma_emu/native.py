@@ -246,6 +246,9 @@ def native_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None
 
 def instructions_for(in_format: str, device=None) -> list[str]:
     """Instructions of ``INSTRUCTIONS`` this device runs for ``in_format`` (preferred first)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("instructions_for: no CUDA device here; the native instruction "
+                           "kernels need an NVIDIA GPU (sm70 or newer)")
     cap = torch.cuda.get_device_capability(device)
     names = [n for n, (_, _, _, fmts, need, _a) in INSTRUCTIONS.items()
              if in_format in fmts and cap >= need and (cap[0] == 9 or not n.startswith("wgmma"))]

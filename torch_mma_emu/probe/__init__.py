@@ -10,10 +10,16 @@
 See docs/probe.md.
 """
 from .features import ProbeError, features, probe
+from .fit import FitResult, fit
+from .infer import Inference, InferenceError, infer, infer_spec
 from .report import Feature, FeatureReport, Interval
+from .samples import Samples
 from .targets import (CallableTarget, EmulatedTarget, Interface, NativeTarget, Target,
                       make_target)
+from .verify import Counterexample, VerifyResult, verify
 
-__all__ = ["features", "probe", "ProbeError", "Feature", "FeatureReport", "Interval",
+__all__ = ["features", "probe", "ProbeError", "infer_spec", "infer", "Inference",
+           "InferenceError", "verify", "VerifyResult", "Counterexample", "fit", "FitResult",
+           "Samples", "Feature", "FeatureReport", "Interval",
            "Target", "EmulatedTarget", "NativeTarget", "CallableTarget", "Interface",
            "make_target"]

@@ -116,10 +116,12 @@ def verify(spec: Spec, target, n: int = 100_000, *, in_format=None, out_dtype=No
     res = VerifyResult(spec, t.describe(), 0, 0, {f: [0, 0] for f in families})
     first = None
     i = 0
+    # every (family, K) pair gets its share even when n is small
+    chunk = max(1, min(batch, -(-n // (len(families) * len(ks)))))
     while res.n < n:
         fam = families[i % len(families)]
         K = ks[(i // len(families)) % len(ks)]
-        S = min(batch, n - res.n)
+        S = min(chunk, n - res.n)
         kw = operands(spec, 1, 1, K, fam, g, batch=(S,))
         A, B = kw["A"], kw["B"]
         C = kw["C"] if kw["C"] is not None else torch.zeros(S, 1, 1, dtype=t.iface.out_dtype)

@@ -1,0 +1,149 @@
+"""Closed loop of seed 003 (probe -> infer_spec -> verify, with shrinking) and fit on recorded
+data.  The 1e5-input verification of every registry entry is scripts/verify_registry.py;
+here every distinct arithmetic of the registry is inferred and verified on fewer inputs."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from torch_mma_emu import probe, reference, registry
+from torch_mma_emu.probe import search
+from torch_mma_emu.probe.fit import fit
+from torch_mma_emu.probe.infer import InferenceError, infer, infer_spec
+from torch_mma_emu.probe.verify import verify
+
+HW = Path(__file__).parent / "data" / "hwdata"
+
+
+def _distinct():
+    seen = {}
+    for sp in registry.all_specs():
+        seen.setdefault(search.arith_key(sp), sp)
+    return list(seen.values())
+
+
+def _id(sp):
+    fmt = sp.in_format + (f"x{sp.in_format_b}" if sp.in_format_b else "")
+    sc = f"-{sp.scale_format}{sp.block_size}" if sp.scaled else ""
+    return f"{sp.arch}-{sp.op}-{fmt}-{sp.out_format}{sc}"
+
+
+DISTINCT = _distinct()
+
+
+@pytest.mark.parametrize("entry", DISTINCT, ids=[_id(s) for s in DISTINCT])
+def test_infer_recovers_the_registry_arithmetic(entry):
+    inf = infer(entry, checks=500, seed=1)
+    assert search.arith_key(inf.spec) == search.arith_key(entry), inf.describe()
+    assert inf.spec.arch == "custom"
+    res = verify(inf.spec, entry, 4000, seed=2)
+    assert res.ok and res.n == 4000, res.describe()
+    assert set(res.by_family) == {"normal", "cancel", "bitstream"}
+
+
+def test_infer_spec_from_an_arch_name_is_usable_in_emulated_mm():
+    from torch_mma_emu import emulated_mm
+    sp = infer_spec("sm90", "bf16", "fp32", checks=300)
+    assert (sp.op, sp.L, sp.F, sp.rho, sp.emax_floor) == ("t_fdpa", 16, 25, "rz_fp32", -133)
+    g = torch.Generator().manual_seed(0)
+    A = torch.randn(8, 40, generator=g).bfloat16()
+    B = torch.randn(40, 8, generator=g).bfloat16()
+    assert torch.equal(emulated_mm(A, B, arch=sp).view(torch.int32),
+                       emulated_mm(A, B, arch="sm90").view(torch.int32))
+
+
+def test_verify_finds_and_shrinks_a_wrong_model():
+    """One fraction bit less than sm80's F: a mismatch is found and shrunk to a handful
+    of products that still fail."""
+    true = registry.spec("sm80", "fp16", "fp32")
+    wrong = true.replace(F=true.F - 1, arch="custom")
+    res = verify(wrong, "sm80", 3000, in_format="fp16", seed=3)
+    assert not res.ok and res.mismatches > 0
+    cx = res.counterexample
+    assert cx is not None
+    assert cx.nonzero <= cx.before_shrinking and cx.nonzero <= 4, cx.describe()
+    assert cx.target_code != cx.model_code
+    # the shrunk input still tells the two apart, and the target's value is the hardware's
+    A = torch.tensor([cx.a], dtype=torch.float16)
+    B = torch.tensor([cx.b], dtype=torch.float16).t()
+    C = torch.tensor([[cx.c]], dtype=torch.float32)
+    from torch_mma_emu import emulated_mm
+    t = emulated_mm(A, B, C, arch="sm80").view(torch.int32).item() & 0xFFFFFFFF
+    m = emulated_mm(A, B, C, arch=wrong).view(torch.int32).item() & 0xFFFFFFFF
+    assert (t, m) == (cx.target_code, cx.model_code)
+    assert "smallest failing input" in res.describe()
+
+
+def test_verify_rejects_a_spec_for_other_formats():
+    sp = registry.spec("sm80", "fp16", "fp32")
+    with pytest.raises(ValueError, match="the spec is for"):
+        verify(sp, "sm80", 10, in_format="bf16")
+    with pytest.raises(ValueError, match="n must be a positive int"):
+        verify(sp, "sm80", 0)
+    with pytest.raises(TypeError, match="takes a Spec"):
+        verify("sm80", "sm80", 10)
+
+
+def _reference_callable(sp):
+    """A Python dot-product function from the independent exact oracle: an 'unknown unit'
+    reached only through a callable, as for a simulator or another library."""
+    def f(a, b, c):
+        ac = [reference.value_code(sp.fmt_a.name, x) for x in a]
+        bc = [reference.value_code(sp.fmt_b.name, y) for y in b]
+        cc = reference.value_code(sp.out_format, c)
+        d = reference.dot(sp, ac, bc, cc)
+        return reference.codes_to_tensor(d, sp.out_format)
+    return f
+
+
+@pytest.mark.parametrize("arch,fmt,out", [("sm80", "fp16", "fp32"), ("gfx90a", "bf16", "fp32"),
+                                          ("gfx942", "fp16", "fp32")])
+def test_infer_a_callable_target_backed_by_the_reference_oracle(arch, fmt, out):
+    sp = registry.spec(arch, fmt, out)
+    inf = infer(_reference_callable(sp), fmt, out, checks=60)
+    assert search.arith_key(inf.spec) == search.arith_key(sp), inf.describe()
+    assert inf.report.target.startswith("callable")
+
+
+def test_infer_reports_when_nothing_fits():
+    """A unit outside the model space (each product rounded to fp16 before an exact sum) is
+    refused with the rounds that were tried, and features() shows why."""
+    def odd(a, b, c):
+        prods = [float(torch.tensor(x * y, dtype=torch.float64).half()) for x, y in zip(a, b)]
+        return float(torch.tensor(sum(prods) + c, dtype=torch.float64).float())
+    with pytest.raises(InferenceError, match="no spec of the model space"):
+        infer(odd, "fp16", "fp32", checks=40)
+    assert probe.features(odd, "fp16", "fp32", order=False).value("products_exact") is False
+
+
+def _hw_entries():
+    return json.loads((HW / "index.json").read_text())
+
+
+@pytest.mark.parametrize("entry", _hw_entries(), ids=lambda e: e["file"])
+def test_fit_recorded_hardware_returns_the_registry_spec(entry):
+    res = fit(HW / entry["file"])
+    want = registry.spec(entry["arch"], entry["in_format"], entry["out_dtype"])
+    keys = [search.arith_key(s) for s in res.specs]
+    assert keys and keys[0] == search.arith_key(want), res.describe()
+    # every candidate really reproduces every sample
+    s = probe.samples.load(HW / entry["file"])
+    assert all(search.mismatches(sp, s) == 0 for sp in res.specs[:5])
+    if entry["out_dtype"] == "fp16":     # fp16 outputs hide the fused width: ties are listed
+        assert len(res.specs) > 1
+    assert any("NaN encoding" in u for u in res.undetermined)
+
+
+def test_fit_takes_arrays_and_rejects_models_that_do_not_fit():
+    z = __import__("numpy").load(HW / "V100_fp16_to_fp32.npz")
+    res = fit((z["a"], z["b"], z["c"], z["d"]), "fp16", "fp32")
+    assert res.best.describe().startswith("t_fdpa L=4 F=23")
+    d = z["d"].copy()
+    d[0] ^= 1                         # one flipped bit: the true model no longer fits
+    res2 = fit({"a": z["a"], "b": z["b"], "c": z["c"], "d": d}, "fp16", "fp32", ops=["t_fdpa"])
+    assert all(search.arith_key(s) != search.arith_key(res.best) for s in res2.specs)
+    with pytest.raises(TypeError, match="samples must be"):
+        fit(42, "fp16")
+    with pytest.raises(FileNotFoundError):
+        fit(HW / "nope.npz")
