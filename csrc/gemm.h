@@ -6,12 +6,13 @@
 
 namespace mma {
 
-// Byte-addressed 3-D view of a tensor of 1/2/4/8-byte codes with arbitrary strides.
+// Byte-addressed 3-D view of a tensor of 1/2/4/8-byte codes with arbitrary strides
+// (passed by value to the CUDA kernels too).
 struct View3 {
   const uint8_t* base;
   int64_t s0, s1, s2;  // strides in bytes
   int esize;
-  uint64_t at(int64_t b, int64_t i, int64_t j) const {
+  MMA_HD uint64_t at(int64_t b, int64_t i, int64_t j) const {
     const uint8_t* p = base + b * s0 + i * s1 + j * s2;
     switch (esize) {
       case 1: return *p;

@@ -27,6 +27,7 @@ from typing import Optional
 import torch
 
 from . import _C  # noqa: F401  (registers the CUDA ops where the build has them)
+from .ops import _broadcast_shapes
 
 __all__ = ["native_mm", "mma_instruction", "device_arch", "instructions_for", "INSTRUCTIONS",
            "BACKENDS"]
@@ -116,32 +117,6 @@ def _out_dtype(fa: str, out_dtype, fn) -> torch.dtype:
     return odt
 
 
-def _shapes(A, B, C, fn):
-    if A.dim() < 2 or B.dim() < 2:
-        raise ValueError(f"{fn}: A and B need at least 2 dimensions, got {tuple(A.shape)} and "
-                         f"{tuple(B.shape)}")
-    M, K = A.shape[-2:]
-    K2, N = B.shape[-2:]
-    if K != K2:
-        raise ValueError(f"{fn}: shapes {tuple(A.shape)} and {tuple(B.shape)} cannot be "
-                         f"multiplied (K = {K} vs {K2})")
-    try:
-        batch = tuple(torch.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
-    except RuntimeError as e:
-        raise ValueError(f"{fn}: batch dimensions {tuple(A.shape[:-2])} and "
-                         f"{tuple(B.shape[:-2])} do not broadcast") from e
-    out_shape = (*batch, M, N)
-    if C is not None:
-        try:
-            ok = tuple(torch.broadcast_shapes(C.shape, out_shape)) == out_shape
-        except RuntimeError:
-            ok = False
-        if not ok:
-            raise ValueError(f"{fn}: C of shape {tuple(C.shape)} does not broadcast to "
-                             f"{out_shape}")
-    return batch, M, K, N, out_shape
-
-
 def _flat3(t, batch, r, c):
     n = 1
     for d in batch:
@@ -217,7 +192,7 @@ def native_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None
     odt = _out_dtype(fa, out_dtype, fn)
     if C is not None and not C.dtype.is_floating_point:
         raise TypeError(f"{fn}: C has dtype {C.dtype}; it must be a floating tensor")
-    batch, M, K, N, out_shape = _shapes(A, B, C, fn)
+    batch, M, K, N, out_shape = _broadcast_shapes(A, B, C, fn)
     a3, b3 = _flat3(A, batch, M, K), _flat3(B, batch, K, N)
     c3 = None if C is None else _flat3(C.to(odt), batch, M, N)
     if backend == "cublas":
@@ -246,10 +221,11 @@ def native_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None
 
 def instructions_for(in_format: str, device=None) -> list[str]:
     """Instructions of ``INSTRUCTIONS`` this device runs for ``in_format`` (preferred first)."""
-    if not torch.cuda.is_available():
+    try:
+        cap = torch.cuda.get_device_capability(device)
+    except (AssertionError, RuntimeError) as e:    # torch without CUDA, or no device
         raise RuntimeError("instructions_for: no CUDA device here; the native instruction "
-                           "kernels need an NVIDIA GPU (sm70 or newer)")
-    cap = torch.cuda.get_device_capability(device)
+                           "kernels need an NVIDIA GPU (sm70 or newer)") from e
     names = [n for n, (_, _, _, fmts, need, _a) in INSTRUCTIONS.items()
              if in_format in fmts and cap >= need and (cap[0] == 9 or not n.startswith("wgmma"))]
     # sm90: wgmma first (what cuBLAS, CUTLASS and Triton use there; ptxas compiles fp8

@@ -129,30 +129,31 @@ def _out_dtype(s: Spec) -> torch.dtype:
     return {"fp32": torch.float32, "fp16": torch.float16, "fp64": torch.float64}[s.out_format]
 
 
-def _broadcast_shapes(A, B, C):
+def _broadcast_shapes(A, B, C, fn="emulated_mm"):
+    """(batch, M, K, N, out_shape) of ``C + A @ B`` with broadcast batch dimensions; a clear
+    ValueError naming ``fn`` otherwise (shared with the native paths)."""
     if A.dim() < 2 or B.dim() < 2:
-        raise ValueError(f"emulated_mm: A and B need at least 2 dimensions (..., M, K) and "
+        raise ValueError(f"{fn}: A and B need at least 2 dimensions (..., M, K) and "
                          f"(..., K, N); got {tuple(A.shape)} and {tuple(B.shape)}")
     M, K = A.shape[-2:]
     K2, N = B.shape[-2:]
     if K != K2:
-        raise ValueError(f"emulated_mm: shapes {tuple(A.shape)} and {tuple(B.shape)} cannot be "
+        raise ValueError(f"{fn}: shapes {tuple(A.shape)} and {tuple(B.shape)} cannot be "
                          f"multiplied (K = {K} vs {K2})")
     try:
-        batch = torch.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+        batch = tuple(torch.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
     except RuntimeError as e:
-        raise ValueError(f"emulated_mm: batch dimensions {tuple(A.shape[:-2])} and "
+        raise ValueError(f"{fn}: batch dimensions {tuple(A.shape[:-2])} and "
                          f"{tuple(B.shape[:-2])} do not broadcast") from e
     out_shape = (*batch, M, N)
     if C is not None:
         try:
-            torch.broadcast_shapes(C.shape, out_shape)
-            ok = tuple(torch.broadcast_shapes(C.shape, out_shape)) == tuple(out_shape)
+            ok = tuple(torch.broadcast_shapes(C.shape, out_shape)) == out_shape
         except RuntimeError:
             ok = False
         if not ok:
-            raise ValueError(f"emulated_mm: C of shape {tuple(C.shape)} does not broadcast to "
-                             f"the result shape {tuple(out_shape)}")
+            raise ValueError(f"{fn}: C of shape {tuple(C.shape)} does not broadcast to "
+                             f"the result shape {out_shape}")
     return batch, M, K, N, out_shape
 
 

@@ -37,28 +37,6 @@ constexpr int kKT = 32;                     // K tile: a multiple of every fast 
 constexpr int kLd = kKT + 4;                // shared row pitch (int32), keeps 16 B alignment
 constexpr int64_t kMaxBlocks = int64_t(1) << 20;
 
-// Byte-strided 3-D view of codes (1/2/4/8-byte elements), as View3 on the host.
-struct DView3 {
-  const uint8_t* base;
-  int64_t s0, s1, s2;
-  int esize;
-  __device__ __forceinline__ uint64_t at(int64_t b, int64_t i, int64_t j) const {
-    const uint8_t* p = base + b * s0 + i * s1 + j * s2;
-    switch (esize) {
-      case 1: return *p;
-      case 2: return *reinterpret_cast<const uint16_t*>(p);
-      case 4: return *reinterpret_cast<const uint32_t*>(p);
-      default: return *reinterpret_cast<const uint64_t*>(p);
-    }
-  }
-};
-
-DView3 dview3(const at::Tensor& t) {
-  const int64_t es = t.element_size();
-  return DView3{static_cast<const uint8_t*>(t.data_ptr()), t.stride(0) * es, t.stride(1) * es,
-                t.stride(2) * es, int(es)};
-}
-
 // Decoded operand planes of nb batch elements: element (b, r, k) at (b * rows + r) * Kp + k.
 struct Planes {
   int32_t* sig;
@@ -81,7 +59,7 @@ int64_t blocks_for(int64_t work, int64_t per_block) {
 // ---------------------------------------------------------------------------------------
 
 // Operand (b0 + b, r, k) of v (or (b0 + b, k, r) when transposed) -> planes; k >= K: zero.
-__global__ void decode_kernel(DView3 v, int64_t b0, bool transposed, FormatDesc f, int64_t nb,
+__global__ void decode_kernel(View3 v, int64_t b0, bool transposed, FormatDesc f, int64_t nb,
                               int64_t K, Planes out) {
   const int64_t total = nb * out.rows * out.Kp;
   for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < total;
@@ -98,7 +76,7 @@ __global__ void decode_kernel(DView3 v, int64_t b0, bool transposed, FormatDesc 
 }
 
 // Block scales (b0 + b, r, kb) (or (b0 + b, kb, r) when transposed) -> Dec[(b, r, kb)].
-__global__ void decode_scales_kernel(DView3 v, int64_t b0, bool transposed, FormatDesc f,
+__global__ void decode_scales_kernel(View3 v, int64_t b0, bool transposed, FormatDesc f,
                                      int64_t nb, int64_t rows, int64_t nblk, Dec* out,
                                      uint32_t* flags) {
   const int64_t total = nb * rows * nblk;
@@ -130,7 +108,7 @@ struct Scales {
 };
 
 template <int OP>
-__global__ void generic_kernel(Params P, Planes A, Planes B, Scales S, DView3 c, int64_t b0,
+__global__ void generic_kernel(Params P, Planes A, Planes B, Scales S, View3 c, int64_t b0,
                                int64_t nb, int64_t M, int64_t N, int K, uint8_t* out, int oes) {
   Params Q = P;
   Q.op = OP;  // the host dispatched on P.op == OP; a constant lets the compiler drop the rest
@@ -180,7 +158,7 @@ inline bool same_desc(const FormatDesc& x, const FormatDesc& y) {
 // accumulator and the final conversion (the per-chunk cost).  RHO < 0: read from P.
 template <int L, bool WIDE, int RHO>
 __global__ void __launch_bounds__(kThreads)
-fast_tfdpa_kernel(Params P0, int32_t G, Planes A, Planes B, DView3 c, int64_t b0, int64_t nb,
+fast_tfdpa_kernel(Params P0, int32_t G, Planes A, Planes B, View3 c, int64_t b0, int64_t nb,
                   int64_t M, int64_t N, int K, uint8_t* out, int oes) {
   static_assert(kKT % L == 0 && L % 4 == 0, "chunk length must tile kKT");
   __shared__ __align__(16) int32_t sAs[kBM][kLd];
@@ -336,14 +314,14 @@ void launch_decode(const at::Tensor& t, int64_t b0, bool transposed, const Forma
                    int64_t nb, int64_t K, const Planes& p, cudaStream_t stream) {
   const int64_t total = nb * p.rows * p.Kp;
   if (total == 0) return;
-  decode_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(dview3(t), b0, transposed,
+  decode_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(view3(t), b0, transposed,
                                                                       f, nb, K, p);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <int OP>
 void launch_generic(const Params& P, const Planes& A, const Planes& B, const Scales& S,
-                    const DView3& c, int64_t b0, int64_t nb, int64_t M, int64_t N, int K,
+                    const View3& c, int64_t b0, int64_t nb, int64_t M, int64_t N, int K,
                     uint8_t* out, int oes, cudaStream_t stream) {
   generic_kernel<OP><<<blocks_for(nb * M * N, kThreads), kThreads, 0, stream>>>(
       P, A, B, S, c, b0, nb, M, N, K, out, oes);
@@ -359,7 +337,7 @@ constexpr bool has_fixed(int L, int rho) {
 
 template <int L, bool WIDE, int RHO>
 void launch_fast_kernel(const Params& P, const FastTfdpa& f, const Planes& A, const Planes& B,
-                        const DView3& c, int64_t b0, int64_t nb, int64_t M, int64_t N, int K,
+                        const View3& c, int64_t b0, int64_t nb, int64_t M, int64_t N, int K,
                         uint8_t* out, int oes, cudaStream_t stream) {
   const int64_t tiles = nb * ((M + kBM - 1) / kBM) * ((N + kBN - 1) / kBN);
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(tiles, kMaxBlocks));
@@ -370,7 +348,7 @@ void launch_fast_kernel(const Params& P, const FastTfdpa& f, const Planes& A, co
 
 template <int L>
 void launch_fast(const Params& P, const FastTfdpa& f, const Planes& A, const Planes& B,
-                 const DView3& c, int64_t b0, int64_t nb, int64_t M, int64_t N, int K,
+                 const View3& c, int64_t b0, int64_t nb, int64_t M, int64_t N, int K,
                  uint8_t* out, int oes, cudaStream_t stream) {
   const bool std_out = (P.rho == kRneFp16) ? same_desc(P.fo, kFp16Desc)
                        : (P.rho == kRzFp32 || P.rho == kRzE8m13) ? same_desc(P.fo, kFp32Desc)
@@ -398,7 +376,7 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
   const int64_t per_batch = (M + N) * std::max<int64_t>(Kp, 1) * 9 + (M + N) * nblk * 12 + 1;
   const int64_t group = std::max<int64_t>(1, std::min<int64_t>(Bt, (int64_t(1) << 30) / per_batch));
   const at::Device dev = a.device();
-  const DView3 vc = dview3(c);
+  const View3 vc = view3(c);
   uint8_t* obase = static_cast<uint8_t*>(out.data_ptr());
   const int oes = int(out.element_size());
   PlaneBuf pa = alloc_planes(group, M, Kp, dev), pb = alloc_planes(group, N, Kp, dev);
@@ -430,12 +408,12 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
       uint32_t* fb = reinterpret_cast<uint32_t*>(fsb.data_ptr<int32_t>());
       if (nb * M * nblk > 0) {
         decode_scales_kernel<<<blocks_for(nb * M * nblk, kThreads), kThreads, 0, stream>>>(
-            dview3(*sa), b0, false, P.fs, nb, M, nblk, da, fa);
+            view3(*sa), b0, false, P.fs, nb, M, nblk, da, fa);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
       if (nb * N * nblk > 0) {
         decode_scales_kernel<<<blocks_for(nb * N * nblk, kThreads), kThreads, 0, stream>>>(
-            dview3(*sb), b0, true, P.fs, nb, N, nblk, db, fb);
+            view3(*sb), b0, true, P.fs, nb, N, nblk, db, fb);
         C10_CUDA_KERNEL_LAUNCH_CHECK();
       }
       S = Scales{da, db, fa, fb, nblk};
