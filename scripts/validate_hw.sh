@@ -5,6 +5,7 @@
 #
 #   bash scripts/validate_hw.sh [validate_hw.py options]     e.g. --quick, --time-limit 300
 #   MMA_EMU_GPU_TESTS=0 bash scripts/validate_hw.sh          # skip the pytest -m gpu run
+#   MMA_EMU_PROBE=0 / MMA_EMU_PROBE_N=10000                 # skip / shorten scripts/probe_native.py
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 BASE_PY=${PYTHON:-python3}
@@ -21,6 +22,9 @@ echo "[validate_hw] build done in $(( $(date +%s) - start )) s"
 out=${OUT:-/tmp/mma_emu_validate}
 rc=0
 "$VPY" "$ROOT/scripts/validate_hw.py" --out "$out" "$@" || rc=$?
+if [ "${MMA_EMU_PROBE:-1}" = 1 ]; then   # issue 5: infer_spec("native") per format
+  "$VPY" "$ROOT/scripts/probe_native.py" ${MMA_EMU_PROBE_N:+-n $MMA_EMU_PROBE_N} || rc=1
+fi
 if [ "${MMA_EMU_GPU_TESTS:-1}" = 1 ]; then
   "$VPY" -m pytest -q -m gpu "$ROOT/tests" -x -q 2>&1 | tail -15 || rc=1
 fi

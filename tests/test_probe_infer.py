@@ -147,3 +147,48 @@ def test_fit_takes_arrays_and_rejects_models_that_do_not_fit():
         fit(42, "fp16")
     with pytest.raises(FileNotFoundError):
         fit(HW / "nope.npz")
+
+
+@pytest.mark.parametrize("fmt,out", [("fp16", "fp32"), ("bf16", "fp32"), ("fp8_e4m3", "fp16")])
+def test_native_target_glue_through_a_cpu_stand_in(monkeypatch, fmt, out):
+    """infer_spec("native") without a GPU: NativeTarget's batching (outputs on the diagonal
+    of R x R products, K padded to the instruction's K) and native.mma_instruction's glue run
+    for real; only the instruction itself is the emulator's sm90 (tests/test_gpu_api.py)."""
+    from test_gpu_api import _fake_mma_instr
+    from torch_mma_emu import native
+    from torch_mma_emu.probe.targets import NativeTarget, interface
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "stand-in H100")
+    monkeypatch.setattr(native, "_need_cuda", lambda *a: None)
+    monkeypatch.setattr(torch.ops.mma_emu, "_mma_instr", _fake_mma_instr, raising=False)
+    t = NativeTarget(interface(fmt, out), device="cpu")
+    assert t.label.startswith("native stand-in H100 (sm90, wgmma")
+    inf = infer(t, checks=300)
+    want = registry.spec("sm90", fmt, out)
+    assert search.arith_key(inf.spec) == search.arith_key(want), inf.describe()
+    assert verify(inf.spec, t, 2000).ok
+
+
+def test_probe_native_script_through_the_stand_in(monkeypatch, tmp_path, capsys):
+    """scripts/probe_native.py (run by validate_hw.sh on a GPU machine) end to end."""
+    import importlib.util
+    from test_gpu_api import _fake_mma_instr
+    from torch_mma_emu import native
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 stand-in")
+    monkeypatch.setattr(native, "_need_cuda", lambda *a: None)
+    monkeypatch.setattr(torch.ops.mma_emu, "_mma_instr", _fake_mma_instr, raising=False)
+    path = Path(__file__).parents[1] / "scripts" / "probe_native.py"
+    spec = importlib.util.spec_from_file_location("probe_native", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rep = tmp_path / "H100_probe.md"
+    rc = mod.main(["-n", "500", "--formats", "fp16,tf32", "--device", "cpu",
+                   "--report", str(rep)])
+    assert rc == 0, capsys.readouterr().out
+    text = rep.read_text()
+    assert "fp16 -> fp32: inferred `t_fdpa L=16 F=25 rho=rz_fp32`" in text
+    assert "(same)" in text and "DIFFERENT" not in text and "0 mismatches in 500" in text
+    assert "Model parameters (seed 003 Table 4)" in text and "Feature tests" in text
