@@ -107,14 +107,29 @@ def test_infer_a_callable_target_backed_by_the_reference_oracle(arch, fmt, out):
 
 
 def test_infer_reports_when_nothing_fits():
-    """A unit outside the model space (each product rounded to fp16 before an exact sum) is
+    """A unit outside the model space (each product rounded to bf16 before an exact sum) is
     refused with the rounds that were tried, and features() shows why."""
-    def odd(a, b, c):
-        prods = [float(torch.tensor(x * y, dtype=torch.float64).half()) for x, y in zip(a, b)]
-        return float(torch.tensor(sum(prods) + c, dtype=torch.float64).float())
+    def f32(x):
+        return float(torch.tensor(x, dtype=torch.float64).float())
+
+    def odd(a, b, c):      # blocks of 8 products, each rounded to bf16, summed exactly
+        acc = c
+        for k in range(0, len(a), 8):
+            acc = f32(acc + sum(float(torch.tensor(x * y, dtype=torch.float64).bfloat16())
+                                for x, y in zip(a[k:k + 8], b[k:k + 8])))
+        return acc
     with pytest.raises(InferenceError, match="no spec of the model space"):
         infer(odd, "fp16", "fp32", checks=40)
     assert probe.features(odd, "fp16", "fp32", order=False).value("products_exact") is False
+
+    def exact(a, b, c):    # one correctly rounded dot product of any length
+        import math
+        from fractions import Fraction
+        if not all(math.isfinite(v) for v in [*a, *b, c]):
+            return f32(sum(x * y for x, y in zip(a, b)) + c)
+        return f32(sum((Fraction(x) * Fraction(y) for x, y in zip(a, b)), Fraction(c)))
+    with pytest.raises(InferenceError, match="model space stops at L = 256"):
+        infer(exact, "fp16", "fp32", checks=40)
 
 
 def _hw_entries():

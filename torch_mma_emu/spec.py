@@ -194,11 +194,18 @@ class Spec:
             if k not in cls._KEYS:
                 raise ValueError(f"unknown spec field {k!r}")
             if k in ints:
-                kw[k] = int(v, 0)
+                try:
+                    kw[k] = int(v, 0)
+                except ValueError:
+                    raise ValueError(f"spec field {k} must be an integer, got {v!r}") from None
             elif k == "flush_inputs":
                 kw[k] = bool(int(v))
             else:
                 kw[k] = v
+        missing = [k for k in ("op", "in_format", "out_format") if k not in kw]
+        if missing:
+            raise ValueError(f"serialised spec lacks the field(s) {', '.join(missing)}: "
+                             f"{s!r} (Spec.to_string() writes every field)")
         return cls(**kw)
 
     # -- the flat integer vector the C++ kernels read -----------------------------------

@@ -70,8 +70,9 @@ def normalize_at_end(ctx: Ctx):
 
 def carry_bits(ctx: Ctx):
     """c and all W products with the largest significands at one exponent: the exact sum
-    needs 2 + ceil(log2(W + 1)) integer bits; an accumulator with fewer would wrap
-    (seed 004 'Extra bits for carry out')."""
+    needs floor(log2(sum)) + 1 integer bits, those beyond a product's 2 are carry bits
+    the accumulator must have; one with fewer would wrap (seed 004 'Extra bits for carry
+    out')."""
     W = ctx.fact("block_width")
     if W is None or W.lo < 2 or getattr(ctx, "nonfused", False):
         return ctx.add("carry_bits", None, "no fused sum")
@@ -85,7 +86,7 @@ def carry_bits(ctx: Ctx):
         return ctx.add("carry_bits", None, "no realisable probe")
     o = ctx.run([v])[0]
     exact = Fraction(c) + m * Fraction(s) ** 2
-    bits = 2 + math.ceil(math.log2(m + 1))
+    bits = math.floor(math.log2(exact)) + 1       # integer bits of the exact sum
     if o == exact:
         return ctx.add("carry_bits", bits - 2,
                        f"c + {m} products of {s!r}**2 = {float(exact)!r} exactly", [(v, o)])

@@ -17,6 +17,17 @@ import sys
 from pathlib import Path
 
 
+def _count(text: str) -> int:
+    """argparse type: an int >= 1."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
+    return v
+
+
 def register(subparsers) -> None:
     """Add ``probe`` and ``fit`` to an ``argparse`` sub-parser collection."""
     p = subparsers.add_parser(
@@ -35,7 +46,7 @@ def register(subparsers) -> None:
     p.add_argument("--block-size", type=int, choices=(16, 32))
     p.add_argument("--instruction", help="a non-default instruction (registry or native name)")
     p.add_argument("--infer", action="store_true", help="also infer a spec (closed loop)")
-    p.add_argument("--verify", type=int, default=0, metavar="N",
+    p.add_argument("--verify", type=_count, default=0, metavar="N",
                    help="verify the inferred spec on N random inputs (implies --infer)")
     p.add_argument("--no-order", action="store_true", help="skip the FPRev order reveal")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -51,7 +62,7 @@ def register(subparsers) -> None:
     f.add_argument("data", nargs="+", help=".npz files or directories of them")
     f.add_argument("--format", help="input format (when no index.json names it)")
     f.add_argument("--out", help="output format (fp32, fp16)")
-    f.add_argument("--limit", type=int, default=10, help="candidates to print per file")
+    f.add_argument("--limit", type=_count, default=10, help="candidates to print per file")
     f.add_argument("--json", action="store_true")
     f.set_defaults(func=cmd_fit)
 
@@ -77,11 +88,13 @@ def _interfaces(args) -> list[tuple]:
     from .. import registry
     out = []
     for r in registry.rows_for(args.arch):
-        if r.scale_format is None and r.default:
-            for fmt in r.formats[:1] if len(r.formats) > 1 else r.formats:
-                out.append((fmt, r.out))
-            if len(r.formats) > 1:
-                out += [(fmt, r.out) for fmt in r.formats[1:2]]
+        if r.default and r.scale_format == args.scale_format and \
+                (args.block_size is None or args.block_size in r.block_sizes):
+            out += [(fmt, r.out) for fmt in r.formats if (fmt, r.out) not in out]
+    if not out:
+        raise ValueError(f"{args.arch} has no instruction with scale format "
+                         f"{args.scale_format}" + (f" and block size {args.block_size}"
+                                                   if args.block_size else ""))
     return out
 
 
@@ -96,7 +109,7 @@ def cmd_probe(args) -> int:
     elif args.spec:
         try:
             target = Spec.from_string(args.spec)
-        except ValueError as e:
+        except (ValueError, TypeError) as e:
             print(f"mma-emu probe: {e}", file=sys.stderr)
             return 2
     else:
@@ -175,7 +188,7 @@ def cmd_fit(args) -> int:
     for path in files:
         try:
             res = fit(path, args.format, args.out)
-        except (ValueError, TypeError, FileNotFoundError) as e:
+        except (ValueError, TypeError, OSError) as e:
             print(f"mma-emu fit: {path}: {e}", file=sys.stderr)
             return 2
         if args.json:

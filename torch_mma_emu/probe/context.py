@@ -3,7 +3,6 @@ tests established (the later tests of seed 000's Figure 3 pipeline build on the 
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 from .report import Feature, FeatureReport, Interval
 from .targets import Target
@@ -48,14 +47,6 @@ class Ctx:
             lo, hi = lo + s0, hi + s1
         return lo, hi
 
-    @property
-    def out_emin(self) -> int:
-        return self.out.emin
-
-    @property
-    def out_emax(self) -> int:
-        return self.out.emax
-
     def fits_out(self, x: float, normal: bool = True) -> bool:
         return fits(self.out, x, normal=normal)
 
@@ -96,10 +87,6 @@ def pred(x: float, p: int, emin: int) -> float:
     return x - 2.0 ** (max(e - 1, emin) - p + 1)
 
 
-def as_frac(x) -> Fraction:
-    return Fraction(x)
-
-
 def num(x: float) -> str:
     """A probe value for humans: 2**k, m*2**k for short odd m, else repr."""
     if x == 0 or not math.isfinite(x):
@@ -122,4 +109,4 @@ def num(x: float) -> str:
     return repr(x)
 
 
-__all__ = ["Ctx", "Interval", "ulp", "pred", "as_frac", "num"]
+__all__ = ["Ctx", "Interval", "ulp", "pred", "num"]

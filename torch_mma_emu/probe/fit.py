@@ -30,9 +30,10 @@ class DataFeatures:
     exact_rn: bool                  # every d is the exact sum rounded to nearest
 
     def describe(self) -> str:
+        low = "all zero" if self.min_emax is None else f"2**{self.min_emax}"
         return (f"{self.samples} samples, K = {', '.join(map(str, self.ks))}; "
                 f"{'some' if self.nan_outputs else 'no'} NaN outputs; lowest alignment "
-                f"exponent 2**{self.min_emax}; "
+                f"exponent {low}; "
                 + ("every result is the exact sum rounded to nearest" if self.exact_rn
                    else "results are not all the exact sum rounded to nearest"))
 
@@ -87,6 +88,7 @@ class FitResult:
     checked: int = 0
     seconds: float = 0.0
     source: str = ""
+    filled: dict = field(default_factory=dict)   # arith key -> fields taken from the registry
 
     @property
     def specs(self) -> list[Spec]:
@@ -100,8 +102,11 @@ class FitResult:
         lines = [f"{self.source}: {self.features.describe()}",
                  f"{self.checked} candidate specs checked in {self.seconds:.1f} s; "
                  f"{len(self.candidates)} reproduce every sample"]
+        limit = max(0, limit)
         for i, c in enumerate(self.candidates[:limit]):
-            lines.append(f"  {i + 1}. {c.describe()}")
+            f = self.filled.get(search.arith_key(c.spec))
+            tail = f" [{', '.join(f)} from the registry: the data cannot tell]" if f else ""
+            lines.append(f"  {i + 1}. {c.describe()}{tail}")
         if len(self.candidates) > limit:
             lines.append(f"  ... {len(self.candidates) - limit} more")
         lines += [f"  the data cannot tell: {u}" for u in self.undetermined]
@@ -114,6 +119,9 @@ def _as_samples(samples, in_format, out_dtype) -> Samples:
     if isinstance(samples, (str,)) or hasattr(samples, "__fspath__"):
         return load(samples, in_format, out_dtype)
     if isinstance(samples, dict):
+        missing = [k for k in "abcd" if k not in samples]
+        if missing:
+            raise ValueError(f"the samples dict lacks {missing} (needs a, b, c, d)")
         return from_arrays(samples["a"], samples["b"], samples["c"], samples["d"], in_format,
                            out_dtype)
     if isinstance(samples, (tuple, list)) and len(samples) == 4:
@@ -131,6 +139,14 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     types (read from index.json for files of tests/data/hwdata).  ``ops`` restricts the op
     kinds searched.
     """
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or
+                              limit < 1):
+        raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+    if ops is not None:
+        ops = [ops] if isinstance(ops, str) else list(ops)
+        known = space.OPS_UNSCALED + space.OPS_SCALED
+        if not ops or any(o not in known for o in ops):
+            raise ValueError(f"ops must name elementary operations among {known}, got {ops!r}")
     t0 = time.perf_counter()
     s = _as_samples(samples, in_format, out_dtype)
     iface = s.iface
@@ -138,8 +154,6 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     kmax = max(s.ks)
     undetermined = []
     Ls = [L for L in space.POW2_L if L < kmax] + [kmax]
-    undetermined.append(f"the fused length beyond K: L = {kmax} stands for every L >= {kmax}"
-                        " (each sample is one fused operation then)")
     nan_bits = [None]
     if not feats.nan_outputs:
         undetermined.append("the NaN encoding (no NaN in the data)")
@@ -147,8 +161,9 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     if feats.min_emax is None or all(f is None or feats.min_emax >= f
                                      for f in space.KNOWN_FLOORS):
         floors = [None]
-        undetermined.append("a lower cap of the alignment exponent at -133: no sample aligns "
-                            f"below 2**{feats.min_emax}")
+        undetermined.append("a lower cap of the alignment exponent at -133: " + (
+            "every sample is zero" if feats.min_emax is None else
+            f"no sample aligns below 2**{feats.min_emax}"))
     nans = [None, *space.nan_choices(iface.out.name)[1:]] if feats.nan_outputs else nan_bits
     gen = space.space(iface, ops=ops, Ls=Ls, floors=floors, nan_bits=nans)
     cands = list(gen)
@@ -158,17 +173,26 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
         return (0 if exact == feats.exact_rn else 1, search._OP_RANK.get(sp.op, 9))
     cands.sort(key=prior)
     found = search.survivors(cands, s)
-    found = [_complete(sp, feats, kmax) for sp in found]
-    ranked = search.annotate(search.rank(_dedupe(found)))
+    if any(sp.L == kmax and sp.op != "fma" for sp in found):
+        undetermined.insert(0, f"the fused length beyond K: L = {kmax} stands for every "
+                            f"L >= {kmax} (each sample is one fused operation then)")
+    filled = {}
+    done = []
+    for sp in found:
+        sp2, fields = _complete(sp, feats, kmax)
+        done.append(sp2)
+        filled.setdefault(search.arith_key(sp2), fields)
+    ranked = search.annotate(search.rank(_dedupe(done)))
     if limit:
         ranked = ranked[:limit]
     return FitResult(ranked, feats, undetermined, len(cands), time.perf_counter() - t0,
-                     s.source)
+                     s.source, filled)
 
 
-def _complete(sp: Spec, feats: DataFeatures, kmax: int) -> Spec:
+def _complete(sp: Spec, feats: DataFeatures, kmax: int) -> tuple[Spec, list]:
     """Fill the dimensions the data cannot see from the closest known spec (a registry
-    entry for these formats), when that entry agrees with everything the data shows."""
+    entry for these formats), when that entry agrees with everything the data shows;
+    returns the spec and the visible fields so filled (L, emax_floor)."""
     best = None
     for r in search.known_specs(sp):
         if r.op != sp.op or r.F != sp.F or r.rho != sp.rho or r.F2 != sp.F2 or \
@@ -181,7 +205,7 @@ def _complete(sp: Spec, feats: DataFeatures, kmax: int) -> Spec:
         best = r
         break
     if best is None:
-        return sp
+        return sp, []
     ch = {}
     if sp.L == kmax and best.L >= kmax:
         ch["L"] = best.L
@@ -190,7 +214,8 @@ def _complete(sp: Spec, feats: DataFeatures, kmax: int) -> Spec:
         ch["emax_floor"] = best.emax_floor
     if not feats.nan_outputs:
         ch["nan_bits"] = best.nan_bits
-    return sp.replace(**ch) if ch else sp
+    shown = [k for k in ("L", "emax_floor") if k in ch and ch[k] != getattr(sp, k)]
+    return (sp.replace(**ch) if ch else sp), shown
 
 
 def _dedupe(specs):

@@ -36,7 +36,7 @@ class Inference:
         return "\n".join(lines)
 
 
-def _interval_values(iv: Interval | None, lo=1, hi=40, prefer=()):
+def _interval_values(iv: Interval | None, lo=1, hi=40):
     if iv is None:
         return None
     if iv.exact:
@@ -121,14 +121,19 @@ def hints(rep: FeatureReport, iface, wide: bool = False) -> dict:
 
 def infer(target, in_format=None, out_dtype=None, *, scale_format=None, block_size=None,
           instruction=None, checks: int = 3000, seed: int = 0, order: bool = False,
-          max_candidates: int = 20000) -> Inference:
+          max_candidates: int = 200_000) -> Inference:
     """Probe ``target``, then find the specs reproducing every probe and ``checks`` random
     inputs (seed 003 Steps 3-4); see :func:`infer_spec`."""
+    if isinstance(checks, bool) or not isinstance(checks, int) or checks < 1:
+        raise ValueError(f"checks must be a positive int, got {checks!r}")
     t0 = time.perf_counter()
     ctx = probe(target, in_format, out_dtype, scale_format=scale_format,
                 block_size=block_size, instruction=instruction, order=order)
     rep, iface = ctx.report, ctx.iface
     W = rep.value("block_width")
+    if W is not None and W.lo > 256:
+        raise InferenceError(f"{ctx.target.describe()}: fuses {W} products in one operation; "
+                             "the model space stops at L = 256 (see features() for the rest)")
     w = W.lo if W is not None else 8
     ks = sorted({max(1, w), 2 * w + 1, 3, max(1, w // 2) + 1, 3 * w})
     samples = from_runner_log(iface, ctx.runner.log)
@@ -138,15 +143,17 @@ def infer(target, in_format=None, out_dtype=None, *, scale_format=None, block_si
     for name, h in (("features", hints(rep, iface)),
                     ("neighbourhood", hints(rep, iface, wide=True)),
                     ("whole model space", {})):
-        cands = []
+        cands, cut = [], False
         for sp in space.space(iface, **h):
-            cands.append(sp)
             if len(cands) >= max_candidates:
+                cut = True
                 break
+            cands.append(sp)
         cands = search.rank(cands)
         found = search.survivors(cands, samples)
-        rounds.append(f"{name}: {len(cands)} candidate specs, {len(found)} reproduce "
-                      f"{len(samples)} probe and random results")
+        rounds.append(f"{name}: {len(cands)} candidate specs"
+                      f"{f' (cut at max_candidates={max_candidates})' if cut else ''}, "
+                      f"{len(found)} reproduce {len(samples)} probe and random results")
         if found:
             break
     if not found:

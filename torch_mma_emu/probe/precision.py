@@ -286,8 +286,10 @@ def align_rounding(ctx: Ctx):
     F = ctx.fact("fused_precision")
     W = ctx.fact("block_width")
     if F is None or not F.exact or W is None or W.lo < 3:
-        ctx.add("product_groups", None if F is None or W is None or W.lo < 3 else "none",
-                "needs a fused sum of 3 or more products with a known F")
+        exact_sum = F is not None and F.hi is None and F.lo >= EXACT_BITS
+        ctx.add("product_groups", None,
+                "exact fused sum: nothing is aligned away, so groups cannot show" if exact_sum
+                else "needs a fused sum of 3 or more products with a known F")
         return ctx.add("align_rounding", None,
                        "exact fused sum: nothing is rounded" if F is not None and F.hi is None
                        else "needs a known F and a fused sum of 3 or more products")

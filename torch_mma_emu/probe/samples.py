@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..formats import FORMATS
-from .targets import Interface, OUT_DTYPES, encode, interface, output_codes, storage_dtype
+from .targets import Interface, encode, interface, output_codes, signed64
 
 
 @dataclass
@@ -88,7 +87,7 @@ def from_runner_log(iface: Interface, log) -> Samples:
         A = encode(av, iface.fmt_a).reshape(S, 1, K)
         B = encode(bv, iface.fmt_b).reshape(S, K, 1)
         C = cv.to(iface.out_dtype).reshape(S, 1, 1)
-        D = torch.tensor([o.code for _, o in items], dtype=torch.int64)
+        D = torch.tensor([signed64(o.code) for _, o in items], dtype=torch.int64)
         sa = sb = None
         if iface.scaled:
             nblk = -(-K // iface.block_size)
@@ -104,29 +103,54 @@ def from_runner_log(iface: Interface, log) -> Samples:
     return s
 
 
-def random_samples(target, n: int, ks, seed: int = 0, families=None,
-                   batch: int = 4096) -> Samples:
-    """n random inputs of seed 003's three families (split evenly), run on ``target``."""
-    from ..inputs import FAMILIES, operands
-    from ..spec import Spec
-    fams = tuple(families or FAMILIES)
-    iface = target.iface
-    stand_in = _stand_in(iface)   # carries only the formats for inputs.operands
-    g = torch.Generator().manual_seed(seed)
-    s = Samples(iface, source=f"{n} random inputs ({', '.join(fams)})")
+def check_schedule(n, ks, families, batch) -> tuple[tuple, list]:
+    """Validated (families, ks) for :func:`random_batches`; clear errors otherwise."""
+    from ..inputs import FAMILIES
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    fams = tuple(FAMILIES if families is None else families)
+    if not fams or any(f not in FAMILIES for f in fams):
+        raise ValueError(f"families must be a non-empty selection of {FAMILIES}, got "
+                         f"{families!r}")
     ks = list(ks)
+    if not ks or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in ks):
+        raise ValueError(f"ks must be a non-empty list of lengths K >= 1, got {ks!r}")
+    return fams, ks
+
+
+def random_batches(spec_like, n: int, ks, families, g: torch.Generator, batch: int):
+    """Yield (family, K, operands) for n random inputs of seed 003's families: every
+    (family, K) pair gets an even share, in chunks of at most ``batch``."""
+    from ..inputs import operands
+    fams, ks = check_schedule(n, ks, families, batch)
+    chunk = max(1, min(batch, -(-n // (len(fams) * len(ks)))))
     done, i = 0, 0
     while done < n:
         fam = fams[i % len(fams)]
         K = ks[(i // len(fams)) % len(ks)]
-        S = min(batch, n - done)
-        kw = operands(stand_in, 1, 1, K, fam, g, batch=(S,))
+        S = min(chunk, n - done)
+        yield fam, K, operands(spec_like, 1, 1, K, fam, g, batch=(S,))
+        done += S
+        i += 1
+
+
+def random_samples(target, n: int, ks, seed: int = 0, families=None,
+                   batch: int = 4096) -> Samples:
+    """n random inputs of seed 003's three families (split evenly over families and ks),
+    run on ``target``."""
+    iface = target.iface
+    stand_in = _stand_in(iface)   # carries only the formats for inputs.operands
+    g = torch.Generator().manual_seed(seed)
+    fams, _ = check_schedule(n, ks, families, batch)
+    s = Samples(iface, source=f"{n} random inputs ({', '.join(fams)})")
+    for fam, K, kw in random_batches(stand_in, n, ks, families, g, batch):
+        S = kw["A"].shape[0]
         C = kw["C"] if kw["C"] is not None else torch.zeros(S, 1, 1, dtype=iface.out_dtype)
         D = target(kw["A"], kw["B"], C, kw.get("scale_a"), kw.get("scale_b"))
         s.add(Batch(kw["A"], kw["B"], C, output_codes(D.reshape(-1)), kw.get("scale_a"),
                     kw.get("scale_b"), f"{fam} K={K}"))
-        done += S
-        i += 1
     return s
 
 
@@ -175,6 +199,16 @@ def from_arrays(a, b, c, d, in_format, out_dtype=None, *, source="arrays") -> Sa
                          f"{tuple(av.shape)}, {tuple(bv.shape)}, {tuple(cv.shape)}, "
                          f"{tuple(dv.shape)}")
     S, K = av.shape
+    if S == 0 or K == 0:
+        raise ValueError(f"samples need at least one row and K >= 1; got a of shape "
+                         f"{tuple(av.shape)}")
+    if iface.out_dtype != torch.float64:
+        fin = torch.isfinite(dv)
+        rt = dv.to(torch.float32).to(iface.out_dtype).to(torch.float64)
+        if not torch.equal(rt[fin], dv[fin]):
+            i = int((rt != dv)[fin].nonzero()[0])
+            raise ValueError(f"d holds values that are not {iface.out.name} values (e.g. "
+                             f"{float(dv[fin][i])!r}); is out_dtype right?")
     try:
         A = encode(av, iface.fmt_a).reshape(S, 1, K)
         B = encode(bv, iface.fmt_b).reshape(S, K, 1)
@@ -195,13 +229,14 @@ def load(path, in_format=None, out_dtype=None) -> Samples:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no such samples file: {p}")
-    if in_format is None:
+    if in_format is None or out_dtype is None:
         idx = p.parent / "index.json"
         if idx.exists():
             import json
             for e in json.loads(idx.read_text()):
-                if e["file"] == p.name:
-                    in_format, out_dtype = e["in_format"], out_dtype or e["out_dtype"]
+                if e.get("file") == p.name:
+                    in_format = in_format or e["in_format"]
+                    out_dtype = out_dtype or e["out_dtype"]
         if in_format is None:
             raise ValueError(f"{p.name}: say in_format= (and out_dtype=); no index.json "
                              "entry names them")
@@ -212,5 +247,5 @@ def load(path, in_format=None, out_dtype=None) -> Samples:
     return from_arrays(z["a"], z["b"], z["c"], z["d"], in_format, out_dtype, source=p.name)
 
 
-__all__ = ["Batch", "Samples", "from_runner_log", "random_samples", "from_arrays", "load",
-           "FORMATS", "OUT_DTYPES", "storage_dtype"]
+__all__ = ["Batch", "Samples", "from_runner_log", "random_samples", "random_batches",
+           "check_schedule", "from_arrays", "load"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 
 from ..spec import OPS, Spec
 from .samples import Samples
@@ -130,4 +129,4 @@ def annotate(specs) -> list[Candidate]:
 
 
 __all__ = ["arith_key", "mismatches", "survivors", "rank", "distance", "closest_known",
-           "known_specs", "annotate", "Candidate", "torch"]
+           "known_specs", "annotate", "Candidate"]

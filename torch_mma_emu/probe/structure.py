@@ -14,7 +14,6 @@ they cover every format.  The fused length W is the first position i whose outco
 """
 from __future__ import annotations
 
-import math
 
 from .context import Ctx, Interval
 from .vectors import Unrealizable
@@ -193,4 +192,4 @@ def order(ctx: Ctx, k: int | None = None):
     return ctx.add("order", tree.describe(), f"FPRev over {k} products + c (leaf {k})")
 
 
-__all__ = ["block_width", "scale_groups", "order", "math"]
+__all__ = ["block_width", "scale_groups", "order"]

@@ -30,15 +30,16 @@ def table3_row(rep: FeatureReport) -> list:
     F = rep.value("fused_precision")
     W = rep.value("block_width")
     extra = rep.value("extra_bits")
+    fma_chain = F is None and W is not None and W.exact and W.lo == 1
     if F is not None and F.hi is None and F.lo >= 41:
         extra_t = "exact"
     elif extra is not None:
         extra_t = str(extra)
-    elif F is None and W is not None and W.exact and W.lo == 1:
+    elif fma_chain:
         extra_t = "IEEE FMA"
     else:
         extra_t = "n/a"
-    rnd = rep.value("align_rounding") or ("RNE" if F is None else "n/a")
+    rnd = rep.value("align_rounding") or ("RNE" if fma_chain else "n/a")
     order = rep.value("order")
     order_t = "n/a" if order is None else ("no (fused)" if "fused" in order else order)
     return [inp, out, rep.target, _yn(rep.value("subnormal_inputs")),

@@ -64,6 +64,10 @@ class Interface:
         return f"{pair} -> {self.out.name}{sc}"
 
 
+class ProbeTargetError(RuntimeError):
+    """The target itself failed (a user callable raised or returned something unusable)."""
+
+
 class Target:
     """Base class: a black-box matrix unit with a known :class:`Interface`."""
 
@@ -80,7 +84,15 @@ class Target:
     def __call__(self, A, B, C, scale_a=None, scale_b=None) -> torch.Tensor:
         self.calls += 1
         self.evaluations += A.shape[0]
-        return self.mm(A, B, C, scale_a, scale_b)
+        D = self.mm(A, B, C, scale_a, scale_b)
+        S = A.shape[0]
+        if not isinstance(D, torch.Tensor) or D.dtype != self.iface.out_dtype or \
+                D.numel() != S:
+            got = (f"a {D.dtype} tensor of shape {tuple(D.shape)}"
+                   if isinstance(D, torch.Tensor) else type(D).__name__)
+            raise TypeError(f"{self.label}: mm() must return {S} outputs as a "
+                            f"{self.iface.out_dtype} tensor (S, 1, 1); got {got}")
+        return D
 
     def describe(self) -> str:
         return f"{self.label} ({self.iface.describe()})"
@@ -180,14 +192,15 @@ class CallableTarget(Target):
             raise TypeError(f"a callable target must be callable, got {type(fn).__name__}")
         self.fn = fn
         self.label = f"callable {getattr(fn, '__qualname__', repr(fn))}"
-        if iface.scaled:
-            try:
-                n = len(inspect.signature(fn).parameters)
-            except (TypeError, ValueError):
-                n = 5
-            if n < 5:
-                raise TypeError("a callable target with block scales takes "
-                                "f(a, b, c, scale_a, scale_b)")
+        want = 5 if iface.scaled else 3
+        try:
+            inspect.signature(fn).bind(*range(want))
+        except TypeError as e:
+            sig = "f(a, b, c, scale_a, scale_b)" if iface.scaled else "f(a, b, c)"
+            raise TypeError(f"a callable target for {iface.describe()} is called as {sig}: "
+                            f"{e}") from e
+        except ValueError:      # no signature (a builtin): find out on the first call
+            pass
 
     def mm(self, A, B, C, scale_a=None, scale_b=None):
         a = values_of(A[:, 0, :], self.iface.fmt_a)
@@ -201,11 +214,19 @@ class CallableTarget(Target):
             args = (a[s].tolist(), b[s].tolist(), float(c[s]))
             if scale_a is not None:
                 args += (sa[s].tolist(), sb[s].tolist())
-            r = self.fn(*args)
-            if isinstance(r, torch.Tensor):
+            try:
+                r = self.fn(*args)
+            except Exception as e:
+                raise ProbeTargetError(f"{self.label} raised {type(e).__name__}: {e} "
+                                       f"(on a={args[0]}, b={args[1]}, c={args[2]})") from e
+            if isinstance(r, torch.Tensor) and r.numel() == 1:
                 out[s] = r.reshape(()).to(self.iface.out_dtype)
-            else:
+            elif isinstance(r, (float, int)) and not isinstance(r, bool):
                 out[s] = torch.tensor(float(r), dtype=torch.float64).to(self.iface.out_dtype)
+            else:
+                raise ProbeTargetError(f"{self.label} must return a float or a one-element "
+                                       f"tensor; it returned {r!r:.80} (on a={args[0]}, "
+                                       f"b={args[1]}, c={args[2]})")
         return out.reshape(-1, 1, 1)
 
 
@@ -292,8 +313,17 @@ def scale_values(t: torch.Tensor, scale_format: str) -> torch.Tensor:
     return (codes & 0x7F).to(torch.uint8).view(torch.float8_e4m3fn).to(torch.float64)
 
 
+MASK64 = (1 << 64) - 1
+
+
+def signed64(code: int) -> int:
+    """A 64-bit pattern as the int64 that holds it in a tensor."""
+    return code - (1 << 64) if code >= 1 << 63 else code
+
+
 def output_codes(D: torch.Tensor) -> torch.Tensor:
-    """Bit patterns (as non-negative int64) of an output tensor."""
+    """Bit patterns of an output tensor as int64: non-negative for fp16/fp32; fp64 patterns
+    with the sign bit set are negative (``int(x) & MASK64`` gives the pattern)."""
     bits = D.contiguous().view(_INT_VIEW[D.dtype]).to(torch.int64).reshape(-1)
     width = {torch.float16: 16, torch.float32: 32, torch.float64: 64}[D.dtype]
     if width < 64:
@@ -330,6 +360,9 @@ def interface(in_format, out_dtype=None, scale_format=None, block_size=None) -> 
         raise ValueError("in_format is required (e.g. 'fp16', 'bf16', 'tf32', 'fp8_e4m3', "
                          "'fp8_e4m3,fp8_e5m2')")
     if isinstance(in_format, (tuple, list)):
+        if len(in_format) != 2:
+            raise ValueError(f"in_format as a pair is (format of A, format of B), got "
+                             f"{in_format!r}")
         fa_name, fb_name = in_format
     else:
         fa_name, _, fb_name = str(in_format).partition(",")
@@ -340,6 +373,10 @@ def interface(in_format, out_dtype=None, scale_format=None, block_size=None) -> 
             raise ValueError(f"{f.name} is a scale format, not an element format; pass it as "
                              "scale_format=")
     out = FORMATS[_out_name(out_dtype, fa)]
+    if (out.name == "fp64") != (fa.name == "fp64" and fb.name == "fp64"):
+        raise ValueError(f"fp64 results come from fp64 x fp64 (DFMA/DMMA) only; got "
+                         f"{fa.name} x {fb.name} -> {out.name} (narrow formats accumulate "
+                         "in fp32 or fp16)")
     sf = None if scale_format is None else str(scale_format).lower()
     if sf is not None and sf not in ("ue8m0", "ue4m3"):
         raise ValueError(f"scale_format must be 'ue8m0' or 'ue4m3', got {scale_format!r}")
@@ -360,7 +397,18 @@ def make_target(target, in_format=None, out_dtype=None, *, scale_format=None,
     For a Spec the formats default to the spec's; for an arch name the registry's model for
     (arch, in_format, out_dtype[, instruction, scale_format, block_size]) is used.
     """
+    if instruction is not None and not isinstance(instruction, str):
+        raise TypeError(f"instruction must be a name (str), got {instruction!r}")
     if isinstance(target, Target):
+        if in_format is not None:
+            asked = interface(in_format, out_dtype or target.iface.out.name,
+                              scale_format if scale_format is not None else
+                              target.iface.scale_format,
+                              block_size if block_size is not None else
+                              (target.iface.block_size or None))
+            if asked != target.iface:
+                raise ValueError(f"the target computes {target.iface.describe()}; asked for "
+                                 f"{asked.describe()}")
         return target
     if isinstance(target, Spec):
         iface = interface(in_format or f"{target.fmt_a.name},{target.fmt_b.name}",
@@ -368,11 +416,12 @@ def make_target(target, in_format=None, out_dtype=None, *, scale_format=None,
                           scale_format if scale_format is not None else target.scale_format,
                           block_size if block_size is not None else
                           (target.block_size or None))
-        if (iface.fmt_a, iface.fmt_b, iface.out.name, iface.scale_format) != \
-                (target.fmt_a, target.fmt_b, target.out_format, target.scale_format):
+        if (iface.fmt_a, iface.fmt_b, iface.out.name, iface.scale_format,
+                iface.block_size) != (target.fmt_a, target.fmt_b, target.out_format,
+                                      target.scale_format, target.block_size):
+            sc = f"; scales {target.scale_format}/{target.block_size}" if target.scaled else ""
             raise ValueError(f"the spec takes {target.fmt_a.name} x {target.fmt_b.name} -> "
-                             f"{target.out_format} (scales {target.scale_format}); asked for "
-                             f"{iface.describe()}")
+                             f"{target.out_format}{sc}; asked for {iface.describe()}")
         return EmulatedTarget(iface, target)
     iface = interface(in_format, out_dtype, scale_format, block_size)
     if isinstance(target, str):

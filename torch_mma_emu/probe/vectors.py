@@ -17,7 +17,7 @@ from functools import lru_cache
 import torch
 
 from ..formats import Format
-from .targets import Target, encode, encode_scales, output_codes
+from .targets import MASK64, Target, encode, encode_scales, output_codes
 
 
 class Unrealizable(ValueError):
@@ -333,22 +333,9 @@ class Runner:
         D = self.target(A, B, C, sa, sb).reshape(-1)
         codes = output_codes(D).tolist()
         vals = D.to(torch.float64).tolist()
-        outs = [Out(int(cd), float(x)) for cd, x in zip(codes, vals)]
+        outs = [Out(int(cd) & MASK64, float(x)) for cd, x in zip(codes, vals)]
         self.log += list(zip(vecs, outs))
         return outs
-
-    def run1(self, vec: Vec) -> Out:
-        return self.run([vec])[0]
-
-    def try_vecs(self, build) -> list:
-        """[build(i) or None] for a generator of builders, None where unrealizable."""
-        out = []
-        for b in build:
-            try:
-                out.append(b())
-            except Unrealizable:
-                out.append(None)
-        return out
 
     def run_some(self, vecs: list) -> list:
         """Like :meth:`run` but passes ``None`` entries through."""

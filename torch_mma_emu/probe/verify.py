@@ -3,15 +3,15 @@
 model; any difference is a failure, shrunk by zeroing elements while it persists."""
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 
 import torch
 
-from ..inputs import FAMILIES, operands
+from ..inputs import FAMILIES
 from ..spec import Spec
-from .targets import make_target, output_codes, scale_values, values_of
+from .samples import check_schedule, random_batches
+from .targets import MASK64, make_target, output_codes, scale_values, values_of
 
 
 @dataclass
@@ -34,7 +34,7 @@ class Counterexample:
 
     def describe(self) -> str:
         terms = [f"a[{k}]={x!r} b[{k}]={y!r}" for k, (x, y) in enumerate(zip(self.a, self.b))
-                 if x != 0 or y != 0]
+                 if x != 0 or y != 0] or ["all products zero"]
         sc = f" scales {self.scale_a} x {self.scale_b}" if self.scale_a else ""
         return (f"{self.family} input, K={self.K}, {self.nonzero} nonzero product(s) (from "
                 f"{self.before_shrinking}): " + ", ".join(terms) + f", c={self.c!r}{sc}: "
@@ -96,34 +96,28 @@ def verify(spec: Spec, target, n: int = 100_000, *, in_format=None, out_dtype=No
     if not isinstance(spec, Spec):
         raise TypeError(f"verify takes a Spec (e.g. from infer_spec), got "
                         f"{type(spec).__name__}")
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
-    for f in families:
-        if f not in FAMILIES:
-            raise ValueError(f"families must be among {FAMILIES}, got {f!r}")
+    ks = ks_for(spec) if ks is None else list(ks)
+    check_schedule(n, ks, families, batch)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed must be an int, got {seed!r}")
     fmt = in_format or (spec.in_format if spec.in_format_b is None
                         else f"{spec.in_format},{spec.in_format_b}")
     t = make_target(target, fmt, out_dtype or spec.out_format,
                     scale_format=spec.scale_format, block_size=spec.block_size or None,
                     instruction=instruction)
-    if (t.iface.fmt_a.name, t.iface.fmt_b.name, t.iface.out.name, t.iface.scale_format) != \
-            (spec.fmt_a.name, spec.fmt_b.name, spec.out_format, spec.scale_format):
+    if (t.iface.fmt_a.name, t.iface.fmt_b.name, t.iface.out.name, t.iface.scale_format,
+            t.iface.block_size) != (spec.fmt_a.name, spec.fmt_b.name, spec.out_format,
+                                    spec.scale_format, spec.block_size):
+        sc = f", scales {spec.scale_format}/{spec.block_size}" if spec.scaled else ""
         raise ValueError(f"the spec is for {spec.fmt_a.name} x {spec.fmt_b.name} -> "
-                         f"{spec.out_format}, the target for {t.iface.describe()}")
-    ks = list(ks or ks_for(spec))
+                         f"{spec.out_format}{sc}, the target for {t.iface.describe()}")
     g = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     res = VerifyResult(spec, t.describe(), 0, 0, {f: [0, 0] for f in families})
     first = None
-    i = 0
-    # every (family, K) pair gets its share even when n is small
-    chunk = max(1, min(batch, -(-n // (len(families) * len(ks)))))
-    while res.n < n:
-        fam = families[i % len(families)]
-        K = ks[(i // len(families)) % len(ks)]
-        S = min(chunk, n - res.n)
-        kw = operands(spec, 1, 1, K, fam, g, batch=(S,))
+    for fam, K, kw in random_batches(spec, n, ks, families, g, batch):
         A, B = kw["A"], kw["B"]
+        S = A.shape[0]
         C = kw["C"] if kw["C"] is not None else torch.zeros(S, 1, 1, dtype=t.iface.out_dtype)
         sa, sb = kw.get("scale_a"), kw.get("scale_b")
         bad = _differs(spec, t, A, B, C, sa, sb)
@@ -136,7 +130,6 @@ def verify(spec: Spec, target, n: int = 100_000, *, in_format=None, out_dtype=No
             j = int(bad.nonzero()[0])
             sel = (lambda x: None if x is None else x[j:j + 1])
             first = (fam, sel(A), sel(B), sel(C), sel(sa), sel(sb))
-        i += 1
     res.seconds = time.perf_counter() - t0
     if first is not None:
         res.counterexample = shrink_failure(spec, t, *first, shrink=shrink)
@@ -162,7 +155,7 @@ def shrink_failure(spec, target, family, A, B, C, sa, sb, shrink=True) -> Counte
             a2[0, 0, k] = 0
             b2[0, k, 0] = 0
             variants.append((a2, b2, C))
-        if C.reshape(-1)[0].item() != 0 or math.isnan(C.reshape(-1)[0].item()):
+        if C.reshape(-1)[0].item() != 0:     # (NaN != 0 too)
             variants.append((A, B, torch.zeros_like(C)))
         if not variants:
             break
@@ -182,7 +175,8 @@ def shrink_failure(spec, target, family, A, B, C, sa, sb, shrink=True) -> Counte
     return Counterexample(
         family, K, values_of(A[0, 0, :], target.iface.fmt_a).tolist(),
         values_of(B[0, :, 0], target.iface.fmt_b).tolist(), float(C.reshape(-1)[0]),
-        int(output_codes(dt)[0]), int(output_codes(dm)[0]), float(dt[0]), float(dm[0]),
+        int(output_codes(dt)[0]) & MASK64, int(output_codes(dm)[0]) & MASK64, float(dt[0]),
+        float(dm[0]),
         len(nz()), before, sc(sa), sc(sb))
 
 
