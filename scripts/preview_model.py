@@ -220,8 +220,11 @@ def main(argv=None):
     with torch.no_grad():  # materialise lazy modules before counting parameters
         model(*inputs)
     t0 = time.perf_counter()
-    res = preview_model(model, inputs, layers, archs, formats, repeat=args.repeat,
-                        progress=lambda s: print(f"  running {s}", file=sys.stderr))
+    try:
+        res = preview_model(model, inputs, layers, archs, formats, repeat=args.repeat,
+                            progress=lambda s: print(f"  running {s}", file=sys.stderr))
+    except ValueError as e:
+        raise SystemExit(f"preview_model: {e}") from None
     wall = time.perf_counter() - t0
     names = layers + ["output"]
     print(f"model {args.model} ({sum(p.numel() for p in model.parameters())} parameters), "

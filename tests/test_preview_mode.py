@@ -133,7 +133,8 @@ def test_out_inplace_and_dtype_overloads():
 # ------------------------------------------------------------------------ convolution
 
 def _conv_ref(x, w, b, stride, padding, dilation, groups, arch):
-    """conv2d from F.unfold (native im2col) + emulated_mm per group, bias in the epilogue."""
+    """conv2d from F.unfold (native im2col) + emulated_mm per group, rounded to the input
+    dtype, then the bias added in that dtype (PyTorch's output.add_(bias) after cuDNN)."""
     N, _, H, W_ = x.shape
     Co, Cg, kh, kw = w.shape
     cols = F.unfold(x.float(), (kh, kw), dilation, padding, stride).to(x.dtype)
@@ -143,11 +144,9 @@ def _conv_ref(x, w, b, stride, padding, dilation, groups, arch):
     ys = []
     for g in range(groups):
         wg = w[g * Co // groups:(g + 1) * Co // groups].reshape(Co // groups, -1)
-        yg = emm(wg, cols[:, g], arch=arch)
-        if b is not None:
-            yg = yg + b[g * Co // groups:(g + 1) * Co // groups].float()[:, None]
-        ys.append(yg)
-    return torch.cat(ys, 1).view(N, Co, Ho, Wo).to(x.dtype)
+        ys.append(emm(wg, cols[:, g], arch=arch).to(x.dtype))
+    y = torch.cat(ys, 1).view(N, Co, Ho, Wo)
+    return y if b is None else y + b.view(1, Co, 1, 1)
 
 
 @pytest.mark.parametrize("stride,padding,dilation,groups", [(1, 0, 1, 1), (2, 1, 1, 1),

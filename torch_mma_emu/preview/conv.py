@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["im2col", "conv_forward", "conv_transpose", "conv_wgrad", "conv_backward"]
+__all__ = ["im2col", "check_conv", "conv_forward", "conv_transpose", "conv_wgrad", "conv_backward"]
 
 MM = Callable[..., torch.Tensor]
 
@@ -53,9 +53,24 @@ def im2col(x: torch.Tensor, kernel, stride, padding, dilation):
     return cols, out_sp
 
 
+def check_conv(x, w, groups: int, transposed: bool = False) -> None:
+    """PyTorch's shape rules for a convolution, as clear ValueErrors."""
+    if x.dim() != w.dim() or x.dim() not in (3, 4, 5):
+        raise ValueError(f"convolution: input of shape {tuple(x.shape)} and weight of shape "
+                         f"{tuple(w.shape)}: expected a batched {w.dim() - 2}-d input "
+                         f"(N, C, {', '.join('*' * (w.dim() - 2))})")
+    want = w.shape[0] if transposed else w.shape[1] * groups
+    if x.shape[1] != want:
+        raise ValueError(f"convolution: weight of shape {tuple(w.shape)} with groups={groups} "
+                         f"expects {want} input channels, got {x.shape[1]}")
+
+
 def conv_forward(x, w, stride, padding, dilation, groups: int, mm: MM,
                  bias: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """``F.conv{1,2,3}d(x, w, bias, ...)`` with ``mm`` for the product."""
+    """``F.conv{1,2,3}d(x, w, bias, ...)`` with ``mm`` for the product.  The bias is added
+    after the product is rounded to the output dtype, as PyTorch does after cuDNN / MIOpen
+    (``output.add_(bias)``), not fused into the accumulator."""
+    check_conv(x, w, groups)
     N, C = x.shape[:2]
     Cout, kernel = w.shape[0], tuple(w.shape[2:])
     G = groups
@@ -63,14 +78,16 @@ def conv_forward(x, w, stride, padding, dilation, groups: int, mm: MM,
     Kg = (C // G) * math.prod(kernel)
     cols = cols.reshape(N, G, Kg, cols.shape[-1])
     wm = w.reshape(G, Cout // G, Kg)
-    cb = None if bias is None else bias.reshape(G, Cout // G, 1)
-    y = mm(wm, cols, cb)                                  # (N, G, Cout/G, L)
-    return y.reshape(N, Cout, *out_sp)
+    y = mm(wm, cols).reshape(N, Cout, *out_sp)           # (N, G, Cout/G, L) -> (N, Cout, ...)
+    if bias is not None:
+        y = y + bias.to(y.dtype).reshape(1, Cout, *([1] * len(out_sp)))
+    return y
 
 
 def conv_transpose(x, w, stride, padding, output_padding, dilation, groups: int, mm: MM,
                    bias: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``F.conv_transpose{1,2,3}d``: w is (Cin, Cout/G, *k)."""
+    check_conv(x, w, groups, transposed=True)
     nd = x.dim() - 2
     N, Cin = x.shape[:2]
     kernel = tuple(w.shape[2:])
@@ -90,16 +107,24 @@ def conv_transpose(x, w, stride, padding, output_padding, dilation, groups: int,
     return conv_forward(x, weq, (1,) * nd, (0,) * nd, dilation, G, mm, bias)
 
 
-def conv_wgrad(x, grad_y, w_shape, stride, padding, dilation, groups: int, mm: MM):
-    """Weight gradient of a forward convolution: (Cout, Cin/G, *k)."""
+def conv_wgrad(x, grad_y, w_shape, stride, padding, dilation, groups: int, mm: MM,
+               crop: bool = False):
+    """Weight gradient of a forward convolution: (Cout, Cin/G, *k).  ``crop``: the
+    transposed case, where output_padding can give x positions past grad_y's (they meet
+    no output, so they are dropped)."""
     N, C = x.shape[:2]
     Cout, kernel = w_shape[0], tuple(w_shape[2:])
     G = groups
     cols, out_sp = im2col(x, kernel, stride, padding, dilation)
+    want = tuple(grad_y.shape[2:])
+    if crop and tuple(out_sp) != want and all(o >= g for o, g in zip(out_sp, want)):
+        idx = (slice(None), slice(None)) + tuple(slice(0, g) for g in want)
+        cols = cols.reshape(N, cols.shape[1], *out_sp)[idx].reshape(N, cols.shape[1], -1)
+        out_sp = want
     L = cols.shape[-1]
-    if tuple(out_sp) != tuple(grad_y.shape[2:]):
+    if tuple(out_sp) != want:
         raise ValueError(f"convolution_backward: grad_output spatial shape "
-                         f"{tuple(grad_y.shape[2:])} does not match {out_sp}")
+                         f"{want} does not match {out_sp}")
     Kg = (C // G) * math.prod(kernel)
     a = grad_y.reshape(N, G, Cout // G, L).permute(1, 2, 0, 3).reshape(G, Cout // G, N * L)
     b = cols.reshape(N, G, Kg, L).permute(1, 0, 3, 2).reshape(G, N * L, Kg)
@@ -112,10 +137,12 @@ def conv_backward(grad_y, x, w, stride, padding, dilation, transposed: bool, out
     nd = x.dim() - 2
     gx = gw = gb = None
     if transposed:
-        if output_mask[0]:
+        if output_mask[0]:    # output_padding can add positions past x's: drop them
             gx = conv_forward(grad_y, w, stride, padding, dilation, groups, mm)
+            gx = gx[(slice(None), slice(None)) + tuple(slice(0, n) for n in x.shape[2:])]
         if output_mask[1]:
-            gw = conv_wgrad(grad_y, x, tuple(w.shape), stride, padding, dilation, groups, mm)
+            gw = conv_wgrad(grad_y, x, tuple(w.shape), stride, padding, dilation, groups, mm,
+                            crop=True)
     else:
         if output_mask[0]:
             kernel = w.shape[2:]

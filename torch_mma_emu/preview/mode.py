@@ -18,6 +18,7 @@ max-autotune templates) stay native, as they would not use a matrix unit on a GP
 """
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, Optional
 
@@ -48,7 +49,34 @@ _GEMM_KINDS = {"mm": ("self", "mat2", None), "addmm": ("mat1", "mat2", "self"),
 # Matrix-like ops that stay native (they do not run on matrix units in PyTorch's GPU
 # paths, or have no emulation here); counted so that users see them.
 _WATCH_NATIVE = {"mv", "dot", "vdot", "addmv", "addbmm", "addr", "_int_mm", "_weight_int8pack_mm",
-                 "linalg_vecdot", "_native_multi_head_attention", "_transformer_encoder_layer_fwd"}
+                 "linalg_vecdot", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
+                 "_scaled_mm_v2", "_grouped_mm", "_scaled_grouped_mm", "_trilinear",
+                 "_cdist_forward", "mkldnn_rnn_layer", "_cudnn_rnn", "miopen_rnn"}
+
+
+_FASTPATH = {"depth": 0, "saved": None}
+_FASTPATH_LOCK = threading.Lock()
+
+
+def _fastpath_off() -> None:
+    mha = getattr(torch.backends, "mha", None)
+    if mha is None or not hasattr(mha, "get_fastpath_enabled"):
+        return
+    with _FASTPATH_LOCK:
+        if _FASTPATH["depth"] == 0:
+            _FASTPATH["saved"] = mha.get_fastpath_enabled()
+            mha.set_fastpath_enabled(False)
+        _FASTPATH["depth"] += 1
+
+
+def _fastpath_restore() -> None:
+    mha = getattr(torch.backends, "mha", None)
+    if mha is None or not hasattr(mha, "get_fastpath_enabled"):
+        return
+    with _FASTPATH_LOCK:
+        _FASTPATH["depth"] -= 1
+        if _FASTPATH["depth"] == 0:
+            mha.set_fastpath_enabled(_FASTPATH["saved"])
 
 
 def _bind(func, args, kwargs) -> dict:
@@ -115,33 +143,24 @@ class EmulateMode(TorchDispatchMode):
                              f"of K elements, got {fp8_promotion!r}")
         self.fp8_promotion = fp8_promotion
         self._warned: set = set()
-        self._fastpath: list = []
 
     # nn.MultiheadAttention / TransformerEncoderLayer have fused inference kernels whose
     # inner products never reach a dispatch mode: switch that fast path off in the block.
+    # The switch is process-wide while the mode is per thread: the first block to enter (in
+    # any thread) saves it, the last to leave restores it.
     def __enter__(self):
-        mha = getattr(torch.backends, "mha", None)
-        if mha is not None and hasattr(mha, "get_fastpath_enabled"):
-            self._fastpath.append(mha.get_fastpath_enabled())
-            mha.set_fastpath_enabled(False)
-        else:
-            self._fastpath.append(None)
+        _fastpath_off()
         try:
             return super().__enter__()
         except BaseException:
-            self._restore_fastpath()
+            _fastpath_restore()
             raise
 
     def __exit__(self, exc_type, exc_val, exc_tb):
         try:
             return super().__exit__(exc_type, exc_val, exc_tb)
         finally:
-            self._restore_fastpath()
-
-    def _restore_fastpath(self):
-        old = self._fastpath.pop()
-        if old is not None:
-            torch.backends.mha.set_fastpath_enabled(old)
+            _fastpath_restore()
 
     # -- records ------------------------------------------------------------------------
     @property
@@ -176,7 +195,7 @@ class EmulateMode(TorchDispatchMode):
             if func.overloadpacket.__name__ in _WATCH_NATIVE:
                 self._note(func, "other", "native", [a.shape for a in args
                                                     if isinstance(a, torch.Tensor)],
-                           "not routed: no matrix-unit form")
+                           "not routed: runs natively (no emulation of this op)")
             return func(*args, **kwargs)
         return handler(self, func, args, kwargs)
 
@@ -200,6 +219,9 @@ class EmulateMode(TorchDispatchMode):
                         bias_mode=self.policy.bias, out_dtype=out_dtype)
         self._note(func, kind, plan.label, [A.shape, B.shape])
         target = a["self"] if inplace else a.get("out")
+        if target is not None and not inplace and target.dtype != D.dtype:
+            raise RuntimeError(f"{name}: expected out tensor to have dtype {D.dtype}, but got "
+                               f"{target.dtype} instead")     # as PyTorch's own kernels
         if target is not None:
             if target.shape != D.shape:
                 target.resize_(D.shape)

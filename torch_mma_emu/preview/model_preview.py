@@ -79,16 +79,20 @@ class PreviewResult:
 
 
 def runs_for(archs: Sequence[str], formats: Sequence[str]) -> list[Run]:
+    """The (format, arch) runs; archs may be aliases (H100, MI300X); a format that no
+    requested arch has is an error, not a silently empty table."""
+    from ..registry import canonical_arch
+    archs = [canonical_arch(a) for a in archs]        # ValueError names the known archs
     out = []
     for fmt in formats:
         if fmt not in FORMATS:
             raise ValueError(f"unknown preview format {fmt!r}; allowed: {', '.join(FORMATS)}")
         if fmt in ("fp32", "fp16", "bf16"):
             out.append(Run(fmt, "native", {}))
-        for arch in archs:
-            opts = _options(fmt, arch)
-            if opts is not None:
-                out.append(Run(fmt, arch, opts))
+        emulated = [Run(fmt, a, o) for a in archs if (o := _options(fmt, a)) is not None]
+        if not emulated:
+            raise ValueError(f"no arch of {', '.join(archs)} has a {fmt} instruction")
+        out += emulated
     return out
 
 

@@ -18,6 +18,7 @@ cast to the autocast dtype first, as ``F.linear`` / ``F.conv*d`` do.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Optional
 
 import torch
@@ -57,10 +58,13 @@ class _Plans:
 
 
 def _autocast(*ts):
+    """What autocast does to a Linear / Conv: float32 operands go to the autocast dtype
+    (float64 and already-low-precision tensors stay as they are)."""
     dev = ts[0].device.type
     if torch.is_autocast_enabled(dev):
         dt = torch.get_autocast_dtype(dev)
-        return tuple(None if t is None else t.to(dt) for t in ts)
+        return tuple(t.to(dt) if t is not None and t.dtype == torch.float32 else t
+                     for t in ts)
     return ts
 
 
@@ -146,8 +150,13 @@ class EmulatedLinear(_Emulated):
         if fwd.native:
             return F.linear(x, w, b)
         lead = x.shape[:-1]
-        y = _LinearFn.apply(x.reshape(-1, x.shape[-1]), w, b, fwd, bwd, self.policy.bias)
-        return y.reshape(*lead, y.shape[-1])
+        # aten.linear fuses the bias (addmm) unless the input is N-D (N != 2) and not
+        # contiguous: then matmul + add_, two roundings; do the same
+        fused = b is None or x.dim() == 2 or x.is_contiguous()
+        y = _LinearFn.apply(x.reshape(-1, x.shape[-1]), w, b if fused else None, fwd, bwd,
+                            self.policy.bias)
+        y = y.reshape(*lead, y.shape[-1])
+        return y if fused else y + b
 
 
 class EmulatedConv(_Emulated):
@@ -226,31 +235,84 @@ def convert(model: nn.Module, arch, *, formats=None, fp32_format: str = "auto",
     policy = Policy(arch, formats=formats, fp32_format=fp32_format, bias=bias,
                     fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl)
 
+    skipped = []
+
     def swap(m: nn.Module, fqn: str):
+        """The module to put at ``fqn`` (None: keep ``m``)."""
+        again = isinstance(m, _Emulated)     # converted before: re-target it
+        if again:
+            m = _restore(m)
+        if filter_fn is not None and not filter_fn(m, fqn):
+            return m if again else None
         cls = _SWAPS.get(type(m))
-        if cls is None or (filter_fn is not None and not filter_fn(m, fqn)):
-            return None
+        why = _not_swapped(m, cls)
+        if why:
+            skipped.append(f"{fqn or type(m).__name__} ({type(m).__name__}: {why})")
+        if why or cls is None:
+            return m if again else None
         return cls(m, policy)
 
     top = swap(model, "")
     if top is not None:
-        return top
-    for fqn, parent in list(model.named_modules()):
-        if isinstance(parent, _Emulated):
-            continue
-        for name, child in list(parent.named_children()):
-            new = swap(child, f"{fqn}.{name}" if fqn else name)
-            if new is not None:
-                setattr(parent, name, new)
+        model = top
+    if not isinstance(model, _Emulated):
+        for fqn, parent in list(model.named_modules()):
+            if isinstance(parent, _Emulated):
+                continue
+            for name, child in list(parent.named_children()):
+                new = swap(child, f"{fqn}.{name}" if fqn else name)
+                if new is not None:
+                    setattr(parent, name, new)
+    if skipped:
+        warnings.warn("convert: these matrix-product modules keep running natively: "
+                      + "; ".join(skipped[:12]) + (f"; ... {len(skipped) - 12} more"
+                                                    if len(skipped) > 12 else "")
+                      + ". emulate() routes every product instead.", stacklevel=2)
     return model
+
+
+_MATRIX_MODULES = (nn.Linear, nn.modules.conv._ConvNd, nn.MultiheadAttention, nn.Bilinear,
+                   nn.RNNBase)
+
+
+def _not_swapped(m: nn.Module, cls) -> str:
+    """Why a matrix-product module cannot be swapped ('' when it can, or is no such module)."""
+    if cls is None:
+        if not isinstance(m, _MATRIX_MODULES) or \
+                type(m).__name__ == "NonDynamicallyQuantizableLinear":   # MHA's: reported
+            return ""
+        if isinstance(m, nn.modules.conv._ConvTransposeNd):
+            return "transposed convolution"
+        if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)):
+            return "a subclass whose forward may differ"
+        return "its products are not a Linear / Conv"
+    if m._forward_hooks or m._forward_pre_hooks or getattr(m, "parametrizations", None):
+        return "forward hooks or parametrizations (e.g. weight_norm) would be bypassed"
+    return ""
+
+
+def _restore(m: "_Emulated") -> nn.Module:
+    """The original module of ``m`` with ``m``'s current weight and bias (they may have been
+    reassigned or loaded with ``assign=True`` since the swap)."""
+    orig = m.original
+    for name in ("weight", "bias"):
+        v = getattr(m, name)
+        try:
+            setattr(orig, name, v)
+        except TypeError:              # a plain tensor where a Parameter was
+            orig._parameters.pop(name, None)
+            setattr(orig, name, v)
+    return orig
+
+
 
 
 def revert(model: nn.Module) -> nn.Module:
     """Put back the original modules that :func:`convert` replaced; returns ``model``."""
     if isinstance(model, _Emulated):
-        return model.original
+        return _restore(model)
     for _, parent in list(model.named_modules()):
         for name, child in list(parent.named_children()):
             if isinstance(child, _Emulated):
-                setattr(parent, name, child.original)
+                setattr(parent, name, _restore(child))
     return model

@@ -240,7 +240,7 @@ class Policy:
         if self.spec is not None:
             return self._spec_plan(own)
         if choice != "auto":
-            return self._override_plan(own, choice)
+            return self._override_plan(kind, own, choice, backward)
         return self._auto_plan(kind, own, backward)
 
     def _spec_plan(self, own: str) -> Plan:
@@ -254,15 +254,19 @@ class Policy:
         if cast is None:
             raise ValueError(f"emulate: a custom spec with {fmt} inputs cannot be fed from "
                              "float tensors (fp4/fp6 codes need block scales)")
+        if s.fmt_b.name != fmt:
+            raise ValueError(f"emulate: the spec takes {fmt} x {s.fmt_b.name}; a model's "
+                             "products have one dtype on both sides, so give a spec with "
+                             "one input format")
         return Plan(self.arch, fmt, acc, cast=None if cast == FORMATS[own].torch_dtype else cast,
                     fp8_scale=fmt in FP8 and own not in FP8)
 
-    def _override_plan(self, own: str, fmt: str) -> Plan:
+    def _override_plan(self, kind: str, own: str, fmt: str, backward: bool) -> Plan:
         if fmt in ("tf32", "xf32"):
             return Plan(self.arch, fmt, cast=None if own == "fp32" else torch.float32,
                         in_format=fmt)
-        if fmt == own:
-            return self._auto_plan("", own, False, keep_fp32=True)
+        if fmt == own:       # the tensors' own format: as "auto", but fp32 stays fp32
+            return self._auto_plan(kind, own, backward, keep_fp32=True)
         acc = torch.float64 if fmt == "fp64" else torch.float32
         scaled = fmt in FP8 and own not in FP8
         label = f"{fmt} (tensorwise scaled)" if scaled else fmt
@@ -286,7 +290,7 @@ class Policy:
                 self.fp16_alt_impl == "backward" and backward)
             if alt and kind != "attention":  # rocBLAS/MIOpen only, not attention kernels
                 return Plan(arch, "bf16 (fp16 alt impl)", cast=torch.bfloat16)
-            if (self.fp16_accumulation and kind != "attention"
+            if (self.fp16_accumulation and kind not in ("attention", "conv")   # cuBLAS only
                     and _has(arch, "fp16", "fp16")):
                 return Plan(arch, "fp16 (fp16 acc)", torch.float16)
             return Plan(arch, "fp16")
