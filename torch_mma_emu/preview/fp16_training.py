@@ -1,7 +1,7 @@
 """fp16 training under emulation: the CDNA2 subnormal flush that stalls training
 (seed 003 section 2.2; PyTorch's note on MI200), reproduced on a synthetic task.
 
-The task (docs/preview.md, "Training preview"): a deep, narrow tanh MLP fits a smooth
+The task (docs/preview.md, "`scripts/train_preview.py`: fp16 training on CDNA2"): a deep, narrow tanh MLP fits a smooth
 teacher function of 16 inputs, in fp16 (activations, weights and gradients; fp32 master
 weights; full-batch SGD; no loss scaling).  The loss is an fp32 mean over N = 512 rows, so
 the output gradient is ``2 * residual / N`` (about 1e-4), and each layer the backward pass
