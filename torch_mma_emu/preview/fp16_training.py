@@ -2,8 +2,8 @@
 (seed 003 section 2.2; PyTorch's note on MI200), reproduced on a synthetic task.
 
 The task (docs/preview.md, section "scripts/train_preview.py: fp16 training on CDNA2"): a
-deep, narrow tanh MLP fits a smooth teacher function of 16 inputs, in fp16 (activations, weights and gradients; fp32 master
-weights; full-batch SGD; no loss scaling).  The loss is an fp32 mean over N = 512 rows, so
+deep, narrow tanh MLP fits a smooth teacher function of 16 inputs, in fp16 (activations,
+weights and gradients; fp32 master weights; full-batch SGD; no loss scaling).  The loss is an fp32 mean over N = 512 rows, so
 the output gradient is ``2 * residual / N`` (about 1e-4), and each layer the backward pass
 goes through multiplies it by weights of gain 0.8 and tanh' <= 1: the gradients reaching the
 first layers are below fp16's smallest normal number 2**-14 = 6.1e-5, i.e. subnormal.
