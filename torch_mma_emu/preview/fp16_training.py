@@ -3,16 +3,15 @@
 
 The task (docs/preview.md, section "scripts/train_preview.py: fp16 training on CDNA2"): a
 deep, narrow tanh MLP fits a smooth teacher function of 16 inputs, in fp16 (activations,
-weights and gradients; fp32 master weights; full-batch SGD; no loss scaling).  The loss is an fp32 mean over N = 512 rows, so
-the output gradient is ``2 * residual / N`` (about 1e-4), and each layer the backward pass
-goes through multiplies it by weights of gain 0.8 and tanh' <= 1: the gradients reaching the
-first layers are below fp16's smallest normal number 2**-14 = 6.1e-5, i.e. subnormal.
-An sm80 tensor core takes subnormal fp16 inputs; the gfx90a MFMA flushes them to zero, so
-those layers' weight gradients are exactly zero and they never train.  Loss scaling
-(x1024) or the bf16 "alternate implementation" rocBLAS/MIOpen use for the backward pass
-on MI200 avoid the flush.  Nothing is forced: the flush happens inside ``emulated_mm``.
-"""
-from __future__ import annotations
+weights and gradients; fp32 master weights; full-batch SGD; no loss scaling). The loss is an
+fp32 mean over N = 512 rows, so the output gradient is ``2 * residual / N`` (about 1e-4),
+and each layer the backward pass goes through multiplies it by weights of gain 0.8 and tanh'
+<= 1: the gradients reaching the first layers are below fp16's smallest normal number 2**-14
+= 6.1e-5, i.e. subnormal. An sm80 tensor core takes subnormal fp16 inputs; the gfx90a MFMA
+flushes them to zero, so those layers' weight gradients are exactly zero and they never
+train. Loss scaling (x1024) or the bf16 "alternate implementation" rocBLAS/MIOpen use for
+the backward pass on MI200 avoid the flush. Nothing is forced: the flush happens inside
+``emulated_mm``. """ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
