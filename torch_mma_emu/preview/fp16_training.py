@@ -11,7 +11,9 @@ and each layer the backward pass goes through multiplies it by weights of gain 0
 flushes them to zero, so those layers' weight gradients are exactly zero and they never
 train. Loss scaling (x1024) or the bf16 "alternate implementation" rocBLAS/MIOpen use for
 the backward pass on MI200 avoid the flush. Nothing is forced: the flush happens inside
-``emulated_mm``. """ from __future__ import annotations
+``emulated_mm``.
+"""
+from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
