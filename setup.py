@@ -41,7 +41,7 @@ setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
-    install_requires=["torch>=2.11", "numpy"],
+    install_requires=["torch>=2.11", "numpy", "tqdm"],
     extras_require={"test": ["pytest", "hypothesis"], "viz": ["matplotlib", "graphviz", "rich"]},
     entry_points={"console_scripts": ["mma-emu=torch_mma_emu.cli:main"]},
 )

@@ -63,7 +63,8 @@ cat >"$ROOT/.venv/bin/mma-emu" <<PY
 #!$VPY
 import sys
 from torch_mma_emu.cli import main
-sys.exit(main())
+if __name__ == "__main__":   # spawned workers (reveal allreduce) re-import this file
+    sys.exit(main())
 PY
 chmod +x "$ROOT/.venv/bin/mma-emu"
 export PATH="$ROOT/.venv/bin:$PATH"

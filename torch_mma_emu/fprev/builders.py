@@ -15,9 +15,15 @@ from .tree import SumTree
 Combiner = Callable[["_Builder", Sequence[int]], int]
 
 
+def _positive(name: str, v) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise ValueError(f"{name} must be a positive int, got {v!r}")
+    return v
+
+
 class _Builder:
     def __init__(self, n: int):
-        self.n = n
+        self.n = _positive("n", n)
         self.nodes: list[tuple[str, list[int]]] = []
 
     def node(self, kind: str, children: Sequence[int]) -> int:
@@ -92,6 +98,7 @@ def pairwise(n: int, split: str = "half") -> SumTree:
 def strided(n: int, ways: int, combine="pairwise", way="sequential") -> SumTree:
     """``ways`` accumulators, accumulator r summing x_r, x_{r+ways}, ... (``way`` order);
     the accumulators then combined by ``combine`` (in accumulator order)."""
+    _positive("ways", ways)
     b = _Builder(n)
     way_f, comb_f = _combiner(way), _combiner(combine)
     roots = [way_f(b, list(range(r, n, ways))) for r in range(min(ways, n))]
@@ -101,6 +108,7 @@ def strided(n: int, ways: int, combine="pairwise", way="sequential") -> SumTree:
 def blocked(n: int, block: int, combine="sequential", inner="sequential") -> SumTree:
     """Consecutive blocks of ``block`` summands, each summed by ``inner``, the block sums
     combined by ``combine``."""
+    _positive("block", block)
     b = _Builder(n)
     inner_f, comb_f = _combiner(inner), _combiner(combine)
     roots = [inner_f(b, list(range(s, min(n, s + block)))) for s in range(0, n, block)]
@@ -110,6 +118,7 @@ def blocked(n: int, block: int, combine="sequential", inner="sequential") -> Sum
 def fused_chain(n: int, L: int, kind: str = "fused") -> SumTree:
     """The chain of an MMA unit with fused length L and no C: fused(x0..x_{L-1}), then
     fused(previous, next L), ... - (L+1)-term fused sums (seed 001 Figure 4)."""
+    _positive("L", L)
     b = _Builder(n)
     return b.tree(b.fused_chain(list(range(n)), L, kind))
 

@@ -97,8 +97,19 @@ def handler(args) -> int:
     """Run ``mma-emu reveal ...``; returns the exit code."""
     from . import (FPRevError, reveal_allreduce, reveal_dot, reveal_matmul, reveal_mv,
                    reveal_sum)
+    if args.out:            # before any work: a bad path should not cost a revelation
+        why = _bad_out(args.out)
+        if why:
+            print(f"error: --out {args.out}: {why}", file=sys.stderr)
+            return 2
     try:
         if args.target == "allreduce":
+            import torch
+            if args.backend not in ("gloo", "nccl", "mpi", "ucc"):
+                raise ValueError(f"--backend must be gloo, nccl, mpi or ucc, got "
+                                 f"{args.backend!r}")
+            if args.backend == "nccl" and not torch.cuda.is_available():
+                raise ValueError("--backend nccl needs CUDA devices; use gloo on the CPU")
             res = reveal_allreduce(args.world_size, backend=args.backend, numel=args.numel,
                                    op=args.op, dtype=_dt(args.dtype), verify=args.verify)
             return _report_collective(res, args)
@@ -120,8 +131,13 @@ def handler(args) -> int:
                                  in_format=args.in_format, with_c=args.with_c,
                                  c_mode=args.c_mode, instruction=args.instruction,
                                  batch=not args.no_batch, **vals, **_opts(args))
-    except (FPRevError, ValueError, TypeError, RuntimeError) as e:
+    except (FPRevError, ValueError, TypeError, RuntimeError, IndexError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # a failed worker process of a collective: its last line
+        if "Process" not in type(e).__name__:
+            raise
+        print(f"error: {str(e).strip().splitlines()[-1]}", file=sys.stderr)
         return 2
     meta = tree.meta
     print(f"{meta['target']}: {tree.describe()}")
@@ -130,15 +146,31 @@ def handler(args) -> int:
     if args.json:
         print(tree.to_json())
     if args.out:
-        _write(tree, args.out)
+        try:
+            _write(tree, args.out)
+        except (OSError, RuntimeError, ImportError) as e:
+            print(f"error: writing {args.out}: {e}", file=sys.stderr)
+            return 2
         print(f"wrote {args.out}")
     return 0
 
 
-def _write(tree, path: str) -> None:
+def _bad_out(path: str) -> str:
+    """Why ``--out path`` cannot be written ('' when it can)."""
+    import shutil
     ext = os.path.splitext(path)[1].lower()
     if ext not in OUT_SUFFIXES:
-        raise SystemExit(f"error: --out must end with one of {', '.join(OUT_SUFFIXES)}")
+        return f"must end with one of {', '.join(OUT_SUFFIXES)}"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        return f"no folder {folder}"
+    if ext in (".png", ".svg", ".pdf") and shutil.which("dot") is None:
+        return "pictures need graphviz's dot on the PATH; write .dot, .txt or .json instead"
+    return ""
+
+
+def _write(tree, path: str) -> None:
+    ext = os.path.splitext(path)[1].lower()
     if ext == ".json":
         with open(path, "w") as f:
             f.write(tree.to_json(indent=1))

@@ -128,7 +128,10 @@ def replay(tree, x, *, dtype=None, fused=None, exact=None, add=None):
         if dtype is None:
             dtype = np.asarray(x).dtype if np.asarray(x).dtype.kind == "f" else np.float32
     fmt = _fmt_name(dtype)
-    if arr.shape[-1] != tree.n:
+    if arr.ndim == 0 or arr.shape[-1] != tree.n:
+        if arr.ndim == 0:
+            raise ValueError(f"x must have the {tree.n} summands in its last dimension, got "
+                             "a scalar")
         raise ValueError(f"x has {arr.shape[-1]} summands in its last dimension, the tree "
                          f"{tree.n}")
     batch = arr.shape[:-1]

@@ -106,9 +106,16 @@ def reveal(fn, n: int, *, dtype=torch.float32, device="cpu", big=None, unit=None
     ``shortcuts=True`` when fn is known to add with plain IEEE additions (faster).
 
     >>> reveal(torch.sum, 64).describe()   # doctest: +SKIP
-    '8-way strided, ways combined sequentially'
+    '8-way strided (each way 4-way strided, ...), ...'
     """
-    target = VectorTarget(fn, n, dtype, device, values=_values(dtype, big, unit))
+    from .targets.torch_ops import _check_n, _device
+    if not callable(fn):
+        raise TypeError(f"reveal: fn must be a callable summing a 1-D tensor, got "
+                        f"{type(fn).__name__}")
+    dev = _device(device)
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"reveal: device must be cpu or cuda[:i], got {device!r}")
+    target = VectorTarget(fn, _check_n(n), dtype, dev, values=_values(dtype, big, unit))
     return reveal_target(target, **opts)
 
 

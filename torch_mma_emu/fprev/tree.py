@@ -45,6 +45,9 @@ class SumTree:
                 raise ValueError(f"node kind must be one of {KINDS}, got {kind!r}")
             if len(ch) < 2:
                 raise ValueError(f"an internal node needs at least 2 children, got {ch}")
+            if kind == "add" and len(ch) > 2:
+                raise ValueError(f"an 'add' node has 2 children, got {len(ch)} ({ch}); a sum "
+                                 "of more terms rounded once is 'fused' or 'exact'")
             # FPRev cannot tell a 2-term fused sum from an addition: store both as "add".
             self.kinds.append("add" if len(ch) == 2 else kind)
             self.children.append(ch)
@@ -157,6 +160,9 @@ class SumTree:
 
     def lca_size(self, i: int, j: int) -> int:
         """Leaves under the lowest common ancestor of leaves ``i`` and ``j``."""
+        for x in (i, j):
+            if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < self.n:
+                raise ValueError(f"lca_size takes leaves 0..{self.n - 1}, got {x!r}")
         seen = set()
         v = i
         while v != -1:
@@ -269,7 +275,7 @@ class SumTree:
             raise ValueError("tree text must hold exactly one balanced expression")
         if n is None:
             n = max(leaves) + 1
-        if sorted(leaves) != list(range(n)):
+        if len(leaves) != n or sorted(leaves) != list(range(n)):
             raise ValueError(f"tree text must use every leaf 0..{n - 1} exactly once")
         fix = lambda c: c if c >= 0 else n + (-c - 1)  # noqa: E731
         built = [(k, [fix(c) for c in kids]) for k, kids in nodes]
@@ -287,10 +293,18 @@ class SumTree:
 
     @classmethod
     def from_dict(cls, d: dict) -> "SumTree":
-        if d.get("format") != JSON_FORMAT:
-            raise ValueError(f"not a serialised SumTree (format {d.get('format')!r})")
-        return cls(int(d["n"]), [(k, ch) for k, ch in d["nodes"]], root=int(d["root"]),
-                   meta=d.get("meta") or {})
+        if not isinstance(d, dict) or d.get("format") != JSON_FORMAT:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"not a serialised SumTree (format {got!r})")
+        missing = [k for k in ("n", "nodes", "root") if k not in d]
+        if missing:
+            raise ValueError(f"serialised SumTree lacks {missing}")
+        try:
+            nodes = [(k, ch) for k, ch in d["nodes"]]
+        except (TypeError, ValueError):
+            raise ValueError("serialised SumTree: nodes must be [kind, [children]] pairs") \
+                from None
+        return cls(int(d["n"]), nodes, root=int(d["root"]), meta=d.get("meta") or {})
 
     @classmethod
     def from_json(cls, s: str) -> "SumTree":

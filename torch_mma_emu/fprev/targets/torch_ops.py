@@ -75,7 +75,10 @@ def sum_target(n=None, *, shape=None, dim=None, dtype=torch.float32, device="cpu
                             label=f"{getattr(fn, '__name__', 'sum')}(n={n})", **kw)
     if dim is None:
         raise ValueError("give dim= together with shape=")
-    if n is not None and n != tuple(shape)[dim]:
+    shape = tuple(shape)
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -len(shape) <= dim < len(shape):
+        raise ValueError(f"dim={dim!r} is not a dimension of shape {shape}")
+    if n is not None and n != shape[dim]:
         raise ValueError(f"n={n} disagrees with shape[{dim}]={tuple(shape)[dim]}")
     return SumDimTarget(shape, dim, dtype, device, fn, **kw)
 
