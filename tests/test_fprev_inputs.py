@@ -67,3 +67,11 @@ def test_reveal_checks_device_n_and_dim():
 def test_cli_errors_before_any_work(capsys, argv, msg):
     assert main(argv) == 2
     assert msg in capsys.readouterr().err
+
+
+def test_chains_with_a_short_last_chunk_or_c_first_are_described():
+    assert builders.fused_chain(9, 4).describe() == \
+        "chain of (4+1)-term fused sums over consecutive chunks, the last adding 1"
+    t = fprev.reveal_matmul(4, 4, 16, mm="emulated", arch="sm80", dtype=torch.float16,
+                            with_c=True)
+    assert t.describe() == "chain of (8+1)-term fused sums, the first fusing 9"

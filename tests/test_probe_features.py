@@ -116,7 +116,7 @@ def test_features_by_arch_name_and_text():
     rep = features("sm80", "fp16", order=True)
     assert rep["block_width"].value == Interval(8, 8)
     assert rep["fused_precision"].value == Interval(24, 24)
-    assert rep.value("order") == "chain of (9+1)-term fused sums, the last adding 8"
+    assert rep.value("order") == "chain of (8+1)-term fused sums, the first fusing 9"
     text = rep.table()
     for label in ("subnormal inputs handled", "fused length", "final rounding", "monotonic"):
         assert label in text

@@ -124,10 +124,19 @@ def _chain(t: SumTree) -> str | None:
             if words != "sequential in order" and not words.startswith("sequential in"):
                 return words
         return _order_words([a, b] + rest)
-    if len(steps) > 1 and steps[0][0] == "add" and len(steps[0][1]) == 2:
-        kinds = {k for k, _ in steps[1:]}  # a 2-term first chunk is stored as an addition
+    # a 2-term first chunk, or a last chunk of one summand, is stored as an addition
+    lo = 1 if len(steps) > 1 and steps[0][0] == "add" and len(steps[0][1]) == 2 else 0
+    hi = len(steps) - 1 if len(steps) > 1 and steps[-1][0] == "add" and \
+        len(steps[-1][1]) == 1 else len(steps)
+    if lo < hi:
+        kinds = {k for k, _ in steps[lo:hi]}
     sizes = [len(s[1]) for s in steps]
-    L = max(set(sizes[1:-1]), key=sizes.count) if len(steps) > 2 else max(sizes)
+    if len(steps) > 2:
+        L = max(set(sizes[1:-1]), key=sizes.count)
+    elif len(steps) == 2 and sizes[0] == sizes[1] + 1:
+        L = sizes[1]          # the first chunk also takes the accumulator's initial value
+    else:
+        L = max(sizes)
     if len(kinds) == 1 and all(x == L for x in sizes[1:-1]):
         word = _WORD[kinds.pop()]
         if len(steps) == 1:

@@ -24,9 +24,10 @@ def _device(device) -> torch.device:
 
 
 def _check_n(n, what="n") -> int:
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+    import numbers
+    if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)) or n < 1:
         raise ValueError(f"{what} must be a positive int, got {n!r}")
-    return n
+    return int(n)
 
 
 class SumDimTarget(RowsTarget):
