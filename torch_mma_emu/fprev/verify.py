@@ -70,23 +70,56 @@ def cross_check(target, tree, *, trials: int = 48, seed: int = 0) -> int:
     return trials
 
 
-def check_replay(fn, tree, *, trials: int = 16, dtype=None, seed: int = 0, **replay_kw):
+def check_replay(fn, tree, *, trials: int = 16, dtype=None, seed: int = 0, acc_dtype=None,
+                 out_dtype=None, **replay_kw):
     """Compare ``fn`` (summing a 1-D tensor) with ``tree.replay`` on random normal inputs of
     ``dtype`` (default float32); raise :class:`InconsistentError` at the first mismatch.
-    ``replay_kw`` go to :func:`.replay.replay` (accumulation ``dtype`` there is given as
-    ``acc_dtype``; fused-sum models as ``fused`` / ``exact``)."""
+
+    ``acc_dtype``: the format of the replayed additions (default: ``dtype``);
+    ``out_dtype``: round the replayed sum once more to this format at the end, for
+    implementations that accumulate in a wider format than they return (``torch.sum`` of
+    fp16/bf16 adds in fp32 and rounds the result to fp16/bf16).  When neither is given
+    and ``dtype`` is fp16/bf16, both models are tried - adding in ``dtype``, and adding in
+    float32 with the result rounded to ``fn``'s output dtype - and the target passes if one
+    of them reproduces every trial.  Other ``replay_kw`` go to :func:`.replay.replay`
+    (fused-sum models as ``fused`` / ``exact``)."""
     import torch
 
     from .replay import replay
     dtype = dtype or torch.float32
-    acc = replay_kw.pop("acc_dtype", None)
+    narrow = (torch.float16, torch.bfloat16)
     g = torch.Generator().manual_seed(seed)
-    for t in range(trials):
-        x = torch.randn(tree.n, generator=g, dtype=torch.float64).to(dtype)
-        want = float(fn(x))
-        got = float(replay(tree, x[None], dtype=acc, **replay_kw)[0])
-        if not (want == got or (want != want and got != got)):
-            raise InconsistentError(
-                f"on random input {t} the target gave {want!r} but summing in the revealed "
-                f"order gives {got!r}: it does not add in this fixed order (value-dependent "
-                "order, compensated summation, or a different fused-sum model)")
+    xs = [torch.randn(tree.n, generator=g, dtype=torch.float64).to(dtype)
+          for _ in range(trials)]
+    wants, outs = [], []
+    for x in xs:
+        y = fn(x)
+        outs.append(y.dtype if isinstance(y, torch.Tensor) and y.is_floating_point() else None)
+        wants.append(float(y))
+    out_default = out_dtype or next((d for d in outs if d is not None), None)
+    models = [(acc_dtype, out_dtype)]
+    if acc_dtype is None and out_dtype is None and dtype in narrow:
+        models.append((torch.float32, out_default if out_default in narrow else dtype))
+
+    def run(acc, out):
+        for t, (x, want) in enumerate(zip(xs, wants)):
+            got = float(replay(tree, x[None], dtype=acc, **replay_kw)[0])
+            if out is not None:
+                got = float(torch.tensor(got, dtype=torch.float64).to(out))
+            if not (want == got or (want != want and got != got)):
+                return t, want, got
+        return None
+
+    first = None
+    for acc, out in models:
+        bad = run(acc, out)
+        if bad is None:
+            return
+        first = first or bad
+    t, want, got = first
+    raise InconsistentError(
+        f"on random input {t} the target gave {want!r} but summing in the revealed "
+        f"order gives {got!r}: it does not add in this fixed order (value-dependent "
+        "order, compensated summation, or a different fused-sum model)"
+        + (" - tried adding in the input dtype and adding in float32 with the result "
+           "rounded to the output dtype" if len(models) > 1 else ""))

@@ -51,9 +51,12 @@ class Target:
 
         * one unit must come out as itself (a flushed subnormal unit would read 0);
         * +big (and -big) with units on every other summand must come out as exactly
-          +-big: every unit meets big somewhere and must be swamped there, otherwise the
-          input format's range is too small for this accumulator and the answers would
-          describe the probe values rather than the order;
+          +-big, with the mask on the first, the middle and the last summand: every unit
+          meets big somewhere and must be swamped there, otherwise the input format's range
+          is too small for this accumulator and the answers would describe the probe values
+          rather than the order.  One position is not enough: units summed among themselves
+          before they meet big (a whole chunk of a chain before a mask on the last summand)
+          can reach big's kept precision although a single unit cannot;
         * sums of 2**k units must be exact (no order can make them inexact below the
           accumulator's precision, and all orders stall above it).
         """
@@ -66,20 +69,26 @@ class Target:
             k *= 2
         rows = [single_row(Support(np.arange(s))) for s in sizes]
         everyone = Support(np.arange(self.n))
+        masks = []
         if self.n > 1:
-            rows += [single_row(everyone, ((0, v.big),)), single_row(everyone, ((0, -v.big),))]
+            masks = [(pos, sign * v.big) for pos in sorted({0, self.n // 2, self.n - 1})
+                     for sign in (1, -1)]
+            rows += [single_row(everyone, (mk,)) for mk in masks]
         out = np.concatenate([self.run(rows[i:i + self.rows_per_call])
                               for i in range(0, len(rows), self.rows_per_call)])
         if out[0] != v.unit:
             raise ProbeRangeError(
                 f"{self.describe()}: a single unit {v.unit} came out as {out[0]!r} (flushed "
                 "subnormal?); pass a larger unit= (a normal number of the input format)")
-        if self.n > 1 and (out[-2] != v.big or out[-1] != -v.big):
-            raise ProbeRangeError(
-                f"{self.describe()}: big={v.big} plus {self.n - 1} units of {v.unit} came out "
-                f"as {out[-2]!r}, not big: the units are not swamped, so the input format's "
-                "dynamic range is too small for this accumulator (pass big=/unit= or use a "
-                "wider format)")
+        for (pos, m), y in zip(masks, out[len(sizes):]):
+            if y != m:
+                raise ProbeRangeError(
+                    f"{self.describe()}: {m} on summand {pos} plus {self.n - 1} units of "
+                    f"{v.unit} came out as {float(y)!r}, not {m}: the units are not swamped (units "
+                    "summed before they meet big reach its kept precision), so the input "
+                    "format's dynamic range is too small for this accumulator with "
+                    f"{self.n} summands (pass big=/unit=, use a wider format or fewer "
+                    "summands)")
         cap = v.capacity
         for s, y in zip(sizes, out):
             if y != s * v.unit:

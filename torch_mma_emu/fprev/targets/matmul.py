@@ -87,7 +87,7 @@ class MatmulTarget(RowsTarget):
             values = ProbeValues.for_dtype(dtype, self.out_dtype, big=big, unit=unit, pack=pack)
             if backend in ("emulated", "reference"):
                 values = _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction,
-                                      unit_given=unit is not None)
+                                      unit_given=unit is not None, n=k + bool(with_c))
         super().__init__(k + bool(with_c), m if batch else 1, dtype, dev, values,
                          f"{label} [{m}x{k}] @ [{k}x{n}]" + (" + C" if with_c else ""),
                          rows=m)
@@ -104,10 +104,36 @@ class MatmulTarget(RowsTarget):
         return D[:, 0]
 
 
-def _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction, unit_given):
+# significand bits (hidden bit included) of the accumulators the output conversions use
+_RHO_BITS = {"rz_fp32": 24, "rz_e8m13": 14, "rne_fp32": 24, "rne_fp16": 11, "rne_fp64": 53}
+# c (the running sum) is a term of the truncated fused sum
+_FUSED_C_OPS = ("t_fdpa", "st_fdpa", "gst_fdpa")
+# truncated sum of the products, then c added in a separate rounded step (AMD CDNA3)
+_FUSED_ROUNDED_C_OPS = ("tr_fdpa", "gtr_fdpa")
+
+
+def _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction, unit_given, n=1):
     """Probe values for a known model (emulated / reference): a normal unit where the
-    instruction flushes subnormal inputs, and a clear error where big cannot swamp the
-    units in its truncated fused sum (e.g. fp8 e4m3 with 25 kept fraction bits)."""
+    instruction flushes subnormal inputs, and a clear :class:`ProbeRangeError` where big
+    cannot swamp the units of a probe with ``n`` summands (K, plus C with ``with_c``).
+
+    Units are summed among themselves before they meet big (a chain carries the sum of
+    every earlier chunk into the fused sum holding a mask on the last summand), so what
+    must vanish next to big is up to ``n * unit``, not one unit:
+
+    * T-FDPA (c is a term of the fused sum, aligned at big's exponent and truncated to
+      ``keep = max(F, F2)`` fraction bits): ``n * unit * 2**keep <= big`` (a positive sum
+      below big's last kept bit is truncated away), and one unit next to big within a
+      chunk: ``unit * 2**(keep + 1) <= big``;
+    * TR-/GTR-FDPA (products truncated, then c added in a separate rounded step): the same
+      one-unit condition for the products, and ``n * unit * 2**(p + 1) <= big`` with ``p``
+      the significand bits of the accumulator;
+    * IEEE-rounded accumulation (FMA, FTZ-AddMul, E-FDPA's rounding into the accumulator):
+      ``n * unit * 2**(p + 1) <= big`` (half an ulp of the binade just below big, where
+      ``-big + units`` lands).
+
+    E.g. fp8 e4m3 (big/unit <= 2**17) against 13 kept bits allows n <= 16, and fp16 with
+    flushed subnormals (unit 2**-14, big/unit = 2**29) into fp32 allows n <= 16."""
     from ..errors import ProbeRangeError
     from ...formats import format_of_dtype, get_format
     from ...registry import spec as registry_spec
@@ -115,12 +141,25 @@ def _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction, unit_gi
     sp = registry_spec(arch, fmt.name, out_dtype, instruction=instruction)
     if sp.flush_inputs and not unit_given:
         values = ProbeValues(values.big, 2.0 ** fmt.emin, values.capacity, values.mask_levels)
-    if sp.op in ("t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa"):
+    big, unit = values.big, values.unit
+    keep = max(sp.F, sp.F2)
+    p = _RHO_BITS.get(sp.rho, 53)
+    if sp.op in _FUSED_C_OPS + _FUSED_ROUNDED_C_OPS and big / unit < 2.0 ** (keep + 1):
         # a unit aligned to big's exponent is truncated away iff big/unit >= 2**(keep + 1)
-        keep = max(sp.F, sp.F2)
-        if values.big / values.unit < 2.0 ** (keep + 1):
-            raise ProbeRangeError(
-                f"{arch} {fmt.name} keeps {keep} fraction bits in its fused sum, but "
-                f"big/unit = {values.big / values.unit:g} < 2**{keep + 1}: probes could not "
-                f"swamp the units (the {fmt.name} range is too narrow for this instruction)")
+        raise ProbeRangeError(
+            f"{arch} {fmt.name} keeps {keep} fraction bits in its fused sum, but "
+            f"big/unit = {big / unit:g} < 2**{keep + 1}: probes could not "
+            f"swamp the units (the {fmt.name} range is too narrow for this instruction)")
+    if sp.op in _FUSED_C_OPS:
+        bits, what = keep, f"keeps {keep} fraction bits in its fused sum"
+    else:
+        bits, what = p + 1, f"rounds the running sum to {p} significant bits ({sp.rho})"
+    if n * unit * 2.0 ** bits > big:
+        most = int(big / (unit * 2.0 ** bits))
+        raise ProbeRangeError(
+            f"{arch} {fmt.name} {what}, but big/(n*unit) = {big:g}/({n}*{unit:g}) = "
+            f"{big / (n * unit):g} < 2**{bits}: the sum of the units before a mask would "
+            f"survive next to big, so probes could not swamp the units (the {fmt.name} "
+            f"range is too narrow for this instruction with {n} summands; at most {most} "
+            "summands fit, e.g. a smaller k)")
     return values
