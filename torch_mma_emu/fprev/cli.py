@@ -95,6 +95,8 @@ def _dt(name):
 
 def handler(args) -> int:
     """Run ``mma-emu reveal ...``; returns the exit code."""
+    from torch.multiprocessing.spawn import ProcessException
+
     from . import (FPRevError, reveal_allreduce, reveal_dot, reveal_matmul, reveal_mv,
                    reveal_sum)
     if args.out:            # before any work: a bad path should not cost a revelation
@@ -134,9 +136,7 @@ def handler(args) -> int:
     except (FPRevError, ValueError, TypeError, RuntimeError, IndexError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    except Exception as e:  # a failed worker process of a collective: its last line
-        if "Process" not in type(e).__name__:
-            raise
+    except ProcessException as e:  # a failed worker of a collective: its last line
         print(f"error: {str(e).strip().splitlines()[-1]}", file=sys.stderr)
         return 2
     meta = tree.meta

@@ -19,7 +19,8 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["im2col", "check_conv", "conv_forward", "conv_transpose", "conv_wgrad", "conv_backward"]
+__all__ = ["im2col", "check_conv", "conv_forward", "conv_transpose", "conv_wgrad",
+           "conv_backward"]
 
 MM = Callable[..., torch.Tensor]
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-
 from ..spec import OPS, Spec
 from .samples import Samples
 from .targets import output_codes

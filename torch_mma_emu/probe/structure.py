@@ -14,7 +14,6 @@ they cover every format.  The fused length W is the first position i whose outco
 """
 from __future__ import annotations
 
-
 from .context import Ctx, Interval
 from .vectors import Unrealizable
 
@@ -136,7 +135,6 @@ def scale_groups(ctx: Ctx):
             return ctx.add("product_groups", "none",
                            "each product aligned on its own (ST-FDPA)", ev)
         if G is None:   # a group never spans two scale blocks (G divides the block)
-            ctx.group_size = bs
             return ctx.add("product_groups", f"G = {bs}",
                            f"products summed exactly over the whole scale block of {bs}", ev)
         return ctx.add("product_groups", f"G = {G}",
@@ -150,20 +148,20 @@ def _groups_in_one_block(ctx: Ctx, Fv: int, bs: int):
     the block.  Summed exactly in a group (G >= 2) U and -U cancel first and eps survives;
     aligned one by one (ST-FDPA) eps falls below the fused sum's last bit."""
     lo_p, hi_p = ctx.prod_range(scaled=True)
-    exps = [e for e in range(min(hi_p, ctx.out.emax), lo_p + Fv, -1)
-            if ctx.fits_out(2.0 ** (e - Fv - 1))]
-    vecs = ctx.build([(lambda eU=eU: ctx.vec({0: 2.0 ** eU, 1: -2.0 ** eU,
-                                              2: 2.0 ** (eU - Fv - 1)}))
-                      for eU in exps])
-    found = [(v, e) for v, e in zip(vecs, exps) if v is not None][:1]
-    if not found:
+    for eU in range(min(hi_p, ctx.out.emax), lo_p + Fv, -1):   # the largest realisable U
+        eps = 2.0 ** (eU - Fv - 1)
+        if not ctx.fits_out(eps):
+            continue
+        (v,) = ctx.build([lambda: ctx.vec({0: 2.0 ** eU, 1: -2.0 ** eU, 2: eps})])
+        if v is not None:
+            break
+    else:
         return ctx.add("product_groups", None, "one scale block per fused sum and the "
                        f"formats cannot hold products 2**{Fv + 1} apart in it")
-    vecs, eps = [found[0][0]], 2.0 ** (found[0][1] - Fv - 1)
-    (o,) = ctx.run(vecs)
+    (o,) = ctx.run([v])
     if o is None:
         return ctx.add("product_groups", None, "no result")
-    ev = [(vecs[0], o)]
+    ev = [(v, o)]
     if o == 0:
         ctx.group_size = 1
         return ctx.add("product_groups", "none", "U, -U, U/2**(F+1) in one block: the small "

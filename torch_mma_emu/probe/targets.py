@@ -64,6 +64,12 @@ class Interface:
         return f"{pair} -> {self.out.name}{sc}"
 
 
+def spec_interface(sp: Spec) -> Interface:
+    """The types a spec takes and returns."""
+    return Interface(sp.fmt_a, sp.fmt_b, FORMATS[sp.out_format], sp.scale_format,
+                     sp.block_size)
+
+
 class ProbeTargetError(RuntimeError):
     """The target itself failed (a user callable raised or returned something unusable)."""
 
@@ -416,12 +422,9 @@ def make_target(target, in_format=None, out_dtype=None, *, scale_format=None,
                           scale_format if scale_format is not None else target.scale_format,
                           block_size if block_size is not None else
                           (target.block_size or None))
-        if (iface.fmt_a, iface.fmt_b, iface.out.name, iface.scale_format,
-                iface.block_size) != (target.fmt_a, target.fmt_b, target.out_format,
-                                      target.scale_format, target.block_size):
-            sc = f"; scales {target.scale_format}/{target.block_size}" if target.scaled else ""
-            raise ValueError(f"the spec takes {target.fmt_a.name} x {target.fmt_b.name} -> "
-                             f"{target.out_format}{sc}; asked for {iface.describe()}")
+        if iface != spec_interface(target):
+            raise ValueError(f"the spec takes {spec_interface(target).describe()}; asked for "
+                             f"{iface.describe()}")
         return EmulatedTarget(iface, target)
     iface = interface(in_format, out_dtype, scale_format, block_size)
     if isinstance(target, str):

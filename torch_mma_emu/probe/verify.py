@@ -11,7 +11,8 @@ import torch
 from ..inputs import FAMILIES
 from ..spec import Spec
 from .samples import check_schedule, random_batches
-from .targets import MASK64, make_target, output_codes, scale_values, values_of
+from .targets import (MASK64, make_target, output_codes, scale_values, spec_interface,
+                      values_of)
 
 
 @dataclass
@@ -105,12 +106,9 @@ def verify(spec: Spec, target, n: int = 100_000, *, in_format=None, out_dtype=No
     t = make_target(target, fmt, out_dtype or spec.out_format,
                     scale_format=spec.scale_format, block_size=spec.block_size or None,
                     instruction=instruction)
-    if (t.iface.fmt_a.name, t.iface.fmt_b.name, t.iface.out.name, t.iface.scale_format,
-            t.iface.block_size) != (spec.fmt_a.name, spec.fmt_b.name, spec.out_format,
-                                    spec.scale_format, spec.block_size):
-        sc = f", scales {spec.scale_format}/{spec.block_size}" if spec.scaled else ""
-        raise ValueError(f"the spec is for {spec.fmt_a.name} x {spec.fmt_b.name} -> "
-                         f"{spec.out_format}{sc}, the target for {t.iface.describe()}")
+    if t.iface != spec_interface(spec):
+        raise ValueError(f"the spec is for {spec_interface(spec).describe()}, the target for "
+                         f"{t.iface.describe()}")
     g = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     res = VerifyResult(spec, t.describe(), 0, 0, {f: [0, 0] for f in families})
