@@ -1,41 +1,49 @@
 #!/usr/bin/env python
 """Live validation on a CUDA GPU: the emulator against this GPU's own matrix units.
 
-One command on a bare GPU machine (builds the extension for this GPU, runs this script and the
-GPU tests; about 10 minutes in all):
+On a GPU machine with 10-minute commands, run it in parts (docs/hardware/RUNBOOK.md):
 
-    bash scripts/validate_hw.sh [options of this script]
-
-or by hand:
-
-    TORCH_CUDA_ARCH_LIST=9.0a bash scripts/build_ext.sh      # 9.0a: wgmma; 8.0 / 8.9 elsewhere
-    python scripts/validate_hw.py --out /tmp/validate          # writes docs/hardware/<GPU>.md
+    bash scripts/gpu/build_smoke.sh                       # build once, smoke test each kind
+    python scripts/validate_hw.py --parts identity --out $OUT --report $OUT/H200.md
+    python scripts/validate_hw.py --parts native --resume $OUT/results.json ...
+    python scripts/validate_hw.py --render a.json b.json --report docs/hardware/H200.md
 
 Part 1  CUDA kernel == CPU kernel, bit for bit, for every registry entry (default >= 1e6
         outputs per entry over the three input families of seed 003 section 3.1.4, plus a
         batched, strided, broadcast case and the epilogue mode).
-Part 2  for every input format this GPU has: the instruction kernel (wgmma / mma.sync), the
-        Triton kernel and cuBLAS against ``emulated_mm(arch=<this GPU>)`` (default >= 1e6
-        outputs per format and path).  cuBLAS adds C in its epilogue, so it is compared with
-        c_mode="epilogue"; the others with the chain.  Where a path differs, the first
-        failing call is re-run under other hypotheses (the other c_mode, other archs' models,
-        split-K with an fp32 reduction) and the report says which, if any, explains it.
-        Mismatching inputs are saved under --out as .pt files.
+Part 2  for every input format this GPU has: each instruction kernel (wgmma, mma.sync
+        m16n8k8/k16/k32), the Triton kernel and cuBLAS against the emulator (default >= 1e6
+        outputs per format and path).  Each instruction kernel is compared with the model of
+        the instruction that runs (``native.instruction_spec``: a registry row naming it, or
+        the arch's default with L = the instruction's K; the warp-level fp8 mma.sync of
+        Hopper has "no model yet" until the registry has its row, and its single-instruction
+        samples are archived for ``probe.fit``).  Triton runs K zero-padded to whole 16-deep
+        blocks (``triton_kernels.run_k``): the emulator runs the same padded chain.  cuBLAS
+        adds C in its epilogue (c_mode="epilogue"); it has no e5m2 x e5m2 GEMM (skipped).
+        Where a path differs, the first failing call is re-run under other hypotheses
+        (the other c_mode, other archs' models, other L / F, tf32 operands rounded instead of
+        truncated, split-K with an fp32 reduction) and the report names those that
+        reproduce it bit for bit.
 Part 3  emulated multiply-adds per second on the GPU (fp16 -> fp32, --bench-arch, --bench-size)
         beside fp32 torch.matmul without TF32, measured in the same run.
 
---quick runs everything with small counts (about a minute); --time-limit stops each part
-early (the report then says so).
+Results survive a command that is cut off: the log is flushed line by line, results.json and
+the report are rewritten after every row, and the inputs of mismatching outputs go into ONE
+archive (``--archive``, a tar of .pt files, capped in size).  ``--resume results.json`` skips
+the rows a previous run finished.  ``--device cpu`` is a dry run of part 1 (CPU against CPU)
+and of the report, for testing this script without a GPU.
 """
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
 import platform
 import re
 import sys
+import tarfile
 import time
 import traceback
 import zlib
@@ -52,6 +60,11 @@ from torch_mma_emu.registry import all_specs  # noqa: E402
 
 INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 OUT_NAME = {torch.float32: "fp32", torch.float16: "fp16", torch.float64: "fp64"}
+PARTS = ("identity", "native", "bench")
+ARCHIVE_CAP = 15 << 20      # bytes; one file that comes back from the GPU machine (<= 16 MiB)
+SAVE_OUTPUTS = 64           # mismatching outputs saved per row
+NO_MODEL_SAMPLES = 2048     # single-instruction samples per family saved for probe.fit
+CUBLAS_NO_E5M2 = "skipped: cuBLAS has no e5m2 x e5m2 fp8 GEMM (torch._scaled_mm raises)"
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -62,6 +75,10 @@ def spec_id(s) -> str:
     b = f"x{s.in_format_b}" if s.in_format_b else ""
     sc = f" {s.scale_format}/{s.block_size}" if s.scaled else ""
     return f"{s.arch} {s.in_format}{b}->{s.out_format}{sc} [{s.instruction}]"
+
+
+def hexbits(t: torch.Tensor, idx) -> str:
+    return hex(int(bits(t.cpu())[idx]) & ((1 << (8 * t.element_size())) - 1))
 
 
 class Clock:
@@ -78,28 +95,181 @@ def to_dev(kw: dict, dev) -> dict:
 
 
 def compare(x: torch.Tensor, y: torch.Tensor):
-    """(number of differing bit patterns, index of the first, how many differ only in a NaN payload)."""
+    """(number of differing bit patterns, index of the first, how many differ only in a NaN
+    payload, the differing indices as an (n, dim) tensor)."""
     bx, by = bits(x.cpu()), bits(y.cpu())
     diff = bx != by
-    n = int(diff.sum())
-    first = tuple(diff.nonzero()[0].tolist()) if n else None
+    where = diff.nonzero()
+    n = where.shape[0]
+    first = tuple(where[0].tolist()) if n else None
     xf, yf = x.cpu().float(), y.cpu().float()
     nan_only = int((diff & torch.isnan(xf) & torch.isnan(yf)).sum()) if n else 0
-    return n, first, nan_only
+    return n, first, nan_only, where
+
+
+def safe_name(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", s).strip("_")
+
+
+def atomic_write(path: str, text: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------------------
+# mismatching inputs: one archive, fit-ready samples
+# ---------------------------------------------------------------------------------------
+
+class Archive:
+    """One tar of .pt members, appended member by member (a cut-off run keeps every member
+    written before it) and capped at ``cap`` bytes."""
+
+    def __init__(self, path: str | None, cap: int = ARCHIVE_CAP):
+        self.path, self.cap = path, cap
+        self.names: set[str] = set()
+        if path and os.path.exists(path):
+            try:
+                with tarfile.open(path) as t:
+                    self.names = set(t.getnames())
+            except (tarfile.TarError, OSError):
+                os.replace(path, path + ".broken")
+
+    def add(self, name: str, obj) -> str | None:
+        """Store ``obj`` (torch.save) as ``name``; the member's address, or None when there is
+        no archive or it is full."""
+        if not self.path:
+            return None
+        buf = io.BytesIO()
+        torch.save(obj, buf)
+        data = buf.getvalue()
+        size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
+        if size + len(data) + 1024 > self.cap:
+            return None
+        base, n = name, 1
+        while name in self.names:
+            n += 1
+            name = f"{base[:-3]}_{n}.pt" if base.endswith(".pt") else f"{base}_{n}"
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)) or ".", exist_ok=True)
+        info = tarfile.TarInfo(name)
+        info.size, info.mtime = len(data), int(time.time())
+        with tarfile.open(self.path, "a") as t:
+            t.addfile(info, io.BytesIO(data))
+        self.names.add(name)
+        return f"{os.path.basename(self.path)}:{name}"
+
+
+def read_archive(path: str) -> dict:
+    """{member name: loaded object}: the mismatches of a run, to re-run them on any machine."""
+    out = {}
+    with tarfile.open(path) as t:
+        for m in t.getmembers():
+            out[m.name] = torch.load(io.BytesIO(t.extractfile(m).read()), weights_only=False)
+    return out
+
+
+def samples(kw: dict, idx, **outs) -> dict:
+    """The dot products behind output indices ``idx`` ((n, dim) tensor, dim = 2 or 3): rows
+    a (n, K) of A, columns b (n, K) of B, c (n,) and each named output (n,), in the tensors'
+    own dtypes, plus the scales of scaled specs.  ``probe.fit`` and ``emulated_mm`` take them
+    as they are."""
+    A, B, C = kw["A"].cpu(), kw["B"].cpu(), kw.get("C")
+    out0 = next(iter(outs.values()))
+    batch, (M, N) = tuple(out0.shape[:-2]), tuple(out0.shape[-2:])
+    K = A.shape[-1]
+    A = A.broadcast_to((*batch, M, K)).reshape(-1, M, K)
+    B = B.broadcast_to((*batch, K, N)).reshape(-1, K, N)
+    nb, nbd = A.shape[0], len(batch)
+    idx = idx.reshape(-1, nbd + 2).long()
+    strides = torch.tensor([math.prod(batch[d + 1:]) for d in range(nbd)], dtype=torch.long)
+    flat_b = (idx[:, :nbd] * strides).sum(1) if nbd else torch.zeros(idx.shape[0], dtype=torch.long)
+    i, j = idx[:, -2].long(), idx[:, -1].long()
+    res = dict(a=A[flat_b, i, :], b=B[flat_b, :, j], index=idx.clone(),
+               kw={k: v for k, v in kw.items() if not isinstance(v, torch.Tensor)
+                   and k != "arch"})
+    if C is not None:
+        res["c"] = C.cpu().broadcast_to((*batch, M, N)).reshape(nb, M, N)[flat_b, i, j]
+    for name in ("scale_a", "scale_b"):
+        if kw.get(name) is not None:
+            s = kw[name].cpu()
+            s = s.broadcast_to((*batch, *s.shape[-2:])).reshape(nb, *s.shape[-2:])
+            res[name] = s[flat_b, i, :] if name == "scale_a" else s[flat_b, :, j]
+    for name, t in outs.items():
+        res[name] = t.cpu().reshape(nb, M, N)[flat_b, i, j]
+    return res
+
+
+# ---------------------------------------------------------------------------------------
+# results that survive a cut-off command
+# ---------------------------------------------------------------------------------------
+
+class State:
+    """meta, the rows of each part, and where they are written after every row."""
+
+    def __init__(self, meta: dict, out: str | None, report_path: str | None):
+        self.meta, self.out, self.report_path = meta, out, report_path
+        self.identity: list | None = None
+        self.native: list | None = None
+        self.bench: dict | None = None
+        self.t0 = time.time()
+
+    def save(self) -> None:
+        self.meta["elapsed"] = self.meta.get("elapsed_before", 0.0) + time.time() - self.t0
+        if self.out:
+            atomic_write(os.path.join(self.out, "results.json"),
+                         json.dumps(dict(meta=self.meta, identity=self.identity,
+                                         native=self.native, bench=self.bench),
+                                    indent=1, default=str))
+        if self.report_path:
+            report(self.report_path, self.meta, self.identity, self.native, self.bench)
+
+
+def load_results(paths: list[str]) -> dict:
+    """Merge results.json files of several runs (parts split over commands): later files
+    replace rows of earlier ones with the same key."""
+    meta, ident, nat, bench = {}, {}, {}, None
+    cmds = []
+    for p in paths:
+        with open(p) as f:
+            r = json.load(f)
+        m = r.get("meta") or {}
+        cmds.append(m.get("command", ""))
+        meta = {**meta, **m}
+        for row in r.get("identity") or []:
+            ident[row["spec"]] = row
+        for row in r.get("native") or []:
+            nat[(row["format"], row["path"])] = row
+        bench = r.get("bench") or bench
+    meta["command"] = "; ".join(c for c in cmds if c)
+    return dict(meta=meta, identity=list(ident.values()) or None,
+                native=list(nat.values()) or None, bench=bench)
+
+
+def _done(row: dict) -> bool:
+    return not str(row.get("status", "")).startswith(("not run", "error"))
 
 
 # ---------------------------------------------------------------------------------------
 # Part 1: CUDA kernel == CPU kernel
 # ---------------------------------------------------------------------------------------
 
-def part_identity(args, dev, budget: float, log):
+def part_identity(args, dev, budget: float, log, state: State | None = None,
+                  archive: Archive | None = None, previous: dict | None = None):
     clock = Clock(budget)
     rows = []
+    if state is not None:
+        state.identity = rows
     specs = all_specs()
     per_family = max(1, math.ceil(args.outputs / len(FAMILIES)))
     side = max(1, int(math.ceil(math.sqrt(per_family))))
     for idx, spec in enumerate(specs):
-        row = dict(spec=spec_id(spec), outputs=0, mismatches=0, first=None, status="ok")
+        sid = spec_id(spec)
+        if previous and sid in previous and _done(previous[sid]):
+            rows.append(previous[sid])
+            continue
+        row = dict(spec=sid, outputs=0, mismatches=0, first=None, status="ok")
         if clock.left() <= 0:
             row["status"] = "not run (time limit)"
             rows.append(row)
@@ -109,30 +279,29 @@ def part_identity(args, dev, budget: float, log):
             cases = []
             for fam in FAMILIES:
                 g = torch.Generator().manual_seed(zlib.crc32(f"{spec.to_string()}|{fam}".encode()))
-                cases.append((operands(spec, side, side, K, fam, g), "chain"))
+                cases.append((operands(spec, side, side, K, fam, g), "chain", fam))
             # batched, transposed A, broadcast C, and the epilogue mode
             g = torch.Generator().manual_seed(zlib.crc32(spec.to_string().encode()))
             kw = operands(spec, 9, 11, K, "bitstream", g, batch=(3,))
             kw["A"] = kw["A"].mT.contiguous().mT
             kw["C"] = kw["C"][:1, :1]
-            cases.append((kw, "chain"))
-            cases.append((operands(spec, 33, 17, K, "normal", g), "epilogue"))
-            for kw, mode in cases:
+            cases.append((kw, "chain", "batched"))
+            cases.append((operands(spec, 33, 17, K, "normal", g), "epilogue", "normal"))
+            for kw, mode, fam in cases:
                 cpu = tme.emulated_mm(**kw, c_mode=mode)
                 gpu = tme.emulated_mm(**to_dev(kw, dev), c_mode=mode)
-                n, first, _ = compare(cpu, gpu)
+                n, first, _, where = compare(cpu, gpu)
                 row["outputs"] += cpu.numel()
                 row["mismatches"] += n
                 if n and row["first"] is None:
-                    row["first"] = dict(index=first, cpu=hex(int(bits(cpu)[first]) & 0xFFFFFFFF),
-                                        cuda=hex(int(bits(gpu.cpu())[first]) & 0xFFFFFFFF), c_mode=mode)
-                    if args.out:
-                        path = os.path.join(args.out, f"identity_{idx:03d}.pt")
-                        torch.save(dict(spec=spec.to_string(), kw=kw, c_mode=mode, cpu=cpu,
-                                        cuda=gpu.cpu()), path)
-                        row["saved"] = path
+                    row["first"] = dict(index=first, cpu=hexbits(cpu, first),
+                                        cuda=hexbits(gpu, first), c_mode=mode, family=fam)
+                    if archive is not None:
+                        obj = dict(spec=spec.to_string(), c_mode=mode, family=fam,
+                                   **samples(kw, where[:SAVE_OUTPUTS], cpu=cpu, cuda=gpu.cpu()))
+                        row["saved"] = archive.add(f"identity_{idx:03d}_{safe_name(sid)}.pt", obj)
         except Exception as e:  # noqa: BLE001  (report, go on)
-            row["status"] = f"error: {type(e).__name__}: {e}"
+            row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
             log(traceback.format_exc())
         rows.append(row)
         if idx % 25 == 24:
@@ -140,11 +309,15 @@ def part_identity(args, dev, budget: float, log):
         if row["mismatches"] or row["status"] != "ok":
             log(f"[identity] {row['spec']}: {row['mismatches']} mismatches / {row['outputs']} "
                 f"({row['status']})")
+        if state is not None and (idx % 10 == 9 or row["mismatches"] or row["status"] != "ok"):
+            state.save()
+    if state is not None:
+        state.save()
     return rows
 
 
 # ---------------------------------------------------------------------------------------
-# Part 2: native paths against emulated_mm(arch=<this GPU>)
+# Part 2: native paths against the model of what runs
 # ---------------------------------------------------------------------------------------
 
 def format_cases(cap):
@@ -162,18 +335,32 @@ def format_cases(cap):
 
 
 def paths_for(fa, fb, odt, dev, have_triton):
+    """[(path, reason it is skipped or None)] for one format case."""
     paths = []
     if fa in native._TYPE_CODE:
         for ins in native.instructions_for(fa, dev):
             if odt == torch.float16 and fa == "bf16":
                 continue
-            paths.append(f"mma:{ins}")
+            paths.append((f"mma:{ins}", None))
     if have_triton and fa != "fp64":
-        paths.append("triton")
-    paths.append("cublas")
+        paths.append(("triton", None))
+    e5m2_pair = fa == fb == "fp8_e5m2"
+    paths.append(("cublas", CUBLAS_NO_E5M2 if e5m2_pair else None))
     if fa.startswith("fp8"):
-        paths.append("cublas-promote")
+        paths.append(("cublas-promote", CUBLAS_NO_E5M2 if e5m2_pair else None))
     return paths
+
+
+def path_model(path, arch, fa, fb, odt):
+    """(spec or None, where the model comes from, c_mode) for one native path."""
+    if path.startswith("mma:"):
+        s, src = native.instruction_spec(arch, fa, odt, path[4:], in_format_b=fb)
+        return s, src, "chain"
+    s = tme.spec(arch, fa, odt, in_format_b=fb)
+    src = f"default row '{s.instruction}'"
+    if path == "triton":
+        return s, src + "; K zero-padded to the kernel's 16-deep blocks (run_k)", "chain"
+    return s, src + "; C added in the epilogue", "epilogue"
 
 
 def run_native(path, A, B, C, fmt, odt):
@@ -185,8 +372,24 @@ def run_native(path, A, B, C, fmt, odt):
                             fp8_fast_accum=path == "cublas")
 
 
+def pad_k(kw: dict, K2: int) -> dict:
+    """Operands zero-padded along K to K2 (the chain a Triton kernel really runs)."""
+    A, B = kw["A"], kw["B"]
+    K = A.shape[-1]
+    if K2 <= K:
+        return kw
+    zA = torch.zeros((*A.shape[:-1], K2 - K), dtype=A.dtype)
+    zB = torch.zeros((*B.shape[:-2], K2 - K, B.shape[-1]), dtype=B.dtype)
+    return dict(kw, A=torch.cat([A, zA], -1), B=torch.cat([B, zB], -2))
+
+
+def triton_run_k(K: int, fa: str) -> int:
+    from torch_mma_emu.triton_kernels import run_k
+    return run_k(K, fa)
+
+
 def emulate(spec, kw, dev, c_mode, C="given"):
-    k = to_dev(kw, dev)
+    k = to_dev(dict(kw, arch=spec), dev)
     if C is None:
         k["C"] = None
     return tme.emulated_mm(**k, c_mode=c_mode)
@@ -202,7 +405,8 @@ def split_k(spec, kw, dev, s, tree):
     wide = torch.float64 if C.dtype == torch.float64 else torch.float32
     parts = []
     for i in range(s):
-        sub = dict(kw, A=A[..., i * step:(i + 1) * step], B=B[..., i * step:(i + 1) * step, :], C=None)
+        sub = dict(kw, A=A[..., i * step:(i + 1) * step], B=B[..., i * step:(i + 1) * step, :],
+                   C=None, arch=spec)
         parts.append(tme.emulated_mm(**sub).to(wide))
     while len(parts) > 1:
         if tree:
@@ -213,15 +417,26 @@ def split_k(spec, kw, dev, s, tree):
     return (parts[0] + C.to(wide)).to(C.dtype)
 
 
+def tf32_rounded(t: torch.Tensor) -> torch.Tensor:
+    """fp32 words rounded to tf32 (RNE on the low 13 bits) instead of truncated."""
+    b = t.view(torch.int32)
+    r = ((b + 0x1000 + ((b >> 13) & 1)) & ~0x1FFF).view(torch.float32)
+    return torch.where(torch.isfinite(t), r, t)
+
+
 def diagnose(path, spec, kw, native_out, dev, c_mode, arch, odt):
-    """Which hypothesis reproduces the native result on these inputs (0 mismatches)."""
+    """Which hypotheses reproduce the native result on these inputs (0 mismatches)."""
     found = []
+
+    def same(s, k, mode):
+        try:
+            return compare(native_out, emulate(s, k, dev, mode))[0] == 0
+        except Exception:  # noqa: BLE001
+            return False
+
     other = "chain" if c_mode == "epilogue" else "epilogue"
-    try:
-        if compare(native_out, emulate(spec, kw, dev, other))[0] == 0:
-            found.append(f"c_mode={other}")
-    except Exception:  # noqa: BLE001
-        pass
+    if same(spec, kw, other):
+        found.append(f"c_mode={other}")
     fa, fb = spec.in_format, spec.in_format_b or spec.in_format
     for a in ("sm70", "sm75", "sm80", "sm89", "sm90", "sm100", "sm120"):
         if a == arch:
@@ -231,12 +446,22 @@ def diagnose(path, spec, kw, native_out, dev, c_mode, arch, odt):
         except (ValueError, TypeError):
             continue
         for mode in (c_mode, other):
-            try:
-                if compare(native_out, emulate(s2, dict(kw, arch=s2), dev, mode))[0] == 0:
-                    found.append(f"{a} model ({s2.describe()}), c_mode={mode}")
-                    break
-            except Exception:  # noqa: BLE001
-                pass
+            if same(s2, kw, mode):
+                found.append(f"{a} model ({s2.describe()}), c_mode={mode}")
+                break
+    if spec.op == "t_fdpa":
+        for L in (4, 8, 16, 32):
+            for F in sorted({13, 23, 24, 25, 26, 27, spec.F}):
+                if (L, F) == (spec.L, spec.F):
+                    continue
+                if same(spec.replace(L=L, F=F), kw, c_mode):
+                    found.append(f"L={L} F={F} ({spec.describe()} otherwise)")
+    if fa == "tf32":
+        k = dict(kw, A=tf32_rounded(kw["A"]), B=tf32_rounded(kw["B"]))
+        for mode in (c_mode, other):
+            if same(spec, k, mode):
+                found.append(f"tf32 operands rounded (RNE), not truncated, c_mode={mode}")
+                break
     if path.startswith("cublas"):
         for s in (2, 3, 4, 8, 16):
             for tree in (False, True):
@@ -250,74 +475,159 @@ def diagnose(path, spec, kw, native_out, dev, c_mode, arch, odt):
     return found
 
 
-def part_native(args, dev, arch, budget: float, log):
-    clock = Clock(budget)
+def _sticky_cuda_error(dev) -> str | None:
+    """A CUDA error that poisons the context (every later call fails): its text, else None."""
+    if torch.device(dev).type != "cuda":
+        return None
     try:
-        import triton  # noqa: F401
-        have_triton = True
-    except ImportError:
-        have_triton = False
-        log("[native] triton is not installed: the Triton path is skipped")
-    cap = torch.cuda.get_device_capability(dev)
-    rows = []
-    M = N = args.native_size
-    for fa, fb, odt in format_cases(cap):
+        torch.cuda.synchronize(dev)
+        torch.zeros(1, device=dev).add_(1).item()
+        return None
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+
+
+def part_native(args, dev, arch, budget: float, log, state: State | None = None,
+                archive: Archive | None = None, previous: dict | None = None,
+                cap=None, have_triton=None):
+    clock = Clock(budget)
+    if have_triton is None:
         try:
-            spec = tme.spec(arch, fa, odt, in_format_b=fb)
+            import triton  # noqa: F401
+            have_triton = True
+        except ImportError:
+            have_triton = False
+            log("[native] triton is not installed: the Triton path is skipped")
+    cap = cap or torch.cuda.get_device_capability(dev)
+    rows = []
+    if state is not None:
+        state.native = rows
+    M = N = args.native_size
+    want_formats = set(args.formats.split(",")) if args.formats else None
+    want_paths = tuple(args.paths.split(",")) if args.paths else None
+    poisoned = None
+    for fa, fb, odt in format_cases(cap):
+        fname = f"{fa}->{OUT_NAME[odt]}" if fa == fb else f"{fa}x{fb}->{OUT_NAME[odt]}"
+        if want_formats and fa not in want_formats and fname not in want_formats:
+            continue
+        try:
+            tme.spec(arch, fa, odt, in_format_b=fb)
         except (ValueError, TypeError) as e:
-            rows.append(dict(format=f"{fa}x{fb}->{OUT_NAME[odt]}", path="-", status=f"no model: {e}"))
+            rows.append(dict(format=fname, path="-", status=f"no model: {e}"))
             continue
         fmt = fa if fa == fb else f"{fa},{fb}"
         ik = 32 if fa.startswith("fp8") else 16 if fa in ("fp16", "bf16") else 8
         ks = [ik, 4 * ik, max(8 * ik, args.native_k)]
-        for path in paths_for(fa, fb, odt, dev, have_triton):
-            c_mode = "epilogue" if path.startswith("cublas") else "chain"
-            row = dict(format=f"{fa}x{fb}->{OUT_NAME[odt]}" if fa != fb else f"{fa}->{OUT_NAME[odt]}",
-                       path=path, c_mode=c_mode, outputs=0, mismatches=0, nan_payload_only=0,
+        for path, skip in paths_for(fa, fb, odt, dev, have_triton):
+            if want_paths and not path.startswith(want_paths):
+                continue
+            key = (fname, path)
+            if previous and key in previous and _done(previous[key]):
+                rows.append(previous[key])
+                continue
+            row = dict(format=fname, path=path, c_mode="", model="", model_source="",
+                       outputs=0, mismatches=0, nan_payload_only=0,
                        by_family={f: 0 for f in FAMILIES}, status="ok", explained=None)
+            if skip:
+                row["status"] = skip
+                rows.append(row)
+                log(f"[native] {fname:24} {path:28} {skip}")
+                continue
+            try:
+                spec, source, c_mode = path_model(path, arch, fa, fb, odt)
+            except ValueError as e:
+                row["status"] = f"no model: {e}"
+                rows.append(row)
+                continue
+            row["c_mode"], row["model_source"] = c_mode, source
+            compare_spec = spec
+            if spec is None:    # no model yet: compare with the default, for information
+                compare_spec = tme.spec(arch, fa, odt, in_format_b=fb)
+                row["status"] = "no model yet"
+                row["model"] = f"(none; compared with the default {compare_spec.describe()})"
+            else:
+                row["model"] = spec.describe()
+            if poisoned:
+                row["status"] = f"not run (CUDA context lost: {poisoned})"
+                rows.append(row)
+                continue
             if clock.left() <= 0:
                 row["status"] = "not run (time limit)"
                 rows.append(row)
                 continue
             calls = 0
             first_fail = None
+            collected = []          # no model yet: single-instruction samples for probe.fit
             try:
                 while row["outputs"] < args.native_outputs and clock.left() > 0:
                     fam = FAMILIES[calls % len(FAMILIES)]
                     K = ks[(calls // len(FAMILIES)) % len(ks)]
                     g = torch.Generator().manual_seed(zlib.crc32(f"{arch}{fmt}{odt}{path}{calls}".encode()))
-                    kw = operands(spec, M, N, K, fam, g)
+                    kw = operands(compare_spec, M, N, K, fam, g)
                     A, B, C = kw["A"].to(dev), kw["B"].to(dev), kw["C"].to(dev)
                     got = run_native(path, A, B, C, fmt, odt)
-                    want = emulate(spec, kw, dev, c_mode)
-                    n, first, nan_only = compare(got, want)
+                    ekw = pad_k(kw, triton_run_k(K, fa)) if path == "triton" else kw
+                    want = emulate(compare_spec, ekw, dev, c_mode)
+                    n, first, nan_only, where = compare(got, want)
                     row["outputs"] += want.numel()
                     row["mismatches"] += n
                     row["nan_payload_only"] += nan_only
                     row["by_family"][fam] += n
                     if n and first_fail is None:
-                        first_fail = (kw, got, fam, K, first, want)
+                        first_fail = (ekw, got, fam, K, first, want, where)
+                    if spec is None and K == ik and archive is not None:
+                        S = min(NO_MODEL_SAMPLES, M * N)
+                        flat = torch.arange(S)
+                        idx = torch.stack([flat // N, flat % N], 1)
+                        collected.append(dict(family=fam, **samples(kw, idx, native=got.cpu(),
+                                                                    default_model=want.cpu())))
                     calls += 1
             except Exception as e:  # noqa: BLE001
-                row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
-                log(f"[native] {row['format']} {path}: {row['status']}")
+                row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                log(f"[native] {fname} {path}: {row['status']}")
+                poisoned = _sticky_cuda_error(dev)
+                if poisoned:
+                    log(f"[native] the CUDA context is lost ({poisoned}): the remaining rows "
+                        "are not run; run them in a new process (--resume)")
+            base = safe_name(f"{fname}_{path}")
+            if collected and archive is not None:
+                row["samples_saved"] = archive.add(f"samples_{base}.pt", dict(
+                    arch=arch, instruction=path[4:], in_format=fa, in_format_b=fb,
+                    out=OUT_NAME[odt], note="single-instruction samples (K = the instruction's "
+                    "K) of an instruction with no model yet; probe.fit takes a, b, c, native",
+                    parts=collected))
             if first_fail is not None:
-                kw, got, fam, K, first, want = first_fail
-                row["first"] = dict(family=fam, K=K, index=first,
-                                    native=hex(int(bits(got.cpu())[first]) & 0xFFFFFFFFFFFFFFFF),
-                                    emulated=hex(int(bits(want.cpu())[first]) & 0xFFFFFFFFFFFFFFFF))
-                if args.out:
-                    name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{row['format']}_{path}_{fam}_K{K}")
-                    p = os.path.join(args.out, f"native_{name}.pt")
-                    torch.save(dict(spec=spec.to_string(), kw=kw, path=path, c_mode=c_mode,
-                                    native=got.cpu(), emulated=want.cpu()), p)
-                    row["saved"] = p
-                if clock.left() > 0:
-                    row["explained"] = diagnose(path, spec, kw, got, dev, c_mode, arch, odt)
+                ekw, got, fam, K, first, want, where = first_fail
+                row["first"] = dict(family=fam, K=K, index=first, native=hexbits(got, first),
+                                    emulated=hexbits(want, first))
+                if archive is not None:
+                    row["saved"] = archive.add(f"native_{base}_{fam}_K{K}.pt", dict(
+                        spec=compare_spec.to_string(), path=path, c_mode=c_mode, family=fam,
+                        **samples(ekw, where[:SAVE_OUTPUTS], native=got.cpu(),
+                                  emulated=want.cpu())))
+                if clock.left() > 0 and not poisoned:
+                    row["explained"] = diagnose(path, compare_spec, ekw, got, dev, c_mode, arch, odt)
             rows.append(row)
-            log(f"[native] {row['format']:24} {path:28} {row['mismatches']:>9} / {row['outputs']:<9} "
+            log(f"[native] {fname:24} {path:28} {row['mismatches']:>9} / {row['outputs']:<9} "
                 f"{row['status']}" + (f"  explained by: {row['explained']}" if row.get("explained") else ""))
+            if state is not None:
+                state.save()
+    if state is not None:
+        state.save()
     return rows
+
+
+def native_failures(rows) -> int:
+    """Rows that must be clean and are not: a modeled instruction kernel or Triton row with a
+    mismatch, or any error.  cuBLAS differences are findings, not failures."""
+    bad = 0
+    for r in rows or []:
+        st = str(r.get("status", ""))
+        if st.startswith("error"):
+            bad += 1
+        elif st == "ok" and r.get("mismatches") and not str(r.get("path")).startswith("cublas"):
+            bad += 1
+    return bad
 
 
 # ---------------------------------------------------------------------------------------
@@ -373,14 +683,14 @@ def wgmma_built(dev) -> str:
 
 
 def report(path, meta, ident, nat, bench):
-    L = [f"# Hardware validation: {meta['gpu']}", "",
-         f"Generated by `scripts/validate_hw.py` on {meta['date']} ({meta['elapsed']:.0f} s).", "",
-         "| | |", "|---|---|"]
+    L = [f"# Hardware validation: {meta.get('gpu', '?')}", "",
+         f"Generated by `scripts/validate_hw.py` on {meta.get('date', '?')} "
+         f"({meta.get('elapsed', 0):.0f} s).", "", "| | |", "|---|---|"]
     for k in ("gpu", "arch", "torch", "cuda", "triton", "driver", "wgmma kernels built", "command"):
         L.append(f"| {k} | {meta.get(k, '')} |")
     L += ["", "## 1. CUDA kernel against the CPU kernel (bit for bit)", ""]
     if ident is None:
-        L.append("Not run (`--skip-identity`).")
+        L.append("Not run in this report's commands (`--parts`).")
     else:
         tot = sum(r["outputs"] for r in ident)
         bad = [r for r in ident if r["mismatches"] or r["status"] != "ok"]
@@ -390,59 +700,86 @@ def report(path, meta, ident, nat, bench):
                  f"**{sum(r['mismatches'] for r in ident)} mismatches**, "
                  f"{len(bad)} entries with a mismatch, an error or not run.")
         if bad:
-            L += ["", "| registry entry | outputs | mismatches | status | first |", "|---|---|---|---|---|"]
+            L += ["", "| registry entry | outputs | mismatches | status | first | saved |",
+                  "|---|---|---|---|---|---|"]
             for r in bad:
-                L.append(f"| {r['spec']} | {r['outputs']} | {r['mismatches']} | {r['status']} | {r.get('first') or ''} |")
-    L += ["", f"## 2. Native paths against `emulated_mm(arch=\"{meta['arch']}\")`", "",
+                L.append(f"| {r['spec']} | {r['outputs']} | {r['mismatches']} | {r['status']} | "
+                         f"{r.get('first') or ''} | {r.get('saved') or ''} |")
+    L += ["", f"## 2. Native paths against the emulator (`arch=\"{meta.get('arch', '?')}\"`)", "",
           "`mma:*` is the instruction kernel (one instruction kind, accumulator fed back along K), "
-          "`triton` the Triton chain (`torch_mma_emu.triton_kernels`), `cublas` torch's cuBLAS "
-          "call (C added in the epilogue, so compared with `c_mode=\"epilogue\"`), "
-          "`cublas-promote` cuBLAS fp8 without fast accumulation. Inputs: the three families of "
-          "seed 003 section 3.1.4 (normal, cancel, bitstream with NaN/Inf/subnormals), K = one "
-          "instruction, four instructions and more.", ""]
+          "compared with the model of that instruction (`native.instruction_spec`); `triton` the "
+          "Triton chain (`torch_mma_emu.triton_kernels`, K zero-padded to its 16-deep blocks on "
+          "both sides); `cublas` torch's cuBLAS call (C added in the epilogue, so compared with "
+          "`c_mode=\"epilogue\"`), `cublas-promote` cuBLAS fp8 without fast accumulation. Inputs: "
+          "the three families of seed 003 section 3.1.4 (normal, cancel, bitstream with "
+          "NaN/Inf/subnormals), K = one instruction, four instructions and more.", ""]
     if nat is None:
-        L.append("Not run (`--skip-native`).")
+        L.append("Not run in this report's commands (`--parts`).")
     else:
-        L += ["| format | path | c_mode | outputs | mismatches | normal / cancel / bitstream | NaN payload only | explained by | status |",
-              "|---|---|---|---|---|---|---|---|---|"]
+        ran = [r for r in nat if r.get("path") != "-" and r.get("outputs")]
+        L.append(f"{len(ran)} rows ran, {sum(r['outputs'] for r in ran):,} outputs; "
+                 f"{native_failures(nat)} rows that must be clean are not (a modeled instruction "
+                 "kernel or Triton row with a mismatch, or an error).")
+        L += ["", "| format | path | model | c_mode | outputs | mismatches | normal / cancel / bitstream "
+              "| NaN payload only | explained by | status |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
         for r in nat:
             if r.get("path") == "-":
-                L.append(f"| {r['format']} | - | | | | | | | {r['status']} |")
+                L.append(f"| {r['format']} | - | | | | | | | | {r['status']} |")
                 continue
             fams = " / ".join(str(r["by_family"][f]) for f in FAMILIES)
             ex = "; ".join(r["explained"]) if r.get("explained") else ("none found" if r["mismatches"] else "")
-            L.append(f"| {r['format']} | {r['path']} | {r['c_mode']} | {r['outputs']:,} | {r['mismatches']:,} | "
-                     f"{fams} | {r['nan_payload_only']} | {ex} | {r['status']} |")
-        L += ["", "Mismatching inputs were saved as `.pt` files (A, B, C, native and emulated "
-              "outputs) under the `--out` folder of the run; first mismatches:", ""]
+            L.append(f"| {r['format']} | {r['path']} | {r.get('model', '')} | {r['c_mode']} | "
+                     f"{r['outputs']:,} | {r['mismatches']:,} | {fams} | {r['nan_payload_only']} | "
+                     f"{ex} | {r['status']} |")
+        L += ["", "Where each model comes from:", ""]
         for r in nat:
-            if r.get("first"):
-                L.append(f"- {r['format']} {r['path']}: {r['first']}")
+            if r.get("model_source"):
+                L.append(f"- {r['format']} {r['path']}: {r['model_source']}")
+        firsts = [r for r in nat if r.get("first") or r.get("samples_saved")]
+        if firsts:
+            L += ["", "First mismatches (their inputs, up to 64 outputs per row, are in the run's "
+                  "archive `mismatches.tar`; `validate_hw.read_archive` loads it):", ""]
+            for r in firsts:
+                if r.get("first"):
+                    L.append(f"- {r['format']} {r['path']}: {r['first']} ({r.get('saved') or 'not saved'})")
+                if r.get("samples_saved"):
+                    L.append(f"- {r['format']} {r['path']}: single-instruction samples for "
+                             f"`probe.fit` in {r['samples_saved']}")
     L += ["", "## 3. Speed", ""]
     if bench is None:
-        L.append("Not run (`--skip-bench`).")
+        L.append("Not run in this report's commands (`--parts`).")
     else:
         L += ["| arch | model | size | emulated MAC/s | fp32 torch.matmul MAC/s (TF32 off) | ratio |",
               "|---|---|---|---|---|---|",
               f"| {bench['arch']} | {bench['model']} | {bench['size']}^3 | {bench['emulated_macs']:.3g} | "
               f"{bench['fp32_matmul_macs']:.3g} | {bench['ratio']:.1f}x |"]
     L.append("")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        f.write("\n".join(L))
+    atomic_write(path, "\n".join(L))
 
 
-def main(argv=None):
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default=os.environ.get("OUT", "/tmp/mma_emu_validate"),
-                   help="folder for mismatching inputs and results.json")
+                   help="folder for validate.log, results.json and mismatches.tar")
     p.add_argument("--report", default=None, help="markdown report (default docs/hardware/<GPU>.md)")
+    p.add_argument("--archive", default=None, help="tar of mismatching inputs (default "
+                   "<out>/mismatches.tar; 'none' saves nothing)")
     p.add_argument("--arch", default=None, help="emulated arch (default: this GPU's)")
+    p.add_argument("--parts", default=",".join(PARTS), help="comma list of identity, native, bench")
+    p.add_argument("--formats", default=None, help="part 2: only these input formats (fp16, "
+                   "fp8_e4m3, ... or full names such as fp16->fp16)")
+    p.add_argument("--paths", default=None, help="part 2: only these paths (mma, triton, cublas)")
+    p.add_argument("--resume", nargs="*", default=None, metavar="JSON",
+                   help="results.json of earlier runs: keep their finished rows, run the rest")
+    p.add_argument("--render", nargs="+", default=None, metavar="JSON",
+                   help="no run: merge these results.json files into --report (no GPU needed)")
     p.add_argument("--outputs", type=int, default=1_000_000, help="outputs per registry entry (part 1)")
     p.add_argument("--native-outputs", type=int, default=1_000_000, help="outputs per format and path (part 2)")
     p.add_argument("--native-size", type=int, default=256, help="M = N of the part 2 products (multiple of 64)")
     p.add_argument("--native-k", type=int, default=256, help="largest K of part 2")
-    p.add_argument("--time-limit", type=float, default=540.0, help="seconds for parts 1 and 2 together")
+    p.add_argument("--time-limit", type=float, default=480.0,
+                   help="seconds for parts 1 and 2 together (each row stops when it is spent)")
     p.add_argument("--quick", action="store_true", help="small counts (about a minute)")
     p.add_argument("--skip-identity", action="store_true")
     p.add_argument("--skip-native", action="store_true")
@@ -453,8 +790,35 @@ def main(argv=None):
     p.add_argument("--device", default="cuda", help="'cpu': a dry run of part 1 (CPU against "
                    "CPU) and of the report, for testing this script without a GPU")
     args = p.parse_args(argv)
+    parts = [x for x in args.parts.split(",") if x]
+    unknown = [x for x in parts if x not in PARTS]
+    if unknown:
+        print(f"validate_hw: --parts: unknown {', '.join(unknown)}; allowed: {', '.join(PARTS)}",
+              file=sys.stderr)
+        sys.exit(2)
+    for name in ("identity", "native", "bench"):
+        if getattr(args, f"skip_{name}") and name in parts:
+            parts.remove(name)
+    args.parts = parts
     if args.quick:
         args.outputs, args.native_outputs, args.bench_size = 20_000, 100_000, 2048
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if args.render:
+        if not args.report:
+            print("validate_hw: --render needs --report PATH", file=sys.stderr)
+            return 2
+        try:
+            r = load_results(args.render)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"validate_hw: cannot read {' '.join(args.render)}: {e}", file=sys.stderr)
+            return 2
+        report(args.report, r["meta"], r["identity"], r["native"], r["bench"])
+        print(f"report: {args.report}")
+        return 0
     if args.device == "cpu":
         return dry_run(args)
     if not torch.cuda.is_available():
@@ -463,19 +827,19 @@ def main(argv=None):
         return 2
     if not hasattr(torch.ops.mma_emu, "_mma_instr"):
         print("validate_hw: torch_mma_emu was built without its CUDA kernels; build first:\n"
-              "  TORCH_CUDA_ARCH_LIST=9.0a bash scripts/build_ext.sh   (8.0 / 8.9 on A100 / L40S)",
+              "  bash scripts/gpu/build_smoke.sh   (or TORCH_CUDA_ARCH_LIST=9.0a bash scripts/build_ext.sh)",
               file=sys.stderr)
         return 2
     dev = torch.device("cuda")
     name = torch.cuda.get_device_name(dev)
     arch = args.arch or native.device_arch(dev)
     os.makedirs(args.out, exist_ok=True)
-    t0 = time.time()
-    logf = open(os.path.join(args.out, "validate.log"), "w")
+    logf = open(os.path.join(args.out, "validate.log"), "a", buffering=1)
 
     def log(msg):
         print(msg, flush=True)
         logf.write(msg + "\n")
+        logf.flush()
 
     try:
         import triton
@@ -487,41 +851,51 @@ def main(argv=None):
                 command="python scripts/validate_hw.py " + " ".join(sys.argv[1:] if argv is None else argv),
                 python=platform.python_version())
     meta["wgmma kernels built"] = wgmma_built(dev)
+    path = args.report or os.path.join(ROOT, "docs", "hardware", f"{gpu_key(name)}.md")
+    state = State(meta, args.out, path)
+    prev = load_results(args.resume) if args.resume else None
+    if prev:
+        state.identity, state.native, state.bench = prev["identity"], prev["native"], prev["bench"]
+        meta["command"] = prev["meta"].get("command", "") + "; " + meta["command"]
+    archive = Archive(None if args.archive == "none"
+                      else args.archive or os.path.join(args.out, "mismatches.tar"))
     log(f"validate_hw: {name} ({arch}), torch {torch.__version__}, CUDA {torch.version.cuda}, "
-        f"triton {tv}, wgmma built: {meta['wgmma kernels built']}")
-    ident = nat = bench = None
-    if not args.skip_identity:
-        share = args.time_limit * (0.5 if not args.skip_native else 1.0)
-        ident = part_identity(args, dev, share, log)
+        f"triton {tv}, wgmma built: {meta['wgmma kernels built']}, parts {','.join(args.parts)}")
+    state.save()
+    t0 = time.time()
+    if "identity" in args.parts:
+        share = args.time_limit * (0.5 if "native" in args.parts else 1.0)
+        previous = {r["spec"]: r for r in (prev or {}).get("identity") or []}
+        ident = part_identity(args, dev, share, log, state, archive, previous)
         log(f"[identity] {sum(r['outputs'] for r in ident):,} outputs, "
             f"{sum(r['mismatches'] for r in ident)} mismatches over {len(ident)} registry entries")
-    if not args.skip_native:
-        nat = part_native(args, dev, arch, args.time_limit - (time.time() - t0), log)
-    if not args.skip_bench:
-        bench = part_bench(args, dev)
-        log(f"[bench] {bench['arch']} fp16->fp32 {bench['size']}^3: emulated {bench['emulated_macs']:.3g} "
-            f"MAC/s, fp32 torch.matmul (TF32 off) {bench['fp32_matmul_macs']:.3g} MAC/s, "
-            f"ratio {bench['ratio']:.1f}x")
-    meta["elapsed"] = time.time() - t0
-    path = args.report or os.path.join(ROOT, "docs", "hardware", f"{gpu_key(name)}.md")
-    report(path, meta, ident, nat, bench)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump(dict(meta=meta, identity=ident, native=nat, bench=bench), f, indent=1, default=str)
-    log(f"report: {path}; inputs and results.json under {args.out}")
-    bad = (sum(r["mismatches"] for r in ident) if ident else 0)
-    return 1 if bad else 0
+    if "native" in args.parts:
+        previous = {(r["format"], r["path"]): r for r in (prev or {}).get("native") or []}
+        part_native(args, dev, arch, args.time_limit - (time.time() - t0), log, state, archive,
+                    previous)
+    if "bench" in args.parts:
+        state.bench = part_bench(args, dev)
+        b = state.bench
+        log(f"[bench] {b['arch']} fp16->fp32 {b['size']}^3: emulated {b['emulated_macs']:.3g} "
+            f"MAC/s, fp32 torch.matmul (TF32 off) {b['fp32_matmul_macs']:.3g} MAC/s, "
+            f"ratio {b['ratio']:.1f}x")
+    state.save()
+    log(f"report: {path}; results.json, validate.log and mismatches.tar under {args.out}")
+    bad = sum(r["mismatches"] + (r["status"].startswith("error")) for r in state.identity or [])
+    return 1 if bad or native_failures(state.native) else 0
 
 
 def dry_run(args) -> int:
     """Part 1 with the CPU kernel on both sides, and the report: tests this script anywhere."""
     os.makedirs(args.out, exist_ok=True)
-    t0 = time.time()
-    ident = part_identity(args, torch.device("cpu"), args.time_limit, print)
     meta = dict(gpu="CPU dry run", arch=args.arch or "sm90", torch=torch.__version__, cuda="",
                 triton="", driver="", date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                command="dry run", elapsed=time.time() - t0)
+                command="dry run")
     meta["wgmma kernels built"] = "n/a"
-    report(args.report or os.path.join(args.out, "dry_run.md"), meta, ident, None, None)
+    state = State(meta, args.out, args.report or os.path.join(args.out, "dry_run.md"))
+    archive = Archive(None if args.archive == "none"
+                      else args.archive or os.path.join(args.out, "mismatches.tar"))
+    ident = part_identity(args, torch.device("cpu"), args.time_limit, print, state, archive)
     return 1 if sum(r["mismatches"] for r in ident) else 0
 
 

@@ -29,8 +29,8 @@ import torch
 from . import _C  # noqa: F401  (registers the CUDA ops where the build has them)
 from .ops import _broadcast_shapes
 
-__all__ = ["native_mm", "mma_instruction", "device_arch", "instructions_for", "INSTRUCTIONS",
-           "BACKENDS"]
+__all__ = ["native_mm", "mma_instruction", "device_arch", "instructions_for", "instruction_spec",
+           "INSTRUCTIONS", "BACKENDS"]
 
 BACKENDS = ("cublas", "triton", "mma")
 
@@ -232,6 +232,71 @@ def instructions_for(in_format: str, device=None) -> list[str]:
     # mma.sync on sm90 to fp16 conversions + HMMA); then k16 before k8
     names.sort(key=lambda n: (not n.startswith("wgmma"), n == "mma.m16n8k8"))
     return names
+
+
+# Names under which the registry may list the instruction each kernel runs (registry.spec's
+# ``instruction=``), most specific first.  Instruction variants (e.g. Hopper's warp-level fp8
+# mma.sync, which does not compute like wgmma) are rows named with the PTX name.
+_REGISTRY_NAMES = {
+    "mma.m16n8k16": ("mma.sync.m16n8k16", "mma.m16n8k16"),
+    "mma.m16n8k8": ("mma.sync.m16n8k8", "mma.m16n8k8"),
+    "mma.m16n8k8.tf32": ("mma.sync.m16n8k8", "mma.m16n8k8"),
+    "mma.m16n8k32": ("mma.sync.m16n8k32", "mma.m16n8k32"),
+    "wgmma.m64n8k16": ("wgmma.m64nNk16",),
+    "wgmma.m64n8k8.tf32": ("wgmma.m64nNk8",),
+    "wgmma.m64n8k32": ("wgmma.m64nNk32",),
+}
+
+
+def _is_group_level(name: str) -> bool:
+    """A registry instruction issued by a warpgroup / CTA (wgmma, tcgen05), not mma.sync."""
+    n = name.lower()
+    return "gmma" in n or "tcgen05" in n
+
+
+def instruction_spec(arch, in_format: str, out_dtype=None, instruction: str = "",
+                     in_format_b: Optional[str] = None):
+    """The emulator's model of one instruction kernel of ``INSTRUCTIONS`` on ``arch``.
+
+    Returns ``(spec, source)``; ``spec`` is None when the registry has no model of that
+    instruction yet (``source`` then says why).  Rules, in order:
+
+    1. a registry row that names the instruction (``registry.spec(..., instruction=...)``,
+       e.g. an instruction variant "mma.sync.m16n8k32 ..." of sm90);
+    2. the warp-level fp8 ``mma.m16n8k32`` on an arch whose fp8 default is a group-level
+       instruction (wgmma, tcgen05): no model (it computes differently: the recordings in
+       tests/data/hwdata), so None;
+    3. otherwise the arch's default row, with L = min(L, the instruction's K): a chain of
+       k-element instructions is a chain of k-element chunks (all-zero products change
+       neither the alignment nor the sum), so ``mma.m16n8k8`` runs the L = 8 model.
+    """
+    from . import registry
+    if instruction not in INSTRUCTIONS:
+        raise ValueError(f"instruction_spec: unknown instruction {instruction!r}; known: "
+                         f"{', '.join(INSTRUCTIONS)}")
+    if instruction.startswith("wgmma") and registry.canonical_arch(arch) != "sm90":
+        raise ValueError(f"instruction_spec: {instruction} exists on sm90 only, not {arch}")
+    out = _OUT.get(out_dtype, out_dtype) if out_dtype is not None else None
+    fb = in_format_b or in_format
+    for name in _REGISTRY_NAMES[instruction]:
+        try:
+            s = registry.spec(arch, in_format, out, in_format_b=fb, instruction=name)
+        except ValueError:
+            continue
+        return s, f"registry row '{s.instruction}'"
+    base = registry.spec(arch, in_format, out, in_format_b=fb)   # ValueError: no such types
+    k = INSTRUCTIONS[instruction][1]
+    if instruction == "mma.m16n8k32" and _is_group_level(base.instruction):
+        return None, (f"no model yet: the registry has no {base.arch} mma.sync.m16n8k32 row "
+                      f"for {in_format}{'' if fb == in_format else ' x ' + fb} -> "
+                      f"{base.out_format} (the default '{base.instruction}' computes "
+                      "differently; tests/data/hwdata)")
+    same = (" (assumed for the warp-level instruction; the H100 recordings, taken through "
+            "wmma, agree for fp16, bf16 and tf32)") if _is_group_level(base.instruction) else ""
+    if base.op == "fma" or base.L <= k:
+        return base, f"default row '{base.instruction}'{same}"
+    return base.replace(L=k, arch=base.arch, instruction=instruction), (
+        f"default row '{base.instruction}' with L = {k} (one instruction = one chunk){same}")
 
 
 def mma_instruction(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *,

@@ -7,6 +7,6 @@ the chain ``emulated_mm`` models (GUIDE section 1).  See :func:`matmul` and docs
 Importing this package needs ``triton``; running a kernel needs a CUDA device (or
 ``TRITON_INTERPRET=1``, whose arithmetic is NumPy's, not the tensor cores').
 """
-from .gemm import FORMATS, block_k_for, matmul
+from .gemm import FORMATS, block_k_for, matmul, run_k
 
-__all__ = ["matmul", "FORMATS", "block_k_for"]
+__all__ = ["matmul", "FORMATS", "block_k_for", "run_k"]

@@ -13,7 +13,9 @@ no fp32 promotion), which is what the hardware model describes.
 The tail of K is zero-padded inside the last block.  ``block_k_for`` picks a K block whose
 padded tail holds no instruction that is all zeros (such an instruction is one more
 elementary operation on the accumulator; for the NVIDIA specs it leaves the accumulator
-unchanged, but the choice keeps the chain identical to the model by construction).
+unchanged, but the choice keeps the chain identical to the model by construction).  Where
+Triton's smallest dot (16 deep) forbids that (tf32 with K % 16 in 1..8, the fp32 FMA path),
+``run_k`` says how deep the chain really runs, so the emulator can run the same chain.
 """
 from __future__ import annotations
 
@@ -44,6 +46,19 @@ def block_k_for(K: int, instr_k: int) -> int:
         if r == 0 or -(-r // instr_k) * instr_k == bk:
             return bk
     return cands[-1]
+
+
+def run_k(K: int, in_format: str, block_k: Optional[int] = None) -> int:
+    """The K the kernel's chain really runs: K zero-padded to whole K blocks.
+
+    Triton's smallest dot is 16 deep, so a tf32 product (k8 instructions) with K % 16 in
+    1..8 runs one more, all-zero instruction, and the fp32 FMA path runs the padded FMAs
+    too.  Such steps can only turn a -0 result into +0.  ``emulated_mm`` on A and B
+    zero-padded to ``run_k(K, fmt)`` runs exactly the chain the kernel runs."""
+    if K <= 0:
+        return 0
+    bk = block_k or block_k_for(K, max(FORMATS[in_format][2], 8))
+    return -(-K // bk) * bk
 
 
 @triton.jit
