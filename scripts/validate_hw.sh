@@ -1,32 +1,26 @@
 #!/usr/bin/env bash
-# The one command for a GPU machine: set up .venv (reusing the machine's CUDA torch), build
-# torch_mma_emu._C for this GPU (sm_90a on Hopper, for the wgmma kernels), run the hardware
-# validation (writes docs/hardware/<GPU>.md), then the GPU tests.
+# The whole GPU validation in one command, for a GPU machine without a time limit per command:
+# every step of scripts/gpu/steps.sh in order (env, build + smoke test per instruction kind,
+# part 1 identity, part 2 native paths, the probe, the GPU tests, the benchmarks), then the
+# reports copied to docs/hardware/.  On the lent machine (10-minute commands, 8 files back)
+# run the steps in separate calls instead: docs/hardware/RUNBOOK.md.
 #
-#   bash scripts/validate_hw.sh [validate_hw.py options]     e.g. --quick, --time-limit 300
-#   MMA_EMU_GPU_TESTS=0 bash scripts/validate_hw.sh          # skip the pytest -m gpu run
-#   MMA_EMU_PROBE=0 / MMA_EMU_PROBE_N=10000                 # skip / shorten scripts/probe_native.py
-set -euo pipefail
+#   bash scripts/validate_hw.sh                 # OUT=/some/dir keeps logs, results, archive
+#   bash scripts/validate_hw.sh --dry-run       # print the commands only
+#   MMA_EMU_STEPS="identity native" bash scripts/validate_hw.sh     # a subset
+set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-BASE_PY=${PYTHON:-python3}
-if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ]; then
-  TORCH_CUDA_ARCH_LIST=$("$BASE_PY" -c 'import torch
-c = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
-print("" if c is None else f"{c[0]}.{c[1]}" + ("a" if c[0] == 9 else ""))')
-  export TORCH_CUDA_ARCH_LIST
-fi
-echo "[validate_hw] TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-<none: no GPU visible>}"
-start=$(date +%s)
-source "$ROOT/scripts/_setup_env.sh"
-echo "[validate_hw] build done in $(( $(date +%s) - start )) s"
-out=${OUT:-/tmp/mma_emu_validate}
+[ "${1:-}" = "--dry-run" ] && export MMA_EMU_DRY_RUN=1
+[ $# -gt 0 ] && [ "$1" != "--dry-run" ] && {
+  echo "usage: bash scripts/validate_hw.sh [--dry-run]  (steps: MMA_EMU_STEPS, see scripts/gpu/steps.sh)" >&2; exit 2; }
+export OUT=${OUT:-/tmp/mma_emu_validate}
+export MMA_EMU_BUDGET=${MMA_EMU_BUDGET:-7200}
 rc=0
-"$VPY" "$ROOT/scripts/validate_hw.py" --out "$out" "$@" || rc=$?
-if [ "${MMA_EMU_PROBE:-1}" = 1 ]; then   # issue 5: infer_spec("native") per format
-  "$VPY" "$ROOT/scripts/probe_native.py" ${MMA_EMU_PROBE_N:+-n $MMA_EMU_PROBE_N} || rc=1
+bash "$ROOT/scripts/gpu/steps.sh" ${MMA_EMU_STEPS:-env build smoke identity native probe tests bench} || rc=$?
+if [ "${MMA_EMU_DRY_RUN:-0}" != 1 ]; then
+  for f in "$OUT"/*.md; do
+    [ -f "$f" ] && cp "$f" "$ROOT/docs/hardware/" && echo "[validate_hw] docs/hardware/$(basename "$f")"
+  done
 fi
-if [ "${MMA_EMU_GPU_TESTS:-1}" = 1 ]; then
-  "$VPY" -m pytest -q -m gpu "$ROOT/tests" -x -q 2>&1 | tail -15 || rc=1
-fi
-echo "[validate_hw] total $(( $(date +%s) - start )) s, exit $rc"
+echo "[validate_hw] exit $rc; logs, results.json and mismatches.tar under $OUT"
 exit $rc

@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# Steps of the GPU validation, each fitting the lent machine's 10-minute commands, run in the
+# order given within one time budget; everything they write goes to $OUT in at most 8 files
+# (docs/hardware/RUNBOOK.md says which call runs which steps and what to commit).
+#
+#   bash scripts/gpu/steps.sh env build smoke identity          # one `run` call
+#   bash scripts/gpu/steps.sh native:fp16,bf16,tf32,fp32,fp64   # part 2 for these formats
+#   bash scripts/gpu/steps.sh identity@150 probe@200            # STEP@SECONDS: its time limit
+#   MMA_EMU_BUDGET=570   seconds for all the steps of this call (each gets what is left)
+#   MMA_EMU_DRY_RUN=1    print the commands, run nothing (no GPU needed)
+#   MMA_EMU_SANITIZE=0   smoke: skip the compute-sanitizer pass
+#   MMA_EMU_FORCE_BUILD=1  build even if a build is there
+#   MMA_EMU_VALIDATE_ARGS="--native-outputs 300000"   extra validate_hw.py options
+#   MMA_EMU_PROBE_ARGS="--instructions all"           extra probe_native.py options
+#
+# Steps: env, build, smoke, identity, native[:FORMATS], probe, tests, bench, profile, fprev,
+# preview.  Every step after `build` builds first when no CUDA build is there (a carried
+# .gpu_build/build-<hash>/ is installed when it matches the sources).  Files under $OUT:
+#   steps.log             every command and its output (env, build log on failure, smoke,
+#                         probe, tests, bench, profile, fprev, preview)
+#   build-<hash>/_C*.so   the extension built in this call (.so.gz above 15 MiB): copy the
+#                         folder to .gpu_build/ here and carry it in later calls
+#   results.json, <GPU>.md, validate.log, mismatches.tar   validate_hw.py (identity, native, bench)
+#   <GPU>_probe.md        probe_native.py;  fprev_trees.tar  trees (JSON + PNG) of fprev
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+BUDGET=${MMA_EMU_BUDGET:-570}
+START=$(date +%s)
+LOG="$OUT/steps.log"
+DRY=${MMA_EMU_DRY_RUN:-0}
+RC=0
+
+left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+say() { echo "$*" | tee -a "$LOG"; }
+# run LIMIT CMD...: the command under a time limit, its output in the log; its exit code
+run() {
+  local limit=$1; shift
+  say "+ [${limit}s] $*"
+  [ "$DRY" = 1 ] && return 0
+  timeout -k 10 "$limit" "$@" 2>&1 | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  [ "$rc" = 124 ] && say "[steps] time limit: $*"
+  return "$rc"
+}
+# limit_for WANT: seconds for a step that would like WANT, from what is left (0: skip it)
+limit_for() {
+  local l; l=$(( $(left) - 15 ))
+  [ "$l" -lt 30 ] && { echo 0; return; }
+  [ "$l" -lt "$1" ] && echo "$l" || echo "$1"
+}
+
+gpu_key() {
+  [ "$DRY" = 1 ] && { echo GPU; return; }
+  timeout 120 "$PY" -c 'import re, torch
+n = torch.cuda.get_device_name() if torch.cuda.is_available() else "nogpu"
+m = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Z]?)\b", n)
+print(m.group(1) if m else re.sub(r"[^A-Za-z0-9]+", "_", n).strip("_"))' 2>/dev/null || echo GPU
+}
+
+step_env() {
+  say "[env] $(date -u) budget ${BUDGET}s, OUT=$OUT, MAX_JOBS=$MAX_JOBS, TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-}"
+  [ "$DRY" = 1 ] && return 0
+  { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1
+    nvcc --version 2>&1 | tail -2
+    "$PY" -c 'import sys, torch; print("python", sys.version.split()[0], sys.executable); print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1
+    "$PY" -c 'import triton; print("triton", triton.__version__)' 2>&1 | tail -1
+    echo "Python.h: $(python_h || true)"
+    for t in ninja compute-sanitizer ncu cuobjdump dot; do echo "$t: $(command -v $t || echo missing)"; done
+    echo "cpus $(nproc), disk: $(df -h "$ROOT" | tail -1)"
+  } 2>&1 | tee -a "$LOG"
+}
+
+step_build() {
+  if [ "$DRY" != 1 ] && [ "${MMA_EMU_FORCE_BUILD:-0}" != 1 ]; then
+    so_loaded_with_cuda && { say "[build] a CUDA build is there"; return 0; }
+    install_carried_build | tee -a "$LOG"
+    so_loaded_with_cuda && { say "[build] using the carried build"; return 0; }
+  fi
+  local inc lim h
+  if [ "$DRY" != 1 ]; then
+    inc=$(python_h || true)
+    if [ -z "$inc" ]; then
+      say "[build] FAIL: no Python.h for $PY (the build needs the Python headers; RUNBOOK.md: contingency)"
+      return 1
+    fi
+    export CPATH="$inc${CPATH:+:$CPATH}"
+  fi
+  lim=$(limit_for 420)
+  [ "$lim" = 0 ] && { say "[build] skipped: no time left"; return 1; }
+  mkdir -p "$ROOT/build"
+  local t0; t0=$(date +%s)
+  (cd "$ROOT" && run "$lim" env PYTHON="$PY" bash scripts/build_ext.sh) || {
+    say "[build] FAIL; the end of build/build_ext.log:"; tail -60 "$ROOT/build/build_ext.log" 2>/dev/null | tee -a "$LOG"; return 1; }
+  say "[build] done in $(( $(date +%s) - t0 )) s"
+  [ "$DRY" = 1 ] && return 0
+  so_loaded_with_cuda || { say "[build] FAIL: the build has no CUDA kernels (torch without CUDA? nvcc missing?)"; return 1; }
+  h=$(src_hash)
+  mkdir -p "$OUT/build-$h"
+  for so in "$ROOT"/torch_mma_emu/_C*.so; do
+    if [ "$(stat -c %s "$so")" -gt $((15 << 20)) ]; then gzip -1 -c "$so" >"$OUT/build-$h/$(basename "$so").gz"
+    else cp "$so" "$OUT/build-$h/"; fi
+  done
+  say "[build] $(ls -l "$OUT/build-$h" | tail -n +2)"
+  (command -v cuobjdump >/dev/null && cuobjdump --list-elf "$ROOT"/torch_mma_emu/_C*.so 2>&1 | head -5) | tee -a "$LOG"
+}
+
+step_smoke() {
+  local kinds k lim
+  if [ "$DRY" = 1 ]; then kinds="emulated mma:wgmma.m64n8k16 triton cublas"
+  else kinds=$(timeout 120 "$PY" scripts/gpu/smoke.py --list 2>>"$LOG") || { say "[smoke] FAIL: cannot list kinds"; return 1; }
+  fi
+  for k in $kinds; do        # each kind in its own process: a sticky CUDA error stays there
+    lim=$(limit_for 120); [ "$lim" = 0 ] && { say "[smoke] $k skipped: no time left"; continue; }
+    run "$lim" "$PY" scripts/gpu/smoke.py "$k"
+    say "[smoke] $k exit $?"
+  done
+  if [ "${MMA_EMU_SANITIZE:-1}" = 1 ] && { [ "$DRY" = 1 ] || command -v compute-sanitizer >/dev/null; }; then
+    lim=$(limit_for "${WANT:-240}"); [ "$lim" = 0 ] && { say "[smoke] sanitizer pass skipped: no time left"; return 0; }
+    run "$lim" compute-sanitizer --tool memcheck --error-exitcode 9 --print-limit 20 \
+      "$PY" scripts/gpu/smoke.py --instructions
+    say "[smoke] compute-sanitizer memcheck over the instruction kernels and emulated_mm: exit $? (9: memory errors)"
+  fi
+}
+
+validate() {   # validate_hw.py, resuming from this call's and carried results
+  local lim; lim=$(limit_for "${WANT:-$1}"); shift
+  [ "$lim" = 0 ] && { say "[validate] $* skipped: no time left"; return 0; }
+  local resume=()
+  for f in "$ROOT"/.gpu_build/results*.json "$OUT/results.json"; do [ -f "$f" ] && resume+=("$f"); done
+  # shellcheck disable=SC2086   (MMA_EMU_VALIDATE_ARGS: extra options, split on purpose)
+  run "$lim" "$PY" scripts/validate_hw.py --out "$OUT" --report "$OUT/$GPU.md" \
+    --time-limit $(( lim - 30 > 30 ? lim - 30 : 30 )) "$@" ${MMA_EMU_VALIDATE_ARGS:-} \
+    ${resume[@]:+--resume "${resume[@]}"}
+}
+
+step_probe() {
+  local lim; lim=$(limit_for "${WANT:-480}"); [ "$lim" = 0 ] && { say "[probe] skipped: no time left"; return 0; }
+  run "$lim" "$PY" scripts/probe_native.py -n "${MMA_EMU_PROBE_N:-100000}" \
+    --time-limit $(( lim - 20 )) --report "$OUT/${GPU}_probe.md" ${MMA_EMU_PROBE_ARGS:-}
+}
+
+step_tests() {
+  local lim; lim=$(limit_for "${WANT:-420}"); [ "$lim" = 0 ] && { say "[tests] skipped: no time left"; return 0; }
+  run "$lim" "$PY" -m pytest -q -m gpu tests -p no:cacheprovider -rfE --timeout 240
+}
+
+step_bench() {
+  local lim; lim=$(limit_for "${WANT:-300}"); [ "$lim" = 0 ] && { say "[bench] skipped: no time left"; return 0; }
+  run "$lim" "$PY" scripts/bench_emulator.py --device cuda --size "${MMA_EMU_BENCH_SIZE:-4096}" --all
+  validate 120 --parts bench --bench-size "${MMA_EMU_BENCH_SIZE:-4096}"
+}
+
+step_profile() {   # where the time of the sm90 fp16 emulated GEMM goes (ncu, no clock control)
+  local lim; lim=$(limit_for "${WANT:-240}"); [ "$lim" = 0 ] && { say "[profile] skipped: no time left"; return 0; }
+  run "$lim" ncu --clock-control none --target-processes all --kernel-name regex:gemm \
+    --launch-skip 1 --launch-count 1 --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+    "$PY" -c 'import torch, torch_mma_emu as tme
+A = torch.randn(4096, 4096, device="cuda").half(); B = torch.randn(4096, 4096, device="cuda").half()
+for _ in range(2): tme.emulated_mm(A, B, arch="sm90")
+torch.cuda.synchronize()'
+}
+
+step_fprev() {     # FPRev on cuBLAS and torch.sum: trees as JSON in one tar (PNGs: RUNBOOK.md)
+  local d=/tmp/mma_emu_fprev lim c name k n
+  rm -rf "$d"; mkdir -p "$d"
+  local cases=("fp32:--dtype float32 --in-format fp32" "tf32:--dtype float32 --in-format tf32"
+               "fp16:--dtype float16" "bf16:--dtype bfloat16" "fp8_e4m3:--dtype float8_e4m3fn")
+  for c in "${cases[@]}"; do
+    for k in 64 1024; do
+      lim=$(limit_for 90); [ "$lim" = 0 ] && { say "[fprev] the rest skipped: no time left"; break 2; }
+      name="cublas_${c%%:*}_m64n64k$k"
+      # shellcheck disable=SC2086   (the case's arguments split on purpose)
+      run "$lim" "$PY" -m torch_mma_emu reveal matmul --backend cublas --device cuda ${c#*:} \
+        --m 64 --n 64 --k "$k" --no-progress --out "$d/$name.json"
+    done
+  done
+  for n in 1024 100000; do
+    lim=$(limit_for 90); [ "$lim" = 0 ] && break
+    run "$lim" "$PY" -m torch_mma_emu reveal sum --n "$n" --device cuda --dtype float32 \
+      --no-progress --out "$d/torch_sum_fp32_n$n.json"
+  done
+  [ "$DRY" = 1 ] || (cd "$d" && tar cf "$OUT/fprev_trees.tar" . && say "[fprev] $(tar tf "$OUT/fprev_trees.tar" | grep -c json) trees in fprev_trees.tar")
+}
+
+step_preview() {
+  local lim; lim=$(limit_for "${WANT:-300}"); [ "$lim" = 0 ] && { say "[preview] skipped: no time left"; return 0; }
+  run "$lim" "$PY" scripts/gpu/preview_cuda.py
+}
+
+[ $# -gt 0 ] || { echo "usage: bash scripts/gpu/steps.sh STEP [STEP ...]  (see the header)" >&2; exit 2; }
+for s in "$@"; do
+  s=${s%@*}
+  case "${s%%:*}" in
+    env|build|smoke|identity|native|probe|tests|bench|profile|fprev|preview) ;;
+    *) echo "steps.sh: unknown step '$s'; steps: env build smoke identity native[:FORMATS] probe tests bench profile fprev preview" >&2; exit 2 ;;
+  esac
+done
+cd "$ROOT"
+GPU=$(gpu_key)
+say "[steps] $* (GPU key $GPU)"
+for s in "$@"; do
+  t0=$(date +%s)
+  WANT=""                                  # STEP@SECONDS: the step's own time limit
+  [[ "$s" == *@* ]] && { WANT=${s##*@}; s=${s%@*}; }
+  case "$s" in
+    env) step_env ;;
+    build) step_build || { RC=1; say "[steps] no build: the remaining steps cannot run"; break; } ;;
+    *)
+      if [ "$DRY" != 1 ] && ! so_loaded_with_cuda; then
+        step_build || { RC=1; say "[steps] no build: the remaining steps cannot run"; break; }
+      fi
+      case "$s" in
+        smoke) step_smoke ;;
+        identity) validate 300 --parts identity ;;
+        native) validate 540 --parts native ;;
+        native:*) validate 540 --parts native --formats "${s#native:}" ;;
+        probe) step_probe ;;
+        tests) step_tests ;;
+        bench) step_bench ;;
+        profile) step_profile ;;
+        fprev) step_fprev ;;
+        preview) step_preview ;;
+      esac
+      rc=$?; [ "$rc" != 0 ] && RC=1 ;;
+  esac
+  say "[steps] $s: $(( $(date +%s) - t0 )) s, $(left) s left"
+done
+say "[steps] done, exit $RC; files under $OUT: $(ls "$OUT" | tr '\n' ' ')"
+exit $RC

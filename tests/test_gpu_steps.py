@@ -1,0 +1,164 @@
+"""The GPU machine's step scripts without a GPU: shell syntax, the dry run of
+scripts/gpu/steps.sh (which commands, which time limits, budget exhaustion), the smoke test
+and probe script through CPU stand-ins of the instruction kernel, the CUDA preview on CPU."""
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from torch_mma_emu import native
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ["scripts/gpu/env.sh", "scripts/gpu/steps.sh", "scripts/validate_hw.sh",
+           "scripts/_setup_env.sh", "scripts/build_ext.sh"]
+
+
+def _load(rel):
+    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_shell_syntax(script):
+    r = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+def _steps(tmp_path, *steps, **env):
+    e = dict(os.environ, OUT=str(tmp_path), MMA_EMU_DRY_RUN="1", PYTHON=sys.executable,
+             TORCH_CUDA_ARCH_LIST="9.0a", **env)
+    return subprocess.run(["bash", str(ROOT / "scripts/gpu/steps.sh"), *steps], env=e,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_steps_dry_run_plans_every_step_within_its_limit(tmp_path):
+    r = _steps(tmp_path, "env", "build", "smoke", "identity@150", "native:fp8_e4m3,fp8_e5m2",
+               "probe", "tests", "bench", "profile", "fprev", "preview",
+               MMA_EMU_VALIDATE_ARGS="--native-outputs 300000",
+               MMA_EMU_PROBE_ARGS="--instructions all")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "+ [420s] env PYTHON=" in out and "scripts/build_ext.sh" in out
+    assert "scripts/gpu/smoke.py emulated" in out and "compute-sanitizer --tool memcheck" in out
+    assert ("+ [150s] " in out and "--time-limit 120 --parts identity --native-outputs 300000"
+            in out)
+    assert "--parts native --formats fp8_e4m3,fp8_e5m2" in out
+    assert f"--report {tmp_path}/GPU.md" in out
+    assert "probe_native.py -n 100000" in out and "--instructions all" in out
+    assert "-m pytest -q -m gpu tests" in out and "bench_emulator.py --device cuda" in out
+    assert "ncu --clock-control none" in out and "reveal matmul --backend cublas" in out
+    assert "reveal sum --n 100000" in out and "scripts/gpu/preview_cuda.py" in out
+    assert (tmp_path / "steps.log").read_text().count("+ [") == out.count("+ [")
+
+
+def test_steps_budget_and_bad_steps(tmp_path):
+    r = _steps(tmp_path, "identity", "native", "probe", MMA_EMU_BUDGET="40")
+    assert r.returncode == 0 and "+ [" not in r.stdout       # under 30 s left: skip
+    assert r.stdout.count("skipped: no time left") == 3
+    r = _steps(tmp_path, "identity", "native", MMA_EMU_BUDGET="60")
+    assert r.stdout.count("+ [4") == 2                        # 60 - 15 s of reserve
+    r = _steps(tmp_path, "identity", "speed")
+    assert r.returncode == 2 and "unknown step 'speed'" in r.stderr and "+ [" not in r.stdout
+    r = _steps(tmp_path)
+    assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_validate_hw_sh_runs_the_steps(tmp_path):
+    e = dict(os.environ, OUT=str(tmp_path), PYTHON=sys.executable, TORCH_CUDA_ARCH_LIST="9.0a")
+    r = subprocess.run(["bash", str(ROOT / "scripts/validate_hw.sh"), "--dry-run"], env=e,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for step in ("env", "build", "smoke", "identity", "native", "probe", "tests", "bench"):
+        assert f"[steps] {step}:" in r.stdout
+    r = subprocess.run(["bash", str(ROOT / "scripts/validate_hw.sh"), "--quick"], env=e,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_env_sh_source_hash_and_python_headers():
+    r = subprocess.run(["bash", "-c", f"source {ROOT}/scripts/gpu/env.sh; src_hash; python_h"],
+                       env=dict(os.environ, PYTHON=sys.executable, OUT="/tmp/mma_emu_test_out",
+                                TORCH_CUDA_ARCH_LIST="9.0a"),
+                       capture_output=True, text=True, timeout=120)
+    h, inc = r.stdout.split()[:2]
+    assert len(h) == 12 and all(c in "0123456789abcdef" for c in h)
+    assert (Path(inc) / "Python.h").exists()
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """The instruction kernel as a CPU stand-in (tests/test_gpu_api.py) on a make-believe
+    sm90 device."""
+    from test_gpu_api import _fake_mma_instr
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200 stand-in")
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(native, "_need_cuda", lambda *a: None)
+    monkeypatch.setattr(torch.ops.mma_emu, "_mma_instr", _fake_mma_instr, raising=False)
+
+
+def test_smoke_checks_through_the_stand_in(stand_in, capsys):
+    smoke = _load("scripts/gpu/smoke.py")
+    dev = torch.device("cpu")
+    assert smoke.kinds(dev) == ["emulated", "mma:mma.m16n8k16", "mma:mma.m16n8k8",
+                                "mma:mma.m16n8k8.tf32", "mma:mma.m16n8k32", "mma:wgmma.m64n8k16",
+                                "mma:wgmma.m64n8k8.tf32", "mma:wgmma.m64n8k32", "triton", "cublas"]
+    assert smoke.run("emulated", dev) == 0
+    assert smoke.run("mma:wgmma.m64n8k16", dev) == 0
+    # the stand-in computes every kind with the sm90 default (L = 16): the k8 model differs
+    assert smoke.run("mma:mma.m16n8k8", dev) == 1
+    # no model yet for the warp-level fp8 mma.sync: reported, not a failure
+    rc = smoke.run("mma:mma.m16n8k32", dev)
+    out = capsys.readouterr().out
+    assert "DIFF mma.m16n8k8 fp16->fp32" in out
+    assert "no model yet" in out or "mma.sync.m16n8k32" in str(native.instruction_spec(
+        "sm90", "fp8_e4m3", torch.float32, "mma.m16n8k32")[0])
+    assert rc == 0
+    assert smoke.run("nope", dev) == 2
+
+
+def test_smoke_reports_a_broken_kind_as_an_error(stand_in, monkeypatch, capsys):
+    smoke = _load("scripts/gpu/smoke.py")
+
+    def broken(*a):
+        raise RuntimeError("CUDA error: an illegal instruction was encountered")
+
+    monkeypatch.setattr(torch.ops.mma_emu, "_mma_instr", broken, raising=False)
+    assert smoke.run("mma:wgmma.m64n8k32", torch.device("cpu")) == 3
+    assert "ERR  mma:wgmma.m64n8k32: RuntimeError: CUDA error" in capsys.readouterr().out
+
+
+def test_probe_native_all_instructions_and_time_limit(stand_in, tmp_path, capsys):
+    probe = _load("scripts/probe_native.py")
+    rep = tmp_path / "H200_probe.md"
+    rc = probe.main(["-n", "300", "--formats", "tf32", "--instructions", "all",
+                     "--device", "cpu", "--report", str(rep)])
+    text = rep.read_text()
+    assert rc == 0, capsys.readouterr().out
+    assert "- tf32 -> fp32: inferred `t_fdpa L=8 F=25 emax_floor=-133 rho=rz_fp32`" in text
+    assert "- tf32 -> fp32 [mma.m16n8k8.tf32]: inferred" in text and "(same)" in text
+    assert "Incomplete" not in text
+    rc = probe.main(["-n", "300", "--formats", "tf32", "--time-limit", "0",
+                     "--device", "cpu", "--report", str(rep)])
+    text = rep.read_text()
+    assert rc == 0 and "not run (time limit)" in text and "Incomplete" in text
+    assert probe.main(["--formats", "fp12", "--device", "cpu"]) == 2
+
+
+def test_preview_cuda_script_on_the_cpu():
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/preview_cuda.py"), "--device",
+                        "cpu", "--batch", "2", "--reps", "1", "--dtypes", "float32"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "emulate(MI300X)" in r.stdout and "convert(sm80)" in r.stdout
+    assert "attention" in r.stdout and "PREVIEW_JSON" in r.stdout
+    r = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/preview_cuda.py"), "--device",
+                        "cpu", "--dtypes", "float13"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown dtype" in r.stderr
