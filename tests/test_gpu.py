@@ -191,3 +191,48 @@ def test_native_mm_shapes_and_errors_on_cuda():
         native.mma_instruction(A[0, 0, :, :24], B[0, :24], instruction="mma.m16n8k16")
     with pytest.raises(ValueError, match="CUDA device"):
         native.native_mm(A.cpu(), B.cpu())
+
+
+@pytest.mark.parametrize("ins", list(native.INSTRUCTIONS))
+def test_each_instruction_kernel_matches_the_model_of_that_instruction(ins):
+    """mma.sync k8/k16/k32 and wgmma, each against native.instruction_spec (issue 10)."""
+    _, k, _, fmts, _, _ = native.INSTRUCTIONS[ins]
+    ran = 0
+    for fmt in fmts:
+        if ins not in native.instructions_for(fmt):
+            continue
+        for out in ((torch.float32,) if fmt in ("bf16", "tf32") else (torch.float32, torch.float16)):
+            spec, src = native.instruction_spec(_arch(), fmt, out, ins)
+            if spec is None:
+                continue                       # no model yet: validate_hw archives its samples
+            for fam in FAMILIES:
+                g = torch.Generator().manual_seed(zlib.crc32(f"{ins}{fmt}{fam}".encode()))
+                kw = cuda(operands(spec, 64, 24, 3 * k, fam, g))
+                got = native.mma_instruction(kw["A"], kw["B"], kw["C"], in_format=fmt,
+                                             out_dtype=out, instruction=ins)
+                want = tme.emulated_mm(**kw)
+                n = int((bits(got) != bits(want)).sum())
+                assert n == 0, f"{ins} {fmt} {out} {fam}: {n} differ from {spec.describe()} ({src})"
+                ran += 1
+    if not ran:
+        pytest.skip(f"{ins}: not on this GPU, or no model yet")
+
+
+@pytest.mark.parametrize("fmt,K", [("tf32", 8), ("tf32", 24), ("fp32", 8), ("fp16", 40)])
+def test_triton_kernel_runs_the_padded_chain(fmt, K):
+    """K off Triton's 16-deep blocks: the kernel equals the emulator on operands zero-padded
+    to triton_kernels.run_k(K) (the all-zero steps it adds)."""
+    pytest.importorskip("triton")
+    from torch_mma_emu.triton_kernels import matmul, run_k
+    spec = tme.spec(_arch(), fmt)
+    K2 = run_k(K, fmt)
+    for fam in FAMILIES:
+        g = torch.Generator().manual_seed(zlib.crc32(f"pad{fmt}{K}{fam}".encode()))
+        kw = operands(spec, 64, 64, K, fam, g)
+        kw["A"][:8] = -0.0                    # -0 results, which extra all-zero steps flip
+        kw["C"][:4] = -0.0
+        got = matmul(kw["A"].cuda(), kw["B"].cuda(), kw["C"].cuda(), in_format=fmt)
+        pad = dict(kw, A=torch.cat([kw["A"], torch.zeros(64, K2 - K, dtype=kw["A"].dtype)], 1),
+                   B=torch.cat([kw["B"], torch.zeros(K2 - K, 64, dtype=kw["B"].dtype)], 0))
+        want = tme.emulated_mm(**pad)
+        assert torch.equal(bits(got), bits(want)), f"{fmt} K={K} {fam}"
