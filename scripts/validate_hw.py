@@ -248,7 +248,9 @@ def load_results(paths: list[str]) -> dict:
 
 
 def _done(row: dict) -> bool:
-    return not str(row.get("status", "")).startswith(("not run", "error"))
+    """Finished rows are kept by --resume; a row that raised is kept too (re-running it could
+    poison the CUDA context again), rows not run are run."""
+    return not str(row.get("status", "")).startswith("not run")
 
 
 # ---------------------------------------------------------------------------------------
@@ -264,12 +266,17 @@ def part_identity(args, dev, budget: float, log, state: State | None = None,
     specs = all_specs()
     per_family = max(1, math.ceil(args.outputs / len(FAMILIES)))
     side = max(1, int(math.ceil(math.sqrt(per_family))))
+    poisoned = None
     for idx, spec in enumerate(specs):
         sid = spec_id(spec)
         if previous and sid in previous and _done(previous[sid]):
             rows.append(previous[sid])
             continue
         row = dict(spec=sid, outputs=0, mismatches=0, first=None, status="ok")
+        if poisoned:
+            row["status"] = f"not run (CUDA context lost: {poisoned})"
+            rows.append(row)
+            continue
         if clock.left() <= 0:
             row["status"] = "not run (time limit)"
             rows.append(row)
@@ -303,6 +310,10 @@ def part_identity(args, dev, budget: float, log, state: State | None = None,
         except Exception as e:  # noqa: BLE001  (report, go on)
             row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
             log(traceback.format_exc())
+            poisoned = _sticky_cuda_error(dev)
+            if poisoned:
+                log(f"[identity] the CUDA context is lost ({poisoned}): the remaining entries "
+                    "are not run; run them in a new process (--resume)")
         rows.append(row)
         if idx % 25 == 24:
             log(f"[identity] {idx + 1}/{len(specs)} entries, {clock.left():.0f} s left")
@@ -505,6 +516,7 @@ def part_native(args, dev, arch, budget: float, log, state: State | None = None,
     M = N = args.native_size
     want_formats = set(args.formats.split(",")) if args.formats else None
     want_paths = tuple(args.paths.split(",")) if args.paths else None
+    skip_paths = tuple(args.exclude_paths.split(",")) if args.exclude_paths else ()
     poisoned = None
     for fa, fb, odt in format_cases(cap):
         fname = f"{fa}->{OUT_NAME[odt]}" if fa == fb else f"{fa}x{fb}->{OUT_NAME[odt]}"
@@ -519,7 +531,8 @@ def part_native(args, dev, arch, budget: float, log, state: State | None = None,
         ik = 32 if fa.startswith("fp8") else 16 if fa in ("fp16", "bf16") else 8
         ks = [ik, 4 * ik, max(8 * ik, args.native_k)]
         for path, skip in paths_for(fa, fb, odt, dev, have_triton):
-            if want_paths and not path.startswith(want_paths):
+            if (want_paths and not path.startswith(want_paths)) or \
+                    (skip_paths and path.startswith(skip_paths)):
                 continue
             key = (fname, path)
             if previous and key in previous and _done(previous[key]):
@@ -671,15 +684,25 @@ def gpu_key(name: str) -> str:
 
 
 def wgmma_built(dev) -> str:
+    """Whether the wgmma kernels run, asked in a child process (a broken kernel must not
+    poison this process's CUDA context)."""
     if torch.cuda.get_device_capability(dev)[0] != 9:
         return "n/a"
+    import subprocess
+    code = ("import torch; from torch_mma_emu import native\n"
+            "A = torch.zeros(64, 16, dtype=torch.float16, device='cuda')\n"
+            "B = torch.zeros(16, 8, dtype=torch.float16, device='cuda')\n"
+            "native.mma_instruction(A, B, instruction='wgmma.m64n8k16'); torch.cuda.synchronize()")
     try:
-        A = torch.zeros(64, 16, dtype=torch.float16, device=dev)
-        B = torch.zeros(16, 8, dtype=torch.float16, device=dev)
-        native.mma_instruction(A, B, instruction="wgmma.m64n8k16")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=300, env=dict(os.environ, PYTHONPATH=ROOT + os.pathsep +
+                                                 os.environ.get("PYTHONPATH", "")))
+    except subprocess.TimeoutExpired:
+        return "no (the check timed out)"
+    if r.returncode == 0:
         return "yes"
-    except Exception as e:  # noqa: BLE001
-        return f"no ({str(e).splitlines()[0][:100]})"
+    last = (r.stderr.strip().splitlines() or ["?"])[-1]
+    return f"no ({last[:100]})"
 
 
 def report(path, meta, ident, nat, bench):
@@ -769,7 +792,10 @@ def parse_args(argv=None):
     p.add_argument("--parts", default=",".join(PARTS), help="comma list of identity, native, bench")
     p.add_argument("--formats", default=None, help="part 2: only these input formats (fp16, "
                    "fp8_e4m3, ... or full names such as fp16->fp16)")
-    p.add_argument("--paths", default=None, help="part 2: only these paths (mma, triton, cublas)")
+    p.add_argument("--paths", default=None, help="part 2: only these paths (prefixes: mma, "
+                   "mma:wgmma, triton, cublas)")
+    p.add_argument("--exclude-paths", default=None, help="part 2: not these paths (prefixes; "
+                   "e.g. a kind whose smoke test broke the CUDA context)")
     p.add_argument("--resume", nargs="*", default=None, metavar="JSON",
                    help="results.json of earlier runs: keep their finished rows, run the rest")
     p.add_argument("--render", nargs="+", default=None, metavar="JSON",

@@ -367,3 +367,42 @@ def test_dry_run_writes_results_and_report_and_render_merges(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "speed" in r.stderr
     r = _cli("--render", str(tmp_path / "nope.json"), "--report", str(rep))
     assert r.returncode == 2 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_identity_stops_on_a_lost_cuda_context_and_resumes(tmp_path, monkeypatch):
+    specs = registry.all_specs()[:5]
+    monkeypatch.setattr(vhw, "all_specs", lambda: specs)
+    real_to_dev = vhw.to_dev
+    seen = []
+
+    def to_dev(kw, dev):
+        seen.append(kw["arch"])
+        if kw["arch"] == specs[1]:
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return real_to_dev(kw, dev)
+
+    monkeypatch.setattr(vhw, "to_dev", to_dev)
+    monkeypatch.setattr(vhw, "_sticky_cuda_error", lambda dev: "AcceleratorError: illegal access")
+    args = _args(tmp_path, extra=["--outputs", "30"])
+    rows = vhw.part_identity(args, torch.device("cpu"), 600, lambda m: None)
+    st = [r["status"] for r in rows]
+    assert st[0] == "ok" and st[1].startswith("error: RuntimeError: CUDA error")
+    assert all(s.startswith("not run (CUDA context lost") for s in st[2:])
+    # the next process resumes: the failed entry is kept (not re-run), the rest run
+    monkeypatch.setattr(vhw, "_sticky_cuda_error", lambda dev: None)
+    seen.clear()
+    rows2 = vhw.part_identity(args, torch.device("cpu"), 600, lambda m: None,
+                              previous={r["spec"]: r for r in rows})
+    assert [r["status"] for r in rows2] == [st[0], st[1], "ok", "ok", "ok"]
+    assert specs[0] not in seen and specs[1] not in seen and specs[2] in seen
+
+
+def test_part_native_path_filters(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    monkeypatch.setattr(vhw, "run_native", _stand_in([]))
+    args = _args(tmp_path, formats="bf16", exclude_paths="mma:mma,cublas")
+    rows = vhw.part_native(args, "cpu", "sm90", 600, lambda m: None, cap=(9, 0), have_triton=True)
+    assert [r["path"] for r in rows] == ["mma:wgmma.m64n8k16", "triton"]
+    args = _args(tmp_path, formats="fp16->fp16", paths="mma:wgmma")
+    rows = vhw.part_native(args, "cpu", "sm90", 600, lambda m: None, cap=(9, 0), have_triton=True)
+    assert [(r["format"], r["path"]) for r in rows] == [("fp16->fp16", "mma:wgmma.m64n8k16")]
