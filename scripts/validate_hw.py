@@ -435,6 +435,40 @@ def tf32_rounded(t: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(t), r, t)
 
 
+def _ieee_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """x + y rounded once to their dtype (fp32: torch's IEEE add; fp16: exact in float64
+    first), NaN as NVIDIA's canonical pattern."""
+    if x.dtype == torch.float16:
+        r = (x.double() + y.double()).to(torch.float16)
+        nan = torch.tensor(0x7FFF, dtype=torch.int16).view(torch.float16)
+    else:
+        r = x + y
+        nan = torch.tensor(0x7FFFFFFF, dtype=torch.int32).view(torch.float32)
+    return torch.where(torch.isnan(r), nan.to(r.device), r)
+
+
+def fp8_as_fp16_hmma(kw, dev, arch, odt, chained: bool):
+    """Hypothesis for the warp-level fp8 mma.m16n8k32 of Hopper (nvcc 13's SASS on sm_90a:
+    fp8 -> fp16 unpack, two HMMA.16816 from zero, then FADD / HADD2 of the accumulator):
+    per 32-wide instruction, h = HMMA(a[16:32], HMMA(a[0:16], 0)) (``chained``) or
+    HMMA(a[0:16], 0) + HMMA(a[16:32], 0), then acc = acc + h, with the arch's fp16 model
+    for HMMA (fp8 -> fp16 is exact)."""
+    A = kw["A"].to(dev).to(torch.float16)
+    B = kw["B"].to(dev).to(torch.float16)
+    acc = kw["C"].to(dev).to(odt)
+    s16 = tme.spec(arch, "fp16", odt)
+    zero = torch.zeros_like(acc)
+    for k0 in range(0, A.shape[-1], 32):
+        lo = tme.emulated_mm(A[..., k0:k0 + 16], B[..., k0:k0 + 16, :], zero, arch=s16)
+        if chained:
+            h = tme.emulated_mm(A[..., k0 + 16:k0 + 32], B[..., k0 + 16:k0 + 32, :], lo, arch=s16)
+        else:
+            h = _ieee_add(lo, tme.emulated_mm(A[..., k0 + 16:k0 + 32], B[..., k0 + 16:k0 + 32, :],
+                                              zero, arch=s16))
+        acc = _ieee_add(acc, h)
+    return acc
+
+
 def diagnose(path, spec, kw, native_out, dev, c_mode, arch, odt):
     """Which hypotheses reproduce the native result on these inputs (0 mismatches)."""
     found = []
@@ -473,6 +507,15 @@ def diagnose(path, spec, kw, native_out, dev, c_mode, arch, odt):
             if same(spec, k, mode):
                 found.append(f"tf32 operands rounded (RNE), not truncated, c_mode={mode}")
                 break
+    if path == "mma:mma.m16n8k32" and native._is_group_level(tme.spec(arch, fa, odt, in_format_b=fb).instruction):
+        for chained in (True, False):
+            try:
+                if compare(native_out, fp8_as_fp16_hmma(kw, dev, arch, odt, chained))[0] == 0:
+                    found.append("fp8 -> fp16, two HMMA.16816 from zero " +
+                                 ("chained" if chained else "added") + ", then + c (IEEE, "
+                                 "per instruction)")
+            except Exception:  # noqa: BLE001
+                pass
     if path.startswith("cublas"):
         for s in (2, 3, 4, 8, 16):
             for tree in (False, True):
