@@ -352,11 +352,12 @@ def _cli(*args):
                           capture_output=True, text=True, timeout=300)
 
 
-def test_dry_run_writes_results_and_report_and_render_merges(tmp_path):
-    r = _cli("--device", "cpu", "--outputs", "30", "--out", str(tmp_path / "a"))
-    assert r.returncode == 0, r.stderr
+def test_dry_run_writes_results_and_report_and_render_merges(tmp_path, monkeypatch):
+    specs = registry.all_specs()[::20]      # the whole registry: tests/test_gpu_api.py
+    monkeypatch.setattr(vhw, "all_specs", lambda: specs)
+    assert vhw.main(["--device", "cpu", "--outputs", "30", "--out", str(tmp_path / "a")]) == 0
     res = json.loads((tmp_path / "a" / "results.json").read_text())
-    assert len(res["identity"]) == len(registry.all_specs())
+    assert len(res["identity"]) == len(specs)
     assert all(row["status"] == "ok" and row["mismatches"] == 0 for row in res["identity"])
     native_part = dict(meta=dict(gpu="NVIDIA H200", arch="sm90", command="python x --parts native"),
                        native=[dict(format="fp16->fp32", path="cublas", c_mode="epilogue",
@@ -372,10 +373,19 @@ def test_dry_run_writes_results_and_report_and_render_merges(tmp_path):
     text = rep.read_text()
     assert "# Hardware validation: NVIDIA H200" in text and "**0 mismatches**" in text
     assert "split-K into 2" in text and "dry run; python x --parts native" in text
-    r = _cli("--parts", "identity,speed")
-    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "speed" in r.stderr
-    r = _cli("--render", str(tmp_path / "nope.json"), "--report", str(rep))
-    assert r.returncode == 2 and "cannot read" in r.stderr and "Traceback" not in r.stderr
+
+
+
+def test_cli_errors_are_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        vhw.main(["--parts", "identity,speed"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.strip().count("\n") == 0 and "speed" in err
+    assert vhw.main(["--render", str(tmp_path / "nope.json"), "--report", str(tmp_path / "r.md")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read" in err and err.strip().count("\n") == 0
+    assert vhw.main(["--render", str(tmp_path / "nope.json")]) == 2
+    assert "needs --report" in capsys.readouterr().err
 
 
 def test_identity_stops_on_a_lost_cuda_context_and_resumes(tmp_path, monkeypatch):
