@@ -54,6 +54,7 @@ def test_steps_dry_run_plans_every_step_within_its_limit(tmp_path):
     assert "-m pytest -q -m gpu tests" in out and "bench_emulator.py --device cuda" in out
     assert "ncu --clock-control none" in out and "reveal matmul --backend cublas" in out
     assert "reveal sum --n 100000" in out and "scripts/gpu/preview_cuda.py" in out
+    assert "--dtype float8_e4m3fn --m 64 --n 64 --k 16 " in out and "float8_e4m3fn --m 64 --n 64 --k 64" not in out
     assert (tmp_path / "steps.log").read_text().count("+ [") == out.count("+ [")
 
 
