@@ -425,3 +425,24 @@ def test_part_native_path_filters(tmp_path, monkeypatch):
     args = _args(tmp_path, formats="fp16->fp16", paths="mma:wgmma")
     rows = vhw.part_native(args, "cpu", "sm90", 600, lambda m: None, cap=(9, 0), have_triton=True)
     assert [(r["format"], r["path"]) for r in rows] == [("fp16->fp16", "mma:wgmma.m64n8k16")]
+
+
+def test_sass_hypothesis_reproduces_the_b200_fp8_fp32_recording():
+    """fp8 -> fp16, two HMMA.16816 (the fp16 model), then + c: every sample of the B200
+    mma.sync.m16n8k32 fp8 -> fp32 recording (c != 0), once the file is in tests/data."""
+    np = pytest.importorskip("numpy")
+    path = ROOT / "tests" / "data" / "hwdata" / "B200_fp8_e4m3_to_fp32.npz"
+    if not path.exists():
+        pytest.skip("B200_fp8_e4m3_to_fp32.npz is not in tests/data/hwdata yet")
+    z = np.load(path)
+    f = {k: torch.from_numpy(z[k].astype(np.int64)).to(torch.int32).view(torch.float32)
+         for k in "abcd"}
+    A8, B8 = f["a"].to(torch.float8_e4m3fn), f["b"].to(torch.float8_e4m3fn)
+    assert torch.equal(A8.float(), f["a"]) and A8.shape[1] == 32
+    bad = 0
+    for s0 in range(0, A8.shape[0], 500):
+        sl = slice(s0, min(A8.shape[0], s0 + 500))
+        out = vhw.fp8_as_fp16_hmma(dict(A=A8[sl], B=B8[sl].t(), C=torch.diag(f["c"][sl])),
+                                   "cpu", "sm100", torch.float32, chained=True).diagonal()
+        bad += int((bits(out) != bits(f["d"][sl])).sum())
+    assert bad == 0
