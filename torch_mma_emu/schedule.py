@@ -45,6 +45,8 @@ from .spec import Spec
 
 __all__ = ["Schedule", "PRESETS", "preset", "presets", "compile_tree", "run_scheduled"]
 
+_DEFAULTS = {"split_k": 1, "reduce": "sequential", "workspace": "fp32", "alpha": 1.0,
+             "beta": 1.0, "epilogue": "fma"}
 REDUCES = ("sequential", "pairwise")
 WORKSPACES = ("fp32", "fp64")
 EPILOGUES = ("fma", "mul_add")
@@ -127,6 +129,8 @@ class Schedule:
             raise ValueError("invalid Schedule: " + "; ".join(errs))
         if isinstance(self.tree, str):
             _parse_tree(self.tree)  # raises ValueError for a malformed tree
+        # computed once: to_string() is then a plain attribute read under torch.compile
+        object.__setattr__(self, "_string", self._serialise())
 
     # -- construction -----------------------------------------------------------------
     @classmethod
@@ -182,10 +186,14 @@ class Schedule:
                "epilogue", "input_precision", "dot_k", "tree")
 
     def to_string(self) -> str:
+        """'schedule:field=value,...' (fields at their defaults left out)."""
+        return self._string
+
+    def _serialise(self) -> str:
         parts = []
         for k in self._FIELDS:
             v = getattr(self, k)
-            if v is None or v == getattr(_DEFAULT, k, object()):
+            if v is None or v == _DEFAULTS.get(k):
                 continue
             parts.append(f"{k}={quote(v.hex() if isinstance(v, float) else str(v), safe='')}")
         return "schedule:" + ",".join(parts)
