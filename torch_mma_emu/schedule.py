@@ -43,7 +43,8 @@ import torch
 
 from .spec import Spec
 
-__all__ = ["Schedule", "PRESETS", "preset", "presets", "compile_tree", "run_scheduled"]
+__all__ = ["Schedule", "PRESETS", "preset", "presets", "load_schedule", "compile_tree",
+           "run_scheduled"]
 
 _DEFAULTS = {"split_k": 1, "reduce": "sequential", "workspace": "fp32", "alpha": 1.0,
              "beta": 1.0, "epilogue": "fma"}
@@ -176,7 +177,8 @@ class Schedule:
             bits.append(f"split-K {self.split_k} ({self.reduce}, {self.workspace})")
         if self.promote_every:
             bits.append(f"promote every {self.promote_every} into {self.workspace}")
-        bits.append(f"C in {self.c_mode}")
+        if self.tree is None:
+            bits.append(f"C in {self.c_mode}")
         if self.alpha != 1.0 or self.beta != 1.0:
             bits.append(f"alpha={self.alpha:g} beta={self.beta:g} ({self.epilogue})")
         return ", ".join(bits)
@@ -222,8 +224,10 @@ class Schedule:
                 raise ValueError(f"schedule field {k} has a bad value {v!r}") from None
         return cls(**kw)
 
-    def to_dict(self) -> dict:
-        return {"format": "torch_mma_emu.Schedule", "schedule": self.to_string()}
+    def to_dict(self, **meta) -> dict:
+        """JSON-ready form; ``meta`` (provenance: target, arch, ...) is stored alongside."""
+        return {"format": "torch_mma_emu.Schedule", "schedule": self.to_string(),
+                "describe": self.describe(), **meta}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Schedule":
@@ -234,6 +238,24 @@ class Schedule:
 
 
 _DEFAULT = Schedule()
+
+
+def load_schedule(x: str) -> Schedule:
+    """A schedule from a JSON file written by ``--schedule-out`` / ``Schedule.to_dict``, a
+    preset name or a serialised schedule (the CLI's ``--schedule``)."""
+    import json
+    import os
+    if isinstance(x, str) and os.path.isfile(x):
+        try:
+            with open(x) as f:
+                d = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"cannot read the schedule file {x}: {e}") from None
+        return Schedule.from_dict(d)
+    if isinstance(x, str) and (x.startswith("schedule:") or x in PRESETS):
+        return as_schedule(x)
+    raise ValueError(f"--schedule {x!r} is not a schedule file, a preset "
+                     f"({', '.join(PRESETS)}) or a serialised schedule")
 
 
 def as_schedule(x) -> Optional[Schedule]:
@@ -494,7 +516,9 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
     Bt, M, K = a3.shape
     N = b3.shape[2]
     params = spec.to_params("chain")
-    consts = [1.0 if sched.workspace == "fp64" else 0.0, sched.alpha, sched.beta]
+    # the workspace is at least as wide as the output (fp64 products reduce in fp64)
+    ws64 = sched.workspace == "fp64" or spec.out_format == "fp64"
+    consts = [1.0 if ws64 else 0.0, sched.alpha, sched.beta]
     c64 = c3.to(torch.float64)
     empty = a3.new_empty((Bt, M, 0)), b3.new_empty((Bt, 0, N))
     if sched.tree is not None:
