@@ -391,3 +391,38 @@ def test_cuda_matches_cpu():
         gpu = tme.emulated_mm(kw["A"].cuda(), kw["B"].cuda(), kw["C"].cuda(), arch="sm90",
                               schedule=s)
         assert torch.equal(bits(cpu), bits(gpu.cpu()))
+
+
+# ------------------------------------------------------------------------------------
+# the preview passes schedules through (emulate, convert, Policy)
+# ------------------------------------------------------------------------------------
+
+def test_emulate_and_convert_pass_the_schedule_through():
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(8, 256, generator=g)
+    w = torch.randn(256, 5, generator=g)
+    s = Schedule(split_k=3)
+    kw = dict(arch="sm90", in_format="tf32")
+    want = tme.emulated_mm(x, w, **kw, schedule=s)
+    assert not torch.equal(want, tme.emulated_mm(x, w, **kw))  # the schedule shows here
+    with tme.emulate("sm90", fp32_format="tf32", schedule=s):
+        got = x @ w
+    assert torch.equal(got, want)
+    with tme.emulate("sm90", fp32_format="tf32",
+                     schedule={"mm": "cublas_split_k_4", "default": None}):
+        got = x @ w
+    assert torch.equal(got, tme.emulated_mm(x, w, **kw, schedule="cublas_split_k_4"))
+    lin = torch.nn.Linear(256, 5, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(w.t())
+    conv = tme.convert(lin, "sm90", fp32_format="tf32", schedule=s)
+    with torch.no_grad():
+        assert torch.equal(conv(x), want)
+    # fp32 products take the input precision, fp16 ones ignore it
+    with tme.emulate("sm80", schedule="triton_tf32x3"):
+        assert torch.equal(x @ w, tme.emulated_mm(x, w, arch="sm80",
+                                                  schedule="triton_tf32x3"))
+        assert torch.equal(x.half() @ w.half(),
+                           tme.emulated_mm(x.half(), w.half(), arch="sm80").half())
+    with pytest.raises(ValueError, match="unknown op kind"):
+        tme.emulate("sm90", schedule={"matmul": s})
