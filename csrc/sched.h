@@ -13,11 +13,14 @@ struct SchedSrc {
   MMA_HD uint64_t bk(int64_t k) const { return b.at(bi, k, j); }
 };
 
-// Reads exact values from a double tensor view.
-struct ValueAt {
+// Exact value of an output-format element (C, the partials: _gemm results).
+struct OutAt {
   View3 v;
-  int64_t b, i, j;
-  MMA_HD double operator()() const { return f64_of(v.at(b, i, j)); }
+  int32_t rho;
+  FormatDesc fo;
+  int64_t Bt, bi, i, j;
+  MMA_HD double operator()() const { return out_value(rho, fo, v.at(bi, i, j)); }
+  MMA_HD double operator()(int64_t s) const { return out_value(rho, fo, v.at(s * Bt + bi, i, j)); }
 };
 
 at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,

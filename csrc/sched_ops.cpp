@@ -76,8 +76,9 @@ Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   TORCH_CHECK_VALUE(partials.size(1) == M && partials.size(2) == N &&
                         (Bt == 0 || partials.size(0) % Bt == 0),
                     "_sched: partials must have shape (S * batch, M, N)");
-  TORCH_CHECK_VALUE(c.scalar_type() == at::kDouble && partials.scalar_type() == at::kDouble,
-                    "_sched: c and partials hold exact values as float64");
+  const auto odt = sched_out_dtype(P);
+  TORCH_CHECK_VALUE(c.scalar_type() == odt && partials.scalar_type() == odt,
+                    "_sched: c and partials must have the output dtype ", odt);
   TORCH_CHECK_VALUE(a.device() == b.device() && a.device() == c.device() &&
                         a.device() == partials.device(),
                     "_sched: tensors on different devices");

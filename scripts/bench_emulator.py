@@ -9,6 +9,10 @@ The target of issue 2: >= 2e8 emulated MAC/s on 2 CPU cores for fp16, fp32 out, 
 On a GPU (issue 3: >= 5e11 emulated MAC/s on an H100, fp16 -> fp32, sm90, 4096^3):
 
     python scripts/bench_emulator.py --device cuda --size 4096
+
+Schedules (issue 13: a schedule costs at most 1.3x the plain chain, measured in the same run):
+
+    python scripts/bench_emulator.py --schedule cublas_split_k_4 --schedule "schedule:promote_every=128"
 """
 import argparse
 import time
@@ -57,6 +61,8 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--all", action="store_true", help="a table over archs and formats")
+    p.add_argument("--schedule", action="append", help="also time these schedules (preset "
+                   "or 'schedule:...') against the plain chain (repeatable)")
     args = p.parse_args()
     where = (f"device {args.device} ({torch.cuda.get_device_name(args.device)}; the reference is "
              "fp32 torch.matmul with TF32 disabled)" if args.device.startswith("cuda")
@@ -73,6 +79,29 @@ def main():
         s = tme.spec(arch, fmt)
         emu, ref, te, tr = bench(arch, fmt, args.size, args.device, args.reps)
         print(f"{arch:8} {fmt:14} {s.describe():44} {emu:15.3g} {ref:18.3g} {ref / emu:7.1f}x")
+    if args.schedule:
+        bench_schedules(args)
+
+
+def bench_schedules(args):
+    """Each schedule's time over the plain chain's, interleaved in one run (noisy machines)."""
+    g = torch.Generator().manual_seed(0)
+    n, dev = args.size, args.device
+    A = torch.randn(n, n, generator=g).to(dev).to(DT[args.format])
+    B = torch.randn(n, n, generator=g).to(dev).to(DT[args.format])
+    C = torch.randn(n, n, generator=g).to(dev)
+    inf = args.format if args.format in ("tf32", "xf32") else None
+    sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
+    run = lambda s: (lambda: tme.emulated_mm(A, B, C, arch=args.arch, in_format=inf, schedule=s))
+    print(f"\nschedules, {args.arch} {args.format}, {n}^3 with C (time / plain chain's time)")
+    for name in args.schedule:
+        t_plain, t_s = [], []
+        for _ in range(args.reps):   # interleaved, so load changes hit both alike
+            t_plain.append(best_time(run(None), 1, sync))
+            t_s.append(best_time(run(name), 1, sync))
+        sched = tme.schedule.as_schedule(name)
+        print(f"  {name:40} {sched.describe():50} {min(t_s) / min(t_plain):6.2f}x "
+              f"({min(t_s):.3f} s vs {min(t_plain):.3f} s)")
 
 
 if __name__ == "__main__":

@@ -216,8 +216,8 @@ class Schedule:
             try:
                 if k in ("split_k", "promote_every", "dot_k"):
                     kw[k] = int(v)
-                elif k in ("alpha", "beta"):
-                    kw[k] = float.fromhex(v)
+                elif k in ("alpha", "beta"):   # hex (exact, what to_string writes) or decimal
+                    kw[k] = float.fromhex(v) if "0x" in v.lower() else float(v)
                 else:
                     kw[k] = v
             except ValueError:
@@ -519,13 +519,12 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
     # the workspace is at least as wide as the output (fp64 products reduce in fp64)
     ws64 = sched.workspace == "fp64" or spec.out_format == "fp64"
     consts = [1.0 if ws64 else 0.0, sched.alpha, sched.beta]
-    c64 = c3.to(torch.float64)
     empty = a3.new_empty((Bt, M, 0)), b3.new_empty((Bt, 0, N))
     if sched.tree is not None:
         prog = compile_tree(sched.tree, K, spec.to_string(), has_c, sched.alpha, sched.beta,
                             sched.epilogue)
-        parts = c64.new_empty((0, M, N))
-        return torch.ops.mma_emu._sched(a3, b3, c64, parts, params, list(prog), consts)
+        parts = c3.new_empty((0, M, N))
+        return torch.ops.mma_emu._sched(a3, b3, c3, parts, params, list(prog), consts)
     L = spec.L
     if sched.promote_every is not None and sched.promote_every % L:
         raise ValueError(f"promote_every={sched.promote_every} is not a multiple of the "
@@ -563,6 +562,5 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
         slice_code.append(code)
     prog = _reduce_program(slice_code, sched.reduce)
     prog += _epilogue(has_c and not c_in_chain, sched.alpha, sched.beta, sched.epilogue)
-    parts = (torch.stack(partials).to(torch.float64).reshape(-1, M, N) if partials
-             else c64.new_empty((0, M, N)))
-    return torch.ops.mma_emu._sched(*empty, c64, parts, params, prog, consts)
+    parts = torch.stack(partials).reshape(-1, M, N) if partials else c3.new_empty((0, M, N))
+    return torch.ops.mma_emu._sched(*empty, c3, parts, params, prog, consts)

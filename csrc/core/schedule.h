@@ -65,15 +65,16 @@ MMA_HD double ws_fma(const SchedConsts& S, double a, double b, double c) {
 }
 
 // Output-format bits -> exact value.
-MMA_HD double out_value(const Params& P, uint64_t bits) {
-  if (P.rho == kRneFp64) return f64_of(bits);
-  if (P.rho != kRneFp16) return double(f32_of(uint32_t(bits)));
-  const Dec d = decode(P.fo, bits);
+MMA_HD double out_value(int32_t rho, const FormatDesc& fo, uint64_t bits) {
+  if (rho == kRneFp64) return f64_of(bits);
+  if (rho != kRneFp16) return double(f32_of(uint32_t(bits)));
+  const Dec d = decode(fo, bits);
   if (d.cls == kNan) return f64_of(0x7FF8000000000000ull);
   if (d.cls == kInf) return f64_of(d.sig < 0 ? 0xFFF0000000000000ull : 0x7FF0000000000000ull);
   if (d.sig == 0) return f64_of(uint64_t((bits >> 15) & 1) << 63);
   return double(d.sig) * f64_of(uint64_t(d.exp - 10 + 1023) << 52);
 }
+MMA_HD double out_value(const Params& P, uint64_t bits) { return out_value(P.rho, P.fo, bits); }
 
 // Exact value -> output-format bits, round to nearest even (NaN: the arch's encoding).
 MMA_HD uint64_t out_bits_rne(const Params& P, double x) {
@@ -131,7 +132,7 @@ MMA_HD double sched_node(const Params& P, const Src& src, const int64_t* pr, int
   return out_value(P, fused_op(P, out_fmt(P.rho), ch, c_bits, true));
 }
 
-// Runs the program for output (bi, i, j).  partial(s) and c() return exact values.
+// Runs the program for output (bi, i, j).  partial(s) and cval() return exact values.
 template <class Src, class Partial, class CVal>
 MMA_HD uint64_t run_schedule(const Params& P, const SchedConsts& S, const int64_t* prog,
                              int64_t len, const Src& src, const Partial& partial,

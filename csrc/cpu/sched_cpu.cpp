@@ -24,8 +24,8 @@ at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
       const int64_t bi = r / M, i = r % M;
       for (int64_t j = 0; j < N; ++j) {
         const SchedSrc src{va, vb, bi, i, j};
-        auto partial = [&](int64_t s) { return f64_of(vp.at(s * Bt + bi, i, j)); };
-        const ValueAt cval{vc, bi, i, j};
+        const OutAt partial{vp, P.rho, P.fo, Bt, bi, i, j};
+        const OutAt cval{vc, P.rho, P.fo, Bt, bi, i, j};
         const uint64_t v = run_schedule(P, S, prog, len, src, partial, cval);
         uint8_t* p = obase + (r * N + j) * oes;
         if (oes == 2) *reinterpret_cast<uint16_t*>(p) = uint16_t(v);

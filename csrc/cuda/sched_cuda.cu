@@ -9,12 +9,6 @@
 namespace mma {
 namespace {
 
-struct PartialAt {
-  View3 v;
-  int64_t Bt, bi, i, j;
-  __device__ double operator()(int64_t s) const { return f64_of(v.at(s * Bt + bi, i, j)); }
-};
-
 __global__ void sched_kernel(Params P, SchedConsts S, const int64_t* prog, int64_t len,
                              View3 a, View3 b, View3 c, View3 part, int64_t Bt, int64_t M,
                              int64_t N, uint8_t* out, int oes) {
@@ -22,8 +16,8 @@ __global__ void sched_kernel(Params P, SchedConsts S, const int64_t* prog, int64
   if (t >= Bt * M * N) return;
   const int64_t bi = t / (M * N), i = (t / N) % M, j = t % N;
   const SchedSrc src{a, b, bi, i, j};
-  const PartialAt partial{part, Bt, bi, i, j};
-  const ValueAt cval{c, bi, i, j};
+  const OutAt partial{part, P.rho, P.fo, Bt, bi, i, j};
+  const OutAt cval{c, P.rho, P.fo, Bt, bi, i, j};
   const uint64_t v = run_schedule(P, S, prog, len, src, partial, cval);
   uint8_t* p = out + t * oes;
   if (oes == 2) *reinterpret_cast<uint16_t*>(p) = uint16_t(v);
