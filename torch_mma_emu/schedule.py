@@ -531,36 +531,70 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
                          f"instruction's K ({spec.instruction or spec.op}: L = {L})")
     c_in_chain = sched.c_mode == "chain"
     zero = torch.zeros((), dtype=c3.dtype, device=c3.device).expand(Bt, M, N)
-    partials: list[torch.Tensor] = []
+    jobs: list[tuple[int, int, bool]] = []   # chains (k0, k1, starts from C)
 
-    def chain(k0, k1, start):
-        if lo is None:
-            return gemm(a3[:, :, k0:k1], b3[:, k0:k1, :], start)
-        # tf32x3: three tf32 dots per tl.dot tile, chained through the accumulator
-        acc, step = start, sched.dot_k or max(k1 - k0, 1)
-        for t0 in range(k0, k1, step):
-            t1 = min(k1, t0 + step)
-            ah, al = a3[:, :, t0:t1], lo[0][:, :, t0:t1]
-            bh, bl = b3[:, t0:t1, :], lo[1][:, t0:t1, :]
-            acc = gemm(al, bh, acc)
-            acc = gemm(ah, bl, acc)
-            acc = gemm(ah, bh, acc)
-        return acc
-
-    def push(t):
-        partials.append(t)
-        return [_PARTIAL, len(partials) - 1]
+    def push(k0, k1, from_c=False):
+        jobs.append((k0, k1, from_c))
+        return [_PARTIAL, len(jobs) - 1]
 
     slice_code = []
     for (k0, k1) in _k_ranges(K, L, sched.split_k):
         if sched.promote_every is None:
-            slice_code.append(push(chain(k0, k1, c3 if c_in_chain else zero)))
+            slice_code.append(push(k0, k1, c_in_chain))
             continue
         code = [_C] if (c_in_chain and has_c) else [_ZERO]
         for b0 in range(k0, k1, sched.promote_every):
-            code += push(chain(b0, min(k1, b0 + sched.promote_every), zero)) + [_ADD]
+            code += push(b0, min(k1, b0 + sched.promote_every)) + [_ADD]
         slice_code.append(code)
     prog = _reduce_program(slice_code, sched.reduce)
     prog += _epilogue(has_c and not c_in_chain, sched.alpha, sched.beta, sched.epilogue)
-    parts = torch.stack(partials).reshape(-1, M, N) if partials else c3.new_empty((0, M, N))
+    parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k)
     return torch.ops.mma_emu._sched(*empty, c3, parts, params, prog, consts)
+
+
+def _tf32x3_chain(a3, b3, lo, k0, k1, start, gemm, dot_k):
+    """tf32x3: three tf32 dots per tl.dot tile of dot_k, chained through the accumulator."""
+    acc, step = start, dot_k or max(k1 - k0, 1)
+    for t0 in range(k0, k1, step):
+        t1 = min(k1, t0 + step)
+        ah, al = a3[:, :, t0:t1], lo[0][:, :, t0:t1]
+        bh, bl = b3[:, t0:t1, :], lo[1][:, t0:t1, :]
+        acc = gemm(al, bh, acc)
+        acc = gemm(ah, bl, acc)
+        acc = gemm(ah, bh, acc)
+    return acc
+
+
+def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k) -> torch.Tensor:
+    """The partial results (len(jobs) * batch, M, N) of chains over K ranges.  Chains of
+    one length from +0 run as one batched _gemm call (their K ranges gathered into the
+    batch dimension): one kernel launch, and the result is already the partials tensor."""
+    Bt, M, _ = a3.shape
+    N = b3.shape[2]
+    if not jobs:
+        return c3.new_empty((0, M, N))
+    if lo is not None:
+        outs = [_tf32x3_chain(a3, b3, lo, k0, k1, c3 if fc else zero, gemm, dot_k)
+                for k0, k1, fc in jobs]
+        return torch.stack(outs).reshape(-1, M, N)
+    groups: dict = {}
+    for j, (k0, k1, fc) in enumerate(jobs):
+        groups.setdefault((k1 - k0, fc), []).append(j)
+    if len(groups) == 1 and len(jobs) > 1 and not jobs[0][2]:
+        length = jobs[0][1] - jobs[0][0]
+        idx = torch.tensor([k0 for k0, _, _ in jobs], device=a3.device)[:, None] + \
+            torch.arange(length, device=a3.device)
+        ag = a3[:, :, idx].permute(2, 0, 1, 3).reshape(len(jobs) * Bt, M, length)
+        bg = b3[:, idx, :].permute(1, 0, 2, 3).reshape(len(jobs) * Bt, length, N)
+        return gemm(ag, bg, zero[:1].expand(len(jobs) * Bt, M, N))
+    outs = [None] * len(jobs)
+    for (length, fc), js in groups.items():
+        if len(js) == 1 or fc:
+            for j in js:
+                k0, k1, _ = jobs[j]
+                outs[j] = gemm(a3[:, :, k0:k1], b3[:, k0:k1, :], c3 if fc else zero)
+            continue
+        sub = _run_chains([jobs[j] for j in js], a3, b3, c3, zero, gemm, None, None)
+        for t, j in enumerate(js):
+            outs[j] = sub[t * Bt:(t + 1) * Bt]
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
