@@ -1,7 +1,9 @@
 // CUDA kernel of mma_emu::_sched: one thread per output element runs the schedule
 // interpreter (core/schedule.h), the same code as the CPU kernel.
-#include <ATen/cuda/CUDAContext.h>
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <torch/library.h>
 
 #include "../sched.h"
