@@ -180,13 +180,18 @@ def _flat3(t: torch.Tensor, batch, r: int, c: int) -> torch.Tensor:
     return t.reshape(n, r, c)
 
 
+@lru_cache(maxsize=256)
+def _parsed_schedule(schedule: str) -> Schedule:
+    return Schedule.from_string(schedule)
+
+
 def _schedule_of(schedule: Optional[str], c_mode: str) -> Optional[Schedule]:
     """The Schedule to run (None: the plain chain), with emulated_mm's c_mode merged in."""
     if c_mode not in ("chain", "epilogue"):
         raise ValueError(f"emulated_mm: c_mode must be 'chain' or 'epilogue', got {c_mode!r}")
     if schedule is None:
         return None
-    sched = Schedule.from_string(schedule)
+    sched = _parsed_schedule(schedule)
     if c_mode == "epilogue" and sched.c_mode == "chain" and sched.tree is None:
         sched = sched.replace(c_mode="epilogue")
     return None if sched.is_plain else sched
