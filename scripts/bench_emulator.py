@@ -84,7 +84,9 @@ def main():
 
 
 def bench_schedules(args):
-    """Each schedule's time over the plain chain's, interleaved in one run (noisy machines)."""
+    """Each schedule's cost over the plain chain's, interleaved in one run.  Reports wall
+    time and process CPU time (all threads): on a machine shared with other work the CPU
+    time is the steadier measure of what the schedule adds."""
     g = torch.Generator().manual_seed(0)
     n, dev = args.size, args.device
     A = torch.randn(n, n, generator=g).to(dev).to(DT[args.format])
@@ -92,17 +94,26 @@ def bench_schedules(args):
     C = torch.randn(n, n, generator=g).to(dev)
     inf = args.format if args.format in ("tf32", "xf32") else None
     sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
-    run = lambda s: (lambda: tme.emulated_mm(A, B, C, arch=args.arch, in_format=inf, schedule=s))
-    print(f"\nschedules, {args.arch} {args.format}, {n}^3 with C (time / plain chain's time)")
-    for name in args.schedule:
-        t_plain, t_s = [], []
-        for _ in range(args.reps):   # interleaved, so load changes hit both alike
-            t_plain.append(best_time(run(None), 1, sync))
-            t_s.append(best_time(run(name), 1, sync))
-        sched = tme.schedule.as_schedule(name)
-        print(f"  {name:40} {sched.describe():50} {min(t_s) / min(t_plain):6.2f}x "
-              f"({min(t_s):.3f} s vs {min(t_plain):.3f} s)")
 
+    def timed(s):
+        w, c = time.perf_counter(), time.process_time()
+        tme.emulated_mm(A, B, C, arch=args.arch, in_format=inf, schedule=s)
+        sync()
+        return time.perf_counter() - w, time.process_time() - c
+
+    print(f"\nschedules, {args.arch} {args.format}, {n}^3 with C: cost / plain chain's cost "
+          "(best of --reps, interleaved)")
+    print(f"  {'schedule':40} {'wall':>6} {'cpu':>6}")
+    for name in args.schedule:
+        timed(name)
+        plain, sched = [], []
+        for _ in range(args.reps):   # interleaved, so load changes hit both alike
+            plain.append(timed(None))
+            sched.append(timed(name))
+        wall = min(t[0] for t in sched) / min(t[0] for t in plain)
+        cpu = min(t[1] for t in sched) / min(t[1] for t in plain)
+        desc = tme.schedule.as_schedule(name).describe()
+        print(f"  {name:40} {wall:5.2f}x {cpu:5.2f}x  {desc}")
 
 if __name__ == "__main__":
     main()
