@@ -204,6 +204,17 @@ def test_schedule_without_c_and_batched():
         assert torch.equal(D[b], composition(s, spec, A[b], B, None, torch.float32))
 
 
+@pytest.mark.parametrize("shape", [(2, 0, 3), (0, 5, 3), (2, 5, 0)])
+def test_empty_shapes(shape):
+    M, K, N = shape
+    C = torch.randn(M, N)
+    for s, dt in [(Schedule(split_k=3), torch.float16), (Schedule(promote_every=32), torch.float16),
+                  (Schedule(input_precision="tf32x3"), torch.float32)]:
+        D = tme.emulated_mm(torch.ones(M, K, dtype=dt), torch.ones(K, N, dtype=dt), C,
+                            arch="sm90", schedule=s)
+        assert D.shape == (M, N) and torch.equal(D, C)   # K = 0: C (+0 sums)
+
+
 def test_plain_schedule_is_the_chain():
     g = torch.Generator().manual_seed(1)
     A, B, C = torch.randn(4, 70, generator=g).half(), torch.randn(70, 3, generator=g).half(), \

@@ -576,7 +576,7 @@ def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k) -> torch.Tensor:
     if lo is not None:
         outs = [_tf32x3_chain(a3, b3, lo, k0, k1, c3 if fc else zero, gemm, dot_k)
                 for k0, k1, fc in jobs]
-        return torch.stack(outs).reshape(-1, M, N)
+        return torch.stack(outs).reshape(len(outs) * Bt, M, N)
     groups: dict = {}
     for j, (k0, k1, fc) in enumerate(jobs):
         groups.setdefault((k1 - k0, fc), []).append(j)
