@@ -7,7 +7,7 @@ import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu.cli import main
-from torch_mma_emu.schedule import Schedule, load_schedule
+from torch_mma_emu.schedule import load_schedule
 
 
 def test_reveal_writes_a_schedule_that_reproduces_the_revealed_kernel(tmp_path, capsys):

@@ -237,9 +237,6 @@ class Schedule:
         return cls.from_string(d["schedule"])
 
 
-_DEFAULT = Schedule()
-
-
 def load_schedule(x: str) -> Schedule:
     """A schedule from a JSON file written by ``--schedule-out`` / ``Schedule.to_dict``, a
     preset name or a serialised schedule (the CLI's ``--schedule``)."""
