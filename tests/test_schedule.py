@@ -437,3 +437,25 @@ def test_emulate_and_convert_pass_the_schedule_through():
                            tme.emulated_mm(x.half(), w.half(), arch="sm80").half())
     with pytest.raises(ValueError, match="unknown op kind"):
         tme.emulate("sm90", schedule={"matmul": s})
+
+
+def test_the_op_rejects_malformed_programs():
+    """The C++ op checks its program before running it (a bad one is a ValueError, never a
+    crash): unknown op, stack underflow, out-of-range indices, leftover values."""
+    spec = tme.spec("sm90", "fp16")
+    a = torch.zeros(1, 2, 4, dtype=torch.int16)
+    b = torch.zeros(1, 4, 3, dtype=torch.int16)
+    c = torch.zeros(1, 2, 3)
+    parts = torch.zeros(2, 2, 3)
+    params = spec.to_params()
+    consts = [0.0, 1.0, 1.0]
+    run = lambda prog: torch.ops.mma_emu._sched(a, b, c, parts, params, prog, consts)
+    assert torch.equal(run([0, 0, 0, 1, 3]), torch.zeros(1, 2, 3))
+    for prog, msg in [([9], "unknown program op"), ([3], "ADD needs two values"),
+                      ([0, 5], "partial index"), ([0, 0, 0, 1], "leaves 2 values"),
+                      ([4, 1, 0, 16, 7, 0], "product index out of range"),
+                      ([4, 1, 0, 16, 1, 20], "slot out of range"),
+                      ([4, 1, 1, 16, 1, 0], "accumulator missing"), ([], "leaves 0 values"),
+                      ([4, 2, 0, 16, 1], "program truncated"), ([2] * 65, "stack entries")]:
+        with pytest.raises(ValueError, match=msg):
+            run(prog)
