@@ -114,3 +114,38 @@ def test_tree_without_c_leaf_adds_c_in_the_epilogue():
     tree = fprev.reveal_matmul(8, 8, 32, mm="emulated", arch="sm90", dtype=torch.float16)
     D = tme.emulated_mm(A, B, C, arch="sm90", schedule=Schedule.from_tree(tree))
     assert torch.equal(D, tme.emulated_mm(A, B, arch="sm90") + C)
+
+
+def _chain_tree(K, L, with_c):
+    """The plain chain as a tree: C (leaf K) is the first operation's accumulator."""
+    b = Builder(K + 1 if with_c else K)
+    acc = K if with_c else None
+    start = 0
+    if L == 1 and not with_c:   # an FMA chain from +0: FPRev sees (0 + 1) first
+        acc, start = b.node("add", [0, 1]), 2
+    for c0 in range(start, K, L):
+        ch = list(range(c0, min(K, c0 + L))) + ([acc] if acc is not None else [])
+        acc = b.node("fused" if len(ch) > 2 else "add", ch)
+    return b.tree()
+
+
+UNSCALED = [s for s in tme.registry.all_specs() if not s.scaled]
+
+
+@pytest.mark.parametrize("spec", UNSCALED, ids=lambda s: f"{s.arch}-{s.in_format}"
+                         f"{'x' + s.in_format_b if s.in_format_b else ''}-{s.out_format}-"
+                         f"{s.instruction[:12]}")
+def test_chain_tree_runs_every_registry_entry_like_the_chain(spec):
+    """Every elementary operation (fma, ftz_addmul, e/t/tr/gtr_fdpa) run through the tree
+    interpreter gives the chain's bits, partial last chunk and specials included."""
+    cap = spec.P if spec.op == "ftz_addmul" else spec.L
+    K = 2 * cap + cap // 2 + 1
+    for with_c, family in ((True, "bitstream"), (False, "normal"), (True, "cancel")):
+        g = torch.Generator().manual_seed(zlib.crc32(f"{spec.to_string()}{family}".encode()))
+        kw = operands(spec, 3, 2, K, family, g)
+        C = kw.pop("C") if with_c else None
+        kw.pop("C", None)
+        want = tme.emulated_mm(**kw, C=C)
+        got = tme.emulated_mm(**kw, C=C, schedule=Schedule.from_tree(_chain_tree(K, cap, with_c)))
+        i = {2: torch.int16, 4: torch.int32, 8: torch.int64}[want.element_size()]
+        assert torch.equal(want.view(i), got.view(i)), (family, want, got)
