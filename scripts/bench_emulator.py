@@ -9,6 +9,10 @@ The target of issue 2: >= 2e8 emulated MAC/s on 2 CPU cores for fp16, fp32 out, 
 On a GPU (issue 3: >= 5e11 emulated MAC/s on an H100, fp16 -> fp32, sm90, 4096^3):
 
     python scripts/bench_emulator.py --device cuda --size 4096
+
+Schedules (issue 13: a schedule costs at most 1.3x the plain chain, measured in the same run):
+
+    python scripts/bench_emulator.py --schedule cublas_split_k_4 --schedule "schedule:promote_every=128"
 """
 import argparse
 import time
@@ -57,6 +61,8 @@ def main():
     p.add_argument("--device", default="cpu")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--all", action="store_true", help="a table over archs and formats")
+    p.add_argument("--schedule", action="append", help="also time these schedules (preset "
+                   "or 'schedule:...') against the plain chain (repeatable)")
     args = p.parse_args()
     where = (f"device {args.device} ({torch.cuda.get_device_name(args.device)}; the reference is "
              "fp32 torch.matmul with TF32 disabled)" if args.device.startswith("cuda")
@@ -73,7 +79,41 @@ def main():
         s = tme.spec(arch, fmt)
         emu, ref, te, tr = bench(arch, fmt, args.size, args.device, args.reps)
         print(f"{arch:8} {fmt:14} {s.describe():44} {emu:15.3g} {ref:18.3g} {ref / emu:7.1f}x")
+    if args.schedule:
+        bench_schedules(args)
 
+
+def bench_schedules(args):
+    """Each schedule's cost over the plain chain's, interleaved in one run.  Reports wall
+    time and process CPU time (all threads): on a machine shared with other work the CPU
+    time is the steadier measure of what the schedule adds."""
+    g = torch.Generator().manual_seed(0)
+    n, dev = args.size, args.device
+    A = torch.randn(n, n, generator=g).to(dev).to(DT[args.format])
+    B = torch.randn(n, n, generator=g).to(dev).to(DT[args.format])
+    C = torch.randn(n, n, generator=g).to(dev)
+    inf = args.format if args.format in ("tf32", "xf32") else None
+    sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
+
+    def timed(s):
+        w, c = time.perf_counter(), time.process_time()
+        tme.emulated_mm(A, B, C, arch=args.arch, in_format=inf, schedule=s)
+        sync()
+        return time.perf_counter() - w, time.process_time() - c
+
+    print(f"\nschedules, {args.arch} {args.format}, {n}^3 with C: cost / plain chain's cost "
+          "(best of --reps, interleaved)")
+    print(f"  {'schedule':40} {'wall':>6} {'cpu':>6}")
+    for name in args.schedule:
+        timed(name)
+        plain, sched = [], []
+        for _ in range(args.reps):   # interleaved, so load changes hit both alike
+            plain.append(timed(None))
+            sched.append(timed(name))
+        wall = min(t[0] for t in sched) / min(t[0] for t in plain)
+        cpu = min(t[1] for t in sched) / min(t[1] for t in plain)
+        desc = tme.schedule.as_schedule(name).describe()
+        print(f"  {name:40} {wall:5.2f}x {cpu:5.2f}x  {desc}")
 
 if __name__ == "__main__":
     main()

@@ -10,11 +10,12 @@ from .formats import FORMATS, get_format
 from .registry import archs, instructions, spec
 from .spec import Spec
 from .ops import emulated_mm, resolve_spec
+from .schedule import Schedule
 from .preview import convert, emulate, revert
 
 __version__ = "0.1.0"
 __all__ = ["emulated_mm", "archs", "spec", "instructions", "resolve_spec", "Spec", "FORMATS",
-           "get_format", "emulate", "convert", "revert", "native_mm"]
+           "get_format", "emulate", "convert", "revert", "native_mm", "Schedule"]
 
 
 def __getattr__(name):  # GPU paths load on first use (Triton imports are slow)

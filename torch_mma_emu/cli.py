@@ -78,7 +78,7 @@ def _call(A, B, C, arch, fmt, **kw):
 EQ10 = ([-2.0 ** 13, -0.5, -0.25, -0.125], [2.0 ** 10, 1.0, 1.0, 1.0], 2.0 ** 23)
 
 
-def eq10_table(archs: list[str]) -> tuple[list[str], list[list]]:
+def eq10_table(archs: list[str], schedule=None) -> tuple[list[str], list[list]]:
     """Seed 003 eq. 10 through every arch and (unscaled) format: Table 8."""
     a, b, c = (torch.tensor(EQ10[0], dtype=torch.float64).reshape(1, 4),
                torch.tensor(EQ10[1], dtype=torch.float64).reshape(4, 1), EQ10[2])
@@ -96,7 +96,7 @@ def eq10_table(archs: list[str]) -> tuple[list[str], list[list]]:
             outs = []
             for instr in registry.instructions(arch, f):
                 C = torch.tensor([[c]], dtype=torch.float64 if f == "fp64" else torch.float32)
-                outs.append(f"{_call(a, b, C, arch, f, instruction=instr).item():g}")
+                outs.append(f"{_call(a, b, C, arch, f, instruction=instr, schedule=schedule).item():g}")
             row.append(" or ".join(dict.fromkeys(outs)))
         rows.append(row)
     return ["arch", "family"] + cols, rows
@@ -129,7 +129,7 @@ def exact_gemm(A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tenso
     return torch.tensor(out, dtype=torch.float64).reshape(C.shape)
 
 
-def random_table(archs, size, seed, formats=None):
+def random_table(archs, size, seed, formats=None, schedule=None):
     g = torch.Generator().manual_seed(seed)
     A = torch.randn(size, size, generator=g, dtype=torch.float64)
     B = torch.randn(size, size, generator=g, dtype=torch.float64)
@@ -154,7 +154,7 @@ def random_table(archs, size, seed, formats=None):
                         Bi = (B.float().view(torch.int32) & ~0x1FFF).view(torch.float32).double()
                     exact_cache[(f, out)] = exact_gemm(Ai, Bi, Cc.double())
                 exact = exact_cache[(f, out)]
-                D = _call(A, B, Cc, arch, f, out_dtype=odt).double()
+                D = _call(A, B, Cc, arch, f, out_dtype=odt, schedule=schedule).double()
                 err = ((D - exact) / _ulp(exact, out)).abs()
                 rows.append([arch, f, out, s.describe(), f"{err.max().item():.3g}",
                              f"{err.mean().item():.3g}", f"{err.median().item():.3g}"])
@@ -164,15 +164,20 @@ def random_table(archs, size, seed, formats=None):
 
 def cmd_compare(args) -> int:
     archs = [registry.canonical_arch(a) for a in args.arch] if args.arch else registry.archs()
+    sched = None
+    if args.schedule:
+        from .schedule import load_schedule
+        sched = load_schedule(args.schedule)
+        print(f"schedule: {sched.describe()}")
     if args.random:
-        hdr, rows = random_table(archs, args.size, args.seed, args.format)
+        hdr, rows = random_table(archs, args.size, args.seed, args.format, sched)
         print(format_table(hdr, rows, title=(
             f"Random {args.size}x{args.size}x{args.size} GEMM, A, B, C ~ N(0,1) rounded to the "
             "input format; error of the emulated result against the exact product of the "
             "rounded inputs (correctly rounded to fp64), in ulps of the output format at the "
             "exact value (results near 0 after cancellation give the large maxima)")))
     else:
-        hdr, rows = eq10_table(archs)
+        hdr, rows = eq10_table(archs, sched)
         print(format_table(hdr, rows, title=(
             "Seed 003 eq. 10: a = (-2^13, -0.5, -0.25, -0.125), b = (2^10, 1, 1, 1), c = 2^23; "
             "exact answer -0.875 (Table 8)")))
@@ -194,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--format", action="append", help="restrict --random to these input formats")
     c.add_argument("--size", type=int, default=128, help="matrix size for --random")
     c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--schedule", help="run every product with this schedule: a JSON file "
+                   "(mma-emu reveal matmul --schedule-out), a preset or a schedule string")
     c.set_defaults(func=cmd_compare)
     for mod in PLUGINS:
         try:

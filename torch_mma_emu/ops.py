@@ -11,6 +11,7 @@ import torch
 from . import _C  # noqa: F401  (registers torch.ops.mma_emu._gemm)
 from .formats import FORMATS, Format, format_of_dtype, get_format
 from .registry import spec as _registry_spec
+from .schedule import Schedule, _tf32_round, as_schedule, run_scheduled
 from .spec import Spec
 
 __all__ = ["emulated_mm", "resolve_spec"]
@@ -179,10 +180,49 @@ def _flat3(t: torch.Tensor, batch, r: int, c: int) -> torch.Tensor:
     return t.reshape(n, r, c)
 
 
-def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b):
+@lru_cache(maxsize=256)
+def _parsed_schedule(schedule: str) -> Schedule:
+    return Schedule.from_string(schedule)
+
+
+def _schedule_of(schedule: Optional[str], c_mode: str) -> Optional[Schedule]:
+    """The Schedule to run (None: the plain chain), with emulated_mm's c_mode merged in."""
     if c_mode not in ("chain", "epilogue"):
         raise ValueError(f"emulated_mm: c_mode must be 'chain' or 'epilogue', got {c_mode!r}")
+    if schedule is None:
+        return None
+    sched = _parsed_schedule(schedule)
+    if c_mode == "epilogue" and sched.c_mode == "chain" and sched.tree is None:
+        sched = sched.replace(c_mode="epilogue")
+    return None if sched.is_plain else sched
+
+
+def _input_precision(sched: Optional[Schedule], A, B, in_format):
+    """(A, B, in_format, lo) after the schedule's input_precision (fp32 inputs only)."""
+    ip = sched.input_precision if sched is not None else None
+    if ip is None:
+        return A, B, in_format, None
+    if A.dtype != torch.float32 or B.dtype != torch.float32:
+        raise TypeError(f"emulated_mm: input_precision={ip!r} applies to float32 inputs, got "
+                        f"{A.dtype} and {B.dtype}")
+    if in_format not in (None, "fp32", "tf32"):
+        raise ValueError(f"emulated_mm: in_format={in_format!r} conflicts with the "
+                         f"schedule's input_precision={ip!r}")
+    if ip == "ieee":
+        return A, B, "fp32", None
+    if ip == "tf32_rn":
+        return _tf32_round(A, "rne"), _tf32_round(B, "rne"), "tf32", None
+    if ip == "tf32x3":
+        ah, bh = _tf32_round(A, "rna"), _tf32_round(B, "rna")
+        return ah, bh, "tf32", (A - ah, B - bh)
+    return A, B, "tf32", None
+
+
+def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
+               schedule=None):
+    sched = _schedule_of(schedule, c_mode)
     _check_devices(A, B, C, scale_a, scale_b)
+    A, B, in_format, lo = _input_precision(sched, A, B, in_format)
     s = resolve_spec(A, B, arch, in_format, out_dtype, instruction, scale_a, scale_b)
     batch, M, K, N, out_shape = _broadcast_shapes(A, B, C)
     odt = _out_dtype(s)
@@ -209,6 +249,18 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
         _check_codes(B, s.fmt_b, "B")
         a3 = a3.view(_CODE_VIEW[a3.element_size()])
         b3 = b3.view(_CODE_VIEW[b3.element_size()])
+    if sched is not None:
+        if s.scaled:
+            raise ValueError("emulated_mm: schedules on block-scaled (MX/NVFP4) products are "
+                             "not supported yet")
+        if lo is not None:
+            lo = (_flat3(lo[0], batch, M, K).view(torch.int32),
+                  _flat3(lo[1], batch, K, N).view(torch.int32))
+        chain_params = s.to_params("chain")
+        d = run_scheduled(sched, s, a3, b3, c3, C is not None,
+                          lambda a, b, c: torch.ops.mma_emu._gemm(a, b, c, None, None,
+                                                                  chain_params), lo)
+        return d.reshape(out_shape)
     d = torch.ops.mma_emu._gemm(a3, b3, c3, sa3, sb3, s.to_params(c_mode))
     return d.reshape(out_shape)
 
@@ -218,13 +270,18 @@ def _emulated_mm_op(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] 
                     scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
                     *, arch: str = "sm90", in_format: Optional[str] = None,
                     out_dtype: Optional[torch.dtype] = None, instruction: Optional[str] = None,
-                    c_mode: str = "chain") -> torch.Tensor:
-    return _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b)
+                    c_mode: str = "chain", schedule: Optional[str] = None) -> torch.Tensor:
+    return _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
+                      schedule)
 
 
 @_emulated_mm_op.register_fake
 def _(A, B, C=None, scale_a=None, scale_b=None, *, arch="sm90", in_format=None,
-      out_dtype=None, instruction=None, c_mode="chain"):
+      out_dtype=None, instruction=None, c_mode="chain", schedule=None):
+    sched = _schedule_of(schedule, c_mode)
+    if sched is not None and sched.input_precision is not None:
+        _input_precision(sched.replace(input_precision="ieee"), A, B, in_format)  # checks
+        in_format = "fp32" if sched.input_precision == "ieee" else "tf32"
     s = resolve_spec(A, B, arch, in_format, out_dtype, instruction, scale_a, scale_b)
     _check_devices(A, B, C, scale_a, scale_b)
     *_, out_shape = _broadcast_shapes(A, B, C)
@@ -265,15 +322,25 @@ def _backward(ctx, grad):
                                       "supported (float64/32/16 and bfloat16 are)")
     common = dict(arch=kw["arch"], in_format=kw.get("in_format"), instruction=kw.get("instruction"),
                   c_mode=kw.get("c_mode", "chain"), out_dtype=kw.get("out_dtype"))
+    # Backward products: the schedule's accumulation (split-K, promotion, input precision)
+    # without alpha/beta (applied in torch); a tree fits only the forward K, so tree
+    # schedules run the plain chain backward.
+    sched = _schedule_of(kw.get("schedule"), common["c_mode"])
+    alpha = beta = 1.0
+    if sched is not None:
+        alpha, beta = sched.alpha, (sched.beta if sched.c_mode == "epilogue" else 1.0)
+        if sched.tree is None:
+            common["schedule"] = sched.replace(alpha=1.0, beta=1.0, c_mode=None).to_string()
+            common["c_mode"] = "chain"
     gA = gB = gC = None
     if ctx.needs_input_grad[0]:
-        gA = torch.ops.mma_emu.emulated_mm(grad.to(A.dtype), B.mT, **common).to(A.dtype)
-        gA = _reduce_to(gA, A.shape)
+        gA = torch.ops.mma_emu.emulated_mm(grad.to(A.dtype), B.mT, **common)
+        gA = _reduce_to(gA * alpha if alpha != 1.0 else gA, A.shape).to(A.dtype)
     if ctx.needs_input_grad[1]:
-        gB = torch.ops.mma_emu.emulated_mm(A.mT, grad.to(B.dtype), **common).to(B.dtype)
-        gB = _reduce_to(gB, B.shape)
+        gB = torch.ops.mma_emu.emulated_mm(A.mT, grad.to(B.dtype), **common)
+        gB = _reduce_to(gB * alpha if alpha != 1.0 else gB, B.shape).to(B.dtype)
     if ctx.c_shape is not None and ctx.needs_input_grad[2]:
-        gC = _reduce_to(grad, ctx.c_shape).to(ctx.c_dtype)
+        gC = _reduce_to(grad * beta if beta != 1.0 else grad, ctx.c_shape).to(ctx.c_dtype)
     return gA, gB, gC, None, None
 
 
@@ -291,7 +358,7 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
                 arch="sm90", in_format: Optional[str] = None,
                 out_dtype: Optional[torch.dtype] = None, instruction: Optional[str] = None,
                 c_mode: str = "chain", scale_a: Optional[torch.Tensor] = None,
-                scale_b: Optional[torch.Tensor] = None) -> torch.Tensor:
+                scale_b: Optional[torch.Tensor] = None, schedule=None) -> torch.Tensor:
     """``D = C + A @ B`` exactly as ``arch``'s matrix unit computes it.
 
     A (..., M, K) and B (..., K, N), batch dimensions broadcast as in ``torch.matmul``; C
@@ -303,7 +370,10 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
     fp64 inputs).  ``instruction`` picks a non-default instruction where an arch has several.
     ``c_mode="epilogue"`` accumulates A@B from zero and adds C at the end (BLAS style).
     ``scale_a`` (..., M, ceil(K/32|16)) and ``scale_b`` (..., ceil(K/..), N) are MX (E8M0) or
-    NVFP4 (E4M3) block scales.  This calls the custom op ``torch.ops.mma_emu.emulated_mm``.
+    NVFP4 (E4M3) block scales.  ``schedule``: how a library strings the instructions
+    together (split-K, fp8 promotion, alpha/beta epilogue, tf32x3, or a revealed FPRev
+    tree): a :class:`Schedule`, a preset name (``tme.schedule.presets()``) or a SumTree;
+    see docs/schedules.md.  This calls the custom op ``torch.ops.mma_emu.emulated_mm``.
     """
     if isinstance(arch, Spec):
         arch = arch.to_string()
@@ -322,6 +392,8 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
     for name, t in (("A", A), ("B", B), ("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"emulated_mm: {name} must be a torch.Tensor, got {type(t).__name__}")
+    sched = as_schedule(schedule)
     return torch.ops.mma_emu.emulated_mm(A, B, C, scale_a, scale_b, arch=arch,
                                          in_format=in_format, out_dtype=out_dtype,
-                                         instruction=instruction, c_mode=c_mode)
+                                         instruction=instruction, c_mode=c_mode,
+                                         schedule=None if sched is None else sched.to_string())

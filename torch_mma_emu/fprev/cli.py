@@ -69,6 +69,9 @@ def register(subparsers) -> None:
     m.add_argument("--with-c", action="store_true", help="C is summand k")
     m.add_argument("--c-mode", default="chain", choices=("chain", "epilogue"))
     m.add_argument("--no-batch", action="store_true", help="probe row 0 only")
+    m.add_argument("--schedule", help="emulated backend: a schedule file, preset or string")
+    m.add_argument("--schedule-out", help="write the revealed order as a schedule (JSON) "
+                   "for emulated_mm(schedule=...) / mma-emu compare --schedule")
     _common(m)
 
     a = kinds.add_parser("allreduce", help="torch.distributed all_reduce / reduce_scatter")
@@ -128,11 +131,18 @@ def handler(args) -> int:
         elif args.target == "mv":
             tree = reveal_mv(args.m, args.n, device=args.device, **vals, **_opts(args))
         else:
+            mm_kwargs = None
+            if args.schedule:
+                from ..schedule import load_schedule
+                if args.backend != "emulated":
+                    raise ValueError("--schedule applies to --backend emulated")
+                mm_kwargs = {"schedule": load_schedule(args.schedule)}
             tree = reveal_matmul(args.m, args.n, args.k, mm=args.backend, device=args.device,
                                  out_dtype=_dt(args.out_dtype), arch=args.arch,
                                  in_format=args.in_format, with_c=args.with_c,
                                  c_mode=args.c_mode, instruction=args.instruction,
-                                 batch=not args.no_batch, **vals, **_opts(args))
+                                 batch=not args.no_batch, mm_kwargs=mm_kwargs, **vals,
+                                 **_opts(args))
     except (FPRevError, ValueError, TypeError, RuntimeError, IndexError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -152,6 +162,18 @@ def handler(args) -> int:
             print(f"error: writing {args.out}: {e}", file=sys.stderr)
             return 2
         print(f"wrote {args.out}")
+    if getattr(args, "schedule_out", None):
+        import json
+        from ..schedule import Schedule
+        d = Schedule.from_tree(tree).to_dict(
+            target=str(meta["target"]), k=args.k, with_c=args.with_c, dtype=args.dtype)
+        try:
+            with open(args.schedule_out, "w") as f:
+                json.dump(d, f, indent=1)
+        except OSError as e:
+            print(f"error: writing {args.schedule_out}: {e}", file=sys.stderr)
+            return 2
+        print(f"wrote schedule {args.schedule_out} ({d['describe']})")
     return 0
 
 

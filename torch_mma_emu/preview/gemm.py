@@ -61,9 +61,11 @@ def run_product(A: torch.Tensor, B: torch.Tensor, plan: Plan, *,
             raise ValueError(f"bias='chain' seeds the accumulator with beta*C; alpha={alpha} "
                              "has no such form (use bias='epilogue')")
         c0 = C.to(acc) if beta == 1 else C.to(acc) * beta
-        D = emulated_mm(A, B, c0, arch=plan.arch, in_format=plan.in_format, out_dtype=acc)
+        D = emulated_mm(A, B, c0, arch=plan.arch, in_format=plan.in_format, out_dtype=acc,
+                        schedule=plan.schedule)
     else:
-        D = emulated_mm(A, B, arch=plan.arch, in_format=plan.in_format, out_dtype=acc)
+        D = emulated_mm(A, B, arch=plan.arch, in_format=plan.in_format, out_dtype=acc,
+                        schedule=plan.schedule)
         if inv is not None:
             D = D * inv
         if alpha != 1:

@@ -435,7 +435,8 @@ ROUTED_OPS = tuple(sorted(str(f) for f in _HANDLERS))
 
 def emulate(arch, *, formats=None, fp32_format: str = "auto", bias: str = "epilogue",
             fp16_accumulation: Optional[bool] = None, fp16_alt_impl: str = "off",
-            fp8_promotion: Optional[int] = 128, record: bool = False) -> EmulateMode:
+            fp8_promotion: Optional[int] = 128, record: bool = False,
+            schedule=None) -> EmulateMode:
     """Run the matrix products inside the ``with`` block as ``arch``'s matrix units do.
 
     ::
@@ -459,9 +460,14 @@ def emulate(arch, *, formats=None, fp32_format: str = "auto", bias: str = "epilo
     K elements in fp32 (None: one chain; unverified interval).  ``record``: keep one
     :class:`Record` per call in ``.records`` (``.counts`` and ``.summary()`` always work).
 
+    ``schedule``: how the library strings instructions together (split-K, fp8 promotion,
+    tf32x3, ...): a :class:`~torch_mma_emu.Schedule`, a preset name or ``{op kind:
+    schedule}``; an ``input_precision`` applies to fp32 products only (docs/schedules.md).
+
     PyTorch's TF32 / fp16-accumulation settings are read when ``emulate`` is called.
     Run ``.backward()`` inside the block to emulate the backward products.
     """
     policy = Policy(arch, formats=formats, fp32_format=fp32_format, bias=bias,
-                    fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl)
+                    fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl,
+                    schedule=schedule)
     return EmulateMode(policy, record=record, fp8_promotion=fp8_promotion)

@@ -221,19 +221,21 @@ _SWAPS: dict[type, Callable] = {nn.Linear: EmulatedLinear, nn.Conv1d: EmulatedCo
 def convert(model: nn.Module, arch, *, formats=None, fp32_format: str = "auto",
             bias: str = "epilogue", fp16_accumulation: Optional[bool] = None,
             fp16_alt_impl: str = "off",
-            filter_fn: Optional[Callable[[nn.Module, str], bool]] = None) -> nn.Module:
+            filter_fn: Optional[Callable[[nn.Module, str], bool]] = None,
+            schedule=None) -> nn.Module:
     """Swap every ``nn.Linear`` / ``nn.Conv1d/2d/3d`` in ``model`` (in place) for an emulated
     module on ``arch`` sharing its parameters; returns ``model``.
 
     Options as for :func:`emulate` (``formats`` keys used here: ``addmm`` / ``mm`` for
     Linear, ``conv``, ``default``).  ``filter_fn(module, fqn) -> bool`` picks which modules
-    to swap (default: all).  PyTorch's TF32 settings are read now.  ``revert(model)`` puts
+    to swap (default: all).  ``schedule``: as for :func:`emulate`.  PyTorch's TF32 settings are read now.  ``revert(model)`` puts
     the original modules back.  A bare ``nn.Linear`` / ``nn.Conv2d`` is returned swapped.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"convert: model must be an nn.Module, got {type(model).__name__}")
     policy = Policy(arch, formats=formats, fp32_format=fp32_format, bias=bias,
-                    fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl)
+                    fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl,
+                    schedule=schedule)
 
     skipped = []
 

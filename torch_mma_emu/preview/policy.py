@@ -21,7 +21,7 @@ matrix product, for a :class:`Plan`.  The rules (docs/preview.md, "Formats"):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Mapping, Optional
 
@@ -69,6 +69,7 @@ class Plan:
     in_format: Optional[str] = None
     fp8_scale: bool = False
     native: bool = False
+    schedule: Optional[str] = None   # emulated_mm's schedule (serialised), see schedule.py
 
 
 NATIVE = Plan(arch="", label="native", native=True)
@@ -132,12 +133,31 @@ def _supported(arch: str) -> list[str]:
     return [f for f in FORMAT_CHOICES if _has(arch, f, "fp64" if f == "fp64" else "fp32")]
 
 
+def _check_schedules(schedule) -> dict:
+    """``schedule``: one schedule for every product, or ``{op kind | "default": schedule}``
+    (a Schedule, a preset name or a serialised schedule each)."""
+    from ..schedule import as_schedule
+    if schedule is None:
+        return {}
+    if not isinstance(schedule, Mapping):
+        return {"default": as_schedule(schedule)}
+    out = {}
+    for key, val in schedule.items():
+        if key not in OP_KINDS and key != "default":
+            raise ValueError(f"schedule: unknown op kind {key!r}; allowed: "
+                             f"{', '.join(OP_KINDS)}, default")
+        out[key] = as_schedule(val)
+    return out
+
+
 class Policy:
     """Format choices for one preview; see the module docstring for the rules."""
 
     def __init__(self, arch, *, formats: Optional[Mapping[str, str]] = None,
                  fp32_format: str = "auto", bias: str = "epilogue",
-                 fp16_accumulation: Optional[bool] = None, fp16_alt_impl: str = "off"):
+                 fp16_accumulation: Optional[bool] = None, fp16_alt_impl: str = "off",
+                 schedule=None):
+        self.schedules = _check_schedules(schedule)
         if isinstance(arch, Spec):
             self.spec: Optional[Spec] = arch
             self.arch = arch.to_string()
@@ -223,6 +243,16 @@ class Policy:
     def plan(self, kind: str, a_dtype: torch.dtype, b_dtype: torch.dtype,
              backward: bool = False) -> Plan:
         """The plan for one product of ``kind`` with operands of these dtypes."""
+        p = self._plan(kind, a_dtype, b_dtype, backward)
+        sched = self.schedules.get(kind, self.schedules.get("default"))
+        if sched is None or p.native:
+            return p
+        if sched.input_precision is not None and (p.cast or a_dtype) != torch.float32:
+            sched = sched.replace(input_precision=None)   # it applies to fp32 products only
+        return replace(p, schedule=None if sched.is_plain else sched.to_string())
+
+    def _plan(self, kind: str, a_dtype: torch.dtype, b_dtype: torch.dtype,
+              backward: bool = False) -> Plan:
         choice = self.choice(kind)
         if choice == "native":
             return NATIVE

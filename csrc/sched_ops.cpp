@@ -1,0 +1,119 @@
+// Registration and argument checks of mma_emu::_sched: a schedule program (split-K,
+// promotion, epilogue, or an FPRev tree) run per output element.  torch_mma_emu/schedule.py
+// builds the program; the chains of split-K slices and promotion blocks come from _gemm.
+#include <torch/library.h>
+
+#include "sched.h"
+
+namespace mma {
+
+namespace {
+// Walks the program once: every op known, indices in range, the stack never under- or
+// overflows and holds one value at the end.
+void check_program(at::IntArrayRef prog, const Params& P, int64_t K, int64_t S) {
+  int depth = 0;
+  const int64_t len = int64_t(prog.size());
+  auto need = [&](int64_t pc, int64_t n) {
+    TORCH_CHECK_VALUE(pc + n <= len, "_sched: program truncated at ", pc);
+  };
+  for (int64_t pc = 0; pc < len;) {
+    const int64_t op = prog[pc];
+    switch (op) {
+      case kSPartial:
+        need(pc, 2);
+        TORCH_CHECK_VALUE(prog[pc + 1] >= 0 && prog[pc + 1] < S, "_sched: partial index ",
+                          prog[pc + 1], " out of range (", S, " partials)");
+        ++depth; pc += 2; break;
+      case kSC: case kSZero: ++depth; pc += 1; break;
+      case kSAdd:
+        TORCH_CHECK_VALUE(depth >= 2, "_sched: ADD needs two values at ", pc);
+        --depth; pc += 1; break;
+      case kSNode: {
+        need(pc, 4);
+        const int64_t n = prog[pc + 1], acc = prog[pc + 2], w = prog[pc + 3];
+        TORCH_CHECK_VALUE(n >= 1 && w >= n && w <= kSchedMaxWidth, "_sched: bad node size");
+        if (P.op == kFma) TORCH_CHECK_VALUE(w == 1, "_sched: fma nodes take one product");
+        if (P.op == kFtzAddMul) TORCH_CHECK_VALUE(w == P.P && w <= 4, "_sched: ftz node width");
+        TORCH_CHECK_VALUE(P.op != kStFdpa && P.op != kGstFdpa,
+                          "_sched: block-scaled ops cannot run tree nodes");
+        need(pc, 4 + 2 * n);
+        for (int64_t t = 0; t < n; ++t) {
+          TORCH_CHECK_VALUE(prog[pc + 4 + 2 * t] >= 0 && prog[pc + 4 + 2 * t] < K,
+                            "_sched: node product index out of range");
+          TORCH_CHECK_VALUE(prog[pc + 5 + 2 * t] >= 0 && prog[pc + 5 + 2 * t] < w,
+                            "_sched: node slot out of range");
+        }
+        if (acc) TORCH_CHECK_VALUE(depth >= 1, "_sched: node accumulator missing at ", pc);
+        depth += acc ? 0 : 1;
+        pc += 4 + 2 * n;
+        break;
+      }
+      case kSEpiAlpha: case kSEpiFma: case kSEpiMulAdd:
+        TORCH_CHECK_VALUE(depth >= 1, "_sched: epilogue needs a value");
+        pc += 1; break;
+      default: TORCH_CHECK_VALUE(false, "_sched: unknown program op ", op, " at ", pc);
+    }
+    TORCH_CHECK_VALUE(depth <= kSchedStack, "_sched: program needs more than ", kSchedStack,
+                      " stack entries");
+  }
+  TORCH_CHECK_VALUE(depth == 1, "_sched: program leaves ", depth, " values (expected 1)");
+}
+}  // namespace
+
+Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+                     const at::Tensor& partials, at::IntArrayRef params, at::IntArrayRef program,
+                     at::ArrayRef<double> consts, SchedConsts* S) {
+  TORCH_CHECK_VALUE(params.size() == size_t(kNumParams), "_sched: expected ", kNumParams,
+                    " parameters, got ", params.size());
+  const Params P = parse_params(params.data());
+  TORCH_CHECK_VALUE(a.dim() == 3 && b.dim() == 3 && c.dim() == 3 && partials.dim() == 3,
+                    "_sched: a, b, c, partials must be 3-D");
+  const int64_t Bt = c.size(0), M = c.size(1), N = c.size(2);
+  TORCH_CHECK_VALUE(a.size(0) == Bt && b.size(0) == Bt && a.size(1) == M && b.size(2) == N &&
+                        a.size(2) == b.size(1),
+                    "_sched: a ", a.sizes(), ", b ", b.sizes(), " and c ", c.sizes(),
+                    " do not fit");
+  TORCH_CHECK_VALUE(partials.size(1) == M && partials.size(2) == N &&
+                        (Bt == 0 || partials.size(0) % Bt == 0),
+                    "_sched: partials must have shape (S * batch, M, N)");
+  const auto odt = sched_out_dtype(P);
+  TORCH_CHECK_VALUE(c.scalar_type() == odt && partials.scalar_type() == odt,
+                    "_sched: c and partials must have the output dtype ", odt);
+  TORCH_CHECK_VALUE(a.device() == b.device() && a.device() == c.device() &&
+                        a.device() == partials.device(),
+                    "_sched: tensors on different devices");
+  TORCH_CHECK_VALUE(a.element_size() <= 8 && b.element_size() <= 8, "_sched: codes up to 64 bits");
+  if (P.op == kFma || P.op == kFtzAddMul) {
+    const auto want = P.rho == kRneFp64 ? at::kDouble : at::kFloat;
+    TORCH_CHECK_VALUE(a.size(2) == 0 || (a.scalar_type() == want && b.scalar_type() == want),
+                      "_sched: fma/ftz_addmul take ", want, " values");
+  }
+  TORCH_CHECK_VALUE(consts.size() == 3, "_sched: consts are (workspace, alpha, beta)");
+  TORCH_CHECK_VALUE(consts[0] == 0.0 || consts[0] == 1.0, "_sched: workspace code 0 or 1");
+  S->ws64 = consts[0] == 1.0 ? 1 : 0;
+  S->alpha = consts[1];
+  S->beta = consts[2];
+  check_program(program, P, a.size(2), Bt ? partials.size(0) / Bt : 0);
+  return P;
+}
+
+namespace {
+at::Tensor sched_cpu_entry(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+                           const at::Tensor& partials, at::IntArrayRef params,
+                           at::IntArrayRef program, at::ArrayRef<double> consts) {
+  SchedConsts S;
+  const Params P = checked_sched(a, b, c, partials, params, program, consts, &S);
+  TORCH_CHECK_VALUE(a.device().is_cpu(), "_sched (CPU kernel) got a ", a.device(), " tensor");
+  const at::Tensor prog = at::tensor(program, at::kLong);
+  return sched_cpu(a, b, c, partials, P, prog, S);
+}
+}  // namespace
+
+}  // namespace mma
+
+TORCH_LIBRARY_FRAGMENT(mma_emu, m) {
+  m.def("_sched(Tensor a, Tensor b, Tensor c, Tensor partials, int[] params, int[] program, "
+        "float[] consts) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(mma_emu, CPU, m) { m.impl("_sched", &mma::sched_cpu_entry); }

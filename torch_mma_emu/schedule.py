@@ -1,0 +1,597 @@
+"""How a library kernel strings matrix-unit instructions together: a :class:`Schedule`.
+
+``emulated_mm`` without a schedule runs one accumulator chain per output element (GUIDE
+section 1).  A schedule describes what library kernels do on top of that chain; the order
+of operations, for one output element ``d = alpha * (A @ B) + beta * C``:
+
+1. ``input_precision`` (float32 inputs on tensor-core archs): ``"tf32"`` (the hardware
+   truncates the low 13 bits), ``"tf32_rn"`` (inputs rounded to tf32, nearest-even, first),
+   ``"tf32x3"`` (Triton: ``hi = cvt.rna.tf32(x)``, ``lo = x - hi``; per ``dot_k`` tile
+   ``acc = dot(a_lo, b_hi, acc); acc = dot(a_hi, b_lo, acc); acc = dot(a_hi, b_hi, acc)``),
+   ``"ieee"`` (fp32 FMA chain).  ``None``: the operands' own format.
+2. K is cut into ``split_k`` slices at multiples of the instruction's K (``Spec.L``):
+   slice size ``ceil(ceil(K / L) / split_k) * L``, the last slice shorter, empty slices +0.
+3. Each slice is a chain from +0 (from C when ``split_k == 1`` and ``c_mode == "chain"``).
+   With ``promote_every = P`` each slice is cut into blocks of P elements; each block is a
+   chain from +0 whose result is added (IEEE, workspace format) to the slice's main
+   accumulator, which starts from C (``c_mode="chain"``, ``split_k == 1``) or +0.
+4. The slice results are reduced with IEEE additions in ``workspace`` ("fp32" or "fp64"),
+   ``reduce="sequential"`` (((p0 + p1) + p2) + ...) or ``"pairwise"`` (neighbours added
+   level by level: ((p0 + p1) + (p2 + p3)), an odd last one carried up).
+5. Epilogue in the workspace format, C only read when C is in the epilogue and
+   ``beta != 0``: ``"fma"``: ``fma(alpha, acc, beta * C)`` (CUTLASS LinearCombination),
+   ``"mul_add"``: ``(alpha * acc) + (beta * C)``.  ``beta == 0`` or C in the chain:
+   ``alpha * acc`` (skipped when alpha == 1).
+6. One rounding to the output format (nearest even; NaN is the arch's NaN encoding).
+
+A schedule can also be an FPRev summation tree (:meth:`Schedule.from_tree`): see
+``compile_tree`` for how its nodes map to elementary operations and additions.
+
+A Schedule is frozen and hashable and round-trips through a string (``to_string`` /
+``from_string``), which is how it passes through the custom op under ``torch.compile``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Optional
+from urllib.parse import quote, unquote
+
+import torch
+
+from .spec import Spec
+
+__all__ = ["Schedule", "PRESETS", "preset", "presets", "load_schedule", "compile_tree",
+           "run_scheduled"]
+
+_DEFAULTS = {"split_k": 1, "reduce": "sequential", "workspace": "fp32", "alpha": 1.0,
+             "beta": 1.0, "epilogue": "fma"}
+REDUCES = ("sequential", "pairwise")
+WORKSPACES = ("fp32", "fp64")
+EPILOGUES = ("fma", "mul_add")
+INPUT_PRECISIONS = ("tf32", "tf32_rn", "tf32x3", "ieee")
+C_MODES = ("chain", "epilogue")
+
+# program op codes: csrc/core/schedule.h
+_PARTIAL, _C, _ZERO, _ADD, _NODE, _EPI_ALPHA, _EPI_FMA, _EPI_MULADD = range(8)
+_MAX_STACK = 64
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A library's schedule on top of the instruction chain (see the module docstring)."""
+
+    split_k: int = 1
+    reduce: str = "sequential"
+    workspace: str = "fp32"
+    promote_every: Optional[int] = None
+    c_mode: Optional[str] = None     # None: "chain" for split_k == 1, else "epilogue"
+    alpha: float = 1.0
+    beta: float = 1.0
+    epilogue: str = "fma"
+    input_precision: Optional[str] = None
+    dot_k: Optional[int] = None      # K per tl.dot call for tf32x3 (None: all of K at once)
+    tree: Optional[str] = None       # an FPRev SumTree in text form (from_tree)
+
+    def __post_init__(self):
+        errs = []
+        for name in ("split_k", "promote_every", "dot_k"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+                errs.append(f"{name} must be an int, got {v!r}")
+        if isinstance(self.split_k, int) and self.split_k < 1:
+            errs.append(f"split_k must be >= 1, got {self.split_k}")
+        if isinstance(self.promote_every, int) and not isinstance(self.promote_every, bool) \
+                and self.promote_every < 1:
+            errs.append(f"promote_every must be >= 1 (or None), got {self.promote_every}")
+        if isinstance(self.dot_k, int) and not isinstance(self.dot_k, bool) and self.dot_k < 1:
+            errs.append(f"dot_k must be >= 1 (or None), got {self.dot_k}")
+        if self.reduce not in REDUCES:
+            errs.append(f"reduce must be one of {REDUCES}, got {self.reduce!r}")
+        if self.workspace not in WORKSPACES:
+            errs.append(f"workspace must be one of {WORKSPACES}, got {self.workspace!r}")
+        if self.epilogue not in EPILOGUES:
+            errs.append(f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}")
+        if self.input_precision is not None and self.input_precision not in INPUT_PRECISIONS:
+            errs.append(f"input_precision must be one of {INPUT_PRECISIONS} or None, "
+                        f"got {self.input_precision!r}")
+        if self.c_mode is not None and self.c_mode not in C_MODES:
+            errs.append(f"c_mode must be one of {C_MODES} or None, got {self.c_mode!r}")
+        for name in ("alpha", "beta"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                errs.append(f"{name} must be a finite number, got {v!r}")
+            else:
+                object.__setattr__(self, name, float(v))
+        if errs:
+            raise ValueError("invalid Schedule: " + "; ".join(errs))
+        split = self.split_k > 1
+        if self.c_mode is None:
+            object.__setattr__(self, "c_mode", "epilogue" if split else "chain")
+        if split and self.c_mode == "chain":
+            errs.append("split_k > 1 starts every slice from +0 and adds C in the epilogue: "
+                        "use c_mode='epilogue' (or leave c_mode out)")
+        if self.c_mode == "chain" and self.beta != 1.0:
+            errs.append("with c_mode='chain' C enters the chain unscaled: beta must be 1 "
+                        "(use c_mode='epilogue' for beta * C)")
+        if self.dot_k is not None and self.input_precision != "tf32x3":
+            errs.append("dot_k applies to input_precision='tf32x3' only")
+        if self.input_precision == "tf32x3" and self.promote_every is not None:
+            errs.append("promote_every applies to fp8 chains, not to tf32x3")
+        if self.tree is not None:
+            if not isinstance(self.tree, str):
+                errs.append(f"tree must be the text of a SumTree, got {type(self.tree).__name__}")
+            if split or self.promote_every is not None or self.input_precision == "tf32x3":
+                errs.append("a tree schedule fixes the whole order: split_k, promote_every "
+                            "and tf32x3 do not combine with it")
+        if errs:
+            raise ValueError("invalid Schedule: " + "; ".join(errs))
+        if isinstance(self.tree, str):
+            _parse_tree(self.tree)  # raises ValueError for a malformed tree
+        # computed once: to_string() is then a plain attribute read under torch.compile
+        object.__setattr__(self, "_string", self._serialise())
+
+    # -- construction -----------------------------------------------------------------
+    @classmethod
+    def from_tree(cls, tree, **kw) -> "Schedule":
+        """The order of an FPRev :class:`~torch_mma_emu.fprev.SumTree` for one output
+        element, run for every output.  Leaves 0..K-1 are the products, leaf K (when the
+        tree has K + 1 leaves) is C.  A multi-way node (or a 2-child node with a product
+        child) is one elementary operation of the arch over its product children with at
+        most one accumulator child (an internal node or C); a 2-child node of two sums is
+        an IEEE addition in the workspace format.  ``kw``: workspace, alpha, beta,
+        epilogue, input_precision."""
+        from .fprev.tree import SumTree
+        if isinstance(tree, SumTree):
+            text = tree.to_text()
+        elif isinstance(tree, str):
+            text = tree
+        else:
+            raise TypeError(f"Schedule.from_tree takes a SumTree or its text, got "
+                            f"{type(tree).__name__}")
+        return cls(tree=text, **kw)
+
+    def replace(self, **changes) -> "Schedule":
+        if "split_k" in changes and "c_mode" not in changes:
+            changes["c_mode"] = None
+        return dataclasses.replace(self, **changes)
+
+    # -- properties -------------------------------------------------------------------
+    @property
+    def is_plain(self) -> bool:
+        """True when this is the plain instruction chain (C at its start, nothing else)."""
+        return self == Schedule()
+
+    def describe(self) -> str:
+        if self.is_plain:
+            return "plain chain"
+        bits = []
+        if self.tree is not None:
+            bits.append(f"tree of {_parse_tree(self.tree).n} leaves")
+        if self.input_precision:
+            bits.append(f"input {self.input_precision}" +
+                        (f" per dot of {self.dot_k}" if self.dot_k else ""))
+        if self.split_k > 1:
+            bits.append(f"split-K {self.split_k} ({self.reduce}, {self.workspace})")
+        if self.promote_every:
+            bits.append(f"promote every {self.promote_every} into {self.workspace}")
+        if self.tree is None:
+            bits.append(f"C in {self.c_mode}")
+        if self.alpha != 1.0 or self.beta != 1.0:
+            bits.append(f"alpha={self.alpha:g} beta={self.beta:g} ({self.epilogue})")
+        return ", ".join(bits)
+
+    # -- serialisation ----------------------------------------------------------------
+    _FIELDS = ("split_k", "reduce", "workspace", "promote_every", "c_mode", "alpha", "beta",
+               "epilogue", "input_precision", "dot_k", "tree")
+
+    def to_string(self) -> str:
+        """'schedule:field=value,...' (fields at their defaults left out)."""
+        return self._string
+
+    def _serialise(self) -> str:
+        parts = []
+        for k in self._FIELDS:
+            v = getattr(self, k)
+            if v is None or v == _DEFAULTS.get(k):
+                continue
+            parts.append(f"{k}={quote(v.hex() if isinstance(v, float) else str(v), safe='')}")
+        return "schedule:" + ",".join(parts)
+
+    @classmethod
+    def from_string(cls, s: str) -> "Schedule":
+        if not isinstance(s, str) or not s.startswith("schedule:"):
+            raise ValueError(f"not a serialised schedule: {s!r} (Schedule.to_string() writes "
+                             "'schedule:...')")
+        kw = {}
+        for part in s[len("schedule:"):].split(","):
+            if not part:
+                continue
+            k, _, v = part.partition("=")
+            v = unquote(v)
+            if k not in cls._FIELDS:
+                raise ValueError(f"unknown schedule field {k!r} (fields: {', '.join(cls._FIELDS)})")
+            try:
+                if k in ("split_k", "promote_every", "dot_k"):
+                    kw[k] = int(v)
+                elif k in ("alpha", "beta"):   # hex (exact, what to_string writes) or decimal
+                    kw[k] = float.fromhex(v) if "0x" in v.lower() else float(v)
+                else:
+                    kw[k] = v
+            except ValueError:
+                raise ValueError(f"schedule field {k} has a bad value {v!r}") from None
+        return cls(**kw)
+
+    def to_dict(self, **meta) -> dict:
+        """JSON-ready form; ``meta`` (provenance: target, arch, ...) is stored alongside."""
+        return {"format": "torch_mma_emu.Schedule", "schedule": self.to_string(),
+                "describe": self.describe(), **meta}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Schedule":
+        if not isinstance(d, dict) or d.get("format") != "torch_mma_emu.Schedule":
+            raise ValueError("not a schedule file: expected {'format': "
+                             "'torch_mma_emu.Schedule', 'schedule': ...}")
+        return cls.from_string(d["schedule"])
+
+
+def load_schedule(x: str) -> Schedule:
+    """A schedule from a JSON file written by ``--schedule-out`` / ``Schedule.to_dict``, a
+    preset name or a serialised schedule (the CLI's ``--schedule``)."""
+    import json
+    import os
+    if isinstance(x, str) and os.path.isfile(x):
+        try:
+            with open(x) as f:
+                d = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise ValueError(f"cannot read the schedule file {x}: {e}") from None
+        return Schedule.from_dict(d)
+    if isinstance(x, str) and (x.startswith("schedule:") or x in PRESETS):
+        return as_schedule(x)
+    raise ValueError(f"--schedule {x!r} is not a schedule file, a preset "
+                     f"({', '.join(PRESETS)}) or a serialised schedule")
+
+
+def as_schedule(x) -> Optional[Schedule]:
+    """A Schedule from a Schedule, its string, a preset name, a SumTree or None."""
+    if x is None or isinstance(x, Schedule):
+        return x
+    if isinstance(x, str):
+        if x.startswith("schedule:"):
+            return Schedule.from_string(x)
+        if x in PRESETS:
+            return PRESETS[x].schedule
+        raise ValueError(f"schedule={x!r} is neither a serialised schedule nor a preset; "
+                         f"presets: {', '.join(PRESETS)}")
+    from .fprev.tree import SumTree
+    if isinstance(x, SumTree):
+        return Schedule.from_tree(x)
+    raise TypeError(f"schedule must be a Schedule, a preset name, a serialised schedule or a "
+                    f"SumTree, got {type(x).__name__}")
+
+
+# ---------------------------------------------------------------------------------------
+# presets
+# ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Preset:
+    schedule: Schedule
+    source: str
+    verified: bool = False   # True once a GPU run has confirmed the bits
+
+
+PRESETS: dict[str, Preset] = {
+    "plain": Preset(Schedule(), "one accumulator chain per output: CUTLASS / Triton "
+                    "`acc = tl.dot(a, b, acc)` loops without split-K", verified=False),
+    "triton_fp8_hopper": Preset(
+        Schedule(), "Triton tl.dot on fp8 (sm90 wgmma): max_num_imprecise_acc=None means "
+        "no upcasting (triton.experimental.gluon warpgroup_mma docs), the wgmma chain runs "
+        "in the tensor core's own accumulator"),
+    "triton_fp8_hopper_imprecise_acc_32": Preset(
+        Schedule(promote_every=32), "Triton tl.dot(..., max_num_imprecise_acc=32) on sm90: "
+        "each wgmma (K = 32 for fp8) into a zeroed temporary, then an fp32 llvm.fadd into "
+        "acc (Triton test/Conversion/tritongpu_to_llvm_hopper.mlir dot_high_precision_acc); "
+        "assumes BLOCK_K is a multiple of 32"),
+    "triton_fp8_hopper_imprecise_acc_128": Preset(
+        Schedule(promote_every=128), "as above with max_num_imprecise_acc=128 (needs "
+        "BLOCK_K >= 128; with BLOCK_K < 128 Triton does not promote at all)"),
+    "deepseek_v3_promote_128": Preset(
+        Schedule(promote_every=128, c_mode="epilogue"), "DeepSeek-V3 report section 3.3.2: "
+        "WGMMA partial sums copied to fp32 CUDA-core registers every 128 elements (N_C = "
+        "128, 4 WGMMAs); CUTLASS GmmaFP8Accumulation does the same"),
+    "cublas_split_k_4": Preset(
+        Schedule(split_k=4), "cuBLAS-like split-K: 4 slices from +0, fp32 workspace, "
+        "reduced in slice order, alpha/beta epilogue (CUTLASS ReduceSplitK); the split "
+        "count cuBLAS picks depends on the shape and the GPU"),
+    "cublas_split_k_4_pairwise": Preset(
+        Schedule(split_k=4, reduce="pairwise"), "split-K reduced as a tree of pairs"),
+    "scaled_mm_fast_accum": Preset(
+        Schedule(c_mode="epilogue"), "torch._scaled_mm(use_fast_accum=True): cuBLASLt "
+        "CUBLASLT_MATMUL_DESC_FAST_ACCUM=1, the fp8 chain never leaves the tensor core "
+        "accumulator; bias added in the epilogue"),
+    "scaled_mm_precise": Preset(
+        Schedule(promote_every=128, c_mode="epilogue"), "torch._scaled_mm("
+        "use_fast_accum=False): cuBLASLt promotes fp8 partial sums into fp32 registers; "
+        "the interval (128 here) is not documented by NVIDIA"),
+    "triton_tf32x3": Preset(
+        Schedule(input_precision="tf32x3"), "Triton tl.dot(input_precision='tf32x3'): "
+        "F32DotTC pass, hi = cvt.rna.tf32, three tf32 dots (lo*hi, hi*lo, hi*hi) chained "
+        "through the accumulator (lib/Dialect/TritonGPU/Transforms/F32DotTC.cpp)"),
+    "triton_tf32": Preset(Schedule(input_precision="tf32"),
+                          "Triton tl.dot default input_precision='tf32' on fp32 inputs"),
+    "triton_ieee": Preset(Schedule(input_precision="ieee"),
+                          "Triton tl.dot(input_precision='ieee'): FMA chain on CUDA cores"),
+}
+
+
+def presets() -> dict[str, str]:
+    """Preset name -> one line: the schedule, its source and whether a GPU run verified it."""
+    return {k: f"{v.schedule.describe()} | {'verified' if v.verified else 'UNVERIFIED'} | "
+               f"{v.source}" for k, v in PRESETS.items()}
+
+
+def preset(name: str, **changes) -> Schedule:
+    """The schedule of a named preset, optionally with fields changed."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown schedule preset {name!r}; presets: {', '.join(PRESETS)}")
+    s = PRESETS[name].schedule
+    return s.replace(**changes) if changes else s
+
+
+# ---------------------------------------------------------------------------------------
+# trees -> programs
+# ---------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=64)
+def _parse_tree(text: str):
+    from .fprev.tree import SumTree
+    try:
+        return SumTree.parse(text)
+    except ValueError as e:
+        raise ValueError(f"Schedule tree is not a valid SumTree: {e}") from None
+
+
+def node_capacity(spec: Spec) -> int:
+    """Products one elementary operation of ``spec`` takes."""
+    if spec.scaled:
+        raise ValueError(f"schedules on block-scaled instructions ({spec.op}) are not "
+                         "supported yet")
+    if spec.op == "fma":
+        return 1
+    if spec.op == "ftz_addmul":
+        return spec.P
+    return spec.L
+
+
+def _slots(ks: list[int], width: int) -> list[int]:
+    """Chunk positions of a node's products: k mod width when they share one aligned
+    window of the instruction (as in the chain), else ascending order."""
+    if ks[0] // width == ks[-1] // width:
+        return [k % width for k in ks]
+    return list(range(len(ks)))
+
+
+@lru_cache(maxsize=64)
+def compile_tree(text: str, K: int, spec_string: str, has_c: bool, alpha: float,
+                 beta: float, epilogue: str) -> tuple[int, ...]:
+    """The interpreter program (csrc/core/schedule.h) of a tree for products of length K.
+
+    Raises ValueError when the tree does not fit K or the arch cannot run it."""
+    tree = _parse_tree(text)
+    spec = Spec.from_string(spec_string)
+    if tree.n not in (K, K + 1):
+        raise ValueError(f"the schedule's tree has {tree.n} leaves; a product with K = {K} "
+                         f"needs K leaves (C in the epilogue) or K + 1 (leaf K is C)")
+    c_leaf = K if tree.n == K + 1 else None
+    cap = node_capacity(spec)
+    # what each internal node is: ("op", products, acc_child) or ("add", x, y)
+    plan = {}
+    need = {}
+    for v in tree.postorder():
+        ch = tree.child_list(v)
+        prods = sorted(c for c in ch if c < K)
+        sums = [c for c in ch if c >= K]      # internal nodes and the C leaf
+        if len(ch) == 2 and not prods:
+            plan[v] = ("add",) + tuple(sums)
+            nx, ny = (need.get(c, 1) for c in sums)
+            need[v] = max(nx, ny) if nx != ny else nx + 1
+            continue
+        if len(sums) > 1:
+            raise ValueError(f"tree node {tree.to_text() if tree.n <= 64 else v} has "
+                             f"{len(sums)} non-product children; an elementary operation of "
+                             f"{spec.arch} takes products and at most one accumulator")
+        acc = sums[0] if sums else None
+        if len(prods) > cap and not (cap == 1 and acc is None and len(prods) == 2):
+            raise ValueError(f"a tree node sums {len(prods)} products, but one elementary "
+                             f"operation of {spec.arch} ({spec.op}, L={spec.L}) takes at most "
+                             f"{cap}; this arch cannot run this tree")
+        plan[v] = ("op", prods, acc)
+        need[v] = need.get(acc, 1) if acc is not None else 1
+    prog: list[int] = []
+
+    def emit_op(prods, with_acc):
+        if cap == 1 and len(prods) == 2 and not with_acc:   # FMA chain from +0, ascending k
+            prog.extend([_NODE, 1, 0, 1, prods[0], 0, _NODE, 1, 1, 1, prods[1], 0])
+            return
+        prog.extend([_NODE, len(prods), int(with_acc), cap])
+        for k, s in zip(prods, _slots(prods, cap)):
+            prog.extend([k, s])
+
+    if tree.root < K:           # a single product (K == 1): one operation from +0
+        emit_op([tree.root], False)
+    elif tree.root == c_leaf:
+        raise ValueError("the tree's root is the C leaf")
+    else:
+        # iterative postfix emission; the operand needing the deeper stack goes first
+        stack = [(tree.root, False)]
+        while stack:
+            v, done = stack.pop()
+            if v == c_leaf:
+                prog.append(_C)
+                continue
+            p = plan[v]
+            if p[0] == "add":
+                if done:
+                    prog.append(_ADD)
+                    continue
+                x, y = p[1], p[2]
+                if need.get(y, 1) > need.get(x, 1):
+                    x, y = y, x
+                stack.extend([(v, True), (y, False), (x, False)])
+            else:
+                _, prods, acc = p
+                if done or acc is None:
+                    emit_op(prods, acc is not None)
+                else:
+                    stack.extend([(v, True), (acc, False)])
+    if need.get(tree.root, 1) > _MAX_STACK:
+        raise ValueError(f"the tree needs {need[tree.root]} pending partial sums; the "
+                         f"interpreter holds {_MAX_STACK}")
+    prog.extend(_epilogue(has_c and c_leaf is None, alpha, beta, epilogue))
+    return tuple(prog)
+
+
+def _epilogue(c_in_epilogue: bool, alpha: float, beta: float, epilogue: str) -> list[int]:
+    if c_in_epilogue and beta != 0.0:
+        return [_EPI_FMA if epilogue == "fma" else _EPI_MULADD]
+    return [_EPI_ALPHA] if alpha != 1.0 else []
+
+
+# ---------------------------------------------------------------------------------------
+# running a schedule
+# ---------------------------------------------------------------------------------------
+
+def _reduce_program(items: list[list[int]], how: str) -> list[int]:
+    """Postfix code summing the sub-programs ``items`` (each pushes one value)."""
+    if how == "sequential" or len(items) <= 2:
+        out = list(items[0])
+        for it in items[1:]:
+            out += it + [_ADD]
+        return out
+    level = items
+    while len(level) > 1:
+        nxt = [level[i] + level[i + 1] + [_ADD] for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def _tf32_round(x: torch.Tensor, mode: str) -> torch.Tensor:
+    """float32 -> nearest tf32 value (mode "rne" or "rna": ties away, cvt.rna.tf32.f32);
+    NaN and infinities are kept."""
+    bits = x.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+    low = bits & 0x1FFF
+    keep = bits & ~0x1FFF
+    if mode == "rna":
+        up = low >= 0x1000
+    else:
+        up = (low > 0x1000) | ((low == 0x1000) & (((bits >> 13) & 1) == 1))
+    r = torch.where(up, keep + 0x2000, keep)
+    special = (bits & 0x7F800000) == 0x7F800000
+    r = torch.where(special, bits, r)
+    r = torch.where(r >= 2 ** 31, r - 2 ** 32, r).to(torch.int32)
+    return r.view(torch.float32).view(x.shape)
+
+
+def _k_ranges(K: int, L: int, parts: int) -> list[tuple[int, int]]:
+    chunks = -(-K // L)
+    size = -(-chunks // parts) * L
+    return [(min(K, s * size), min(K, (s + 1) * size)) for s in range(parts)]
+
+
+def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
+                  lo=None) -> torch.Tensor:
+    """D (batch, M, N) in the spec's output dtype.  ``a3``/``b3``: the operands as _gemm
+    takes them (codes, or float values for fma/ftz_addmul), ``c3`` (batch, M, N) in the
+    output dtype, ``gemm(a, b, c) -> chain result`` the plain-chain kernel; ``lo``: the
+    (a_lo, b_lo) codes of tf32x3 (a3, b3 are then the hi parts)."""
+    Bt, M, K = a3.shape
+    N = b3.shape[2]
+    params = spec.to_params("chain")
+    # the workspace is at least as wide as the output (fp64 products reduce in fp64)
+    ws64 = sched.workspace == "fp64" or spec.out_format == "fp64"
+    consts = [1.0 if ws64 else 0.0, sched.alpha, sched.beta]
+    empty = a3.new_empty((Bt, M, 0)), b3.new_empty((Bt, 0, N))
+    if sched.tree is not None:
+        prog = compile_tree(sched.tree, K, spec.to_string(), has_c, sched.alpha, sched.beta,
+                            sched.epilogue)
+        parts = c3.new_empty((0, M, N))
+        return torch.ops.mma_emu._sched(a3, b3, c3, parts, params, list(prog), consts)
+    L = spec.L
+    if sched.promote_every is not None and sched.promote_every % L:
+        raise ValueError(f"promote_every={sched.promote_every} is not a multiple of the "
+                         f"instruction's K ({spec.instruction or spec.op}: L = {L})")
+    c_in_chain = sched.c_mode == "chain"
+    zero = torch.zeros((), dtype=c3.dtype, device=c3.device).expand(Bt, M, N)
+    jobs: list[tuple[int, int, bool]] = []   # chains (k0, k1, starts from C)
+
+    def push(k0, k1, from_c=False):
+        jobs.append((k0, k1, from_c))
+        return [_PARTIAL, len(jobs) - 1]
+
+    slice_code = []
+    for (k0, k1) in _k_ranges(K, L, sched.split_k):
+        if sched.promote_every is None:
+            slice_code.append(push(k0, k1, c_in_chain))
+            continue
+        code = [_C] if (c_in_chain and has_c) else [_ZERO]
+        for b0 in range(k0, k1, sched.promote_every):
+            code += push(b0, min(k1, b0 + sched.promote_every)) + [_ADD]
+        slice_code.append(code)
+    prog = _reduce_program(slice_code, sched.reduce)
+    prog += _epilogue(has_c and not c_in_chain, sched.alpha, sched.beta, sched.epilogue)
+    parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k)
+    return torch.ops.mma_emu._sched(*empty, c3, parts, params, prog, consts)
+
+
+def _tf32x3_chain(a3, b3, lo, k0, k1, start, gemm, dot_k):
+    """tf32x3: three tf32 dots per tl.dot tile of dot_k, chained through the accumulator."""
+    acc, step = start, dot_k or max(k1 - k0, 1)
+    for t0 in range(k0, k1, step):
+        t1 = min(k1, t0 + step)
+        ah, al = a3[:, :, t0:t1], lo[0][:, :, t0:t1]
+        bh, bl = b3[:, t0:t1, :], lo[1][:, t0:t1, :]
+        acc = gemm(al, bh, acc)
+        acc = gemm(ah, bl, acc)
+        acc = gemm(ah, bh, acc)
+    return acc
+
+
+def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k) -> torch.Tensor:
+    """The partial results (len(jobs) * batch, M, N) of chains over K ranges.  Chains of
+    one length from +0 run as one batched _gemm call (their K ranges gathered into the
+    batch dimension): one kernel launch, and the result is already the partials tensor."""
+    Bt, M, _ = a3.shape
+    N = b3.shape[2]
+    if not jobs:
+        return c3.new_empty((0, M, N))
+    if lo is not None:
+        outs = [_tf32x3_chain(a3, b3, lo, k0, k1, c3 if fc else zero, gemm, dot_k)
+                for k0, k1, fc in jobs]
+        return torch.stack(outs).reshape(len(outs) * Bt, M, N)
+    groups: dict = {}
+    for j, (k0, k1, fc) in enumerate(jobs):
+        groups.setdefault((k1 - k0, fc), []).append(j)
+    if len(groups) == 1 and len(jobs) > 1 and not jobs[0][2]:
+        length = jobs[0][1] - jobs[0][0]
+        idx = torch.tensor([k0 for k0, _, _ in jobs], device=a3.device)[:, None] + \
+            torch.arange(length, device=a3.device)
+        ag = a3[:, :, idx].permute(2, 0, 1, 3).reshape(len(jobs) * Bt, M, length)
+        bg = b3[:, idx, :].permute(1, 0, 2, 3).reshape(len(jobs) * Bt, length, N)
+        return gemm(ag, bg, zero[:1].expand(len(jobs) * Bt, M, N))
+    outs = [None] * len(jobs)
+    for (length, fc), js in groups.items():
+        if len(js) == 1 or fc:
+            for j in js:
+                k0, k1, _ = jobs[j]
+                outs[j] = gemm(a3[:, :, k0:k1], b3[:, k0:k1, :], c3 if fc else zero)
+            continue
+        sub = _run_chains([jobs[j] for j in js], a3, b3, c3, zero, gemm, None, None)
+        for t, j in enumerate(js):
+            outs[j] = sub[t * Bt:(t + 1) * Bt]
+    return outs[0] if len(outs) == 1 else torch.cat(outs)
