@@ -58,6 +58,11 @@ class ExactAccumulator:
         self.n_digits = ((e_max - e0) >> 5) + 3 + 2
         self.digits = torch.zeros(M * N, self.n_digits, dtype=torch.int64)
 
+    def copy(self) -> "ExactAccumulator":
+        other = object.__new__(ExactAccumulator)
+        other.__dict__.update(self.__dict__, digits=self.digits.clone())
+        return other
+
     def add(self, terms: torch.Tensor) -> None:
         """Add ``terms`` (M, N, k) float64, every value an exact product or C value."""
         t = terms.reshape(self.digits.shape[0], -1)
@@ -90,42 +95,43 @@ class ExactAccumulator:
         return torch.tensor(out, dtype=torch.float64).reshape(self.shape)
 
 
-def exact_gemm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *,
-               block_k: int = 8, progress: Optional[Callable[[int], None]] = None
-               ) -> torch.Tensor:
+def exact_gemm(A: torch.Tensor, B: torch.Tensor, C=None, *, block_k: int = 8,
+               progress: Optional[Callable[[int], None]] = None):
     """``C + A @ B`` for 2-D float64 tensors, exact and correctly rounded to float64.
 
-    Memory O(M N (digits + block_k)); ``progress(k)`` is called with the number of K columns
-    done after every block."""
+    ``C`` may also be a list of (M, N) tensors: A @ B is accumulated once and a list of
+    results, one per C, is returned.  Memory O(M N (digits + block_k)); ``progress(k)`` is
+    called with the number of K columns done after every block."""
     if A.dim() != 2 or B.dim() != 2 or A.shape[1] != B.shape[0]:
         raise ValueError(f"exact_gemm: need A (M, K) and B (K, N), got {tuple(A.shape)} and "
                          f"{tuple(B.shape)}")
     M, K = A.shape
     N = B.shape[1]
-    C = torch.zeros(M, N, dtype=torch.float64) if C is None else C.to(torch.float64)
-    if tuple(C.shape) != (M, N):
-        raise ValueError(f"exact_gemm: C must be ({M}, {N}), got {tuple(C.shape)}")
+    many = isinstance(C, (list, tuple))
+    Cs = list(C) if many else [torch.zeros(M, N, dtype=torch.float64) if C is None else C]
+    Cs = [c.to(torch.float64) for c in Cs]
+    for c in Cs:
+        if tuple(c.shape) != (M, N):
+            raise ValueError(f"exact_gemm: C must be ({M}, {N}), got {tuple(c.shape)}")
     A, B = A.to(torch.float64), B.to(torch.float64)
-    for name, x in (("A", A), ("B", B), ("C", C)):
+    for name, x in [("A", A), ("B", B)] + [("C", c) for c in Cs]:
         if not bool(torch.isfinite(x).all()):
             raise ValueError(f"exact_gemm: {name} holds NaN or infinity")
     As, Bs = _split(A), _split(B)     # parts of <= 26 bits: every product has <= 52 bits
     ea = [x for x in map(_exponents, As) if x]
     eb = [x for x in map(_exponents, Bs) if x]
-    ec = _exponents(C)
     lows, highs = [], []
     if ea and eb:   # frexp exponent of x*y is Ex + Ey or Ex + Ey - 1
         lows.append(min(a[0] for a in ea) + min(b[0] for b in eb) - 1 - 53)
         highs.append(max(a[1] for a in ea) + max(b[1] for b in eb) - 53)
-    if ec:
+    for ec in filter(None, map(_exponents, Cs)):
         lows.append(ec[0] - 53)
         highs.append(ec[1] - 53)
     if not lows:
-        return C.clone()
+        return [c.clone() for c in Cs] if many else Cs[0].clone()
     if min(lows) < -1074:
         raise ValueError("exact_gemm: products underflow binary64 (operands too small)")
     acc = ExactAccumulator(M, N, min(lows), max(highs), len(As) * len(Bs) * K + 1)
-    acc.add(C.unsqueeze(-1))
     for k0 in range(0, K, block_k):
         k1 = min(K, k0 + block_k)
         for a in As:
@@ -133,5 +139,9 @@ def exact_gemm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = Non
                 acc.add(a[:, None, k0:k1] * b.t()[None, :, k0:k1])    # (M, N, k) exact
         if progress is not None:
             progress(k1 - k0)
-    return acc.result()
-
+    outs = []
+    for c in Cs:
+        total = acc.copy()
+        total.add(c.unsqueeze(-1))
+        outs.append(total.result())
+    return outs if many else outs[0]
