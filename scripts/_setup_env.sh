@@ -35,7 +35,7 @@ TORCH_PIN="torch==$("$VPY" -c 'import torch; print(torch.__version__.split("+")[
 
 missing=()
 for spec in numpy:numpy pytest:pytest hypothesis:hypothesis ninja:ninja matplotlib:matplotlib \
-            graphviz:graphviz rich:rich tqdm:tqdm setuptools:setuptools; do
+            graphviz:graphviz rich:rich tqdm:tqdm setuptools:setuptools wheel:wheel; do
   mod=${spec%%:*}; pkg=${spec##*:}
   "$VPY" -c "import $mod" 2>/dev/null || missing+=("$pkg")
 done
