@@ -63,7 +63,7 @@ cat >"$ROOT/.venv/bin/mma-emu" <<PY
 #!$VPY
 import sys
 from torch_mma_emu.cli import main
-if __name__ == "__main__":   # spawned workers (reveal allreduce) re-import this file
+if __name__ == "__main__":
     sys.exit(main())
 PY
 chmod +x "$ROOT/.venv/bin/mma-emu"

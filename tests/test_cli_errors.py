@@ -20,6 +20,7 @@ BAD = [
     (["compare", "--arch", "sm99"], "unknown arch 'sm99'; supported: sm70"),
     (["archs", "--arch", "rtx9999"], "unknown arch 'rtx9999'"),
     (["reveal", "sum", "--n", "0"], "must be a positive integer"),
+    (["reveal", "sum", "--shape", "4,x", "--dim", "1"], "comma-separated positive integers"),
     (["reveal", "matmul", "--k", "-3"], "must be a positive integer"),
     (["reveal", "allreduce", "--world-size", "1"], "must be at least 2"),
     (["reveal", "allreduce", "--world-size", "2", "--backend", "foo"], "invalid choice: 'foo'"),

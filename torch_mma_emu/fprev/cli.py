@@ -51,7 +51,7 @@ def register(subparsers) -> None:
                                          "mma-emu reveal sum --n 32 --library numpy",
                                          "mma-emu reveal sum --shape 8,16 --dim 1 --out t.json"))
     s.add_argument("--n", type=positive_int, help="number of summands (1-D sum)")
-    s.add_argument("--shape", help="comma-separated shape, with --dim: sum over one dim")
+    s.add_argument("--shape", type=_shape, help="comma-separated shape, with --dim: sum over one dim")
     s.add_argument("--dim", type=int)
     s.add_argument("--library", default="torch", choices=("torch", "numpy"))
     _common(s)
@@ -104,6 +104,15 @@ def register(subparsers) -> None:
     rev.set_defaults(func=handler)
 
 
+def _shape(text: str) -> tuple:
+    """argparse type: a comma-separated shape of positive integers."""
+    try:
+        return tuple(positive_int(x.strip()) for x in text.split(","))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated positive integers such as "
+                                         f"8,16; got {text!r}") from None
+
+
 def _world_size(text: str) -> int:
     v = positive_int(text)
     if v < 2:
@@ -137,7 +146,7 @@ def handler(args) -> int:
             return _report_collective(res, args)
         vals = dict(dtype=_dt(args.dtype), big=args.big, unit=args.unit)
         if args.target == "sum":
-            shape = tuple(int(x) for x in args.shape.split(",")) if args.shape else None
+            shape = args.shape
             if shape is None and args.n is None:
                 raise ValueError("reveal sum needs --n or --shape with --dim")
             tree = reveal_sum(args.n, shape=shape, dim=args.dim, device=args.device,
