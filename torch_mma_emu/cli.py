@@ -6,9 +6,11 @@
     mma-emu reveal ...                accumulation order (torch_mma_emu.fprev)
     mma-emu probe ... / fit ...       feature probing and model fitting (torch_mma_emu.probe)
 
-Subcommands of other modules plug in through a ``register(subparsers)`` function (see
-``PLUGINS``).  Arguments are checked before any work: a bad value exits with code 2 and one
-line naming what is allowed.
+Subcommands of other modules plug in through a ``register(subparsers)`` function (add the
+module to ``PLUGINS``): it adds its parsers and ``set_defaults(func=run)`` (optionally
+``check=fn(args, parser)`` for checks across arguments, run before any work).  A bad value
+exits with code 2 and one line naming what is allowed (``Parser.error``; ValueError and
+TypeError from a command too); a closed stdout pipe ends quietly.
 """
 from __future__ import annotations
 
