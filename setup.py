@@ -100,14 +100,13 @@ def get_extensions():
 PACKAGES = find_packages(include=["torch_mma_emu", "torch_mma_emu.*"]) + [
     "torch_mma_emu.triton_kernels"]
 
-setup(
+SETUP = dict(
     name="torch-mma-emu",
     version="0.1.0",
     description="Bit-accurate emulation of GPU matrix units (Tensor Cores, Matrix Cores) for PyTorch",
     packages=PACKAGES,
     package_dir={"torch_mma_emu.triton_kernels": "triton_kernels"},
     package_data={"torch_mma_emu": ["py.typed"]},
-    ext_modules=get_extensions(),
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
     # the extension is compiled against this torch's C++ ABI: keep pip from swapping it
@@ -116,3 +115,6 @@ setup(
     extras_require={"test": ["pytest", "hypothesis"], "viz": ["matplotlib", "graphviz", "rich"]},
     entry_points={"console_scripts": ["mma-emu=torch_mma_emu.cli:main"]},
 )
+
+if __name__ == "__main__":   # setuptools runs setup.py as __main__; tests import its helpers
+    setup(ext_modules=get_extensions(), **SETUP)

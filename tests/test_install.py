@@ -86,3 +86,46 @@ def test_readme_install_line_in_a_fresh_venv(tmp_path):
     cli = subprocess.run([venv / "bin" / "mma-emu", "compare", "--arch", "sm90"],
                          cwd=tmp_path, env=env, capture_output=True, text=True)
     assert cli.returncode == 0 and "-0.75" in cli.stdout
+
+
+def _setup_module():
+    spec = importlib.util.spec_from_file_location("mma_emu_setup", ROOT / "setup.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)    # defines the helpers; setup() runs only as __main__
+    return mod
+
+
+@pytest.mark.parametrize("case,cuda,home,gpus,env,want", [
+    ("cpu torch", None, "/usr/local/cuda", [], {}, None),
+    ("no nvcc", "12.8", None, [(9, 0)], {}, None),
+    ("nvcc, no GPU, no arch list", "12.8", "/usr/local/cuda", [], {}, None),
+    ("arch list", "12.8", "/usr/local/cuda", [], {"TORCH_CUDA_ARCH_LIST": "8.0;9.0a"}, "8.0;9.0a"),
+    ("visible GPUs", "12.8", "/usr/local/cuda", [(8, 0), (9, 0), (8, 0)], {}, "8.0;9.0a"),
+    ("forced off", "12.8", "/usr/local/cuda", [(9, 0)], {"MMA_EMU_NO_CUDA": "1"}, None),
+])
+def test_cuda_targets(monkeypatch, case, cuda, home, gpus, env, want):
+    """The build's CUDA decision: never a crash, CPU only without a target."""
+    mod = _setup_module()
+    for k in ("TORCH_CUDA_ARCH_LIST", "MMA_EMU_NO_CUDA"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(mod.torch.version, "cuda", cuda)
+    monkeypatch.setattr(mod, "CUDA_HOME", home)
+    monkeypatch.setattr(mod.torch.cuda, "is_available", lambda: bool(gpus))
+    monkeypatch.setattr(mod.torch.cuda, "device_count", lambda: len(gpus))
+    monkeypatch.setattr(mod.torch.cuda, "get_device_capability", lambda i: gpus[i])
+    archs, why = mod._cuda_targets()
+    assert archs == want, (case, why)
+    assert why
+
+
+def test_setup_declares_the_layout_and_the_torch_pin():
+    mod = _setup_module()
+    assert "torch_mma_emu.triton_kernels" in mod.SETUP["packages"]
+    assert mod.SETUP["package_dir"] == {"torch_mma_emu.triton_kernels": "triton_kernels"}
+    major, minor = mod.TORCH_MINOR
+    assert f"torch>={major}.{minor},<{major}.{minor + 1}" in mod.SETUP["install_requires"]
+    if torch.version.cuda is None:    # a CPU torch: the CPU kernel only, whatever nvcc says
+        (ext,) = mod.get_extensions()
+        assert ext.sources and not [s for s in ext.sources if s.endswith(".cu")]
