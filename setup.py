@@ -46,13 +46,14 @@ def _import_installed_torch():
 
 
 torch = _import_installed_torch()
-TORCH_MINOR = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+TORCH_MINOR = MAJOR, MINOR = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
 if not TORCH_RANGE[0] <= TORCH_MINOR <= TORCH_RANGE[1]:
     sys.exit(f"torch-mma-emu supports torch 2.11-2.14; the installed torch is {torch.__version__} "
              f"({os.path.dirname(torch.__file__)}). Install a supported torch first, e.g. "
              "`pip install torch==2.13.0`.")
 
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension  # noqa: E402
+from torch.utils.cpp_extension import (  # noqa: E402  (after the torch check)
+    CUDA_HOME, BuildExtension, CppExtension, CUDAExtension)
 
 
 def _cuda_targets():
@@ -110,8 +111,7 @@ SETUP = dict(
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
     # the extension is compiled against this torch's C++ ABI: keep pip from swapping it
-    install_requires=[f"torch>={TORCH_MINOR[0]}.{TORCH_MINOR[1]},<{TORCH_MINOR[0]}.{TORCH_MINOR[1] + 1}",
-                      "numpy", "tqdm"],
+    install_requires=[f"torch>={MAJOR}.{MINOR},<{MAJOR}.{MINOR + 1}", "numpy", "tqdm"],
     extras_require={"test": ["pytest", "hypothesis"], "viz": ["matplotlib", "graphviz", "rich"]},
     entry_points={"console_scripts": ["mma-emu=torch_mma_emu.cli:main"]},
 )

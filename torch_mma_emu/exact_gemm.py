@@ -85,12 +85,6 @@ def exact_gemm(A: torch.Tensor, B: torch.Tensor, C=None, *, progress: Optional[C
     return outs if many else outs[0]
 
 
-def slice_products(A: torch.Tensor, B: torch.Tensor) -> int:
-    """How many slice products :func:`exact_gemm` computes (for a progress total)."""
-    beta = _beta(A.shape[1])
-    return len(split_exact(A.double(), 1, beta)) * len(split_exact(B.double(), 0, beta))
-
-
 def _check_no_underflow(As, Bs, beta) -> None:
     """A slice product's unit must be a normal binary64 power (>= 2**-1022 keeps every
     partial sum exact); else the splitting is not error-free."""

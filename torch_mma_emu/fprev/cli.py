@@ -51,7 +51,8 @@ def register(subparsers) -> None:
                                          "mma-emu reveal sum --n 32 --library numpy",
                                          "mma-emu reveal sum --shape 8,16 --dim 1 --out t.json"))
     s.add_argument("--n", type=positive_int, help="number of summands (1-D sum)")
-    s.add_argument("--shape", type=_shape, help="comma-separated shape, with --dim: sum over one dim")
+    s.add_argument("--shape", type=_shape,
+                   help="comma-separated shape, with --dim: sum over one dim")
     s.add_argument("--dim", type=int)
     s.add_argument("--library", default="torch", choices=("torch", "numpy"))
     _common(s)
