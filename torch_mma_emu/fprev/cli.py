@@ -102,6 +102,7 @@ def register(subparsers) -> None:
     a.add_argument("--verify", action="store_true")
     a.add_argument("--out", help="write the distinct trees (numbered) / JSON")
     a.add_argument("--json", action="store_true")
+    a.add_argument("--no-progress", action="store_true", help="no progress bar")
     rev.set_defaults(func=handler)
 
 
@@ -143,7 +144,8 @@ def handler(args) -> int:
     try:
         if args.target == "allreduce":
             res = reveal_allreduce(args.world_size, backend=args.backend, numel=args.numel,
-                                   op=args.op, dtype=_dt(args.dtype), verify=args.verify)
+                                   op=args.op, dtype=_dt(args.dtype), verify=args.verify,
+                                   progress=not args.no_progress and sys.stderr.isatty())
             return _report_collective(res, args)
         vals = dict(dtype=_dt(args.dtype), big=args.big, unit=args.unit)
         if args.target == "sum":

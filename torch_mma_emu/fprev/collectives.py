@@ -114,9 +114,12 @@ def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, d
         dist.destroy_process_group()
 
 
-def _run_workers(config: list, nprocs: int, tmp: str, timeout: float) -> None:
+def _run_workers(config: list, nprocs: int, tmp: str, timeout: float,
+                 progress: bool = False) -> None:
     """Start ``nprocs`` worker processes running :func:`_worker` and wait for them; the
-    first failing rank's last stderr line becomes an :class:`FPRevError`."""
+    first failing rank's last stderr line becomes an :class:`FPRevError`.  ``progress``:
+    a bar of finished ranks, with the time spent, on stderr."""
+    from tqdm import tqdm
     cfg = os.path.join(tmp, "config.json")
     with open(cfg, "w") as f:
         json.dump(config, f)
@@ -125,6 +128,8 @@ def _run_workers(config: list, nprocs: int, tmp: str, timeout: float) -> None:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     procs, logs = [], []
+    bar = tqdm(total=nprocs, desc="collective workers done", unit="rank", leave=False,
+               disable=not progress, file=sys.stderr)
     try:
         for rank in range(nprocs):
             log = open(os.path.join(tmp, f"rank{rank}.err"), "w+")
@@ -139,7 +144,9 @@ def _run_workers(config: list, nprocs: int, tmp: str, timeout: float) -> None:
                 break
             if time.monotonic() > deadline:
                 raise FPRevError(f"collective probes did not finish within {timeout} s")
-            time.sleep(0.05)
+            bar.update(sum(p.poll() is not None for p in procs) - bar.n)
+            bar.refresh()                              # the elapsed time moves on
+            time.sleep(0.1)
         for r, p in enumerate(procs):
             if p.poll() not in (None, 0):
                 logs[r].seek(0)
@@ -147,6 +154,7 @@ def _run_workers(config: list, nprocs: int, tmp: str, timeout: float) -> None:
                 why = lines[-1] if lines else f"exit code {p.returncode}"
                 raise FPRevError(f"collective worker rank {r} failed: {why}")
     finally:
+        bar.close()
         for p in procs:
             if p.poll() is None:
                 p.kill()
@@ -257,7 +265,8 @@ def _tables(res: torch.Tensor, ws: int, values: ProbeValues) -> list:
 
 
 def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
-                      dtype=torch.float32, verify=False, timeout=300, checks=4):
+                      dtype=torch.float32, verify=False, timeout=300, checks=4,
+                      progress=False):
     """Reveal ``torch.distributed.all_reduce`` (or ``reduce_scatter``) with SUM.
 
     ``world_size``: an int, or a list of ints to reveal several sizes with one process
@@ -283,7 +292,7 @@ def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
         init_file = os.path.join(tmp, "rendezvous")
         config = [max_ws, sorted(set(sizes)), init_file, tmp, backend, op, numel,
                   str(dtype).replace("torch.", ""), values.big, values.unit, repeats, checks]
-        _run_workers(config, max_ws, tmp, timeout)
+        _run_workers(config, max_ws, tmp, timeout, progress)
         results = {}
         for ws in sorted(set(sizes)):
             saved = [torch.load(os.path.join(tmp, f"ws{ws}_rank{r}.pt")) for r in range(ws)]

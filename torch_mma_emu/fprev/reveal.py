@@ -201,11 +201,12 @@ def reveal_matmul(m: int, n: int, k: int, mm="torch", *, dtype=torch.float32, de
 
 def reveal_allreduce(world_size, backend: str = "gloo", numel: int = 16, *,
                      op: str = "all_reduce", dtype=torch.float32, verify: bool = False,
-                     timeout: float = 300, checks: int = 4):
+                     timeout: float = 300, checks: int = 4, progress: bool = False):
     """torch.distributed.all_reduce (``op="reduce_scatter"``: reduce_scatter_tensor) with
     SUM over ``world_size`` spawned processes.  Returns a
     :class:`~.collectives.CollectiveReveal`: the distinct trees and the element ranges they
     apply to.  A list of world sizes reveals each of them with one process start.
-    ``checks`` random-data collectives must be reproduced by replaying the trees."""
+    ``checks`` random-data collectives must be reproduced by replaying the trees.
+    ``progress``: a bar of finished worker processes on stderr."""
     return reveal_collective(world_size, op=op, backend=backend, numel=numel, dtype=dtype,
-                             verify=verify, timeout=timeout, checks=checks)
+                             verify=verify, timeout=timeout, checks=checks, progress=progress)
