@@ -102,3 +102,9 @@ def test_random_compare_shows_progress_on_request(capsys):
     err = capsys.readouterr().err
     assert "compare --random" in err            # tqdm's bar, on stderr
     assert [r[:3] for r in rows] == [["sm90", "fp16", "fp32"], ["sm90", "fp16", "fp16"]]
+
+
+def test_compare_arch_aliases_give_one_row(capsys):
+    assert main(["compare", "--arch", "H100", "--arch", "sm90", "--arch", "hopper"]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("sm90")]
+    assert len(rows) == 1

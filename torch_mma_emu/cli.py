@@ -185,7 +185,7 @@ def random_table(archs, size, seed, formats=None, progress=False):
 
 
 def cmd_compare(args) -> int:
-    archs = args.arch or registry.archs()
+    archs = list(dict.fromkeys(args.arch)) if args.arch else registry.archs()  # H100 = sm90
     if args.random:
         hdr, rows = random_table(archs, args.size, args.seed, args.format,
                                  progress=not args.no_progress and sys.stderr.isatty())
@@ -292,7 +292,7 @@ def _check_compare(args, parser) -> None:
         return
     args.size = 128 if args.size is None else args.size
     args.seed = 0 if args.seed is None else args.seed
-    archs = args.arch or registry.archs()
+    archs = list(dict.fromkeys(args.arch)) if args.arch else registry.archs()  # H100 = sm90
     if not random_jobs(archs, args.format):
         parser.error(f"no selected arch ({', '.join(archs)}) has input format "
                      f"{' or '.join(args.format)}; see mma-emu archs")
