@@ -1,47 +1,120 @@
-"""Builds torch_mma_emu._C: the CPU kernel always, the CUDA kernel when torch has CUDA and
-nvcc is found (TORCH_CUDA_ARCH_LIST is respected; MMA_EMU_NO_CUDA=1 forces a CPU build)."""
+"""Builds torch_mma_emu._C against the torch that is already installed (2.11-2.14).
+
+The CPU kernel is always built.  The CUDA kernel is added when torch has CUDA, nvcc is found
+and there is a target: a visible GPU (its compute capabilities) or TORCH_CUDA_ARCH_LIST.
+Without either (a build machine with nvcc but no GPU), only the CPU kernel is built: no
+default arch list is guessed.  Switches: MMA_EMU_NO_CUDA=1 (CPU only), MMA_EMU_NATIVE=1
+(-march=native), TORCH_CUDA_ARCH_LIST="8.0;9.0a" (CUDA for those archs).
+
+pyproject.toml declares no torch build requirement, so pip's build isolation never downloads
+a torch: the torch the package will run with is used (found in the target environment when
+pip hides it, see _import_installed_torch).
+"""
 import glob
 import os
+import subprocess
+import sys
 
 from setuptools import find_packages, setup
-from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
-import torch
+TORCH_RANGE = ((2, 11), (2, 14))    # supported minor versions, both included
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-cpp_sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp"))
-cuda_sources = sorted(glob.glob("csrc/cuda/*.cu"))
 
-with_cuda = (torch.version.cuda is not None and CUDA_HOME is not None
-             and os.environ.get("MMA_EMU_NO_CUDA", "0") != "1")
+def _import_installed_torch():
+    """torch as this interpreter sees it outside pip's isolated build environment."""
+    try:
+        import torch
+        return torch
+    except ImportError:
+        pass
+    # pip's build isolation hides the target environment's site-packages; ask a plain
+    # interpreter of the same environment where its torch lives and use that one
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+    probe = ("import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))")
+    try:
+        out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True,
+                             text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        out = None
+    if out is None or out.returncode != 0:
+        sys.exit("torch-mma-emu builds against the torch already installed, and none was found.\n"
+                 "Install torch 2.11-2.14 first (e.g. `pip install torch==2.13.0`, CPU or CUDA "
+                 "build from pytorch.org), then run `pip install .` again.")
+    sys.path.append(out.stdout.strip().splitlines()[-1])   # after the build tools
+    import torch
+    return torch
 
-# -ffp-contract=off: the FTZ-AddMul / FMA paths rely on separately rounded IEEE operations.
-cxx_flags = ["-O3", "-std=c++20", "-ffp-contract=off", "-fno-fast-math"]
-if os.environ.get("MMA_EMU_NATIVE", "0") == "1":
-    cxx_flags.append("-march=native")
-extra = {"cxx": cxx_flags}
-if with_cuda and "TORCH_CUDA_ARCH_LIST" not in os.environ and torch.cuda.is_available():
-    # wgmma (the sm90 instruction kernel) needs the arch-specific target sm_90a
-    caps = {torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}
-    os.environ["TORCH_CUDA_ARCH_LIST"] = ";".join(
-        f"{ma}.{mi}a" if (ma, mi) == (9, 0) else f"{ma}.{mi}" for ma, mi in sorted(caps))
-if with_cuda:
-    extra["nvcc"] = ["-O3", "-std=c++20", "--fmad=false", "-lineinfo"]
-    ext = CUDAExtension("torch_mma_emu._C", cpp_sources + cuda_sources, extra_compile_args=extra,
-                        define_macros=[("MMA_EMU_WITH_CUDA", "1")])
-else:
-    ext = CppExtension("torch_mma_emu._C", cpp_sources, extra_compile_args=extra)
 
-setup(
+torch = _import_installed_torch()
+TORCH_MINOR = MAJOR, MINOR = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
+if not TORCH_RANGE[0] <= TORCH_MINOR <= TORCH_RANGE[1]:
+    sys.exit(f"torch-mma-emu supports torch 2.11-2.14; the installed torch is {torch.__version__} "
+             f"({os.path.dirname(torch.__file__)}). Install a supported torch first, e.g. "
+             "`pip install torch==2.13.0`.")
+
+from torch.utils.cpp_extension import (  # noqa: E402  (after the torch check)
+    CUDA_HOME, BuildExtension, CppExtension, CUDAExtension)
+
+
+def _cuda_targets():
+    """The TORCH_CUDA_ARCH_LIST to build for, or None for a CPU-only build (and why)."""
+    if os.environ.get("MMA_EMU_NO_CUDA", "0") == "1":
+        return None, "MMA_EMU_NO_CUDA=1"
+    if torch.version.cuda is None:
+        return None, f"torch {torch.__version__} has no CUDA"
+    if CUDA_HOME is None:
+        return None, "nvcc not found (set CUDA_HOME)"
+    if os.environ.get("TORCH_CUDA_ARCH_LIST"):
+        return os.environ["TORCH_CUDA_ARCH_LIST"], "TORCH_CUDA_ARCH_LIST"
+    if torch.cuda.is_available() and torch.cuda.device_count():
+        # wgmma (the sm90 instruction kernel) needs the arch-specific target sm_90a
+        caps = sorted({torch.cuda.get_device_capability(i)
+                       for i in range(torch.cuda.device_count())})
+        return ";".join(f"{ma}.{mi}a" if (ma, mi) == (9, 0) else f"{ma}.{mi}"
+                        for ma, mi in caps), "the visible GPUs"
+    return None, "no visible GPU and no TORCH_CUDA_ARCH_LIST (set it to build CUDA, e.g. '9.0a')"
+
+
+def get_extensions():
+    cpp_sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp"))
+    cuda_sources = sorted(glob.glob("csrc/cuda/*.cu"))
+    # -ffp-contract=off: the FTZ-AddMul / FMA paths rely on separately rounded IEEE operations
+    cxx_flags = ["-O3", "-std=c++20", "-ffp-contract=off", "-fno-fast-math"]
+    if os.environ.get("MMA_EMU_NATIVE", "0") == "1":
+        cxx_flags.append("-march=native")
+    archs, why = _cuda_targets()
+    if archs is None:
+        print(f"[torch-mma-emu] building the CPU kernel only: {why}", file=sys.stderr)
+        return [CppExtension("torch_mma_emu._C", cpp_sources,
+                             extra_compile_args={"cxx": cxx_flags})]
+    os.environ["TORCH_CUDA_ARCH_LIST"] = archs
+    print(f"[torch-mma-emu] building the CPU and CUDA kernels for {archs} ({why})",
+          file=sys.stderr)
+    extra = {"cxx": cxx_flags, "nvcc": ["-O3", "-std=c++20", "--fmad=false", "-lineinfo"]}
+    return [CUDAExtension("torch_mma_emu._C", cpp_sources + cuda_sources,
+                          extra_compile_args=extra,
+                          define_macros=[("MMA_EMU_WITH_CUDA", "1")])]
+
+
+# the top-level triton_kernels/ folder (product card layout) installs as a subpackage: a
+# top-level import name `triton_kernels` would collide with an existing package
+PACKAGES = find_packages(include=["torch_mma_emu", "torch_mma_emu.*"]) + [
+    "torch_mma_emu.triton_kernels"]
+
+SETUP = dict(
     name="torch-mma-emu",
     version="0.1.0",
     description="Bit-accurate emulation of GPU matrix units (Tensor Cores, Matrix Cores) for PyTorch",
-    packages=find_packages(include=["torch_mma_emu", "torch_mma_emu.*"]),
+    packages=PACKAGES,
+    package_dir={"torch_mma_emu.triton_kernels": "triton_kernels"},
     package_data={"torch_mma_emu": ["py.typed"]},
-    ext_modules=[ext],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
-    install_requires=["torch>=2.11", "numpy", "tqdm"],
+    # the extension is compiled against this torch's C++ ABI: keep pip from swapping it
+    install_requires=[f"torch>={MAJOR}.{MINOR},<{MAJOR}.{MINOR + 1}", "numpy", "tqdm"],
     extras_require={"test": ["pytest", "hypothesis"], "viz": ["matplotlib", "graphviz", "rich"]},
     entry_points={"console_scripts": ["mma-emu=torch_mma_emu.cli:main"]},
 )
+
+if __name__ == "__main__":   # setuptools runs setup.py as __main__; tests import its helpers
+    setup(ext_modules=get_extensions(), **SETUP)

@@ -44,7 +44,7 @@ TORCH_PIN="torch==$("$VPY" -c 'import torch; print(torch.__version__.split("+")[
 
 missing=()
 for spec in numpy:numpy pytest:pytest hypothesis:hypothesis ninja:ninja matplotlib:matplotlib \
-            graphviz:graphviz rich:rich tqdm:tqdm setuptools:setuptools; do
+            graphviz:graphviz rich:rich tqdm:tqdm setuptools:setuptools wheel:wheel; do
   mod=${spec%%:*}; pkg=${spec##*:}
   "$VPY" -c "import $mod" 2>/dev/null || missing+=("$pkg")
 done
@@ -81,7 +81,7 @@ cat >"$ROOT/.venv/bin/mma-emu" <<PY
 #!$VPY
 import sys
 from torch_mma_emu.cli import main
-if __name__ == "__main__":   # spawned workers (reveal allreduce) re-import this file
+if __name__ == "__main__":
     sys.exit(main())
 PY
 chmod +x "$ROOT/.venv/bin/mma-emu"

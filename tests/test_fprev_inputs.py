@@ -62,7 +62,7 @@ def test_reveal_checks_device_n_and_dim():
 @pytest.mark.parametrize("argv,msg", [
     (["reveal", "sum", "--n", "16", "--out", "t.jpg"], "must end with one of"),
     (["reveal", "sum", "--n", "16", "--out", "/no/such/folder/t.png"], "no folder"),
-    (["reveal", "allreduce", "--world-size", "2", "--backend", "foo"], "--backend must be"),
+    (["reveal", "allreduce", "--world-size", "2", "--backend", "foo"], "invalid choice: 'foo'"),
     (["reveal", "sum", "--n", "4", "--shape", "4,8", "--dim", "5"], "not a dimension")])
 def test_cli_errors_before_any_work(capsys, argv, msg):
     assert main(argv) == 2

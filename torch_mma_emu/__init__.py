@@ -6,6 +6,10 @@
     with tme.emulate("MI300X"): model(x)            # every matmul in a model as on an MI300X
     tme.native_mm(A, B, backend="cublas")           # the same product on the real GPU
 """
+from . import _dev_layout
+
+_dev_layout.install(__path__[0])  # checkout: torch_mma_emu.triton_kernels -> triton_kernels/
+
 from .formats import FORMATS, get_format
 from .registry import archs, instructions, spec
 from .spec import Spec

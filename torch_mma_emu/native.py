@@ -185,9 +185,9 @@ def native_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None
     partial sums to fp32 every few K blocks).  Raises ValueError for CPU tensors.
     """
     fn = "native_mm"
+    if backend not in BACKENDS:     # the arguments first: they are wrong on any machine
+        raise ValueError(f"{fn}: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
     _need_cuda(fn, A, B, C)
-    if backend not in BACKENDS:
-        raise ValueError(f"{fn}: backend must be one of {BACKENDS}, got {backend!r}")
     fa, fb = _formats(A, B, in_format, fn)
     odt = _out_dtype(fa, out_dtype, fn)
     if C is not None and not C.dtype.is_floating_point:

@@ -50,6 +50,24 @@ def _operand_format(t: torch.Tensor, in_format: Optional[str], which: str) -> Fo
     return fmt
 
 
+_OPERAND_DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.uint8] + [
+    getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+                                "float8_e5m2fnuz") if hasattr(torch, n)]
+
+
+def _spec_operand_format(t: torch.Tensor, want: str, which: str) -> Format:
+    """The format a Spec (passed as ``arch``, no ``in_format``) takes for an operand, when
+    the operand's dtype can hold it."""
+    own = format_of_dtype(t.dtype) if t.dtype.is_floating_point else None
+    if want in _AMBIGUOUS.get(t.dtype, ()) or (own is not None and own.name == want):
+        return get_format(want)
+    fits = [str(dt) for dt in _OPERAND_DTYPES
+            if want in _AMBIGUOUS.get(dt, ()) or getattr(format_of_dtype(dt), "name", "") == want]
+    raise TypeError(f"emulated_mm: the Spec given as arch takes {want} for {which}, but {which} "
+                    f"has dtype {t.dtype}" + (f" ({own.name})" if own is not None else "")
+                    + f"; give {which} as {' or '.join(fits) or 'a tensor of that format'}")
+
+
 def _scale_format(t: Optional[torch.Tensor]) -> Optional[str]:
     if t is None:
         return None
@@ -90,12 +108,14 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
         arch = arch.to_string()
     if not isinstance(arch, str):
         raise TypeError(f"emulated_mm: arch must be an arch name or a Spec, got {type(arch)}")
-    if in_format is None and arch.startswith("spec:"):
+    if in_format is None and arch.startswith("spec:"):   # the Spec says the formats
         sp = Spec.from_string(arch)
-        in_format = f"{sp.fmt_a.name},{sp.fmt_b.name}"
-    fmt_a, _, fmt_b = (in_format or "").partition(",")
-    fa = _operand_format(A, fmt_a or None, "A")
-    fb = _operand_format(B, (fmt_b or fmt_a) or None, "B")
+        fa = _spec_operand_format(A, sp.fmt_a.name, "A")
+        fb = _spec_operand_format(B, sp.fmt_b.name, "B")
+    else:
+        fmt_a, _, fmt_b = (in_format or "").partition(",")
+        fa = _operand_format(A, fmt_a or None, "A")
+        fb = _operand_format(B, (fmt_b or fmt_a) or None, "B")
     sf = _scale_format(scale_a)
     if (scale_a is None) != (scale_b is None):
         raise ValueError("emulated_mm: give both scale_a and scale_b, or neither")
@@ -239,6 +259,15 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
             raise ValueError(f"emulated_mm: scales must have shapes (..., {M}, {nblk}) and "
                              f"(..., {nblk}, {N}) for block size {s.block_size}; got "
                              f"{tuple(scale_a.shape)} and {tuple(scale_b.shape)}")
+        for name, sc in (("scale_a", scale_a), ("scale_b", scale_b)):
+            try:
+                ok = tuple(torch.broadcast_shapes(sc.shape[:-2], batch)) == tuple(batch)
+            except RuntimeError:
+                ok = False
+            if not ok:
+                raise ValueError(f"emulated_mm: {name} has batch dimensions "
+                                 f"{tuple(sc.shape[:-2])} that do not broadcast to the "
+                                 f"product's batch {tuple(batch)}")
         sa3 = _flat3(scale_a, batch, M, nblk).view(torch.uint8)
         sb3 = _flat3(scale_b, batch, nblk, N).view(torch.uint8)
     if s.op in ("fma", "ftz_addmul"):
@@ -352,6 +381,21 @@ def _fake_gemm(a, b, c, scale_a, scale_b, params):
 
 
 torch.library.register_fake("mma_emu::_gemm")(_fake_gemm)
+
+_OP_DOC = """mma_emu::emulated_mm(A, B, C=None, scale_a=None, scale_b=None, *, arch="sm90",
+in_format=None, out_dtype=None, instruction=None, c_mode="chain") -> Tensor
+
+D = C + A @ B bit for bit as arch's matrix unit (NVIDIA Tensor Core, AMD Matrix Core)
+computes it.  The custom op behind torch_mma_emu.emulated_mm (which documents every argument
+and also takes a Spec as arch): fake kernel and autograd registered, CPU and CUDA kernels,
+works under torch.compile(fullgraph=True).  arch: an arch name or alias (tme.archs()) or a
+serialised Spec ("spec:..."); in_format: "tf32"/"xf32" for float32, "fp4_e2m1"/"fp6_e2m3"/
+"fp6_e3m2" for uint8 codes, "fmtA,fmtB" when A and B differ; out_dtype: float32 (default),
+float16, float64 (fp64 inputs); c_mode: "chain" (C is the initial accumulator) or "epilogue";
+scale_a (..., M, ceil(K/bs)) / scale_b (..., ceil(K/bs), N): MX (E8M0) or NVFP4 (E4M3) block
+scales.  Bad arguments raise ValueError / TypeError saying what is allowed."""
+torch.ops.mma_emu.emulated_mm.__doc__ = _OP_DOC   # help(torch.ops.mma_emu.emulated_mm)
+torch.ops.mma_emu.emulated_mm.default.__doc__ = _OP_DOC
 
 
 def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *,

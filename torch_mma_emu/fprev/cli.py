@@ -12,6 +12,9 @@ import json
 import os
 import sys
 
+from ..cli import Parser, examples, positive_int
+from .collectives import BACKENDS
+
 DTYPES = ("float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
           "float8_e4m3fnuz", "float8_e5m2fnuz")
 OUT_SUFFIXES = (".png", ".svg", ".pdf", ".dot", ".txt", ".json")
@@ -36,30 +39,45 @@ def register(subparsers) -> None:
     """Add the ``reveal`` command to an ``argparse`` sub-parser collection."""
     rev = subparsers.add_parser(
         "reveal", help="reveal the accumulation order of a sum, matmul or collective (FPRev)",
-        description="Reveal the summation tree an implementation really uses (seed 001).")
+        description="Reveal the summation tree an implementation really uses (seed 001).",
+        epilog=examples("mma-emu reveal sum --n 64",
+                        "mma-emu reveal matmul --k 32 --backend emulated --arch sm80 "
+                        "--dtype float16 --out tree.png",
+                        "mma-emu reveal allreduce --world-size 4", "mma-emu reveal sum --help"))
     kinds = rev.add_subparsers(dest="target", required=True, metavar="TARGET")
 
-    s = kinds.add_parser("sum", help="torch.sum (or numpy.sum) of n elements / over a dim")
-    s.add_argument("--n", type=int, help="number of summands (1-D sum)")
-    s.add_argument("--shape", help="comma-separated shape, with --dim: sum over one dim")
+    s = kinds.add_parser("sum", help="torch.sum (or numpy.sum) of n elements / over a dim",
+                         epilog=examples("mma-emu reveal sum --n 64",
+                                         "mma-emu reveal sum --n 32 --library numpy",
+                                         "mma-emu reveal sum --shape 8,16 --dim 1 --out t.json"))
+    s.add_argument("--n", type=positive_int, help="number of summands (1-D sum)")
+    s.add_argument("--shape", type=_shape,
+                   help="comma-separated shape, with --dim: sum over one dim")
     s.add_argument("--dim", type=int)
     s.add_argument("--library", default="torch", choices=("torch", "numpy"))
     _common(s)
 
-    d = kinds.add_parser("dot", help="torch.dot (or numpy.dot) of two n-vectors")
-    d.add_argument("--n", type=int, required=True)
+    d = kinds.add_parser("dot", help="torch.dot (or numpy.dot) of two n-vectors",
+                         epilog=examples("mma-emu reveal dot --n 64 --dtype float16"))
+    d.add_argument("--n", type=positive_int, required=True)
     d.add_argument("--library", default="torch", choices=("torch", "numpy"))
     _common(d)
 
-    v = kinds.add_parser("mv", help="torch.mv of an m x n matrix")
-    v.add_argument("--m", type=int, default=64)
-    v.add_argument("--n", type=int, required=True)
+    v = kinds.add_parser("mv", help="torch.mv of an m x n matrix",
+                         epilog=examples("mma-emu reveal mv --n 128"))
+    v.add_argument("--m", type=positive_int, default=64)
+    v.add_argument("--n", type=positive_int, required=True)
     _common(v)
 
-    m = kinds.add_parser("matmul", help="an (m x k) @ (k x n) product, summing over k")
-    m.add_argument("--m", type=int, default=64)
-    m.add_argument("--n", type=int, default=8)
-    m.add_argument("--k", type=int, required=True)
+    m = kinds.add_parser("matmul", help="an (m x k) @ (k x n) product, summing over k",
+                         epilog=examples("mma-emu reveal matmul --k 256",
+                                         "mma-emu reveal matmul --k 32 --backend emulated "
+                                         "--arch sm80 --dtype float16 --out tree.png",
+                                         "mma-emu reveal matmul --k 64 --backend cublas "
+                                         "--device cuda --dtype bfloat16"))
+    m.add_argument("--m", type=positive_int, default=64)
+    m.add_argument("--n", type=positive_int, default=8)
+    m.add_argument("--k", type=positive_int, required=True)
     m.add_argument("--backend", default="torch",
                    choices=("torch", "emulated", "reference", "cublas", "triton"))
     m.add_argument("--arch", default="sm90", help="arch for emulated/reference")
@@ -74,16 +92,37 @@ def register(subparsers) -> None:
                    "for emulated_mm(schedule=...) / mma-emu compare --schedule")
     _common(m)
 
-    a = kinds.add_parser("allreduce", help="torch.distributed all_reduce / reduce_scatter")
-    a.add_argument("--world-size", type=int, required=True)
-    a.add_argument("--numel", type=int, default=16)
+    a = kinds.add_parser("allreduce", help="torch.distributed all_reduce / reduce_scatter",
+                         epilog=examples("mma-emu reveal allreduce --world-size 4",
+                                         "mma-emu reveal allreduce --world-size 3 --op "
+                                         "reduce_scatter --numel 12 --out trees.json"))
+    a.add_argument("--world-size", type=_world_size, required=True)
+    a.add_argument("--numel", type=positive_int, default=16)
     a.add_argument("--op", default="all_reduce", choices=("all_reduce", "reduce_scatter"))
-    a.add_argument("--backend", default="gloo")
+    a.add_argument("--backend", default="gloo", choices=BACKENDS,
+                   help="torch.distributed backend (checked for this machine before starting)")
     a.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     a.add_argument("--verify", action="store_true")
     a.add_argument("--out", help="write the distinct trees (numbered) / JSON")
     a.add_argument("--json", action="store_true")
+    a.add_argument("--no-progress", action="store_true", help="no progress bar")
     rev.set_defaults(func=handler)
+
+
+def _shape(text: str) -> tuple:
+    """argparse type: a comma-separated shape of positive integers."""
+    try:
+        return tuple(positive_int(x.strip()) for x in text.split(","))
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated positive integers such as "
+                                         f"8,16; got {text!r}") from None
+
+
+def _world_size(text: str) -> int:
+    v = positive_int(text)
+    if v < 2:
+        raise argparse.ArgumentTypeError(f"must be at least 2, got {v}")
+    return v
 
 
 def _opts(args) -> dict:
@@ -98,29 +137,22 @@ def _dt(name):
 
 def handler(args) -> int:
     """Run ``mma-emu reveal ...``; returns the exit code."""
-    from torch.multiprocessing.spawn import ProcessException
-
     from . import (FPRevError, reveal_allreduce, reveal_dot, reveal_matmul, reveal_mv,
                    reveal_sum)
     if args.out:            # before any work: a bad path should not cost a revelation
         why = _bad_out(args.out)
         if why:
-            print(f"error: --out {args.out}: {why}", file=sys.stderr)
+            print(f"mma-emu reveal: error: --out {args.out}: {why}", file=sys.stderr)
             return 2
     try:
         if args.target == "allreduce":
-            import torch
-            if args.backend not in ("gloo", "nccl", "mpi", "ucc"):
-                raise ValueError(f"--backend must be gloo, nccl, mpi or ucc, got "
-                                 f"{args.backend!r}")
-            if args.backend == "nccl" and not torch.cuda.is_available():
-                raise ValueError("--backend nccl needs CUDA devices; use gloo on the CPU")
             res = reveal_allreduce(args.world_size, backend=args.backend, numel=args.numel,
-                                   op=args.op, dtype=_dt(args.dtype), verify=args.verify)
+                                   op=args.op, dtype=_dt(args.dtype), verify=args.verify,
+                                   progress=not args.no_progress and sys.stderr.isatty())
             return _report_collective(res, args)
         vals = dict(dtype=_dt(args.dtype), big=args.big, unit=args.unit)
         if args.target == "sum":
-            shape = tuple(int(x) for x in args.shape.split(",")) if args.shape else None
+            shape = args.shape
             if shape is None and args.n is None:
                 raise ValueError("reveal sum needs --n or --shape with --dim")
             tree = reveal_sum(args.n, shape=shape, dim=args.dim, device=args.device,
@@ -144,10 +176,7 @@ def handler(args) -> int:
                                  batch=not args.no_batch, mm_kwargs=mm_kwargs, **vals,
                                  **_opts(args))
     except (FPRevError, ValueError, TypeError, RuntimeError, IndexError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except ProcessException as e:  # a failed worker of a collective: its last line
-        print(f"error: {str(e).strip().splitlines()[-1]}", file=sys.stderr)
+        print(f"mma-emu reveal: error: {_one_line(e)}", file=sys.stderr)
         return 2
     meta = tree.meta
     print(f"{meta['target']}: {tree.describe()}")
@@ -159,7 +188,7 @@ def handler(args) -> int:
         try:
             _write(tree, args.out)
         except (OSError, RuntimeError, ImportError) as e:
-            print(f"error: writing {args.out}: {e}", file=sys.stderr)
+            print(f"mma-emu reveal: error: writing {args.out}: {e}", file=sys.stderr)
             return 2
         print(f"wrote {args.out}")
     if getattr(args, "schedule_out", None):
@@ -175,6 +204,10 @@ def handler(args) -> int:
             return 2
         print(f"wrote schedule {args.schedule_out} ({d['describe']})")
     return 0
+
+
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def _bad_out(path: str) -> str:
@@ -223,7 +256,7 @@ def _report_collective(res, args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="mma-emu")
+    parser = Parser(prog="mma-emu")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.func(args)

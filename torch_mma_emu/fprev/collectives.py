@@ -8,13 +8,20 @@ give the full LCA-size matrix of every position at once.  Each position's tree i
 from its matrix (Algorithm 4 on a table) and checked against all of it; positions are then
 grouped into ranges with the same tree.
 
-Processes are started with ``torch.multiprocessing`` (spawn) and rendezvous through a file;
-several world sizes can share one start (sub-groups of the largest world).
+Workers are started as ``python -m torch_mma_emu.fprev.collective_worker`` processes (they
+never re-import the caller's ``__main__``, so a plain script or a notebook works without a
+main guard) and rendezvous through a file; several world sizes can share one start
+(sub-groups of the largest world).  A backend this machine cannot run is refused before any
+process starts.
 """
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -24,6 +31,30 @@ from .probes import ProbeValues, check_dtype
 from .tree import SumTree
 
 OPS = ("all_reduce", "reduce_scatter")
+BACKENDS = ("gloo", "nccl", "ucc", "mpi")
+
+
+def check_backend(backend: str, world_size: int) -> None:
+    """Refuse, before any process starts, a backend this machine cannot run."""
+    import torch.distributed as dist
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if not dist.is_available():
+        raise RuntimeError("torch.distributed is not available in this torch build")
+    if backend == "mpi":
+        raise ValueError("backend 'mpi' is not supported: MPI ranks are started by mpirun, "
+                         "not by reveal_allreduce; use gloo (CPU), nccl (GPUs) or ucc")
+    if backend == "nccl":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if not dist.is_nccl_available() or n < world_size:
+            raise ValueError(f"backend 'nccl' needs one CUDA device per rank ({world_size}); "
+                             f"this machine has {n}" + ("" if dist.is_nccl_available() else
+                                                        " and torch has no NCCL")
+                             + "; use backend='gloo' on the CPU")
+    if backend == "gloo" and not dist.is_gloo_available():
+        raise ValueError("backend 'gloo' is not available in this torch build")
+    if backend == "ucc" and not dist.is_ucc_available():
+        raise ValueError("backend 'ucc' is not available in this torch build; use gloo")
 
 
 def _pairs(ws: int) -> list:
@@ -34,6 +65,10 @@ def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, d
             big, unit, repeats, checks):
     import torch.distributed as dist
     dtype = getattr(torch, dtype_name)
+    dev = torch.device("cpu")
+    if backend == "nccl":      # one GPU per rank
+        dev = torch.device("cuda", rank)
+        torch.cuda.set_device(dev)
     dist.init_process_group(backend, init_method="file://" + init_file, rank=rank,
                             world_size=max_ws)
     try:
@@ -48,12 +83,12 @@ def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, d
                 res = []
                 for i, j in pairs:
                     x = torch.full((numel,), big if rank == i else -big if rank == j else unit,
-                                   dtype=dtype)
+                                   dtype=dtype, device=dev)
                     if op == "all_reduce":
                         dist.all_reduce(x, group=groups[ws])
                         res.append(x.to(torch.float64))
                     else:
-                        out = torch.empty(numel // ws, dtype=dtype)
+                        out = torch.empty(numel // ws, dtype=dtype, device=dev)
                         dist.reduce_scatter_tensor(out, x, group=groups[ws])
                         res.append(out.to(torch.float64))
                 if rep:
@@ -64,19 +99,68 @@ def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, d
             xs = torch.randn(checks, numel, generator=g, dtype=torch.float64).to(dtype)
             ys = []
             for x in xs:
-                x = x.clone()
+                x = x.to(dev, copy=True)   # all_reduce works in place
                 if op == "all_reduce":
                     dist.all_reduce(x, group=groups[ws])
                     ys.append(x.to(torch.float64))
                 else:
-                    out = torch.empty(numel // ws, dtype=dtype)
+                    out = torch.empty(numel // ws, dtype=dtype, device=dev)
                     dist.reduce_scatter_tensor(out, x, group=groups[ws])
                     ys.append(out.to(torch.float64))
-            torch.save({"probes": torch.stack(outs), "x": xs.to(torch.float64),
-                        "y": torch.stack(ys) if ys else torch.zeros(0)},
+            torch.save({"probes": torch.stack(outs).cpu(), "x": xs.to(torch.float64),
+                        "y": torch.stack(ys).cpu() if ys else torch.zeros(0)},
                        os.path.join(out_dir, f"ws{ws}_rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
+
+
+def _run_workers(config: list, nprocs: int, tmp: str, timeout: float,
+                 progress: bool = False) -> None:
+    """Start ``nprocs`` worker processes running :func:`_worker` and wait for them; the
+    first failing rank's last stderr line becomes an :class:`FPRevError`.  ``progress``:
+    a bar of finished ranks, with the time spent, on stderr."""
+    from tqdm import tqdm
+    cfg = os.path.join(tmp, "config.json")
+    with open(cfg, "w") as f:
+        json.dump(config, f)
+    # the workers import this package from where this process found it
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    procs, logs = [], []
+    bar = tqdm(total=nprocs, desc="collective workers done", unit="rank", leave=False,
+               disable=not progress, file=sys.stderr)
+    try:
+        for rank in range(nprocs):
+            log = open(os.path.join(tmp, f"rank{rank}.err"), "w+")
+            logs.append(log)
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "torch_mma_emu.fprev.collective_worker", cfg, str(rank)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env))
+        deadline = time.monotonic() + timeout
+        while any(p.poll() is None for p in procs):
+            failed = [r for r, p in enumerate(procs) if p.returncode not in (None, 0)]
+            if failed:
+                break
+            if time.monotonic() > deadline:
+                raise FPRevError(f"collective probes did not finish within {timeout} s")
+            bar.update(sum(p.poll() is not None for p in procs) - bar.n)
+            bar.refresh()                              # the elapsed time moves on
+            time.sleep(0.1)
+        for r, p in enumerate(procs):
+            if p.poll() not in (None, 0):
+                logs[r].seek(0)
+                lines = [ln.strip() for ln in logs[r].read().splitlines() if ln.strip()]
+                why = lines[-1] if lines else f"exit code {p.returncode}"
+                raise FPRevError(f"collective worker rank {r} failed: {why}")
+    finally:
+        bar.close()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for log in logs:
+            log.close()
 
 
 @dataclass
@@ -181,7 +265,8 @@ def _tables(res: torch.Tensor, ws: int, values: ProbeValues) -> list:
 
 
 def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
-                      dtype=torch.float32, verify=False, timeout=300, checks=4):
+                      dtype=torch.float32, verify=False, timeout=300, checks=4,
+                      progress=False):
     """Reveal ``torch.distributed.all_reduce`` (or ``reduce_scatter``) with SUM.
 
     ``world_size``: an int, or a list of ints to reveal several sizes with one process
@@ -200,26 +285,14 @@ def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
         raise ValueError(f"reduce_scatter needs numel ({numel}) divisible by every world size")
     dtype = check_dtype(dtype)
     values = ProbeValues.for_dtype(dtype)
-    import torch.distributed as dist
-    if not dist.is_available():
-        raise RuntimeError("torch.distributed is not available in this torch build")
-    import torch.multiprocessing as mp
     max_ws = max(sizes)
+    check_backend(backend, max_ws)
     repeats = 2 if verify else 1
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
-        ctx = mp.start_processes(
-            _worker, args=(max_ws, sorted(set(sizes)), init_file, tmp, backend, op, numel,
-                           str(dtype).replace("torch.", ""), values.big, values.unit, repeats,
-                           checks),
-            nprocs=max_ws, join=False, start_method="spawn")
-        import time
-        deadline = time.monotonic() + timeout
-        while not ctx.join(timeout=1):
-            if time.monotonic() > deadline:
-                for p in ctx.processes:
-                    p.kill()
-                raise FPRevError(f"collective probes did not finish within {timeout} s")
+        config = [max_ws, sorted(set(sizes)), init_file, tmp, backend, op, numel,
+                  str(dtype).replace("torch.", ""), values.big, values.unit, repeats, checks]
+        _run_workers(config, max_ws, tmp, timeout, progress)
         results = {}
         for ws in sorted(set(sizes)):
             saved = [torch.load(os.path.join(tmp, f"ws{ws}_rank{r}.pt")) for r in range(ws)]

@@ -115,8 +115,33 @@ def reveal(fn, n: int, *, dtype=torch.float32, device="cpu", big=None, unit=None
     dev = _device(device)
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"reveal: device must be cpu or cuda[:i], got {device!r}")
-    target = VectorTarget(fn, _check_n(n), dtype, dev, values=_values(dtype, big, unit))
+    target = VectorTarget(_returning_scalar(fn), _check_n(n), dtype, dev,
+                          values=_values(dtype, big, unit))
     return reveal_target(target, **opts)
+
+
+def _returning_scalar(fn):
+    """``fn`` checked to return one real number (a one-element tensor or a Python / NumPy
+    real), so a wrong return type is named instead of failing inside a conversion."""
+    import numbers
+
+    import numpy as np
+
+    def checked(x):
+        y = fn(x)
+        if isinstance(y, torch.Tensor):
+            if y.numel() != 1 or y.is_complex():
+                raise TypeError(f"reveal: fn must return a scalar (a one-element real tensor "
+                                f"or a number); it returned a {y.dtype} tensor of shape "
+                                f"{tuple(y.shape)}")
+            return y.reshape(())
+        if isinstance(y, np.ndarray) and y.size == 1:
+            y = y.reshape(()).item()
+        if isinstance(y, bool) or not isinstance(y, numbers.Real):
+            raise TypeError(f"reveal: fn must return a scalar (a one-element real tensor or a "
+                            f"number); it returned {type(y).__name__} {y!r:.60}")
+        return y
+    return checked
 
 
 def reveal_sum(n: int | None = None, *, shape=None, dim=None, dtype=torch.float32,
@@ -176,11 +201,12 @@ def reveal_matmul(m: int, n: int, k: int, mm="torch", *, dtype=torch.float32, de
 
 def reveal_allreduce(world_size, backend: str = "gloo", numel: int = 16, *,
                      op: str = "all_reduce", dtype=torch.float32, verify: bool = False,
-                     timeout: float = 300, checks: int = 4):
+                     timeout: float = 300, checks: int = 4, progress: bool = False):
     """torch.distributed.all_reduce (``op="reduce_scatter"``: reduce_scatter_tensor) with
     SUM over ``world_size`` spawned processes.  Returns a
     :class:`~.collectives.CollectiveReveal`: the distinct trees and the element ranges they
     apply to.  A list of world sizes reveals each of them with one process start.
-    ``checks`` random-data collectives must be reproduced by replaying the trees."""
+    ``checks`` random-data collectives must be reproduced by replaying the trees.
+    ``progress``: a bar of finished worker processes on stderr."""
     return reveal_collective(world_size, op=op, backend=backend, numel=numel, dtype=dtype,
-                             verify=verify, timeout=timeout, checks=checks)
+                             verify=verify, timeout=timeout, checks=checks, progress=progress)

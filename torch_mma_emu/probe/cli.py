@@ -28,13 +28,27 @@ def _count(text: str) -> int:
     return v
 
 
+def _bar(items, desc):
+    """A progress bar on a terminal's stderr (these loops run seconds per item)."""
+    from tqdm import tqdm
+    return tqdm(items, desc=desc, leave=False, file=sys.stderr, disable=not sys.stderr.isatty())
+
+
+def _examples(*lines: str) -> str:
+    from ..cli import examples
+    return examples(*lines)
+
+
 def register(subparsers) -> None:
     """Add ``probe`` and ``fit`` to an ``argparse`` sub-parser collection."""
     p = subparsers.add_parser(
         "probe", help="feature tests and model inference for a matrix unit",
         description="Run the feature tests of seeds 000/004/002 on an emulated arch, this "
                     "machine's GPU (--native) or a serialised spec; optionally infer a spec "
-                    "and verify it (seed 003 closed loop).")
+                    "and verify it (seed 003 closed loop).",
+        epilog=_examples("mma-emu probe --arch sm80 --format fp16",
+                         "mma-emu probe --arch sm90 --format fp8_e4m3 --verify 10000",
+                         "mma-emu probe --native --format bf16 --infer"))
     tgt = p.add_mutually_exclusive_group(required=True)
     tgt.add_argument("--arch", help="emulated arch or alias (sm80, H100, gfx942, ...)")
     tgt.add_argument("--native", action="store_true", help="this machine's GPU instructions")
@@ -58,7 +72,9 @@ def register(subparsers) -> None:
         "fit", help="specs reproducing recorded (a, b, c, d) samples",
         description="Search the model space for the specs that reproduce every recorded "
                     "sample (npz files with arrays a, b, c, d; formats from index.json or "
-                    "--format/--out).")
+                    "--format/--out).",
+        epilog=_examples("mma-emu fit tests/data/hwdata/H100_fp16_to_fp32.npz",
+                         "mma-emu fit tests/data/hwdata/ --limit 3"))
     f.add_argument("data", nargs="+", help=".npz files or directories of them")
     f.add_argument("--format", help="input format (when no index.json names it)")
     f.add_argument("--out", help="output format (fp32, fp16)")
@@ -121,7 +137,7 @@ def cmd_probe(args) -> int:
         return 2
     do_infer = args.infer or args.verify > 0
     reports, specs, results, checks = [], [], [], []
-    for fmt, out in pairs:
+    for fmt, out in _bar(pairs, "probe"):
         kw = dict(scale_format=args.scale_format, block_size=args.block_size,
                   instruction=args.instruction)
         try:
@@ -185,7 +201,7 @@ def cmd_fit(args) -> int:
         print("mma-emu fit: no .npz files given", file=sys.stderr)
         return 2
     rows, docs = [], []
-    for path in files:
+    for path in _bar(files, "fit"):
         try:
             res = fit(path, args.format, args.out)
         except (ValueError, TypeError, OSError) as e:

@@ -1,0 +1,131 @@
+"""The layout of the product card and the install a user does.
+
+triton_kernels/ is a top-level folder installed as torch_mma_emu.triton_kernels; a checkout
+used in place (.venv puts the repository root on sys.path) imports it by the same name.
+The slow test runs the README's install line in a fresh venv holding only torch (a copy of
+the checkout, torch from local files): scripts/check_wheel.sh does the same for a wheel in
+every scripts/test.sh run."""
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_mma_emu
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_triton_kernels_live_at_the_top_level():
+    assert (ROOT / "triton_kernels" / "__init__.py").is_file()
+    assert not (ROOT / "torch_mma_emu" / "triton_kernels").exists()
+    setup = (ROOT / "setup.py").read_text()
+    assert '"torch_mma_emu.triton_kernels": "triton_kernels"' in setup
+
+
+def test_checkout_imports_triton_kernels_by_the_package_name():
+    if Path(torch_mma_emu.__file__).resolve().parent != ROOT / "torch_mma_emu":
+        pytest.skip("the package is installed, not the checkout")
+    spec = importlib.util.find_spec("torch_mma_emu.triton_kernels")
+    assert spec is not None
+    assert Path(spec.origin).resolve() == ROOT / "triton_kernels" / "__init__.py"
+    assert [Path(p).resolve() for p in spec.submodule_search_locations] == [ROOT / "triton_kernels"]
+    # only that one name is mapped: other missing submodules stay missing
+    assert importlib.util.find_spec("torch_mma_emu.no_such_module") is None
+
+
+def test_pyproject_never_pulls_torch_into_the_build():
+    text = (ROOT / "pyproject.toml").read_text()
+    requires = re.search(r"requires\s*=\s*\[(.*?)\]", text, re.S).group(1)
+    assert "torch" not in requires
+
+
+def test_readme_install_line():
+    text = (ROOT / "README.md").read_text()
+    install = text[text.index("## Install"):]
+    first = next(line for line in install.splitlines() if line.startswith("pip install"))
+    assert first.split("#")[0].split() == ["pip", "install", "."]
+
+
+@pytest.mark.slow
+def test_readme_install_line_in_a_fresh_venv(tmp_path):
+    """`pip install .` in a venv holding only this torch: installs, keeps torch, and the
+    package, one emulated_mm and mma-emu work from another folder."""
+    ver = torch.__version__
+    if "+" not in ver:
+        pytest.skip("torch without a local version label: installing it could download")
+    src = tmp_path / "src"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    for f in files:
+        if (ROOT / f).is_file():
+            (src / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, src / f)
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    py = venv / "bin" / "python"
+    env = dict(os.environ, MAX_JOBS="1", PIP_RETRIES="0")
+    env.pop("PYTHONPATH", None)
+    subprocess.run([py, "-m", "pip", "install", "-q", f"torch=={ver}"], check=True, env=env)
+    p = subprocess.run([py, "-m", "pip", "install", "-q", "."], cwd=src, env=env,
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    check = ("import torch, torch_mma_emu as tme; "
+             "A = torch.tensor([[-2.0**13, -0.5, -0.25, -0.125]]).half(); "
+             "B = torch.tensor([[2.0**10], [1.0], [1.0], [1.0]]).half(); "
+             "print(torch.__version__, tme.__file__, "
+             "tme.emulated_mm(A, B, torch.tensor([[2.0**23]]), arch='sm90').item())")
+    out = subprocess.run([py, "-c", check], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out[0] == ver and "site-packages" in out[1] and float(out[2]) == -0.75
+    cli = subprocess.run([venv / "bin" / "mma-emu", "compare", "--arch", "sm90"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert cli.returncode == 0 and "-0.75" in cli.stdout
+
+
+def _setup_module():
+    spec = importlib.util.spec_from_file_location("mma_emu_setup", ROOT / "setup.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)    # defines the helpers; setup() runs only as __main__
+    return mod
+
+
+@pytest.mark.parametrize("case,cuda,home,gpus,env,want", [
+    ("cpu torch", None, "/usr/local/cuda", [], {}, None),
+    ("no nvcc", "12.8", None, [(9, 0)], {}, None),
+    ("nvcc, no GPU, no arch list", "12.8", "/usr/local/cuda", [], {}, None),
+    ("arch list", "12.8", "/usr/local/cuda", [], {"TORCH_CUDA_ARCH_LIST": "8.0;9.0a"}, "8.0;9.0a"),
+    ("visible GPUs", "12.8", "/usr/local/cuda", [(8, 0), (9, 0), (8, 0)], {}, "8.0;9.0a"),
+    ("forced off", "12.8", "/usr/local/cuda", [(9, 0)], {"MMA_EMU_NO_CUDA": "1"}, None),
+])
+def test_cuda_targets(monkeypatch, case, cuda, home, gpus, env, want):
+    """The build's CUDA decision: never a crash, CPU only without a target."""
+    mod = _setup_module()
+    for k in ("TORCH_CUDA_ARCH_LIST", "MMA_EMU_NO_CUDA"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(mod.torch.version, "cuda", cuda)
+    monkeypatch.setattr(mod, "CUDA_HOME", home)
+    monkeypatch.setattr(mod.torch.cuda, "is_available", lambda: bool(gpus))
+    monkeypatch.setattr(mod.torch.cuda, "device_count", lambda: len(gpus))
+    monkeypatch.setattr(mod.torch.cuda, "get_device_capability", lambda i: gpus[i])
+    archs, why = mod._cuda_targets()
+    assert archs == want, (case, why)
+    assert why
+
+
+def test_setup_declares_the_layout_and_the_torch_pin():
+    mod = _setup_module()
+    assert "torch_mma_emu.triton_kernels" in mod.SETUP["packages"]
+    assert mod.SETUP["package_dir"] == {"torch_mma_emu.triton_kernels": "triton_kernels"}
+    major, minor = mod.TORCH_MINOR
+    assert f"torch>={major}.{minor},<{major}.{minor + 1}" in mod.SETUP["install_requires"]
+    if torch.version.cuda is None:    # a CPU torch: the CPU kernel only, whatever nvcc says
+        (ext,) = mod.get_extensions()
+        assert ext.sources and not [s for s in ext.sources if s.endswith(".cu")]
