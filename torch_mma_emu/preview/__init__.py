@@ -7,9 +7,13 @@
   modules sharing their parameters (``torch.compile(fullgraph=True)`` friendly).
 """
 from .mode import ROUTED_OPS, EmulateMode, emulate
-from .modules import EmulatedConv, EmulatedLinear, convert, revert
+from .modules import (EmulatedConv, EmulatedConv1d, EmulatedConv2d, EmulatedConv3d,
+                      EmulatedConvTranspose1d, EmulatedConvTranspose2d,
+                      EmulatedConvTranspose3d, EmulatedLinear, convert, revert)
 from .policy import FORMAT_CHOICES, OP_KINDS, Plan, Policy
 from .records import Record
 
 __all__ = ["emulate", "convert", "revert", "EmulateMode", "EmulatedLinear", "EmulatedConv",
+           "EmulatedConv1d", "EmulatedConv2d", "EmulatedConv3d", "EmulatedConvTranspose1d",
+           "EmulatedConvTranspose2d", "EmulatedConvTranspose3d",
            "Policy", "Plan", "Record", "OP_KINDS", "FORMAT_CHOICES", "ROUTED_OPS"]
