@@ -72,8 +72,13 @@ class FunctionRouter(TorchFunctionMode):
             if out is not None:
                 return out
         elif getattr(func, "__name__", "") in _RNNS and _on_cpu(args):
-            with torch.backends.mkldnn.flags(enabled=False):
+            # (torch.backends.mkldnn.flags would also set oneDNN's TF32 flag, with a warning)
+            saved = torch._C._get_mkldnn_enabled()
+            torch._C._set_mkldnn_enabled(False)
+            try:
                 return func(*args, **kwargs)
+            finally:
+                torch._C._set_mkldnn_enabled(saved)
         return func(*args, **kwargs)
 
     def _sdpa(self, args, kwargs) -> Optional[torch.Tensor]:
