@@ -5,6 +5,7 @@
     mma-emu compare --random          random GEMM: max / mean error in ulps against fp64
     mma-emu reveal ...                accumulation order (torch_mma_emu.fprev)
     mma-emu probe ... / fit ...       feature probing and model fitting (torch_mma_emu.probe)
+    mma-emu preview ...               a model on emulated GPUs (torch_mma_emu.preview)
 
 Subcommands of other subpackages plug in through a ``register(subparsers)`` function.
 """
@@ -19,7 +20,7 @@ import torch
 from . import registry
 from .formats import FORMATS
 
-PLUGINS = ("torch_mma_emu.fprev.cli", "torch_mma_emu.probe.cli")
+PLUGINS = ("torch_mma_emu.fprev.cli", "torch_mma_emu.probe.cli", "torch_mma_emu.preview.cli")
 
 
 def format_table(header: list[str], rows: list[list], title: str | None = None) -> str:
