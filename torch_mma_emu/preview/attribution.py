@@ -76,6 +76,9 @@ class Capture:
     types: dict = field(default_factory=dict)       # path -> module class name
     done: bool = False
     note: str = ""
+    root_path: str = ""                             # the root's row (its class name)
+    active: bool = False                            # inside the captured call
+    modules: list = field(default_factory=list)     # module of each emulated forward product
 
 
 class _Tracker(ModuleTracker):
@@ -125,6 +128,7 @@ class _OutputHooks:
             return
         if self.depth == 0 and self.root is None:
             self.root = mod
+            self.cap.active = True
             if self.root_hook:
                 try:
                     self.cap.model = copy.deepcopy(mod)
@@ -144,6 +148,8 @@ class _OutputHooks:
             self.cap.outputs.setdefault(path, []).append(t.detach())
             self.cap.types.setdefault(path, type(mod).__name__)
         if self.depth == 0 and mod is self.root:
+            self.cap.root_path = _innermost(self.tracker.parents)
+            self.cap.active = False
             if self.root_hook:
                 self.cap.args, self.cap.kwargs = _clone(tuple(args)), _clone(dict(kwargs))
             self.cap.done = True
@@ -207,7 +213,7 @@ def _to(x, dtype):
 class LayerRow:
     path: str
     module: str
-    products: int           # emulated products recorded in this module (forward)
+    products: int           # emulated forward products recorded in this module (and below)
     dtype: str
     max_abs: float
     max_ulp: float          # in ulps of the run's dtype at the reference values
@@ -255,7 +261,16 @@ class Report:
         return path
 
 
-def compare_outputs(outputs: dict, ref: dict, types: dict, products: dict) -> list:
+def products_in(path: str, modules: list, root_path: str) -> int:
+    """Emulated forward products recorded inside the module at ``path`` (children too)."""
+    if path == root_path:
+        return len(modules)
+    return sum(m == path or m.startswith(path + ".") for m in modules)
+
+
+def compare_outputs(outputs: dict, ref: dict, types: dict, modules: list,
+                    root_path: str) -> list:
+    """One :class:`LayerRow` per captured module call (forward order of completion)."""
     rows = []
     for path, outs in outputs.items():
         refs = ref.get(path)
@@ -269,7 +284,8 @@ def compare_outputs(outputs: dict, ref: dict, types: dict, products: dict) -> li
             else:
                 d = divergence(o, r)
             name = path if len(outs) == 1 else f"{path}#{i}"
-            rows.append(LayerRow(name, types.get(path, "?"), products.get(path, 0),
+            rows.append(LayerRow(name, types.get(path, "?"),
+                                 products_in(path, modules, root_path),
                                  str(o.dtype).replace("torch.", ""), d["max_abs"],
                                  d["max_ulp"] if math.isfinite(d["max_ulp"]) else float("inf"),
                                  d["median_ulp"], d["rel_l2"]))

@@ -313,11 +313,15 @@ class EmulateMode(TorchDispatchMode):
         return self.recorder.summary()
 
     def _note(self, func, kind, plan_label, shapes, note=""):
-        module = self.layer_tracker.path() if self.layer_tracker is not None else ""
+        lt = self.layer_tracker
+        module = lt.path() if lt is not None else ""
         rec = Record(str(func), kind, _phase(), plan_label, self.policy.arch_name,
                      tuple(tuple(s) for s in shapes), note, module)
         with self._lock:
             self.recorder.add(rec)
+            if lt is not None and lt.capture.active and rec.emulated and \
+                    rec.phase == "forward":
+                lt.capture.modules.append(module)
 
     def _note_native(self, func, args, why):
         """An op that multiplies matrices and runs natively: recorded, warned once."""
@@ -352,11 +356,7 @@ class EmulateMode(TorchDispatchMode):
         def factory(arch):
             return emulate(arch, **opts)
         ref, label = reference_outputs(cap, reference, factory)
-        products: dict = {}
-        for r in self.records:
-            if r.phase == "forward" and r.emulated:
-                products[r.module] = products.get(r.module, 0) + 1
-        rows = compare_outputs(cap.outputs, ref, cap.types, products)
+        rows = compare_outputs(cap.outputs, ref, cap.types, cap.modules, cap.root_path)
         rep = Report(self.policy.arch_name, label, rows, cap.note)
         if plot is not None:
             rep.plot(plot)
