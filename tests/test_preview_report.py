@@ -174,3 +174,13 @@ def test_cli_preview_as_a_process_has_a_progress_bar(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     assert "preview" in r.stderr and "run" in r.stderr             # tqdm's bar
     assert (tmp_path / "preview.json").exists()
+
+
+def test_no_global_hook_is_left_behind():
+    from torch.nn.modules import module as nn_module
+    net, x = _net()
+    with emulate("sm90", record=True) as em:
+        net(x)
+    em.report()
+    em.report(reference="sm80")
+    assert not nn_module._has_any_global_hook()

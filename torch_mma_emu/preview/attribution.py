@@ -119,8 +119,12 @@ class _OutputHooks:
                         register_module_forward_hook(self._post, with_kwargs=True)]
 
     def remove(self):
+        from torch.nn.modules import module as nn_module
         for h in self.handles:
             h.remove()
+            # the handle of a global with_kwargs hook leaves its flag behind (torch 2.13),
+            # which makes torch.compile(module) warn about global hooks ever after
+            getattr(nn_module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
         self.handles = []
 
     def _pre(self, mod, args):
