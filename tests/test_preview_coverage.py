@@ -151,3 +151,24 @@ def test_sdpa_dropout_bad_probability_is_a_clear_error():
     with pytest.raises((ValueError, RuntimeError)):
         with emulate("sm90"):
             F.scaled_dot_product_attention(q, q, q, dropout_p=1.5)
+
+
+@pytest.mark.slow
+def test_inductor_decomposed_products_bypass_the_mode_as_documented():
+    # docs/preview.md "torch.compile": Inductor turns K = 1 outer products and, on CPU,
+    # 1 x K @ K x 1 products into generated code that never reaches the mode; aot_eager
+    # keeps them.  If PyTorch changes this, the docs must change too.
+    def f(a, b, x, y):
+        return a[:, :, None] @ b[:, None, :], x @ y
+    args = (rnd(2, 5), rnd(2, 4, seed=1), rnd(1, 64, seed=2), rnd(64, 1, seed=3))
+    torch._dynamo.reset()
+    with emulate("gfx90a", record=True) as em:
+        torch.compile(f, fullgraph=True)(*args)
+    assert em.records == []
+    torch._dynamo.reset()
+    with emulate("gfx90a", record=True) as em:
+        out = torch.compile(f, fullgraph=True, backend="aot_eager")(*args)
+    assert len(em.records) == 2 and all(r.emulated for r in em.records)
+    with emulate("gfx90a"):
+        ref = f(*args)
+    assert same(out[0], ref[0]) and same(out[1], ref[1])
