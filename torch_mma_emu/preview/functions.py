@@ -82,9 +82,11 @@ class FunctionRouter(TorchFunctionMode):
         return func(*args, **kwargs)
 
     def _sdpa(self, args, kwargs) -> Optional[torch.Tensor]:
-        q, k, v, mask, p, is_causal, scale, _gqa = _sdpa_args(*args, **kwargs)
+        q, k, v, mask, p, is_causal, scale, gqa = _sdpa_args(*args, **kwargs)
         if not p or p <= 0 or q.is_nested or q.dim() < 3:
             return None
+        if q.shape[-3] != k.shape[-3] and not gqa:
+            return None               # PyTorch's own shape error
         if not (0 < p < 1):
             raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), "
                              f"got {p}")
