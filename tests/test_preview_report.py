@@ -12,7 +12,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import torch_mma_emu as tme
 from torch_mma_emu.cli import main as cli_main
 from torch_mma_emu.preview import emulate, preview_model
 from torch_mma_emu.preview.tiny_gpt import tiny_gpt

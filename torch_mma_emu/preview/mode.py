@@ -9,12 +9,19 @@ cuDNN variants on CUDA) and its backward op.  Autograd records the usual nodes a
 mode; their backward ops (``mm``, ``convolution_backward``, the attention backward) come
 back through the mode when ``.backward()`` runs inside the context, and are emulated too.
 
+Under ``torch.inference_mode`` composite ops (``linear``, ``matmul``, ``einsum``, ``lstm``,
+``scaled_dot_product_attention``, ...) reach the mode un-split; it runs their decomposition
+with itself on, so it sees what ``no_grad`` code sends (same bits).  Two calls are routed one
+level up, by ``functions.FunctionRouter`` (CPU RNNs without oneDNN, attention with dropout).
+Ops that multiply matrices without an emulation are recorded and warned about once.
+
 Under ``torch.compile`` the mode asks to be ignored while compiling
 (``ignore_compile_internals``): Dynamo traces normally (fullgraph works), and the compiled
 code's library calls (``mm.out``, ``addmm.out``, ``convolution``, attention kernels) come
 through the mode at run time.  With ``backend="aot_eager"`` the results are those of eager
-mode bit for bit; with Inductor, GEMMs it turns into generated code (K = 1 outer products,
-max-autotune templates) stay native, as they would not use a matrix unit on a GPU either.
+mode bit for bit; with Inductor, products it turns into generated code (K = 1 outer
+products, CPU dot products, max-autotune templates) never reach the mode (docs/preview.md,
+"torch.compile").
 """
 from __future__ import annotations
 
@@ -27,11 +34,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .attention import attention_backward, attention_forward
+from .attribution import LayerTracker
 from .conv import conv_backward, conv_forward, conv_transpose
+from .functions import FunctionRouter
 from .gemm import run_product
 from .policy import Plan, Policy
-from .attribution import LayerTracker
-from .functions import FunctionRouter
 from .records import Record, Recorder
 
 __all__ = ["EmulateMode", "emulate"]
@@ -643,7 +650,9 @@ def emulate(arch, *, formats=None, fp32_format: str = "auto", bias: str = "epilo
     MIOpen do on MI200 when asked (PyTorch asks in the backward pass).  ``fp8_promotion``:
     ``torch._scaled_mm`` on NVIDIA without ``use_fast_accum`` adds partial sums of this many
     K elements in fp32 (None: one chain; unverified interval).  ``record``: keep one
-    :class:`Record` per call in ``.records`` (``.counts`` and ``.summary()`` always work).
+    :class:`Record` per call in ``.records``, with the module path, and capture the first
+    top-level module call for ``.report(reference)`` (``.counts`` and ``.summary()`` always
+    work).  Threads started while the block is open run under it.
 
     PyTorch's TF32 / fp16-accumulation settings are read when ``emulate`` is called.
     Run ``.backward()`` inside the block to emulate the backward products.
