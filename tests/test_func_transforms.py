@@ -129,3 +129,24 @@ def test_spec_as_arch_under_emulate_and_convert_compile():
         torch._dynamo.reset()
         out = torch.compile(m, fullgraph=True, backend="aot_eager")(x)
     assert same(out, ref)
+
+
+def test_torch_func_through_a_model_under_emulate():
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(40, 6).bfloat16()
+    x, t = rnd(3, 40), rnd(3, 40, seed=1)
+    W = lin.weight.detach()
+    with tme.emulate(ARCH, record=True) as em:
+        _, tangent = jvp(lambda z: lin(z), (x,), (t,))
+    # PyTorch's forward-mode formula for addmm issues mm's that the mode emulates (the
+    # primal addmm, and one mm per operand tangent, the weight's being zero under jvp)
+    assert same(tangent, tme.emulated_mm(t, W.t(), arch=ARCH).to(torch.bfloat16))
+    assert em.recorder.native_count == 0 and em.recorder.emulated_count == 3
+    with tme.emulate(ARCH, record=True) as em:
+        g = grad(lambda z: lin(z).float().sum())(x)
+    ones = torch.ones(3, 6, dtype=torch.bfloat16)
+    assert same(g, tme.emulated_mm(ones, W, arch=ARCH).to(torch.bfloat16))
+    assert [r.phase for r in em.records] == ["forward", "backward"]
+    with tme.emulate(ARCH, record=True) as em:
+        v = vmap(lin)(x.unsqueeze(1))
+    assert v.shape == (3, 1, 6) and em.recorder.native_count == 0
