@@ -75,8 +75,11 @@ def test_convert_names_the_modules_it_leaves_native():
     with pytest.warns(UserWarning, match="weight_norm"):
         m = convert(nn.Sequential(wn), "sm90")
     assert m[0] is wn                              # untouched: its hook still runs
-    with pytest.warns(UserWarning, match="transposed convolution"):
-        convert(nn.Sequential(nn.ConvTranspose2d(2, 2, 3)), "sm90")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")               # transposed convolutions are converted
+        m = convert(nn.Sequential(nn.ConvTranspose2d(2, 2, 3)), "sm90")
+    assert isinstance(m[0], nn.ConvTranspose2d) and type(m[0]).__name__ == \
+        "EmulatedConvTranspose2d"
 
 
 def test_conv_shape_errors_are_clear():

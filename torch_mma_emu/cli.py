@@ -5,6 +5,7 @@
     mma-emu compare --random          random GEMM: max / mean error in ulps against fp64
     mma-emu reveal ...                accumulation order (torch_mma_emu.fprev)
     mma-emu probe ... / fit ...       feature probing and model fitting (torch_mma_emu.probe)
+    mma-emu preview ...               a model on emulated GPUs (torch_mma_emu.preview)
 
 Subcommands of other modules plug in through a ``register(subparsers)`` function (add the
 module to ``PLUGINS``): it adds its parsers and ``set_defaults(func=run)`` (optionally
@@ -254,7 +255,7 @@ RANDOM_FORMATS = tuple(_TORCH)
 # Subcommands of other modules: each has register(subparsers), which adds its parsers and
 # sets ``func`` (called with the parsed args, returns the exit code).  Add a module here to
 # add a subcommand.
-PLUGINS = ["torch_mma_emu.fprev.cli", "torch_mma_emu.probe.cli"]
+PLUGINS = ["torch_mma_emu.fprev.cli", "torch_mma_emu.probe.cli", "torch_mma_emu.preview.cli"]
 
 
 def _add_archs(sub) -> None:

@@ -339,7 +339,11 @@ def _reduce_to(g: torch.Tensor, shape) -> torch.Tensor:
     return g
 
 
-def _backward(ctx, grad):
+def _backward(ctx, grad, mm=None):
+    """Gradients of ``C + A @ B``; ``mm``: how to call the emulated product (the custom op
+    by default; the autograd.Function from its own backward, so that vmap / jacrev use
+    its batching rule)."""
+    mm = mm or torch.ops.mma_emu.emulated_mm
     A, B = ctx.saved_tensors
     kw = ctx.kw
     if ctx.scaled:
@@ -363,10 +367,10 @@ def _backward(ctx, grad):
             common["c_mode"] = "chain"
     gA = gB = gC = None
     if ctx.needs_input_grad[0]:
-        gA = torch.ops.mma_emu.emulated_mm(grad.to(A.dtype), B.mT, **common)
+        gA = mm(grad.to(A.dtype), B.mT, **common)
         gA = _reduce_to(gA * alpha if alpha != 1.0 else gA, A.shape).to(A.dtype)
     if ctx.needs_input_grad[1]:
-        gB = torch.ops.mma_emu.emulated_mm(A.mT, grad.to(B.dtype), **common)
+        gB = mm(A.mT, grad.to(B.dtype), **common)
         gB = _reduce_to(gB * alpha if alpha != 1.0 else gB, B.shape).to(B.dtype)
     if ctx.c_shape is not None and ctx.needs_input_grad[2]:
         gC = _reduce_to(grad * beta if beta != 1.0 else grad, ctx.c_shape).to(ctx.c_dtype)
@@ -376,6 +380,92 @@ def _backward(ctx, grad):
 _emulated_mm_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+# ---------------------------------------------------------------------------------------
+# torch.func: the public wrapper runs the op through an autograd.Function that adds what a
+# torch.library custom op cannot declare: a forward-mode formula (jvp / forward_ad) and a
+# vmap rule.  Under torch.compile the custom op is called directly (Dynamo does not trace
+# custom jvp rules; the op's registered autograd serves there).
+# ---------------------------------------------------------------------------------------
+
+def _call_op(A, B, C=None, scale_a=None, scale_b=None, **kw):
+    return _EmulatedMM.apply(A, B, C, scale_a, scale_b, kw)
+
+
+class _EmulatedMM(torch.autograd.Function):
+    @staticmethod
+    def forward(A, B, C, scale_a, scale_b, kw):
+        return torch.ops.mma_emu.emulated_mm(A, B, C, scale_a, scale_b, **kw)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        A, B, C, scale_a, scale_b, kw = inputs
+        _setup_context(ctx, (A, B, C, scale_a, scale_b), kw, output)
+        ctx.save_for_forward(A, B)
+        ctx.out_dtype, ctx.out_shape = output.dtype, output.shape
+
+    @staticmethod
+    def backward(ctx, grad):
+        gA, gB, gC, _, _ = _backward(ctx, grad, mm=_call_op)
+        return gA, gB, gC, None, None, None
+
+    @staticmethod
+    def jvp(ctx, tA, tB, tC, t_sa, t_sb, _kw):
+        """d(C + A @ B) = dC + dA @ B + A @ dB, each product emulated on the same arch
+        (as the backward's); block-scaled and code (uint8) inputs have no tangent rule."""
+        A, B = ctx.saved_tensors
+        if ctx.scaled or t_sa is not None or t_sb is not None:
+            raise NotImplementedError("emulated_mm: forward-mode AD (jvp) through "
+                                      "block-scaled (MX/NVFP4) products is not supported")
+        kw = dict(ctx.kw)
+        out = None
+        if tA is not None:
+            out = _call_op(tA.to(A.dtype), B, **kw)
+        if tB is not None:
+            t = _call_op(A, tB.to(B.dtype), **kw)
+            out = t if out is None else out + t
+        if tC is not None:
+            tc = tC.to(ctx.out_dtype)
+            sched = _schedule_of(kw.get("schedule"), kw.get("c_mode", "chain"))
+            if sched is not None and sched.c_mode == "epilogue" and sched.beta != 1.0:
+                tc = tc * sched.beta     # d(alpha A@B + beta C) / dC
+            out = tc.expand(ctx.out_shape).clone() if out is None else out + tc
+        return out
+
+    @staticmethod
+    def vmap(info, in_dims, A, B, C, scale_a, scale_b, kw):
+        """Batching rule: the vmapped dimension becomes one more broadcast batch dimension
+        of the op (A (..., M, K), B (..., K, N), C and scales broadcast)."""
+        ops = (A, B, C, scale_a, scale_b)
+        dims = in_dims[:5]
+
+        def batch_rank(x, d, core):
+            return 0 if x is None else x.dim() - (d is not None) - core
+        nb = max(batch_rank(A, dims[0], 2), batch_rank(B, dims[1], 2),
+                 batch_rank(C, dims[2], 2), batch_rank(scale_a, dims[3], 2),
+                 batch_rank(scale_b, dims[4], 2), 0)
+
+        def prep(x, d, expand=False):
+            if x is None:
+                return None
+            if d is None:     # A and B span the result's batch; C and scales broadcast
+                x = x.unsqueeze(0)
+                x = x.expand(info.batch_size, *x.shape[1:]) if expand else x
+            else:
+                x = x.movedim(d, 0)
+            while x.dim() - 1 < nb + 2:
+                x = x.unsqueeze(1)
+            return x
+        out = _call_op(*(prep(x, d, i < 2) for i, (x, d) in enumerate(zip(ops, dims))), **kw)
+        return out, 0
+
+
+@torch._dynamo.assume_constant_result
+def _spec_string(spec: Spec) -> str:
+    """``spec.to_string()`` as a constant while Dynamo traces (it cannot trace the
+    ``urllib.parse.quote`` inside; a Spec is frozen, so its string is fixed)."""
+    return spec.to_string()
+
+
 def _fake_gemm(a, b, c, scale_a, scale_b, params):
     return c.new_empty((a.shape[0], a.shape[1], b.shape[2]))
 
@@ -383,7 +473,7 @@ def _fake_gemm(a, b, c, scale_a, scale_b, params):
 torch.library.register_fake("mma_emu::_gemm")(_fake_gemm)
 
 _OP_DOC = """mma_emu::emulated_mm(A, B, C=None, scale_a=None, scale_b=None, *, arch="sm90",
-in_format=None, out_dtype=None, instruction=None, c_mode="chain") -> Tensor
+in_format=None, out_dtype=None, instruction=None, c_mode="chain", schedule=None) -> Tensor
 
 D = C + A @ B bit for bit as arch's matrix unit (NVIDIA Tensor Core, AMD Matrix Core)
 computes it.  The custom op behind torch_mma_emu.emulated_mm (which documents every argument
@@ -393,7 +483,8 @@ serialised Spec ("spec:..."); in_format: "tf32"/"xf32" for float32, "fp4_e2m1"/"
 "fp6_e3m2" for uint8 codes, "fmtA,fmtB" when A and B differ; out_dtype: float32 (default),
 float16, float64 (fp64 inputs); c_mode: "chain" (C is the initial accumulator) or "epilogue";
 scale_a (..., M, ceil(K/bs)) / scale_b (..., ceil(K/bs), N): MX (E8M0) or NVFP4 (E4M3) block
-scales.  Bad arguments raise ValueError / TypeError saying what is allowed."""
+scales; schedule: a serialised Schedule ("schedule:...", docs/schedules.md) or None.  Bad
+arguments raise ValueError / TypeError saying what is allowed."""
 torch.ops.mma_emu.emulated_mm.__doc__ = _OP_DOC   # help(torch.ops.mma_emu.emulated_mm)
 torch.ops.mma_emu.emulated_mm.default.__doc__ = _OP_DOC
 
@@ -420,7 +511,7 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
     see docs/schedules.md.  This calls the custom op ``torch.ops.mma_emu.emulated_mm``.
     """
     if isinstance(arch, Spec):
-        arch = arch.to_string()
+        arch = _spec_string(arch)
     if not isinstance(arch, str):
         raise TypeError(f"emulated_mm: arch must be an arch name (tme.archs()) or a Spec, "
                         f"got {type(arch).__name__}")
@@ -437,7 +528,8 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"emulated_mm: {name} must be a torch.Tensor, got {type(t).__name__}")
     sched = as_schedule(schedule)
-    return torch.ops.mma_emu.emulated_mm(A, B, C, scale_a, scale_b, arch=arch,
-                                         in_format=in_format, out_dtype=out_dtype,
-                                         instruction=instruction, c_mode=c_mode,
-                                         schedule=None if sched is None else sched.to_string())
+    kw = dict(arch=arch, in_format=in_format, out_dtype=out_dtype, instruction=instruction,
+              c_mode=c_mode, schedule=None if sched is None else sched.to_string())
+    if torch.compiler.is_compiling():
+        return torch.ops.mma_emu.emulated_mm(A, B, C, scale_a, scale_b, **kw)
+    return _EmulatedMM.apply(A, B, C, scale_a, scale_b, kw)

@@ -12,6 +12,9 @@ Backward (FlashAttention-2): ``P = exp(S - lse)``, ``dV = prod(P.to(dtype)^T, dO
 ``dP = prod(dO, V^T)``, ``D = rowsum(dO * O)``, ``dS = P * (dP - D)``,
 ``dQ = prod(dS.to(dtype), K) * scale``, ``dK = prod(dS.to(dtype)^T, Q) * scale``.
 Rows whose keys are all masked give zeros (as PyTorch's CPU kernel does).
+Dropout (``keep`` mask, probability p): ``O = prod(drop(P).to(dtype), V) / l`` with
+``drop(P) = where(keep, P / (1-p), 0)``; backward ``dV = prod(drop(P)^T, dO)``,
+``dP = drop(prod(dO, V^T))``, the rest unchanged (FlashAttention-2 with dropout).
 Grouped-query attention (fewer K/V heads) repeats K/V heads and sums their gradients.
 """
 from __future__ import annotations
@@ -54,8 +57,18 @@ def default_scale(q: torch.Tensor, scale: Optional[float]) -> float:
     return 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
 
 
-def attention_forward(q, k, v, mask, is_causal: bool, scale: Optional[float], prod: Prod):
-    """``(out in q.dtype, logsumexp in the accumulator type)``."""
+def _dropped(P, keep, p: float):
+    """FlashAttention's dropout: kept probabilities scaled by 1/(1-p), the rest zero (the
+    row sums l and lse stay those of the undropped P)."""
+    if keep is None:
+        return P
+    return torch.where(keep, P * (1.0 / (1.0 - p)), torch.zeros_like(P))
+
+
+def attention_forward(q, k, v, mask, is_causal: bool, scale: Optional[float], prod: Prod,
+                      keep: Optional[torch.Tensor] = None, dropout_p: float = 0.0):
+    """``(out in q.dtype, logsumexp in the accumulator type)``.  ``keep``: a boolean dropout
+    mask of the scores' shape (None: no dropout)."""
     dtype = q.dtype
     scale = default_scale(q, scale)
     k, v, _ = _expand_heads(q, k, v)
@@ -64,7 +77,7 @@ def attention_forward(q, k, v, mask, is_causal: bool, scale: Optional[float], pr
     m = torch.where(torch.isneginf(m), torch.zeros_like(m), m)
     P = torch.exp(S - m)
     l = P.sum(dim=-1, keepdim=True)
-    O = prod(P.to(dtype), v)
+    O = prod(_dropped(P, keep, dropout_p).to(dtype), v)
     empty = l == 0
     O = torch.where(empty, torch.zeros_like(O), O / torch.where(empty, torch.ones_like(l), l))
     lse = torch.where(empty, torch.zeros_like(l), m + torch.log(l)).squeeze(-1)
@@ -72,7 +85,7 @@ def attention_forward(q, k, v, mask, is_causal: bool, scale: Optional[float], pr
 
 
 def attention_backward(dO, q, k, v, O, lse, mask, is_causal: bool, scale: Optional[float],
-                       prod: Prod):
+                       prod: Prod, keep: Optional[torch.Tensor] = None, dropout_p: float = 0.0):
     """``(dQ, dK, dV, dS)`` in the input dtype (dS, the score gradient, in the accumulator
     type: the gradient of an additive mask)."""
     dtype = q.dtype
@@ -82,8 +95,8 @@ def attention_backward(dO, q, k, v, O, lse, mask, is_causal: bool, scale: Option
     S = _scores(q, k, mask, is_causal, scale, prod)
     P = torch.exp(S - lse.to(S.dtype).unsqueeze(-1))
     dO = dO.to(dtype)
-    dV = prod(P.to(dtype).transpose(-2, -1), dO)
-    dP = prod(dO, v.transpose(-2, -1))
+    dV = prod(_dropped(P, keep, dropout_p).to(dtype).transpose(-2, -1), dO)
+    dP = _dropped(prod(dO, v.transpose(-2, -1)), keep, dropout_p)
     D = (dO.to(S.dtype) * O.to(S.dtype)).sum(dim=-1, keepdim=True)
     dS = P * (dP - D)
     dSd = dS.to(dtype)

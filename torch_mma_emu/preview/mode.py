@@ -9,15 +9,23 @@ cuDNN variants on CUDA) and its backward op.  Autograd records the usual nodes a
 mode; their backward ops (``mm``, ``convolution_backward``, the attention backward) come
 back through the mode when ``.backward()`` runs inside the context, and are emulated too.
 
+Under ``torch.inference_mode`` composite ops (``linear``, ``matmul``, ``einsum``, ``lstm``,
+``scaled_dot_product_attention``, ...) reach the mode un-split; it runs their decomposition
+with itself on, so it sees what ``no_grad`` code sends (same bits).  Two calls are routed one
+level up, by ``functions.FunctionRouter`` (CPU RNNs without oneDNN, attention with dropout).
+Ops that multiply matrices without an emulation are recorded and warned about once.
+
 Under ``torch.compile`` the mode asks to be ignored while compiling
 (``ignore_compile_internals``): Dynamo traces normally (fullgraph works), and the compiled
 code's library calls (``mm.out``, ``addmm.out``, ``convolution``, attention kernels) come
 through the mode at run time.  With ``backend="aot_eager"`` the results are those of eager
-mode bit for bit; with Inductor, GEMMs it turns into generated code (K = 1 outer products,
-max-autotune templates) stay native, as they would not use a matrix unit on a GPU either.
+mode bit for bit; with Inductor, products it turns into generated code (K = 1 outer
+products, CPU dot products, max-autotune templates) never reach the mode (docs/preview.md,
+"torch.compile").
 """
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from typing import Any, Optional
@@ -26,7 +34,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .attention import attention_backward, attention_forward
+from .attribution import LayerTracker
 from .conv import conv_backward, conv_forward, conv_transpose
+from .functions import FunctionRouter
 from .gemm import run_product
 from .policy import Plan, Policy
 from .records import Record, Recorder
@@ -46,37 +56,140 @@ def _overloads(name: str, which) -> list:
 _GEMM_KINDS = {"mm": ("self", "mat2", None), "addmm": ("mat1", "mat2", "self"),
                "bmm": ("self", "mat2", None), "baddbmm": ("batch1", "batch2", "self")}
 
-# Matrix-like ops that stay native (they do not run on matrix units in PyTorch's GPU
-# paths, or have no emulation here); counted so that users see them.
+# Ops that multiply matrices and stay native (they do not run on matrix units in PyTorch's
+# GPU paths, have no emulation here, or are backend kernels that the switches below keep
+# out of the block): each is recorded and warned about once per block, by name.
 _WATCH_NATIVE = {"mv", "dot", "vdot", "addmv", "addbmm", "addr", "_int_mm", "_weight_int8pack_mm",
                  "linalg_vecdot", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
                  "_scaled_mm_v2", "_grouped_mm", "_scaled_grouped_mm", "_trilinear",
-                 "_cdist_forward", "mkldnn_rnn_layer", "_cudnn_rnn", "miopen_rnn"}
+                 "_cdist_forward", "_cdist_backward",
+                 "mkldnn_rnn_layer", "mkldnn_rnn_layer_backward", "_cudnn_rnn",
+                 "_cudnn_rnn_backward", "miopen_rnn", "miopen_rnn_backward",
+                 "mkldnn_linear", "mkldnn_linear_backward", "mkldnn_linear_backward_input",
+                 "mkldnn_linear_backward_weights", "mkldnn_convolution", "_convolution",
+                 "cudnn_convolution", "cudnn_convolution_transpose", "miopen_convolution",
+                 "_slow_conv2d_forward", "_slow_conv2d_backward", "slow_conv3d_forward",
+                 "slow_conv_dilated2d", "slow_conv_dilated3d", "slow_conv_transpose2d",
+                 "slow_conv_transpose3d", "thnn_conv2d", "_nnpack_spatial_convolution",
+                 "convolution_overrideable", "_efficient_attention_forward",
+                 "_efficient_attention_backward", "_flash_attention_forward",
+                 "_flash_attention_backward"}
+
+_CIA = "CompositeImplicitAutograd"
+_DECOMPOSES: dict = {}      # op -> has a CompositeImplicitAutograd kernel (cached)
 
 
-_FASTPATH = {"depth": 0, "saved": None}
-_FASTPATH_LOCK = threading.Lock()
+def _decomposes(func) -> bool:
+    """Whether ``func`` is a composite op (``linear``, ``matmul``, ``einsum``, ``lstm``,
+    ``scaled_dot_product_attention``, ...).  Such ops reach the mode un-split only where
+    autograd is off for good (``torch.inference_mode``); running their decomposition with
+    the mode on gives the ops that ``no_grad`` code would have sent."""
+    d = _DECOMPOSES.get(func)
+    if d is None:
+        d = _DECOMPOSES[func] = isinstance(func, torch._ops.OpOverload) and \
+            torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), _CIA)
+    return d
 
 
-def _fastpath_off() -> None:
-    mha = getattr(torch.backends, "mha", None)
-    if mha is None or not hasattr(mha, "get_fastpath_enabled"):
-        return
-    with _FASTPATH_LOCK:
-        if _FASTPATH["depth"] == 0:
-            _FASTPATH["saved"] = mha.get_fastpath_enabled()
-            mha.set_fastpath_enabled(False)
-        _FASTPATH["depth"] += 1
+class _ProcessSwitches:
+    """PyTorch settings that would hide products from the mode, switched off while at least
+    one block is open (in any thread; the settings are process-wide, the mode is per
+    thread): the first block to enter saves them, the last to leave restores them.
+    ``torch.backends.mha`` fast path: ``nn.MultiheadAttention`` / ``TransformerEncoderLayer``
+    inference kernels (``_native_multi_head_attention``, ...) whose inner products never
+    reach a dispatch mode.  (oneDNN RNN kernels are switched off per call: functions.py.)
+    """
+
+    def __init__(self):
+        self.depth = 0
+        self.saved: dict = {}
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def _settings():
+        out = {}
+        mha = getattr(torch.backends, "mha", None)
+        if mha is not None and hasattr(mha, "get_fastpath_enabled"):
+            out["mha"] = (mha.get_fastpath_enabled, mha.set_fastpath_enabled)
+        return out
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.depth == 0:
+                for name, (get, put) in self._settings().items():
+                    self.saved[name] = get()
+                    put(False)
+            self.depth += 1
+
+    def leave(self) -> None:
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0:
+                for name, (get, put) in self._settings().items():
+                    if name in self.saved:
+                        put(self.saved.pop(name))
 
 
-def _fastpath_restore() -> None:
-    mha = getattr(torch.backends, "mha", None)
-    if mha is None or not hasattr(mha, "get_fastpath_enabled"):
-        return
-    with _FASTPATH_LOCK:
-        _FASTPATH["depth"] -= 1
-        if _FASTPATH["depth"] == 0:
-            mha.set_fastpath_enabled(_FASTPATH["saved"])
+_SWITCHES = _ProcessSwitches()
+
+
+class _ThreadHook:
+    """Threads started while a block is open run under that block's mode (the mode stack
+    is per thread, and Python threads do not inherit it).  ``threading.setprofile`` installs
+    a function that the threading module runs in each new thread before its ``run()``: it
+    pushes the innermost open mode there and removes itself.  Pools whose threads were
+    started before the block keep running natively (docs/preview.md, "Threads")."""
+
+    def __init__(self):
+        self.open: list = []          # open modes, most recent last (any thread)
+        self.saved = None
+        self.lock = threading.Lock()
+        self.hook = self._start       # one bound method, compared by identity
+
+    def enter(self, mode) -> None:
+        with self.lock:
+            if not self.open:
+                self.saved = threading.getprofile()
+                threading.setprofile(self.hook)
+            self.open.append(mode)
+
+    def leave(self, mode) -> None:
+        with self.lock:
+            for i in range(len(self.open) - 1, -1, -1):
+                if self.open[i] is mode:
+                    del self.open[i]
+                    break
+            if not self.open and threading.getprofile() is self.hook:
+                threading.setprofile(self.saved)
+                self.saved = None
+
+    def _start(self, frame, event, arg):
+        prev = self.saved
+        sys.setprofile(prev)          # runs once per thread
+        with self.lock:
+            mode = self.open[-1] if self.open else None
+        if mode is not None:
+            mode._adopt_thread()
+        if prev is not None:
+            return prev(frame, event, arg)
+        return None
+
+
+_THREADS = _ThreadHook()
+
+
+class _Reentered:
+    """The mode pushed again while its handler runs (a handler runs with it popped), for
+    running a composite op's decomposition through it."""
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def __enter__(self):
+        TorchDispatchMode.__enter__(self.mode)
+
+    def __exit__(self, *exc):
+        TorchDispatchMode.__exit__(self.mode, *exc)
 
 
 def _bind(func, args, kwargs) -> dict:
@@ -133,7 +246,7 @@ class EmulateMode(TorchDispatchMode):
     supports_higher_order_operators = True
 
     def __init__(self, policy: Policy, *, record: bool = False,
-                 fp8_promotion: Optional[int] = 128):
+                 fp8_promotion: Optional[int] = 128, options: Optional[dict] = None):
         super().__init__()
         self.policy = policy
         self.recorder = Recorder(keep=record)
@@ -142,25 +255,57 @@ class EmulateMode(TorchDispatchMode):
             raise ValueError("fp8_promotion must be None (no promotion) or a positive number "
                              f"of K elements, got {fp8_promotion!r}")
         self.fp8_promotion = fp8_promotion
+        self.options = dict(options or {})      # emulate()'s options, for report() reruns
         self._warned: set = set()
+        self.layer_tracker = LayerTracker(capture=True) if record else None
+        self._lock = threading.Lock()
+        self._router = FunctionRouter(self)
 
-    # nn.MultiheadAttention / TransformerEncoderLayer have fused inference kernels whose
-    # inner products never reach a dispatch mode: switch that fast path off in the block.
-    # The switch is process-wide while the mode is per thread: the first block to enter (in
-    # any thread) saves it, the last to leave restores it.
+    # Entering the block also (1) switches off the PyTorch settings that would hide
+    # products from the mode (_ProcessSwitches), (2) enters the function-level router
+    # (functions.py: RNNs, attention with dropout), (3) makes threads started inside it run
+    # under it (_ThreadHook), (4) with record=True, tracks module paths and captures the
+    # first top-level module call (attribution.py).  Leaving undoes them, also when the
+    # body raises.
     def __enter__(self):
-        _fastpath_off()
+        _SWITCHES.enter()
+        entered = []
         try:
+            _THREADS.enter(self)
+            entered.append(_THREADS)
+            if self.layer_tracker is not None:
+                self.layer_tracker.enter()
+                entered.append(self.layer_tracker)
+            self._router.__enter__()
+            entered.append(self._router)
             return super().__enter__()
         except BaseException:
-            _fastpath_restore()
+            self._leave(entered)
             raise
 
     def __exit__(self, exc_type, exc_val, exc_tb):
         try:
             return super().__exit__(exc_type, exc_val, exc_tb)
         finally:
-            _fastpath_restore()
+            self._leave([_THREADS, self.layer_tracker, self._router])
+
+    def _leave(self, entered):
+        try:
+            if self._router in entered:
+                self._router.__exit__(None, None, None)
+            if self.layer_tracker is not None and self.layer_tracker in entered:
+                self.layer_tracker.leave()
+            if _THREADS in entered:
+                _THREADS.leave(self)
+        finally:
+            _SWITCHES.leave()
+
+    def _adopt_thread(self):
+        """Called in a thread started inside the block: run it under this mode (until the
+        thread ends; its mode stacks are its own)."""
+        self._router.__enter__()
+        from torch.utils._python_dispatch import _push_mode
+        _push_mode(self)
 
     # -- records ------------------------------------------------------------------------
     @property
@@ -175,8 +320,54 @@ class EmulateMode(TorchDispatchMode):
         return self.recorder.summary()
 
     def _note(self, func, kind, plan_label, shapes, note=""):
-        self.recorder.add(Record(str(func), kind, _phase(), plan_label, self.policy.arch_name,
-                                 tuple(tuple(s) for s in shapes), note))
+        lt = self.layer_tracker
+        module = lt.path() if lt is not None else ""
+        rec = Record(str(func), kind, _phase(), plan_label, self.policy.arch_name,
+                     tuple(tuple(s) for s in shapes), note, module)
+        with self._lock:
+            self.recorder.add(rec)
+            if lt is not None and lt.capture.active and rec.emulated and \
+                    rec.phase == "forward":
+                lt.capture.modules.append(module)
+
+    def _note_native(self, func, args, why):
+        """An op that multiplies matrices and runs natively: recorded, warned once."""
+        self._note(func, "other", "native", [a.shape for a in args
+                                            if isinstance(a, torch.Tensor)], why)
+        name = str(func)
+        if name not in self._warned:
+            self._warned.add(name)
+            warnings.warn(f"emulate({self.policy.arch_name}): {name} multiplies matrices and "
+                          f"runs natively ({why}); em.records lists each call",
+                          stacklevel=3)
+
+    def report(self, reference="fp64", *, plot: Optional[str] = None):
+        """Per-layer divergence of the block's first top-level module call from
+        ``reference``: ``"fp64"`` (the same call in float64, natively), ``"native"`` (this
+        machine in the run's dtype), an arch name / alias / Spec (the same call emulated
+        there with this block's options), or another ``EmulateMode`` that ran the same
+        call (``record=True``).  Returns a :class:`~.attribution.Report`; ``str(report)``
+        is a table, ``plot="file.png"`` also writes a bar chart.  Needs ``record=True``."""
+        from .attribution import Report, compare_outputs, reference_outputs, warn_training
+        cap = self.layer_tracker.capture if self.layer_tracker is not None else None
+        if cap is None:
+            raise ValueError("report: use emulate(..., record=True); the block kept no "
+                             "layer outputs")
+        if not cap.done:
+            raise ValueError("report: no module was called inside the block (the report "
+                             "compares the outputs of the first top-level module call)")
+        if isinstance(reference, str) or not isinstance(reference, EmulateMode):
+            warn_training(cap.model)
+        opts = dict(self.options)
+
+        def factory(arch):
+            return emulate(arch, **opts)
+        ref, label = reference_outputs(cap, reference, factory)
+        rows = compare_outputs(cap.outputs, ref, cap.types, cap.modules, cap.root_path)
+        rep = Report(self.policy.arch_name, label, rows, cap.note)
+        if plot is not None:
+            rep.plot(plot)
+        return rep
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -187,15 +378,17 @@ class EmulateMode(TorchDispatchMode):
         kwargs = kwargs or {}
         handler = _HANDLERS.get(func)
         if isinstance(func, torch._ops.HigherOrderOperator):
-            self._note(func, "other", "native", [a.shape for a in args
-                                                if isinstance(a, torch.Tensor)],
-                       "higher-order operator: runs natively")
+            self._note_native(func, args, "higher-order operator: products inside it are "
+                                          "not emulated")
             return func(*args, **kwargs)
         if handler is None:
+            if _decomposes(func):
+                with _Reentered(self):
+                    out = func.decompose(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
             if func.overloadpacket.__name__ in _WATCH_NATIVE:
-                self._note(func, "other", "native", [a.shape for a in args
-                                                    if isinstance(a, torch.Tensor)],
-                           "not routed: runs natively (no emulation of this op)")
+                self._note_native(func, args, "no emulation of this op")
             return func(*args, **kwargs)
         return handler(self, func, args, kwargs)
 
@@ -458,7 +651,9 @@ def emulate(arch, *, formats=None, fp32_format: str = "auto", bias: str = "epilo
     MIOpen do on MI200 when asked (PyTorch asks in the backward pass).  ``fp8_promotion``:
     ``torch._scaled_mm`` on NVIDIA without ``use_fast_accum`` adds partial sums of this many
     K elements in fp32 (None: one chain; unverified interval).  ``record``: keep one
-    :class:`Record` per call in ``.records`` (``.counts`` and ``.summary()`` always work).
+    :class:`Record` per call in ``.records``, with the module path, and capture the first
+    top-level module call for ``.report(reference)`` (``.counts`` and ``.summary()`` always
+    work).  Threads started while the block is open run under it.
 
     ``schedule``: how the library strings instructions together (split-K, fp8 promotion,
     tf32x3, ...): a :class:`~torch_mma_emu.Schedule`, a preset name or ``{op kind:
@@ -470,4 +665,7 @@ def emulate(arch, *, formats=None, fp32_format: str = "auto", bias: str = "epilo
     policy = Policy(arch, formats=formats, fp32_format=fp32_format, bias=bias,
                     fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl,
                     schedule=schedule)
-    return EmulateMode(policy, record=record, fp8_promotion=fp8_promotion)
+    options = dict(formats=formats, fp32_format=fp32_format, bias=bias,
+                   fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl,
+                   fp8_promotion=fp8_promotion, schedule=schedule)
+    return EmulateMode(policy, record=record, fp8_promotion=fp8_promotion, options=options)

@@ -110,10 +110,39 @@ def _timed(fn, repeat: int) -> float:
     return min(times)
 
 
-def preview_model(model: nn.Module, inputs: Sequence[torch.Tensor], layers: Sequence[str],
-                  archs: Sequence[str], formats: Sequence[str] = FORMATS, repeat: int = 1,
+def preview_model(model: nn.Module, inputs, layers: Optional[Sequence[str]] = None,
+                  archs: Optional[Sequence[str]] = None,
+                  formats: Optional[Sequence[str]] = None, repeat: int = 1,
                   progress: Optional[Callable[[str], None]] = None) -> PreviewResult:
-    """Run every (format, arch) preview of ``model`` on ``inputs``; see the module doc."""
+    """Run ``model(*inputs)`` under every (format, arch) preview and compare.
+
+    ``inputs``: a tensor or a tuple of tensors (floating ones are cast to each run's dtype).
+    ``layers``: module names whose outputs are compared (default ``model.preview_layers()``
+    when defined, else the top-level children); the model output is always compared.
+    ``archs``: names or aliases (default: every arch).  ``formats``: from ``FORMATS``
+    (default: each format one of the archs has).  ``repeat``: timed passes per run, the best
+    is kept.  ``progress(label)`` is called before each emulated run.  Returns a
+    :class:`PreviewResult` (``mma-emu preview`` renders it as a table and a plot).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"preview_model: model must be an nn.Module, got "
+                        f"{type(model).__name__}")
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    inputs = tuple(inputs)
+    if not inputs or not all(isinstance(t, torch.Tensor) for t in inputs):
+        raise TypeError("preview_model: inputs must be a tensor or a tuple of tensors")
+    if not isinstance(repeat, int) or repeat <= 0:
+        raise ValueError(f"preview_model: repeat must be a positive integer, got {repeat!r}")
+    if layers is None:
+        layers = (list(model.preview_layers()) if hasattr(model, "preview_layers")
+                  else [n for n, _ in model.named_children()])
+    if archs is None:
+        archs = list(ARCHS)
+    if formats is None:
+        from ..registry import canonical_arch
+        names = [canonical_arch(a) for a in archs]
+        formats = [f for f in FORMATS if any(_options(f, a) is not None for a in names)]
     say = progress or (lambda s: None)
     model = model.eval()
     with torch.no_grad():  # materialise lazy modules once, before the per-dtype copies

@@ -1,6 +1,9 @@
-"""``convert(model, arch)`` / ``revert(model)``: swap ``nn.Linear`` and ``nn.Conv1d/2d/3d``
-for emulated modules that share the same parameters (in the style of torchao's
-``quantize_``).
+"""``convert(model, arch)`` / ``revert(model)``: swap ``nn.Linear``, ``nn.Conv1d/2d/3d`` and
+``nn.ConvTranspose1d/2d/3d`` for emulated modules that share the same parameters (in the
+style of torchao's ``quantize_``).  Each emulated module is a subclass of the class it
+replaces (``EmulatedLinear`` is an ``nn.Linear``, ``EmulatedConv2d`` an ``nn.Conv2d``), so
+code that selects modules by type (weight init, optimizer groups, adapters) still finds
+them; ``reset_parameters``, ``extra_repr`` and the state_dict keys are the original's.
 
 The emulated modules compute exactly what :func:`emulate` computes for the aten ops the
 original modules turn into (``addmm`` / ``mm`` for Linear, ``convolution`` for Conv), with
@@ -9,7 +12,8 @@ the same :class:`Policy` and the same helpers, forward and backward:
 * Linear: ``y = addmm(b, x, W^T)`` (``mm`` without bias) on ``x`` flattened to 2-D;
   backward ``dx = mm(dy, W)``, ``dW = mm(dy^T, x)``, ``db = dy.sum(0)`` (``mm`` plans,
   backward phase), as autograd's ``AddmmBackward`` does;
-* Conv: ``conv.conv_forward`` / ``conv.conv_backward``.
+* Conv: ``conv.conv_forward`` / ``conv.conv_backward``; ConvTranspose:
+  ``conv.conv_transpose`` / ``conv.conv_backward(transposed=True)``.
 
 They are ``torch.autograd.Function``s with plain-tensor bodies, so ``torch.compile(model,
 fullgraph=True)`` traces them without graph breaks (the emulated product is the custom op
@@ -25,11 +29,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .conv import conv_backward, conv_forward
+from .conv import conv_backward, conv_forward, conv_transpose
 from .gemm import run_product
 from .policy import Plan, Policy
 
-__all__ = ["EmulatedLinear", "EmulatedConv", "convert", "revert"]
+__all__ = ["EmulatedLinear", "EmulatedConv", "EmulatedConv1d", "EmulatedConv2d",
+           "EmulatedConv3d", "EmulatedConvTranspose1d", "EmulatedConvTranspose2d",
+           "EmulatedConvTranspose3d", "convert", "revert"]
 
 _PLAN_DTYPES = (torch.float64, torch.float32, torch.float16, torch.bfloat16)
 
@@ -92,18 +98,21 @@ class _LinearFn(torch.autograd.Function):
 class _ConvFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, fwd: Plan, bwd: Plan, bias_mode: str, geom: tuple):
-        stride, padding, dilation, groups = geom
+        stride, padding, dilation, groups, outpad = geom
         ctx.save_for_backward(x, weight)
         ctx.bwd, ctx.bias_mode, ctx.geom, ctx.has_bias = bwd, bias_mode, geom, bias is not None
 
         def mm(A, B, C=None):
             return run_product(A, B, fwd, C=C, bias_mode=bias_mode, out_dtype=x.dtype)
+        if outpad is not None:
+            return conv_transpose(x, weight, list(stride), list(padding), list(outpad),
+                                  list(dilation), groups, mm, bias)
         return conv_forward(x, weight, stride, padding, dilation, groups, mm, bias)
 
     @staticmethod
     def backward(ctx, grad):
         x, weight = ctx.saved_tensors
-        stride, padding, dilation, groups = ctx.geom
+        stride, padding, dilation, groups, outpad = ctx.geom
         bwd, bias_mode = ctx.bwd, ctx.bias_mode
         grad = grad.to(x.dtype)
 
@@ -111,36 +120,49 @@ class _ConvFn(torch.autograd.Function):
             return run_product(A, B, bwd, C=C, bias_mode=bias_mode, out_dtype=x.dtype)
         mask = (ctx.needs_input_grad[0], ctx.needs_input_grad[1],
                 ctx.has_bias and ctx.needs_input_grad[2])
-        gx, gw, gb = conv_backward(grad, x, weight, stride, padding, dilation, False,
-                                   [0] * len(stride), groups, mask, mm)
+        transposed = outpad is not None
+        gx, gw, gb = conv_backward(grad, x, weight, list(stride), list(padding),
+                                   list(dilation), transposed,
+                                   list(outpad) if transposed else [0] * len(stride), groups,
+                                   mask, mm)
         return gx, gw, gb, None, None, None, None
 
 
-class _Emulated(nn.Module):
-    """Common part: shares the original module's parameters, keeps it for ``revert``."""
+_MODULE_INTERNALS = frozenset(nn.Module().__dict__)
 
-    def __init__(self, original: nn.Module, policy: Policy, fwd_kind: str, bwd_kind: str):
-        super().__init__()
+
+class _Emulated:
+    """Common part of the emulated modules (a mixin before the torch.nn class they
+    subclass): the original module's attributes (``in_features``, ``stride``,
+    ``padding_mode``, ...) and parameters (shared, same state_dict keys), the original kept
+    for ``revert``; ``reset_parameters`` and the rest of the class's API are the torch.nn
+    class's own."""
+
+    def _setup(self, original: nn.Module, policy: Policy, fwd_kind: str, bwd_kind: str):
+        nn.Module.__init__(self)
+        for k, v in original.__dict__.items():
+            if k not in _MODULE_INTERNALS:
+                self.__dict__[k] = v
+        self.training = original.training
         self.__dict__["_original"] = original
         self.policy = policy
         self._plans = _Plans(policy, fwd_kind, bwd_kind)
-        self.weight = original.weight
-        self.bias = original.bias
+        self.register_parameter("weight", original.weight)
+        self.register_parameter("bias", original.bias)
 
     @property
     def original(self) -> nn.Module:
         return self.__dict__["_original"]
 
     def extra_repr(self) -> str:
-        return f"{self.original.extra_repr()}, {self.policy.describe()}"
+        return f"{super().extra_repr()}, {self.policy.describe()}"
 
 
-class EmulatedLinear(_Emulated):
-    """``nn.Linear`` whose products run as ``policy.arch`` computes them."""
+class EmulatedLinear(_Emulated, nn.Linear):
+    """An ``nn.Linear`` whose products run as ``policy.arch`` computes them."""
 
     def __init__(self, original: nn.Linear, policy: Policy):
-        super().__init__(original, policy, "addmm" if original.bias is not None else "mm", "mm")
-        self.in_features, self.out_features = original.in_features, original.out_features
+        self._setup(original, policy, "addmm" if original.bias is not None else "mm", "mm")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x, w, b = _autocast(x, self.weight, self.bias)
@@ -159,26 +181,26 @@ class EmulatedLinear(_Emulated):
         return y if fused else y + b
 
 
+def _conv_pads(o: nn.modules.conv._ConvNd):
+    """(left, right) zero padding per spatial dim of a (non-transposed) convolution."""
+    nd = len(o.kernel_size)
+    if isinstance(o.padding, str):
+        if o.padding == "valid":
+            return (0,) * nd, (0,) * nd
+        tot = [d * (k - 1) for d, k in zip(o.dilation, o.kernel_size)]   # "same": extra on
+        return tuple(t // 2 for t in tot), tuple(t - t // 2 for t in tot)   # the right
+    return tuple(o.padding), tuple(o.padding)
+
+
 class EmulatedConv(_Emulated):
-    """``nn.Conv1d/2d/3d`` (any padding mode, groups, dilation) on emulated products."""
+    """Common part of ``EmulatedConv1d/2d/3d`` (subclasses of ``nn.Conv1d/2d/3d``) and
+    ``EmulatedConvTranspose1d/2d/3d``: any padding mode, groups, dilation."""
 
     def __init__(self, original: nn.modules.conv._ConvNd, policy: Policy):
-        super().__init__(original, policy, "conv", "conv")
-        o = original
-        self.nd = len(o.kernel_size)
-        self.stride, self.dilation, self.groups = tuple(o.stride), tuple(o.dilation), o.groups
-        self.padding_mode = o.padding_mode
-        k = o.kernel_size
-        if isinstance(o.padding, str):
-            if o.padding == "valid":
-                lo = hi = (0,) * self.nd
-            else:  # "same": extra padding on the right, as PyTorch does
-                tot = [d * (kk - 1) for d, kk in zip(self.dilation, k)]
-                lo = tuple(t // 2 for t in tot)
-                hi = tuple(t - t // 2 for t in tot)
-        else:
-            lo = hi = tuple(o.padding)
-        self.pad_lo, self.pad_hi = lo, hi
+        self._setup(original, policy, "conv", "conv")
+        self.nd = len(original.kernel_size)
+        if not original.transposed:
+            self.pad_lo, self.pad_hi = _conv_pads(original)
 
     def _native(self, x, w, b, pad):
         fn = (F.conv1d, F.conv2d, F.conv3d)[self.nd - 1]
@@ -197,25 +219,64 @@ class EmulatedConv(_Emulated):
             pads += [0, hi - lo]
         return F.pad(x, pads), self.pad_lo
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, output_size=None) -> torch.Tensor:
         batched = x.dim() == self.nd + 2
         if not batched:
             x = x.unsqueeze(0)
-        x, pad = self._pad_input(x)   # before autocast, as nn.Conv pads before F.conv
+        if self.transposed:
+            outpad = self._output_padding(x, output_size, list(self.stride),
+                                          list(self.padding), list(self.kernel_size),
+                                          self.nd, list(self.dilation))
+            pad = tuple(self.padding)
+        else:
+            outpad = None
+            x, pad = self._pad_input(x)   # before autocast, as nn.Conv pads before F.conv
         x, w, b = _autocast(x, self.weight, self.bias)
         if x.dtype != w.dtype:
-            raise TypeError(f"EmulatedConv: input dtype {x.dtype} != weight dtype {w.dtype}")
+            raise TypeError(f"{type(self).__name__}: input dtype {x.dtype} != weight dtype "
+                            f"{w.dtype}")
         fwd, bwd = self._plans.get(x.dtype)
         if fwd.native:
-            y = self._native(x, w, b, pad)
+            if self.transposed:
+                fn = (F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d)[self.nd - 1]
+                y = fn(x, w, b, self.stride, pad, outpad, self.groups, self.dilation)
+            else:
+                y = self._native(x, w, b, pad)
             return y if batched else y.squeeze(0)
-        geom = (self.stride, pad, self.dilation, self.groups)
+        geom = (tuple(self.stride), tuple(pad), tuple(self.dilation), self.groups,
+                None if outpad is None else tuple(outpad))
         y = _ConvFn.apply(x, w, b, fwd, bwd, self.policy.bias, geom)
         return y if batched else y.squeeze(0)
 
 
-_SWAPS: dict[type, Callable] = {nn.Linear: EmulatedLinear, nn.Conv1d: EmulatedConv,
-                                nn.Conv2d: EmulatedConv, nn.Conv3d: EmulatedConv}
+class EmulatedConv1d(EmulatedConv, nn.Conv1d):
+    """An ``nn.Conv1d`` on emulated products."""
+
+
+class EmulatedConv2d(EmulatedConv, nn.Conv2d):
+    """An ``nn.Conv2d`` on emulated products."""
+
+
+class EmulatedConv3d(EmulatedConv, nn.Conv3d):
+    """An ``nn.Conv3d`` on emulated products."""
+
+
+class EmulatedConvTranspose1d(EmulatedConv, nn.ConvTranspose1d):
+    """An ``nn.ConvTranspose1d`` on emulated products."""
+
+
+class EmulatedConvTranspose2d(EmulatedConv, nn.ConvTranspose2d):
+    """An ``nn.ConvTranspose2d`` on emulated products."""
+
+
+class EmulatedConvTranspose3d(EmulatedConv, nn.ConvTranspose3d):
+    """An ``nn.ConvTranspose3d`` on emulated products."""
+
+
+_SWAPS: dict[type, Callable] = {
+    nn.Linear: EmulatedLinear, nn.Conv1d: EmulatedConv1d, nn.Conv2d: EmulatedConv2d,
+    nn.Conv3d: EmulatedConv3d, nn.ConvTranspose1d: EmulatedConvTranspose1d,
+    nn.ConvTranspose2d: EmulatedConvTranspose2d, nn.ConvTranspose3d: EmulatedConvTranspose3d}
 
 
 def convert(model: nn.Module, arch, *, formats=None, fp32_format: str = "auto",
@@ -283,8 +344,6 @@ def _not_swapped(m: nn.Module, cls) -> str:
         if not isinstance(m, _MATRIX_MODULES) or \
                 type(m).__name__ == "NonDynamicallyQuantizableLinear":   # MHA's: reported
             return ""
-        if isinstance(m, nn.modules.conv._ConvTransposeNd):
-            return "transposed convolution"
         if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd)):
             return "a subclass whose forward may differ"
         return "its products are not a Linear / Conv"

@@ -17,6 +17,7 @@ class Record:
     arch: str
     shapes: tuple      # operand shapes
     note: str = ""     # why an op stayed native, or details
+    module: str = ""   # module path below the root (named_modules() name), '' outside
 
     @property
     def emulated(self) -> bool:

@@ -1,0 +1,325 @@
+"""Per-layer attribution: which module each routed product belongs to, and how far each
+layer's output is from a reference run (``EmulateMode.report``).
+
+* Module paths come from ``torch.utils.module_tracker.ModuleTracker`` (forward *and*
+  backward: it follows autograd through multi-grad hooks).  Its names start with the root
+  module's class (``TinyGPT.blocks.0.attn``); records carry the path below the root
+  (``blocks.0.attn``), the ``named_modules()`` / state_dict name.
+* With ``record=True`` the first top-level module call in the block is captured: a copy of
+  the module (taken before its forward), its inputs, and every submodule's output.
+  ``report(reference)`` re-runs that call as the reference (fp64 natively, another arch, or
+  native in the same dtype) and compares layer by layer.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+import torch.nn as nn
+from torch.nn.modules.module import (register_module_forward_hook,
+                                     register_module_forward_pre_hook)
+from torch.autograd.graph import register_multi_grad_hook
+from torch.utils._pytree import tree_flatten
+from torch.utils.module_tracker import ModuleTracker
+
+from .compare import divergence
+
+__all__ = ["LayerTracker", "Capture", "Report", "LayerRow", "run_captured"]
+
+
+def _innermost(parents) -> str:
+    """The current module path below the root ('' outside any module)."""
+    best = max(parents, key=lambda p: p.count(".") + (p != "Global"), default="Global")
+    if best == "Global":
+        return ""
+    head, _, rest = best.partition(".")
+    return rest or head        # the root itself: its class name
+
+
+def _first_tensor(out) -> Optional[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, (tuple, list)):
+        for o in out:
+            t = _first_tensor(o)
+            if t is not None:
+                return t
+    if isinstance(out, dict):
+        for o in out.values():
+            t = _first_tensor(o)
+            if t is not None:
+                return t
+    return None
+
+
+def _clone(x):
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    if isinstance(x, (tuple, list)):
+        return type(x)(_clone(v) for v in x)
+    if isinstance(x, dict):
+        return {k: _clone(v) for k, v in x.items()}
+    return x
+
+
+@dataclass
+class Capture:
+    """One top-level module call: a copy of the module, its inputs, each layer's output."""
+    model: Optional[nn.Module] = None
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    outputs: dict = field(default_factory=dict)     # path -> [output per call, ...]
+    types: dict = field(default_factory=dict)       # path -> module class name
+    done: bool = False
+    note: str = ""
+    root_path: str = ""                             # the root's row (its class name)
+    active: bool = False                            # inside the captured call
+    modules: list = field(default_factory=list)     # module of each emulated forward product
+
+
+class _Tracker(ModuleTracker):
+    """ModuleTracker whose hooks do nothing while Dynamo traces (global module hooks are
+    traced into compiled code; under ``torch.compile`` records carry no module path)."""
+
+    def _fw_pre_hook(self, mod, input):
+        # as ModuleTracker's, but the backward "leave" hook goes on non-leaf inputs only:
+        # multi-grad hooks on leaves fail under autograd.grad (gradcheck); a module whose
+        # inputs are leaves stays "entered" until its backward ends
+        if torch.compiler.is_compiling():
+            return
+        name = self._get_mod_name(mod)
+        self._get_append_fn(name, False)()
+        tensors = [a for a in tree_flatten(input)[0] if isinstance(a, torch.Tensor)
+                   and a.requires_grad and a.grad_fn is not None]
+        if tensors:
+            self._hooks.append(register_multi_grad_hook(tensors, self._get_pop_fn(name, True)))
+
+    def _fw_post_hook(self, mod, input, output):
+        if not torch.compiler.is_compiling():
+            super()._fw_post_hook(mod, input, output)
+
+
+class _OutputHooks:
+    """Global forward hooks that store every module's (first) floating output by path."""
+
+    def __init__(self, tracker: ModuleTracker, cap: Capture, root_hook: bool):
+        self.tracker, self.cap, self.root_hook = tracker, cap, root_hook
+        self.depth = 0
+        self.root = None
+        self.handles = []
+
+    def install(self):
+        # registered before the tracker's hooks: the tracker's parents still hold the
+        # module when the post hook runs
+        self.handles = [register_module_forward_pre_hook(self._pre),
+                        register_module_forward_hook(self._post, with_kwargs=True)]
+
+    def remove(self):
+        from torch.nn.modules import module as nn_module
+        for h in self.handles:
+            h.remove()
+            # the handle of a global with_kwargs hook leaves its flag behind (torch 2.13),
+            # which makes torch.compile(module) warn about global hooks ever after
+            getattr(nn_module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
+        self.handles = []
+
+    def _pre(self, mod, args):
+        if torch.compiler.is_compiling() or self.cap.done:
+            return
+        if self.depth == 0 and self.root is None:
+            self.root = mod
+            self.cap.active = True
+            if self.root_hook:
+                try:
+                    self.cap.model = copy.deepcopy(mod)
+                except Exception as e:   # noqa: BLE001 - a module that cannot be copied
+                    self.cap.model = mod
+                    self.cap.note = (f"the model could not be copied ({type(e).__name__}); "
+                                     "the reference re-runs it with its current weights")
+        self.depth += 1
+
+    def _post(self, mod, args, kwargs, out):
+        if torch.compiler.is_compiling() or self.cap.done or self.root is None:
+            return
+        self.depth -= 1
+        t = _first_tensor(out)
+        if t is not None and t.is_floating_point():
+            path = _innermost(self.tracker.parents)
+            self.cap.outputs.setdefault(path, []).append(t.detach())
+            self.cap.types.setdefault(path, type(mod).__name__)
+        if self.depth == 0 and mod is self.root:
+            self.cap.root_path = _innermost(self.tracker.parents)
+            self.cap.active = False
+            if self.root_hook:
+                self.cap.args, self.cap.kwargs = _clone(tuple(args)), _clone(dict(kwargs))
+            self.cap.done = True
+
+
+class LayerTracker:
+    """Module paths for records and, when asked, the capture of the first top-level call."""
+
+    def __init__(self, capture: bool):
+        self.tracker = _Tracker()
+        self.capture = Capture() if capture else None
+        self._hooks = None
+        self.depth = 0
+
+    def enter(self):
+        if self.depth == 0:
+            if self.capture is not None and not self.capture.done:
+                self._hooks = _OutputHooks(self.tracker, self.capture, root_hook=True)
+                self._hooks.install()
+            self.tracker.__enter__()
+        self.depth += 1
+
+    def leave(self):
+        self.depth -= 1
+        if self.depth == 0:
+            self.tracker.__exit__(None, None, None)
+            if self._hooks is not None:
+                self._hooks.remove()
+                self._hooks = None
+
+    def path(self) -> str:
+        return _innermost(self.tracker.parents)
+
+
+def run_captured(model: nn.Module, args: tuple, kwargs: dict) -> dict:
+    """Run ``model(*args, **kwargs)`` without grad and return ``{path: [outputs]}`` with the
+    same paths as a capture inside a block."""
+    cap = Capture()
+    tracker = _Tracker()
+    hooks = _OutputHooks(tracker, cap, root_hook=False)
+    hooks.install()
+    try:
+        with tracker, torch.no_grad():
+            model(*args, **kwargs)
+    finally:
+        hooks.remove()
+    return cap.outputs
+
+
+def _to(x, dtype):
+    if isinstance(x, torch.Tensor):
+        return x.to(dtype) if x.is_floating_point() else x
+    if isinstance(x, (tuple, list)):
+        return type(x)(_to(v, dtype) for v in x)
+    if isinstance(x, dict):
+        return {k: _to(v, dtype) for k, v in x.items()}
+    return x
+
+
+@dataclass
+class LayerRow:
+    path: str
+    module: str
+    products: int           # emulated forward products recorded in this module (and below)
+    dtype: str
+    max_abs: float
+    max_ulp: float          # in ulps of the run's dtype at the reference values
+    median_ulp: float
+    rel_l2: float
+
+
+class Report:
+    """Per-layer divergence of a block's first top-level call from a reference."""
+
+    def __init__(self, arch: str, reference: str, rows: list, note: str = ""):
+        self.arch, self.reference, self.rows, self.note = arch, reference, rows, note
+
+    def __str__(self) -> str:
+        from ..cli import format_table
+        body = [[r.path, r.module, r.products, r.dtype, f"{r.max_abs:.3g}", f"{r.max_ulp:.3g}",
+                 f"{r.median_ulp:.3g}", f"{r.rel_l2:.3g}"] for r in self.rows]
+        t = format_table(["layer", "module", "products", "dtype", "max |err|", "max ulp",
+                          "median ulp", "rel L2"], body,
+                         title=f"{self.arch} against {self.reference} (layer outputs)")
+        return t + (f"\nnote: {self.note}" if self.note else "")
+
+    def to_dict(self) -> dict:
+        return dict(arch=self.arch, reference=self.reference, note=self.note,
+                    rows=[r.__dict__ for r in self.rows])
+
+    def plot(self, path: str) -> str:
+        """A bar chart of each layer's relative L2 error (log scale) written to ``path``."""
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        rows = self.rows
+        fig, ax = plt.subplots(figsize=(8, 0.25 * len(rows) + 1.5))
+        vals = [max(r.rel_l2, 1e-300) for r in rows]
+        ax.barh(range(len(rows)), vals, color=["C0" if r.products else "C7" for r in rows])
+        ax.set_yticks(range(len(rows)), [f"{r.path} ({r.module})" for r in rows], fontsize=7)
+        ax.invert_yaxis()
+        if any(v > 1e-300 for v in vals):
+            ax.set_xscale("log")
+        ax.set_xlabel(f"relative L2 error of the layer output vs {self.reference}")
+        ax.set_title(f"{self.arch}: per-layer divergence (grey: no product inside)")
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+
+def products_in(path: str, modules: list, root_path: str) -> int:
+    """Emulated forward products recorded inside the module at ``path`` (children too)."""
+    if path == root_path:
+        return len(modules)
+    return sum(m == path or m.startswith(path + ".") for m in modules)
+
+
+def compare_outputs(outputs: dict, ref: dict, types: dict, modules: list,
+                    root_path: str) -> list:
+    """One :class:`LayerRow` per captured module call (forward order of completion)."""
+    rows = []
+    for path, outs in outputs.items():
+        refs = ref.get(path)
+        if not refs or len(refs) != len(outs):
+            continue
+        for i, (o, r) in enumerate(zip(outs, refs)):
+            if o.shape != r.shape or not o.is_floating_point():
+                continue
+            if o.dtype == torch.float64 and r.dtype == torch.float64 and torch.equal(o, r):
+                d = dict(max_abs=0.0, max_ulp=0.0, median_ulp=0.0, rel_l2=0.0)
+            else:
+                d = divergence(o, r)
+            name = path if len(outs) == 1 else f"{path}#{i}"
+            rows.append(LayerRow(name, types.get(path, "?"),
+                                 products_in(path, modules, root_path),
+                                 str(o.dtype).replace("torch.", ""), d["max_abs"],
+                                 d["max_ulp"] if math.isfinite(d["max_ulp"]) else float("inf"),
+                                 d["median_ulp"], d["rel_l2"]))
+    return rows
+
+
+def reference_outputs(cap: Capture, reference: Any, mode_factory) -> tuple[dict, str]:
+    """``{path: [outputs]}`` of the reference run and its label."""
+    from .mode import EmulateMode
+    if isinstance(reference, EmulateMode):
+        other = reference.layer_tracker.capture if reference.layer_tracker else None
+        if other is None or not other.done:
+            raise ValueError("report: the reference block captured no module call (use "
+                             "emulate(..., record=True) and call a module inside it)")
+        return other.outputs, reference.policy.arch_name
+    model = cap.model
+    if reference in ("fp64", "float64", torch.float64):
+        m = copy.deepcopy(model).to(torch.float64)
+        return run_captured(m, _to(cap.args, torch.float64),
+                            _to(cap.kwargs, torch.float64)), "fp64 (native)"
+    if reference == "native":
+        return run_captured(model, cap.args, cap.kwargs), "native (this machine)"
+    with mode_factory(reference) as ref_mode:
+        out = run_captured(model, cap.args, cap.kwargs)
+    return out, ref_mode.policy.arch_name
+
+
+def warn_training(model: nn.Module):
+    if model.training and any(isinstance(m, nn.modules.dropout._DropoutNd)
+                              for m in model.modules()):
+        warnings.warn("report: the captured model is in training mode with dropout; the "
+                      "reference run draws other masks (call model.eval() for a preview)",
+                      stacklevel=3)
