@@ -393,8 +393,18 @@ def markdown_matrix() -> str:
                 txt += {"rz_e8m13": " E8M13", "rne_fp16": ""}.get(p["rho"], "")
             if r.out == "fp16" and r.op != "fma":
                 txt = "fp16 out"
+            multi = [f"{p['passes']} passes of {p['L']}"] if p.get("passes", 1) > 1 else []
+            if multi and p.get("pass_width", 0) not in (0, p["L"]):
+                multi.append({1: "alternating k", 2: "alternating pairs",
+                              4: "alternating quads"}.get(p["pass_width"],
+                                                          f"width {p['pass_width']}"))
+            if p.get("c_join", "first") == "final":
+                multi.append("c last")
+            if multi:
+                txt += f" ({', '.join(multi)})"
             if not r.default:
-                txt += " (alt)"
+                short = r.instruction.split(" (")[0] if "mma.sync" in r.instruction else ""
+                txt += f" (alt{': ' + short if short else ''})"
             if txt not in parts:
                 parts.append(txt)
         return "; ".join(parts)
