@@ -51,8 +51,9 @@ def check(spec, kw, c_mode="chain"):
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("spec", SPECS, ids=_id)
 def test_every_registry_entry_matches_reference(spec, family):
-    # K covers two full chunks and a zero-padded third one
-    K = 2 * spec.L + spec.L // 2 + 1
+    # K covers two full instructions and a zero-padded third one
+    n = spec.instr_k
+    K = 2 * n + n // 2 + 1
     for seed in range(2):
         g = torch.Generator().manual_seed(zlib.crc32(f"{spec.to_string()}{family}{seed}".encode()))
         check(spec, operands(spec, 3, 2, K, family, g))
@@ -62,7 +63,7 @@ def test_every_registry_entry_matches_reference(spec, family):
 def test_epilogue_mode_matches_reference(spec):
     g = torch.Generator().manual_seed(zlib.crc32(spec.to_string().encode()))
     for family in FAMILIES:
-        check(spec, operands(spec, 2, 2, spec.L + 3, family, g), c_mode="epilogue")
+        check(spec, operands(spec, 2, 2, spec.instr_k + 3, family, g), c_mode="epilogue")
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -88,3 +89,29 @@ def test_custom_spec_matches_reference():
     for family in FAMILIES:
         g = torch.Generator().manual_seed(7)
         check(s, operands(s, 3, 3, 40, family, g))
+
+
+# Multi-pass instructions beyond the registry's: every pass layout, c first or last, other
+# fused operations, formats and rounding (docs/model.md section 2.1).
+MULTIPASS = [
+    tme.spec("sm90", "fp8_e4m3", "fp32").replace(L=8, passes=4, pass_width=1, c_join="first"),
+    tme.spec("sm90", "fp8_e5m2", "fp16").replace(L=16, passes=2, pass_width=4, c_join="final"),
+    tme.spec("sm90", "fp16").replace(L=8, passes=2, c_join="final"),               # contiguous
+    tme.spec("sm80", "bf16").replace(L=4, passes=2, pass_width=2, c_join="first",
+                                     emax_floor=-133),
+    tme.spec("sm100", "fp8_e4m3", "fp32").replace(passes=1, c_join="final"),        # c last only
+    tme.spec("gfx942", "fp16").replace(L=4, passes=2, pass_width=2, c_join="final"),
+    tme.spec("gfx942", "fp8_e4m3fnuz").replace(L=8, passes=2, pass_width=4),
+    tme.spec("gfx908", "fp16").replace(L=2, passes=3, pass_width=1, c_join="final"),
+]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("spec", MULTIPASS, ids=lambda s: s.describe().replace(" ", "_"))
+def test_multipass_specs_match_reference(spec, family):
+    n = spec.instr_k
+    for seed, K in enumerate((n, 2 * n + n // 2 + 1, max(1, n // 3))):
+        g = torch.Generator().manual_seed(zlib.crc32(f"{spec.to_string()}{family}{seed}".encode()))
+        check(spec, operands(spec, 3, 2, K, family, g))
+    g = torch.Generator().manual_seed(11)
+    check(spec, operands(spec, 2, 2, n + 3, family, g), c_mode="epilogue")

@@ -30,6 +30,21 @@ BACKENDS = [pytest.param("emulated", marks=needs_emu), "reference"]
 OUT = {"fp32": torch.float32, "fp16": torch.float16, "fp64": torch.float64}
 
 
+def multipass_tree(sp, K: int) -> fprev.SumTree:
+    """Multi-pass instructions (docs/model.md 2.1): per instruction, a fused sum per pass
+    (the next pass fusing the previous result), then the accumulator added last."""
+    b = B._Builder(K)
+    acc = None
+    n = sp.instr_k
+    for k0 in range(0, K, n):
+        t = None
+        for ks in sp.pass_ks():
+            terms = [k0 + k for k in ks if k0 + k < K]
+            t = b.node("fused", ([] if t is None else [t]) + terms)
+        acc = t if acc is None else b.node("add", [t, acc])
+    return b.tree(acc)
+
+
 def expected(op: str, K: int, L: int, P: int) -> fprev.SumTree:
     if op == "fma":
         return B.sequential(K)
@@ -56,7 +71,8 @@ def _entries():
     for sp in registry.all_specs():
         if sp.scale_format or sp.in_format_b:
             continue
-        key = (sp.op, sp.L, sp.P, sp.in_format, sp.out_format, sp.F, sp.F2, sp.flush_inputs)
+        key = (sp.op, sp.L, sp.P, sp.in_format, sp.out_format, sp.F, sp.F2, sp.flush_inputs,
+               sp.passes, sp.width, sp.c_join)
         seen.setdefault(key, sp)
     return list(seen.values())
 
@@ -95,7 +111,8 @@ def test_registry_entry_shapes(sp):
             fprev.reveal_matmul(32, 4, K, **kw)
         K = 16
     tree = fprev.reveal_matmul(32, 4, K, **kw)
-    assert tree == expected(sp.op, K, sp.L, sp.P), tree.describe()
+    want = multipass_tree(sp, K) if sp.multipass else expected(sp.op, K, sp.L, sp.P)
+    assert tree == want, tree.describe()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -14,7 +14,8 @@ from torch_mma_emu.registry import all_specs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "csrc", "cuda", "fast_tfdpa_check.cpp")
-SPECS = [s for s in all_specs() if s.op == "t_fdpa" and not s.scaled]
+SPECS = [s for s in all_specs() if s.op == "t_fdpa" and not s.scaled and not s.multipass]
+MULTIPASS = [s for s in all_specs() if s.multipass]
 
 
 @pytest.fixture(scope="module")
@@ -76,3 +77,11 @@ def test_fixed_output_formats_of_the_cuda_kernel_match_formats_py():
                            ("fp16", "rne_fp16", [5, 5, 10, 15, 0, 1, 0])):
         p = Spec(op="t_fdpa", in_format="fp16", out_format=out, L=16, F=25, rho=rho).to_params()
         assert p[14 + 14:14 + 21] == want
+
+
+def test_multipass_entries_skip_the_fast_path(checker):
+    """The fast chunk knows only the single fused chain: multi-pass Params (passes > 1 or
+    c added last) go to the generic kernel, which runs the core's dot_fused."""
+    assert MULTIPASS
+    res, _ = run(checker, [f"10 1 " + " ".join(map(str, s.to_params())) for s in MULTIPASS])
+    assert res == [None] * len(MULTIPASS)

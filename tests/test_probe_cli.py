@@ -77,6 +77,25 @@ def test_fit_files_and_directories(capsys):
     assert len(doc[0]["specs"]) > 1 and doc[0]["undetermined"]
 
 
+def test_fit_multipass_and_closest_misses(capsys, tmp_path):
+    """The fp16 mma.sync recording: found with passes (Table 4 says so); with
+    --single-pass nothing fits and the JSON lists the closest with mismatch counts."""
+    import numpy as np
+    z = np.load(HW / "H100_fp8_e4m3_to_fp16.npz")
+    f = tmp_path / "h100_mma_sync.npz"
+    np.savez(f, **{k: z[k][:400] for k in "abcd"})
+    rc, out = run(capsys, "fit", str(f), "--format", "fp8_e4m3", "--out", "fp16", "--limit", "2")
+    assert rc == 0, out.err
+    assert "passes=2x16 (alternating pairs, width 2) c_join=final" in out.out
+    assert "2 passes (alternating pairs), c added last" in out.out
+    rc, out = run(capsys, "fit", str(f), "--format", "fp8_e4m3", "--out", "fp16", "--json",
+                  "--single-pass")
+    assert rc == 0, out.err
+    doc = json.loads(out.out)[0]
+    assert doc["specs"] == [] and doc["closest"]
+    assert all(c["mismatches"] > 0 for c in doc["closest"])
+
+
 def test_fit_errors_exit_2(capsys, tmp_path):
     rc, out = run(capsys, "fit", str(tmp_path))
     assert rc == 2 and "no .npz files" in out.err

@@ -9,6 +9,7 @@ import pytest
 from torch_mma_emu import registry
 from torch_mma_emu.probe import Interval, features, search
 from torch_mma_emu.probe.features import probe
+from torch_mma_emu.probe.space import Structure
 from torch_mma_emu.formats import FORMATS
 
 
@@ -46,9 +47,27 @@ def _one_narrow_block(sp) -> bool:
     return span < sp.F + 2
 
 
+def check_passes(sp, rep):
+    """Multi-pass instructions: the pass layout and where c joins are observed exactly;
+    the fused length probe sees the whole instruction."""
+    v = rep.value
+    want = Structure(sp.passes, sp.L, sp.width, sp.c_join).describe()
+    assert v("pass_structure") == want, rep["pass_structure"].detail
+    assert v("block_width") == Interval(sp.instr_k, sp.instr_k)
+    assert v("nan_encoding") == sp.nan_encoding
+    assert v("products_exact") is True
+    assert v("special_values") == "IEEE"
+    pe = v("output_precision")
+    assert pe is not None and sp.fmt_out.man_bits + 1 in pe
+
+
 def check(sp, rep):
     v = rep.value
     op = sp.op
+    if sp.multipass:
+        return check_passes(sp, rep)
+    ps = v("pass_structure")      # one fused op per chunk with c inside: no passes to see
+    assert ps in ("none", None) or op == "ftz_addmul", rep["pass_structure"].detail
     W = v("block_width")
     assert W is not None and W.exact, rep["block_width"].detail
     assert W.lo == (1 if op == "fma" else sp.P if op == "ftz_addmul" else sp.L)
@@ -158,3 +177,28 @@ def test_bad_arguments_name_what_is_allowed():
         features("sm80", "fp8_e4m3")
     with pytest.raises(ValueError, match="scale_format must be"):
         features("sm100", "fp4_e2m1", scale_format="ue5m2")
+
+
+@pytest.mark.parametrize("change", [dict(pass_width=1), dict(pass_width=4),
+                                    dict(pass_width=16), dict(c_join="first"),
+                                    dict(passes=4, L=8, pass_width=2),
+                                    dict(passes=1, L=32, pass_width=0, c_join="final")])
+def test_pass_structure_of_custom_multipass_units(change):
+    """Every layout of the model space is read back exactly (or, for c first with
+    contiguous passes, as the equivalent chain), and infer_spec's model space holds it."""
+    from torch_mma_emu.probe.infer import infer
+    sp = registry.spec("sm100", "fp8_e4m3", "fp16", instruction="mma.sync").replace(**change)
+    ctx = probe(sp, order=False)
+    rep = ctx.report
+    if sp.multipass:
+        want = Structure(sp.passes, sp.L, sp.width, sp.c_join).describe()
+        assert rep.value("pass_structure") == want, rep["pass_structure"].detail
+        assert Structure(sp.passes, sp.L, sp.width, sp.c_join) in ctx.pass_structures
+    inf = infer(sp, checks=300)
+    assert search.mismatches(inf.spec, probe_samples(sp)) == 0, inf.describe()
+
+
+def probe_samples(sp):
+    from torch_mma_emu.probe.samples import random_samples
+    from torch_mma_emu.probe.targets import make_target
+    return random_samples(make_target(sp), 400, [32, 64, 7], seed=3)

@@ -166,8 +166,8 @@ ROWS += _fma_rows("sm89", "nvidia")
 ROWS += _nv_half_rows("sm89", 8, 24, "HMMA.16816 (mma.m16n8k16, 2 x k8)",
                       tf32=(4, 24, "HMMA.1684 (mma.m16n8k8 tf32, 2 x k4)"))
 ROWS += [
-    Row("sm89", FP8, "fp32", "t_fdpa", "QMMA.16832 (mma.m16n8k32, 2 x k16)", _t(16, 13, "rz_e8m13"), source="seed 003 Table 4"),
-    Row("sm89", FP8, "fp16", "t_fdpa", "QMMA.16832 (mma.m16n8k32, 2 x k16)", _t(16, 13, "rne_fp16"), source="seed 003 Table 4"),
+    Row("sm89", FP8, "fp32", "t_fdpa", "QMMA.16832 (mma.sync.m16n8k32, 2 x k16)", _t(16, 13, "rz_e8m13"), source="seed 003 Table 4"),
+    Row("sm89", FP8, "fp16", "t_fdpa", "QMMA.16832 (mma.sync.m16n8k32, 2 x k16)", _t(16, 13, "rne_fp16"), source="seed 003 Table 4"),
 ]
 ROWS += _fma_rows("sm90", "nvidia")
 ROWS += _nv_half_rows("sm90", 16, 25, "HGMMA (wgmma.m64nNk16)", tf32=(8, 25, "HGMMA (wgmma.m64nNk8 tf32)"),
@@ -178,6 +178,29 @@ ROWS += [
 ]
 ROWS += _blackwell_rows("sm100")
 ROWS += _blackwell_rows("sm120")
+# The warp-level fp8 instruction of Hopper and Blackwell (docs/model.md section 2.1): not
+# what libraries use (wgmma / tcgen05.mma, the defaults above), so instruction variants.
+# fp16 accumulators: the fp8 bytes are unpacked to fp16 pairs (exact) and run as two
+# HMMA.16816 over alternating pairs of k (k mod 4 in {0, 1}, then {2, 3}), each from zero
+# and rounded to the output format, then c is added (HADD2 / FADD).  F = 25 is the HMMA's
+# (the recordings only bound it: F >= 18 (fp16), >= 20 (fp32)).
+_MMA_SYNC_FP8 = "mma.sync.m16n8k32 (fp8)"
+_PASSES = dict(passes=2, pass_width=2, c_join="final")
+ROWS += [
+    Row("sm90", FP8, "fp16", "t_fdpa", _MMA_SYNC_FP8, _t(16, 25, "rne_fp16", **_PASSES),
+        default=False, source="recorded H100 fp8_e4m3 -> fp16 (tests/data/hwdata); SASS: "
+        "F2FP unpack, 2 x HMMA.16816 from zero, HADD2"),
+    # The recorded H100 fp8 -> fp32 samples (c = 0) are exactly QGMMA's arithmetic: one
+    # fused op over 32 k, F = 13, E8M13.  With c = 0 where c joins is not observed; like QGMMA.
+    Row("sm90", FP8, "fp32", "t_fdpa", _MMA_SYNC_FP8, _t(32, 13, "rz_e8m13"),
+        default=False, source="recorded H100 fp8_e4m3/e5m2 -> fp32 (c = 0: where c joins "
+        "is not observed)"),
+    Row("sm100", FP8, "fp16", "t_fdpa", _MMA_SYNC_FP8, _t(16, 25, "rne_fp16", **_PASSES),
+        default=False, source="recorded B200 fp8_e4m3 -> fp16 (tests/data/hwdata)"),
+    Row("sm100", FP8, "fp32", "t_fdpa", _MMA_SYNC_FP8, _t(16, 25, "rz_fp32", **_PASSES),
+        default=False, source="recorded B200 fp8_e4m3 -> fp32 (c added last; the pass "
+        "layout is the fp16 instruction's: the fp32 samples do not show it)"),
+]
 # AMD ----------------------------------------------------------------------------------
 ROWS += _fma_rows("gfx908", "amd")[1:]  # CDNA1 has no fp64 MFMA; fp64 runs on the vector ALU
 ROWS += [
@@ -370,8 +393,18 @@ def markdown_matrix() -> str:
                 txt += {"rz_e8m13": " E8M13", "rne_fp16": ""}.get(p["rho"], "")
             if r.out == "fp16" and r.op != "fma":
                 txt = "fp16 out"
+            multi = [f"{p['passes']} passes of {p['L']}"] if p.get("passes", 1) > 1 else []
+            if multi and p.get("pass_width", 0) not in (0, p["L"]):
+                multi.append({1: "alternating k", 2: "alternating pairs",
+                              4: "alternating quads"}.get(p["pass_width"],
+                                                          f"width {p['pass_width']}"))
+            if p.get("c_join", "first") == "final":
+                multi.append("c last")
+            if multi:
+                txt += f" ({', '.join(multi)})"
             if not r.default:
-                txt += " (alt)"
+                short = r.instruction.split(" (")[0] if "mma.sync" in r.instruction else ""
+                txt += f" (alt{': ' + short if short else ''})"
             if txt not in parts:
                 parts.append(txt)
         return "; ".join(parts)

@@ -15,6 +15,14 @@ Elementary operations (seed 003 Table 1, Algorithms 1-11):
 ``gst_fdpa``   exact dot per group of G, times the block scales, then truncated fused sum.
 ``tr_fdpa``    AMD CDNA3: truncated sum of the L products, then round-down add of c.
 ``gtr_fdpa``   AMD CDNA3 FP8: even/odd truncated groups, round-down combination and add of c.
+
+Multi-pass instructions (docs/model.md section 2.1): with ``passes > 1`` one instruction
+covers ``passes * L`` consecutive k and runs one fused operation (a *pass*) per subset of
+``L`` of them; k belongs to pass ``(k // pass_width) % passes`` (``pass_width = L``:
+contiguous blocks; 2: alternating pairs, as in how fp8 bytes unpack from 32-bit registers).
+Each pass's result is rounded to the output format and is the next pass's accumulator.
+``c_join="first"``: c is the first pass's accumulator; ``"final"``: the passes start from
++0 and c is added by one IEEE addition in the output format at the end of the instruction.
 """
 from __future__ import annotations
 
@@ -35,6 +43,9 @@ RHO_OUT = {"rz_fp32": "fp32", "rz_e8m13": "fp32", "rne_fp32": "fp32",
 
 ALIGN_ROUNDINGS = ("rd", "rz")
 C_MODES = ("chain", "epilogue")
+C_JOINS = ("first", "final")
+MULTIPASS_OPS = ("t_fdpa", "e_fdpa", "tr_fdpa", "gtr_fdpa")  # unscaled fused operations
+MAX_PASS_L = 64       # the C++ core gathers one pass's operands into arrays of this size
 
 # Canonical NaN encodings of the output (None: the IEEE default quiet NaN).
 NVIDIA_NAN = {"fp32": 0x7FFFFFFF, "fp16": 0x7FFF, "fp64": 0x7FFFFFFFFFFFFFFF}
@@ -63,6 +74,9 @@ class Spec:
     align_round: str = "rd"         # tr/gtr_fdpa rounding of the c addition ("rd" hardware)
     flush_inputs: bool = False      # ftz_addmul: input subnormals -> +0
     nan_bits: int | None = None     # output NaN encoding; None = IEEE default quiet NaN
+    passes: int = 1                 # fused operations (passes) per instruction
+    pass_width: int = 0             # k go to pass (k // pass_width) % passes; 0 = L
+    c_join: str = "first"           # "first": c is pass 1's accumulator; "final": IEEE add
     arch: str = "custom"
     instruction: str = ""
     notes: str = field(default="", compare=False)
@@ -119,8 +133,32 @@ class Spec:
         if self.op in ("fma", "e_fdpa", "ftz_addmul", "tr_fdpa", "gtr_fdpa") and \
                 not self.rho.startswith("rne"):
             errs.append(f"{self.op} rounds to nearest (rho rne_*)")
+        errs += self._multipass_errors()
         if errs:
             raise ValueError("invalid Spec: " + "; ".join(errs))
+
+    def _multipass_errors(self) -> list[str]:
+        errs = []
+        if isinstance(self.passes, bool) or not isinstance(self.passes, int) or \
+                not 1 <= self.passes <= 16:
+            errs.append(f"passes must be an int in 1..16, got {self.passes!r}")
+            return errs
+        if isinstance(self.pass_width, bool) or not isinstance(self.pass_width, int) or \
+                self.pass_width < 0:
+            errs.append(f"pass_width must be an int >= 0 (0 = L), got {self.pass_width!r}")
+        elif self.pass_width and self.L % self.pass_width:
+            errs.append(f"pass_width={self.pass_width} must divide L={self.L}")
+        if self.c_join not in C_JOINS:
+            errs.append(f"c_join must be one of {C_JOINS}, got {self.c_join!r}")
+        if self.multipass:
+            if self.op not in MULTIPASS_OPS:
+                errs.append(f"passes > 1 or c_join='final' take one of {MULTIPASS_OPS}, "
+                            f"not {self.op}")
+            if self.passes > 1 and self.L > MAX_PASS_L:
+                errs.append(f"a pass covers at most {MAX_PASS_L} k (L={self.L})")
+            if self.passes * self.L > 256:
+                errs.append("an instruction covers at most 256 k (passes * L)")
+        return errs
 
     # -- conveniences -------------------------------------------------------------------
     @property
@@ -138,6 +176,37 @@ class Spec:
     @property
     def scaled(self) -> bool:
         return self.scale_format is not None
+
+    @property
+    def multipass(self) -> bool:
+        """Not one fused operation per chunk with c inside: passes or a final c addition."""
+        return self.passes > 1 or self.c_join == "final"
+
+    @property
+    def width(self) -> int:
+        """The effective pass width (``pass_width`` or L)."""
+        return self.pass_width or self.L
+
+    @property
+    def instr_k(self) -> int:
+        """k covered by one instruction: ``passes * L``."""
+        return self.passes * self.L
+
+    def pass_ks(self) -> list[list[int]]:
+        """For each pass, the positions k (within one instruction) it sums, ascending."""
+        n = self.instr_k
+        return [[k for k in range(n) if (k // self.width) % self.passes == p]
+                for p in range(self.passes)]
+
+    def pass_layout(self) -> str:
+        """Name of the pass layout: contiguous, alternating pairs/quads/..."""
+        if self.passes == 1:
+            return "one pass"
+        w = self.width
+        if w == self.L:
+            return "contiguous"
+        return {1: "alternating single k", 2: "alternating pairs", 4: "alternating quads",
+                8: "alternating octets"}.get(w, f"alternating runs of {w}")
 
     @property
     def nan_encoding(self) -> int:
@@ -164,18 +233,26 @@ class Spec:
         if self.emax_floor is not None:
             bits.append(f"emax_floor={self.emax_floor}")
         bits.append(f"rho={self.rho}")
+        if self.passes > 1:
+            bits.append(f"passes={self.passes}x{self.L} ({self.pass_layout()}"
+                        + (f", width {self.width}" if self.width != self.L else "") + ")")
+        if self.c_join != "first":
+            bits.append(f"c_join={self.c_join}")
         return " ".join(bits)
 
     # -- serialisation: lets a custom spec travel through the op's ``arch`` string --------
     _KEYS = ("op", "in_format", "out_format", "L", "F", "F2", "rho", "P", "G", "in_format_b",
              "scale_format", "block_size", "emax_floor", "align_round", "flush_inputs",
-             "nan_bits", "arch", "instruction")
+             "nan_bits", "passes", "pass_width", "c_join", "arch", "instruction")
+
+    # single-pass specs serialise as before the multi-pass fields existed
+    _DEFAULTS_OMITTED = {("passes", 1), ("pass_width", 0), ("c_join", "first")}
 
     def to_string(self) -> str:
         parts = []
         for k in self._KEYS:
             v = getattr(self, k)
-            if v is None or v == "":
+            if v is None or v == "" or (k, v) in self._DEFAULTS_OMITTED:
                 continue
             parts.append(f"{k}={int(v) if isinstance(v, bool) else quote(str(v), safe='')}")
         return "spec:" + ",".join(parts)
@@ -185,7 +262,8 @@ class Spec:
         if not s.startswith("spec:"):
             raise ValueError(f"not a serialised spec: {s!r}")
         kw = {}
-        ints = {"L", "F", "F2", "P", "G", "block_size", "emax_floor", "nan_bits"}
+        ints = {"L", "F", "F2", "P", "G", "block_size", "emax_floor", "nan_bits", "passes",
+                "pass_width"}
         for part in s[5:].split(","):
             if not part:
                 continue
@@ -230,4 +308,6 @@ class Spec:
                 p += [f.code, f.exp_bits, f.man_bits, f.bias,
                       ("ieee", "fn", "fnuz", "none", "e8m0").index(f.nan_style),
                       int(f.signed), f.container_bits]
+        # appended fields (keep the ones above in place: other kernels read them by index)
+        p += [self.passes, self.width, 1 if self.c_join == "final" else 0]
         return p

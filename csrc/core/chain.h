@@ -1,41 +1,13 @@
 // The GEMM chain of GUIDE section 1 for one output element: acc = C; for each chunk of L
 // along K (ascending, zero padded): acc = op(a[chunk], b[chunk], acc).  With
 // params.epilogue the chain starts from +0 and C is added at the end (c_mode="epilogue").
+// Multi-pass instructions (params.passes, c_final) run through passes.h.
 #pragma once
+#include "add_out.h"
 #include "fdpa.h"
-#include "ieee.h"
+#include "passes.h"
 
 namespace mma {
-
-// IEEE addition in the output format, for c_mode="epilogue".
-MMA_HD uint64_t epilogue_add(const Params& P, uint64_t x, uint64_t y) {
-  if (P.rho == kRneFp64) {
-    const double r = add_rn(f64_of(x), f64_of(y));
-    return is_nan(r) ? P.nan_bits : bits_of(r);
-  }
-  if (P.rho != kRneFp16) {
-    const float r = add_rn(f32_of(uint32_t(x)), f32_of(uint32_t(y)));
-    return is_nan(r) ? P.nan_bits : bits_of(r);
-  }
-  // fp16: the sum of two fp16 values is exact in binary64; round it once.
-  const Dec dx = decode(P.fo, x), dy = decode(P.fo, y);
-  if (dx.cls == kNan || dy.cls == kNan) return P.nan_bits;
-  const OutFmt o = out_fmt(kRneFp16);
-  if (dx.cls == kInf || dy.cls == kInf) {
-    if (dx.cls == kInf && dy.cls == kInf && (dx.sig < 0) != (dy.sig < 0)) return P.nan_bits;
-    return inf_bits(o, (dx.cls == kInf ? dx.sig : dy.sig) < 0);
-  }
-  // both finite: exact integer sum at the common lsb 2^(emin - 10)
-  const int32_t lsb = -14 - 10;
-  const int64_t vx = dx.sig ? int64_t(dx.sig) * (int64_t(1) << (dx.exp - 10 - lsb)) : 0;
-  const int64_t vy = dy.sig ? int64_t(dy.sig) * (int64_t(1) << (dy.exp - 10 - lsb)) : 0;
-  const int64_t v = vx + vy;
-  if (v == 0) {  // IEEE: -0 + -0 = -0, otherwise an exact zero sum is +0
-    const bool nx = (x >> 15) & 1, ny = (y >> 15) & 1;
-    return (nx && ny) ? 0x8000 : 0;
-  }
-  return round_pack(v < 0, v < 0 ? uint64_t(-v) : uint64_t(v), lsb, o, kRNE);
-}
 
 // Fused ops (t/st/gst/tr/gtr/e_fdpa) on decoded rows: a, b contiguous along K;
 // sa, sb: scale decodes per K-block (or nullptr).  may_special: the row or column holds a
@@ -44,6 +16,12 @@ MMA_HD uint64_t dot_fused(const Params& P, const Operand& a, const Operand& b, i
                           uint64_t c_bits, const Dec* sa, const Dec* sb, bool may_special) {
   const OutFmt o = out_fmt(P.rho);
   uint64_t acc = P.epilogue ? 0 : c_bits;
+  if (P.multipass()) {  // passes.h: several fused passes per instruction and/or c added last
+    const int step = P.L * P.passes;
+    for (int k0 = 0; k0 < K; k0 += step)
+      acc = instruction_passes(P, o, a, b, K, k0, acc, may_special);
+    return P.epilogue ? epilogue_add(P, acc, c_bits) : acc;
+  }
   for (int k0 = 0; k0 < K; k0 += P.L) {
     const Chunk ch{a.shifted(k0), b.shifted(k0), imin(P.L, K - k0), k0, sa, sb};
     acc = fused_op(P, o, ch, acc, may_special);

@@ -17,9 +17,14 @@ struct Params {
   int32_t op, L, F, F2, rho, P, G, block, emax_floor, align_rd, flush_inputs, epilogue;
   uint64_t nan_bits;
   FormatDesc fa, fb, fo, fs;
+  // Multi-pass instructions (passes.h), appended after the fields above:
+  // passes = 1 and c_final = 0 is the single fused chain.  Fast paths that only know the
+  // single chain must skip any Params with multipass() true.
+  int32_t passes, pass_width, c_final;
+  MMA_HD bool multipass() const { return passes > 1 || c_final; }
 };
 
-constexpr int kNumParams = 14 + 4 * 7;
+constexpr int kNumParams = 14 + 4 * 7 + 3;
 
 inline Params parse_params(const int64_t* v) {
   Params p;
@@ -34,6 +39,7 @@ inline Params parse_params(const int64_t* v) {
     *fs[i] = FormatDesc{int32_t(f[0]), int32_t(f[1]), int32_t(f[2]), int32_t(f[3]),
                         int32_t(f[4]), int32_t(f[5]), int32_t(f[6])};
   }
+  p.passes = int32_t(v[42]); p.pass_width = int32_t(v[43]); p.c_final = int32_t(v[44]);
   return p;
 }
 

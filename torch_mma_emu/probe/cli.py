@@ -80,6 +80,9 @@ def register(subparsers) -> None:
     f.add_argument("--out", help="output format (fp32, fp16)")
     f.add_argument("--limit", type=_count, default=10, help="candidates to print per file")
     f.add_argument("--json", action="store_true")
+    f.add_argument("--single-pass", action="store_true",
+                   help="search one fused operation per chunk only (no multi-pass "
+                        "instructions)")
     f.set_defaults(func=cmd_fit)
 
 
@@ -203,14 +206,16 @@ def cmd_fit(args) -> int:
     rows, docs = [], []
     for path in _bar(files, "fit"):
         try:
-            res = fit(path, args.format, args.out)
+            res = fit(path, args.format, args.out, passes=not args.single_pass)
         except (ValueError, TypeError, OSError) as e:
             print(f"mma-emu fit: {path}: {e}", file=sys.stderr)
             return 2
         if args.json:
             docs.append({"file": path.name, "features": res.features.describe(),
                          "specs": [c.spec.to_string() for c in res.candidates],
-                         "undetermined": res.undetermined})
+                         "undetermined": res.undetermined,
+                         "closest": [{"spec": sp.to_string(), "mismatches": bad}
+                                     for sp, bad in res.closest]})
             continue
         print(res.describe(args.limit))
         print()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from . import accumulator, precision, special, structure, subnormal
+from . import accumulator, passes, precision, special, structure, subnormal
 from .context import Ctx
 from .report import Feature, FeatureReport, Interval
 from .targets import make_target
@@ -42,6 +42,7 @@ def probe(target, in_format=None, out_dtype=None, *, scale_format=None, block_si
     subnormal.subnormal_accumulation(ctx)
     accumulator.products_exact(ctx)
     structure.block_width(ctx)
+    passes.pass_structure(ctx)
     precision.fused_precision(ctx)
     precision.align_rounding(ctx)
     structure.scale_groups(ctx)

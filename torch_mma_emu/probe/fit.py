@@ -28,6 +28,7 @@ class DataFeatures:
     nan_outputs: bool
     min_emax: int | None            # lowest alignment exponent any sample reaches
     exact_rn: bool                  # every d is the exact sum rounded to nearest
+    c_zero: bool = False            # every c is zero: where c joins cannot show
 
     def describe(self) -> str:
         low = "all zero" if self.min_emax is None else f"2**{self.min_emax}"
@@ -35,7 +36,8 @@ class DataFeatures:
                 f"{'some' if self.nan_outputs else 'no'} NaN outputs; lowest alignment "
                 f"exponent {low}; "
                 + ("every result is the exact sum rounded to nearest" if self.exact_rn
-                   else "results are not all the exact sum rounded to nearest"))
+                   else "results are not all the exact sum rounded to nearest")
+                + ("; every c is zero" if self.c_zero else ""))
 
 
 def data_features(samples: Samples) -> DataFeatures:
@@ -43,11 +45,13 @@ def data_features(samples: Samples) -> DataFeatures:
     nan_out = False
     min_emax = None
     rn = True
+    c_zero = True
     odt = iface.out_dtype
     for b in samples.batches:
         a = values_of(b.A[:, 0, :], iface.fmt_a)
         bb = values_of(b.B[:, :, 0], iface.fmt_b)
         c = b.C.reshape(-1).to(torch.float64)
+        c_zero &= bool((c == 0).all())
         if b.scale_a is not None:
             continue
         d = _decode(b.D, odt)
@@ -72,7 +76,7 @@ def data_features(samples: Samples) -> DataFeatures:
             ex = math.fsum(row)
             if rn and torch.tensor(ex, dtype=torch.float64).to(odt).item() != di:
                 rn = False
-    return DataFeatures(len(samples), samples.ks, nan_out, min_emax, rn)
+    return DataFeatures(len(samples), samples.ks, nan_out, min_emax, rn, c_zero)
 
 
 def _decode(codes: torch.Tensor, dtype) -> torch.Tensor:
@@ -89,6 +93,8 @@ class FitResult:
     seconds: float = 0.0
     source: str = ""
     filled: dict = field(default_factory=dict)   # arith key -> fields taken from the registry
+    closest: list = field(default_factory=list)  # (Spec, mismatches) when nothing fits
+    multipass_checked: int = 0                   # how many of ``checked`` are multi-pass
 
     @property
     def specs(self) -> list[Spec]:
@@ -100,7 +106,8 @@ class FitResult:
 
     def describe(self, limit: int = 12) -> str:
         lines = [f"{self.source}: {self.features.describe()}",
-                 f"{self.checked} candidate specs checked in {self.seconds:.1f} s; "
+                 f"{self.checked} candidate specs ({self.multipass_checked} multi-pass) "
+                 f"checked in {self.seconds:.1f} s; "
                  f"{len(self.candidates)} reproduce every sample"]
         limit = max(0, limit)
         for i, c in enumerate(self.candidates[:limit]):
@@ -109,13 +116,69 @@ class FitResult:
             lines.append(f"  {i + 1}. {c.describe()}{tail}")
         if len(self.candidates) > limit:
             lines.append(f"  ... {len(self.candidates) - limit} more")
+        if not self.candidates and self.closest:
+            lines.append("  no spec of the model space fits; the closest:")
+            for sp, bad in self.closest[:limit]:
+                lines.append(f"    {sp.describe()}: {bad} of {self.features.samples} "
+                             "samples differ")
         lines += [f"  the data cannot tell: {u}" for u in self.undetermined]
         return "\n".join(lines)
+
+
+_DTYPE_FORMAT = {torch.float16: "fp16", torch.bfloat16: "bf16",
+                 torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2",
+                 torch.float8_e4m3fnuz: "fp8_e4m3fnuz", torch.float8_e5m2fnuz: "fp8_e5m2fnuz"}
+_OUT_NAME = {torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
+
+
+def _from_tensors(a, b, c, d, in_format, out_dtype):
+    """Torch tensors of their natural dtypes (a, b: fp8/fp16/bf16/fp32; c, d: the output
+    dtype) or integer tensors of fp32 bit patterns, as numpy arrays ``from_arrays`` takes;
+    the formats default from the dtypes."""
+    ts = dict(a=a, b=b, c=c, d=d)
+    for k, t in ts.items():
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"samples: {k} is a {type(t).__name__}, the others are torch "
+                            "tensors; pass all four as tensors or all as arrays")
+        if t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"samples: {k} has dtype {t.dtype}; allowed: fp8/fp16/bf16/fp32 "
+                            "values (c, d: the output dtype) or uint32 fp32 bit patterns")
+    if a.dtype != b.dtype:
+        raise TypeError(f"samples: a is {a.dtype} but b is {b.dtype} (say in_format='fmtA,fmtB' "
+                        "and pass values of one dtype, or bit patterns)")
+    if in_format is None:
+        if a.is_floating_point() and a.dtype in _DTYPE_FORMAT:
+            in_format = _DTYPE_FORMAT[a.dtype]
+        else:
+            raise ValueError(f"samples: say in_format= for a, b of dtype {a.dtype} "
+                             "(float32 may hold fp32, tf32 or xf32 values)")
+    if out_dtype is None and d.is_floating_point():
+        if d.dtype not in _OUT_NAME:
+            raise TypeError(f"samples: d has dtype {d.dtype}; the output is fp16, fp32 or fp64")
+        out_dtype = _OUT_NAME[d.dtype]
+
+    def arr(t):
+        t = t.detach().cpu()
+        if t.is_floating_point():
+            return t.to(torch.float64).numpy()      # exact for every input/output dtype
+        return t.to(torch.int64).numpy() & 0xFFFFFFFF   # fp32 bit patterns
+    return from_arrays(arr(a), arr(b), arr(c), arr(d), in_format, out_dtype,
+                       source="tensors")
 
 
 def _as_samples(samples, in_format, out_dtype) -> Samples:
     if isinstance(samples, Samples):
         return samples
+    seq = None
+    if isinstance(samples, dict):
+        missing = [k for k in "abcd" if k not in samples]
+        if missing:
+            raise ValueError(f"the samples dict lacks {missing} (needs a, b, c, d)")
+        seq = [samples[k] for k in "abcd"]
+    elif isinstance(samples, (tuple, list)) and len(samples) == 4:
+        seq = list(samples)
+    if seq is not None and any(isinstance(x, torch.Tensor) for x in seq):
+        return _from_tensors(*seq, in_format, out_dtype)
     if isinstance(samples, (str,)) or hasattr(samples, "__fspath__"):
         return load(samples, in_format, out_dtype)
     if isinstance(samples, dict):
@@ -130,18 +193,26 @@ def _as_samples(samples, in_format, out_dtype) -> Samples:
                     "d, a dict of those arrays, or a tuple (a, b, c, d)")
 
 
-def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None = None) -> FitResult:
+def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None = None,
+        passes: bool = True) -> FitResult:
     """The specs reproducing every sample ``(a, b, c, d)``, best first.
 
     ``samples``: a path to an ``.npz`` (arrays a (S, K), b (S, K), c (S,), d (S,) - uint32
-    fp32 bit patterns or float values), a dict or tuple of those arrays, or
-    :class:`~torch_mma_emu.probe.samples.Samples`.  ``in_format``/``out_dtype`` name the
-    types (read from index.json for files of tests/data/hwdata).  ``ops`` restricts the op
-    kinds searched.
+    fp32 bit patterns or float values), a dict or tuple of those arrays or of torch tensors
+    (a, b of their natural dtype - fp8, fp16, bf16, fp32 - c, d of the output dtype; or
+    integer tensors of fp32 bit patterns), or :class:`~torch_mma_emu.probe.samples.Samples`.
+    ``in_format``/``out_dtype`` name the types (read from index.json for files of
+    tests/data/hwdata, from the dtypes for tensors).  ``ops`` restricts the op kinds
+    searched.  ``passes``: also search multi-pass instructions (docs/model.md 2.1): every
+    split of an instruction's k into passes (contiguous, alternating pairs, quads, ...),
+    with c in the first pass or added last.  When nothing fits, ``result.closest`` holds
+    the nearest candidates with their mismatch counts.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or
                               limit < 1):
         raise ValueError(f"limit must be a positive int or None, got {limit!r}")
+    if not isinstance(passes, bool):
+        raise TypeError(f"passes must be True or False, got {passes!r}")
     if ops is not None:
         ops = [ops] if isinstance(ops, str) else list(ops)
         known = space.OPS_UNSCALED + space.OPS_SCALED
@@ -165,15 +236,29 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
             "every sample is zero" if feats.min_emax is None else
             f"no sample aligns below 2**{feats.min_emax}"))
     nans = [None, *space.nan_choices(iface.out.name)[1:]] if feats.nan_outputs else nan_bits
-    gen = space.space(iface, ops=ops, Ls=Ls, floors=floors, nan_bits=nans)
-    cands = list(gen)
-    # likely models first: correctly rounded data points at exact sums (E-FDPA, FMA)
+    cands = list(space.space(iface, ops=ops, Ls=Ls, floors=floors, nan_bits=nans))
+    n_multi = 0
+    if passes:
+        # every c is zero: c in the first pass or added last cannot differ (but for the
+        # sign of a zero), so only the first is searched
+        joins = ("first",) if feats.c_zero else ("first", "final")
+        if feats.c_zero:
+            undetermined.append("where c joins a multi-pass instruction (every c is zero)")
+        structs = space.structures(kmax, joins)
+        multi = list(space.multipass_space(iface, structs, ops=ops, floors=floors,
+                                           nan_bits=nans))
+        n_multi = len(multi)
+        cands += multi
+    # likely models first: correctly rounded data points at exact sums (E-FDPA, FMA);
+    # single fused operations before multi-pass ones
     def prior(sp):
         exact = sp.op in ("e_fdpa", "fma")
-        return (0 if exact == feats.exact_rn else 1, search._OP_RANK.get(sp.op, 9))
+        return (sp.multipass, 0 if exact == feats.exact_rn else 1,
+                search._OP_RANK.get(sp.op, 9))
     cands.sort(key=prior)
-    found = search.survivors(cands, s)
-    if any(sp.L == kmax and sp.op != "fma" for sp in found):
+    near = []
+    found = search.survivors(cands, s, near)
+    if any(sp.L == kmax and sp.op != "fma" and not sp.multipass for sp in found):
         undetermined.insert(0, f"the fused length beyond K: L = {kmax} stands for every "
                             f"L >= {kmax} (each sample is one fused operation then)")
     filled = {}
@@ -183,10 +268,38 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
         done.append(sp2)
         filled.setdefault(search.arith_key(sp2), fields)
     ranked = search.annotate(search.rank(_dedupe(done)))
+    undetermined += _ties([c.spec for c in ranked])
+    closest = [] if ranked else search.closest_misses(near, s)
     if limit:
         ranked = ranked[:limit]
     return FitResult(ranked, feats, undetermined, len(cands), time.perf_counter() - t0,
-                     s.source, filled)
+                     s.source, filled, closest, n_multi)
+
+
+def _ties(specs) -> list[str]:
+    """What differs among the specs that fit: the dimensions the data leaves open."""
+    if len(specs) < 2:
+        return []
+    out = []
+    Fs = sorted({sp.F for sp in specs if sp.op in ("t_fdpa", "st_fdpa", "gst_fdpa",
+                                                   "tr_fdpa", "gtr_fdpa")})
+    if len(Fs) > 1:
+        run = Fs == list(range(Fs[0], Fs[-1] + 1))
+        out.append("F: " + (f"{Fs[0]}..{Fs[-1]}" if run else ", ".join(map(str, Fs)))
+                   + " all fit")
+    shapes = list(dict.fromkeys(
+        (f"{sp.passes} x {sp.L} ({sp.pass_layout()})" if sp.passes > 1 else f"one op of L={sp.L}")
+        + (", c last" if sp.c_join == "final" else "") for sp in specs))
+    if len(shapes) > 1:
+        more = f" and {len(shapes) - 6} more" if len(shapes) > 6 else ""
+        out.append(f"the instruction's shape: {len(shapes)} fit ({'; '.join(shapes[:6])}{more})")
+    rhos = sorted({sp.rho for sp in specs})
+    if len(rhos) > 1:
+        out.append(f"the final rounding: {', '.join(rhos)} all fit")
+    ops = list(dict.fromkeys(sp.op for sp in specs))
+    if len(ops) > 1:
+        out.append(f"the operation: {', '.join(ops)} all fit")
+    return out
 
 
 def _complete(sp: Spec, feats: DataFeatures, kmax: int) -> tuple[Spec, list]:
@@ -198,6 +311,9 @@ def _complete(sp: Spec, feats: DataFeatures, kmax: int) -> tuple[Spec, list]:
         if r.op != sp.op or r.F != sp.F or r.rho != sp.rho or r.F2 != sp.F2 or \
                 r.align_round != sp.align_round or r.P != sp.P or r.G != sp.G:
             continue
+        if (r.passes, r.c_join) != (sp.passes, sp.c_join) or \
+                (sp.passes > 1 and (r.L, r.width) != (sp.L, sp.width)):
+            continue
         if not (r.L == sp.L or (sp.L == kmax and r.L >= kmax)):
             continue
         if r.emax_floor != sp.emax_floor and sp.emax_floor is not None:
@@ -207,7 +323,7 @@ def _complete(sp: Spec, feats: DataFeatures, kmax: int) -> tuple[Spec, list]:
     if best is None:
         return sp, []
     ch = {}
-    if sp.L == kmax and best.L >= kmax:
+    if sp.L == kmax and best.L >= kmax and not sp.multipass:
         ch["L"] = best.L
     if sp.emax_floor is None and best.emax_floor is not None and \
             (feats.min_emax is None or feats.min_emax >= best.emax_floor):

@@ -3,6 +3,7 @@ check them bit for bit on the probe vectors plus random inputs of the three fami
 widen the neighbourhood (revise) until a model reproduces everything."""
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -140,11 +141,19 @@ def infer(target, in_format=None, out_dtype=None, *, scale_format=None, block_si
     rnd = random_samples(ctx.target, checks, ks, seed=seed)
     samples.batches += rnd.batches
     rounds, found = [], []
+    # multi-pass layouts seen by the pass_structure probe (features), or every layout of
+    # an instruction of the fused length (whole model space)
+    seen = list(getattr(ctx, "pass_structures", []))
+    every = space.structures(min(max(w, 1), 64))
     for name, h in (("features", hints(rep, iface)),
                     ("neighbourhood", hints(rep, iface, wide=True)),
                     ("whole model space", {})):
         cands, cut = [], False
-        for sp in space.space(iface, **h):
+        structs = every if name == "whole model space" else seen
+        # the features' rounding describes the final c addition, not the passes: every rho
+        multi = space.multipass_space(iface, structs, floors=h.get("floors"),
+                                      nan_bits=h.get("nan_bits")) if structs else ()
+        for sp in itertools.chain(multi, space.space(iface, **h)):
             if len(cands) >= max_candidates:
                 cut = True
                 break

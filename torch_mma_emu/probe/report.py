@@ -82,6 +82,7 @@ LABELS = {
     "subnormal_accumulation": "subnormals accumulated",
     "products_exact": "products exact",
     "block_width": "fused length (block FMA width)",
+    "pass_structure": "passes per instruction",
     "product_groups": "product groups in a fused sum",
     "fused_precision": "fraction bits F of the fused sum",
     "extra_bits": "extra bits beyond the output",

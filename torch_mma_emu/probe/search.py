@@ -16,7 +16,7 @@ from .targets import output_codes
 # fields that change arithmetic (arch, instruction, notes do not)
 ARITH_FIELDS = ("op", "in_format", "in_format_b", "out_format", "L", "F", "F2", "rho", "P",
                 "G", "scale_format", "block_size", "emax_floor", "align_round",
-                "flush_inputs", "nan_bits")
+                "flush_inputs", "nan_bits", "passes", "pass_width", "c_join")
 _OP_RANK = {op: i for i, op in enumerate(("fma", "e_fdpa", "t_fdpa", "st_fdpa", "gst_fdpa",
                                           "tr_fdpa", "gtr_fdpa", "ftz_addmul"))}
 
@@ -34,6 +34,8 @@ def arith_key(sp: Spec) -> tuple:
             v = None
         if f == "F" and sp.op in ("fma", "e_fdpa", "ftz_addmul"):
             v = None
+        if f == "pass_width":
+            v = sp.width if sp.passes > 1 else None
         vals.append(v)
     return tuple(vals)
 
@@ -53,8 +55,11 @@ def mismatches(spec: Spec, samples: Samples, stop_at: int = 1) -> int:
     return bad
 
 
-def survivors(candidates, samples: Samples) -> list[Spec]:
-    """The candidates reproducing every sample (duplicates by arithmetic removed)."""
+def survivors(candidates, samples: Samples, near: list | None = None) -> list[Spec]:
+    """The candidates reproducing every sample (duplicates by arithmetic removed).
+
+    ``near``: when given, receives ``(mismatches in the first small batch, spec)`` of every
+    rejected candidate (free: that batch is run in full anyway), for closest-miss reports."""
     fast = samples.split()
     seen, out = set(), []
     for sp in candidates:
@@ -62,9 +67,20 @@ def survivors(candidates, samples: Samples) -> list[Spec]:
         if k in seen:
             continue
         seen.add(k)
-        if mismatches(sp, fast) == 0:
+        bad = mismatches(sp, fast)
+        if bad == 0:
             out.append(sp)
+        elif near is not None:
+            near.append((bad, sp))
     return out
+
+
+def closest_misses(near: list, samples: Samples, n: int = 5) -> list[tuple[Spec, int]]:
+    """The ``n`` rejected candidates with the fewest mismatches over all samples (shortlist:
+    the fewest in the first batch), as ``(spec, mismatches)``, fewest first."""
+    short = sorted(near, key=lambda t: t[0])[:max(4 * n, 20)]
+    full = [(sp, mismatches(sp, samples, stop_at=0)) for _, sp in short]
+    return sorted(full, key=lambda t: t[1])[:n]
 
 
 def distance(sp: Spec, ref: Spec) -> int:
@@ -96,7 +112,8 @@ def rank(specs) -> list[Spec]:
     no floor, F nearest 24)."""
     def key(sp):
         d, _ = closest_known(sp)
-        return (d, _OP_RANK.get(sp.op, len(OPS)), sp.L, sp.emax_floor is not None,
+        return (d, sp.passes, sp.c_join != "first", _OP_RANK.get(sp.op, len(OPS)),
+                sp.passes * sp.L, sp.width != sp.L, sp.emax_floor is not None,
                 abs(sp.F - 24), sp.F2, sp.align_round != "rd")
     return sorted(specs, key=key)
 
@@ -127,5 +144,5 @@ def annotate(specs) -> list[Candidate]:
     return out
 
 
-__all__ = ["arith_key", "mismatches", "survivors", "rank", "distance", "closest_known",
+__all__ = ["arith_key", "mismatches", "survivors", "closest_misses", "rank", "distance", "closest_known",
            "known_specs", "annotate", "Candidate"]

@@ -2,6 +2,7 @@
 generator over optional restrictions (the hints that features or data provide)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from itertools import product
 
 from ..spec import NVIDIA_NAN, Spec
@@ -19,6 +20,72 @@ def rhos_for(out: str, op: str) -> tuple[str, ...]:
         return ("rne_" + out,)
     return {"fp32": ("rz_fp32", "rz_e8m13", "rne_fp32"), "fp16": ("rne_fp16",),
             "fp64": ("rne_fp64",)}[out]
+
+
+MULTIPASS_OPS = ("t_fdpa", "e_fdpa")   # fused ops searched as passes (Spec allows more)
+
+
+@dataclass(frozen=True)
+class Structure:
+    """How one instruction splits into passes (Spec.passes / L / pass_width / c_join)."""
+
+    passes: int
+    L: int
+    width: int
+    c_join: str
+
+    def describe(self) -> str:
+        sp = Spec(op="t_fdpa", in_format="fp16", out_format="fp32", L=self.L, F=24,
+                  rho="rz_fp32", passes=self.passes, pass_width=self.width,
+                  c_join=self.c_join)
+        lay = sp.pass_layout()
+        return (f"{self.passes} pass{'es' if self.passes > 1 else ''} of {self.L} ({lay}), "
+                f"c {'added last' if self.c_join == 'final' else 'in the first pass'}")
+
+
+def structures(kmax: int, c_joins=("first", "final"), passes=None) -> list[Structure]:
+    """Every multi-pass structure of an instruction covering a power of two (or kmax) k
+    up to kmax: passes a power of two >= 2 (or one pass with c added last), pass widths the
+    powers of two dividing the pass length (width = L: contiguous blocks)."""
+    sizes = sorted({n for n in POW2_L if n <= kmax} | {kmax})
+    out = []
+    for n in sizes:
+        for P in (1, 2, 4, 8, 16):
+            if n % P or (passes is not None and P not in passes):
+                continue
+            L = n // P
+            if P > 1 and L > 64:
+                continue
+            widths = [w for w in POW2_L if w <= L and L % w == 0] if P > 1 else [L]
+            for w in widths:
+                for cj in c_joins:
+                    if P == 1 and cj == "first":
+                        continue          # the single fused chain: the base space
+                    out.append(Structure(P, L, w, cj))
+    return out
+
+
+def multipass_space(iface: Interface, structs, *, ops=None, Fs=None, rhos=None,
+                    floors=None, nan_bits=None):
+    """Yield the multi-pass Specs: each structure with every op/F/rho/floor/NaN choice."""
+    fa, fb, out = iface.fmt_a.name, iface.fmt_b.name, iface.out.name
+    if iface.scaled or max(iface.fmt_a.bits, iface.fmt_b.bits) > 32:
+        return
+    common = dict(in_format=fa, in_format_b=None if fb == fa else fb, out_format=out)
+    nans = tuple(nan_bits) if nan_bits is not None else nan_choices(out)
+    floors = tuple(floors) if floors is not None else KNOWN_FLOORS
+    for op in [o for o in (ops or MULTIPASS_OPS) if o in MULTIPASS_OPS]:
+        op_rhos = [r for r in rhos_for(out, op) if rhos is None or r in rhos]
+        for st in structs:
+            shape = dict(L=st.L, passes=st.passes, pass_width=st.width if st.passes > 1 else 0,
+                         c_join=st.c_join)
+            if op == "e_fdpa":
+                for nb, r in product(nans, op_rhos):
+                    yield from _make(op=op, rho=r, nan_bits=nb, **shape, **common)
+                continue
+            for F, nb, r, fl in product(tuple(Fs or F_RANGE), nans, op_rhos, floors):
+                yield from _make(op=op, F=F, rho=r, emax_floor=fl, nan_bits=nb, **shape,
+                                 **common)
 
 
 def nan_choices(out: str):

@@ -66,6 +66,10 @@ def table4_row(target: str, sp) -> list:
         other.append(f"{sp.scale_format}/{sp.block_size}")
     if sp.flush_inputs:
         other.append("FTZ inputs")
+    if sp.passes > 1:
+        other.append(f"{sp.passes} passes ({sp.pass_layout()})")
+    if sp.c_join == "final":
+        other.append("c added last")
     inp = sp.in_format if sp.in_format_b is None else f"{sp.in_format} x {sp.in_format_b}"
     fused = sp.op not in ("fma", "e_fdpa", "ftz_addmul")
     return [target, inp, sp.out_format, sp.op.replace("_", "-").upper(), sp.L,

@@ -1,6 +1,7 @@
 """The elementary operation on codes, the GEMM chain (docs/model.md section 2) and tensor I/O."""
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 import torch
@@ -63,6 +64,31 @@ def epilogue_add(spec: Spec, acc_code: int, c_code: int) -> int:
     return encode(fo, r, nan_code=spec.nan_encoding)
 
 
+def single_pass(spec: Spec) -> Spec:
+    """The fused operation one pass of a multi-pass instruction runs (L = the pass's k)."""
+    return dataclasses.replace(spec, passes=1, pass_width=0, c_join="first")
+
+
+def instruction(spec: Spec, a_codes: Sequence[int], b_codes: Sequence[int], acc_code: int) -> int:
+    """One multi-pass instruction (docs/model.md section 2.1) over exactly
+    ``passes * L`` codes (zero padded): pass p sums the k with ``(k // width) % passes == p``
+    in ascending k, its result rounded to the output format and carried into pass p + 1;
+    c (``acc_code``) is the first pass's accumulator (``c_join="first"``) or is added after
+    the last pass by one IEEE addition (``"final"``)."""
+    n = spec.passes * spec.L
+    if len(a_codes) != n or len(b_codes) != n:
+        raise ValueError(f"a multi-pass instruction takes passes * L = {n} codes")
+    one = single_pass(spec)
+    groups: dict[int, list[int]] = {}
+    for k in range(n):
+        groups.setdefault((k // spec.width) % spec.passes, []).append(k)
+    t = 0 if spec.c_join == "final" else acc_code      # code 0 is +0 in every output format
+    for p in sorted(groups):
+        ks = groups[p]
+        t = elementary(one, [a_codes[k] for k in ks], [b_codes[k] for k in ks], t)
+    return epilogue_add(spec, t, acc_code) if spec.c_join == "final" else t
+
+
 def dot(spec: Spec, a_codes: Sequence[int], b_codes: Sequence[int], c_code: int,
         scale_a_codes: Sequence[int] | None = None, scale_b_codes: Sequence[int] | None = None,
         c_mode: str = "chain") -> int:
@@ -88,6 +114,14 @@ def dot(spec: Spec, a_codes: Sequence[int], b_codes: Sequence[int], c_code: int,
             raise ValueError(f"{spec.op} needs ceil(K / {bs}) = {nblocks} scale codes of a "
                              "and of b")
     acc = c_code if c_mode == "chain" else 0
+    if spec.multipass:
+        n = spec.passes * L
+        for k0 in range(0, K, n):
+            a_chunk = list(a_codes[k0:k0 + n])
+            b_chunk = list(b_codes[k0:k0 + n])
+            pad = n - len(a_chunk)
+            acc = instruction(spec, a_chunk + [0] * pad, b_chunk + [0] * pad, acc)
+        return epilogue_add(spec, acc, c_code) if c_mode == "epilogue" else acc
     for k0 in range(0, K, L):
         a_chunk = list(a_codes[k0:k0 + L])
         b_chunk = list(b_codes[k0:k0 + L])

@@ -69,8 +69,20 @@ def out_to_fp32_word(out_format: str, code: int) -> int:
     raise ValueError(out_format)
 
 
+def instruction_for_entry(entry: dict) -> str | None:
+    """The registry instruction an index entry's ``instruction`` names: the variant whose
+    name contains it (``mma.sync.m16n8k32`` on Hopper / Blackwell), else None (the default;
+    ``wmma (mma.sync)`` names the API, not an instruction variant)."""
+    from ..registry import instructions
+    want = entry.get("instruction", "").replace(" ", "").lower()
+    names = instructions(entry["arch"], entry["in_format"], entry["out_dtype"])
+    hits = [n for n in names if want and want in n.replace(" ", "").lower()]
+    return hits[0] if hits else None
+
+
 def spec_for_entry(entry: dict):
-    return registry_spec(entry["arch"], entry["in_format"], entry["out_dtype"])
+    return registry_spec(entry["arch"], entry["in_format"], entry["out_dtype"],
+                         instruction=instruction_for_entry(entry))
 
 
 def check_file(entry: dict, directory: Path | None = None, indices=None, c_mode="chain"):
