@@ -1,0 +1,298 @@
+// Vectorised T-FDPA / ST-FDPA (seed 003 Algorithms 7-8) for x86 AVX2: 32 outputs of one row
+// per micro-kernel step, 8 int32 lanes per register, across output columns.
+//
+// Why it is exact (docs/cpu_fast.md): the core's term for product k of a chunk is
+// RZ(a_k * b_k * 2^(F - emax)) and its c term RZ(c * 2^(F - emax)).  Inside the plane window
+// (|decoded exponent| <= 31, finite operands) a_k * b_k is an exact fp32 product, scaling by a
+// normal power of two is exact (or leaves a magnitude < 1 that truncates to 0 anyway), and
+// cvttps2dq truncates toward zero: the int32 lanes hold exactly the core's terms.  Their sum
+// is rounded toward zero to fp32 by cvtdq2ps under MXCSR round-toward-zero (E8M13: low bits
+// masked) and emax - F is added to the exponent field.  Lanes whose sum may have overflowed
+// int32, whose result is subnormal or overflows, whose accumulator is not finite, or whose
+// scale 2^(F - emax) is not a normal float run that chunk through the core (fused_op); rows
+// and columns outside the window (NaN, Inf, huge or tiny exponents) run dot_fused entirely.
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "fast_paths.h"
+#include "fpenv.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define MMA_FAST_X86 1
+#define MMA_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+namespace mma {
+namespace {
+
+constexpr int kW = 32;           // output columns per panel (4 x 8 lanes)
+constexpr int kWindow = 31;      // plane window: |decoded exponent (+ scale exponent)| <= 31
+constexpr int32_t kNone = -1000; // lane exponent when no product is nonzero and c is zero
+constexpr int64_t kRowBlock = 16;
+
+// A as value + int8 exponent planes (M, Kp); B as panels [NP][Kp][32].  Zero operands and
+// rows/columns outside the window hold value 0 and exponent -128.
+struct Planes {
+  int64_t M = 0, N = 0, K = 0, Kp = 0, NP = 0;
+  std::vector<float> av, bv;
+  std::vector<int8_t> ae, be;
+  std::vector<uint8_t> row_ok, col_ok;
+};
+
+// sig * 2^(e - mbits) as an fp32 (exact: |sig| < 2^11, e - mbits in [-41, 31]).
+inline float plane_value(int32_t sig, int32_t e, int32_t mbits) {
+  return float(sig) * f32_of(uint32_t(e - mbits + 127) << 23);
+}
+
+// One operand row (A row i or B column j): true when it can use the planes.
+template <class Store>
+bool fill_row(const Operand& r, int64_t K, int32_t mbits, const Dec* sc, int32_t block,
+              uint8_t flags, Store store) {
+  if (flags) return false;
+  for (int64_t k = 0; k < K; ++k)
+    if (r.sig[k] != 0) {
+      const int32_t e = r.exp[k] + (sc ? sc[k / block].exp : 0);
+      if (e < -kWindow || e > kWindow) return false;
+    }
+  for (int64_t k = 0; k < K; ++k) {
+    if (r.sig[k] == 0) { store(k, 0.0f, int8_t(-128)); continue; }
+    const int32_t e = r.exp[k] + (sc ? sc[k / block].exp : 0);
+    store(k, plane_value(r.sig[k], e, mbits), int8_t(e));
+  }
+  return true;
+}
+
+void build_planes(const Params& P, const Decoded& A, const Decoded& B, const Dec* SA,
+                  const Dec* SB, const uint8_t* fsa, const uint8_t* fsb, int64_t nblk, int64_t M,
+                  int64_t N, int64_t K, Planes& pl) {
+  pl.M = M; pl.N = N; pl.K = K;
+  pl.Kp = (K + P.L - 1) / P.L * P.L;
+  pl.NP = (N + kW - 1) / kW;
+  const int64_t Kp = pl.Kp;
+  pl.av.assign(size_t(M * Kp), 0.0f);
+  pl.ae.assign(size_t(M * Kp), int8_t(-128));
+  pl.bv.assign(size_t(pl.NP * Kp * kW), 0.0f);
+  pl.be.assign(size_t(pl.NP * Kp * kW), int8_t(-128));
+  pl.row_ok.assign(size_t(M), 0);
+  pl.col_ok.assign(size_t(pl.NP * kW), 0);
+  const bool scaled = SA != nullptr;
+  at::parallel_for(0, M, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float* v = pl.av.data() + i * Kp;
+      int8_t* e = pl.ae.data() + i * Kp;
+      const bool ok = fill_row(A.row(i, K), K, P.fa.mbits, scaled ? SA + i * nblk : nullptr,
+                               P.block, A.row_flags[size_t(i)] | (scaled ? fsa[i] : 0),
+                               [&](int64_t k, float x, int8_t ex) { v[k] = x; e[k] = ex; });
+      pl.row_ok[size_t(i)] = ok;
+      if (!ok) { std::fill(v, v + Kp, 0.0f); std::fill(e, e + Kp, int8_t(-128)); }
+    }
+  });
+  at::parallel_for(0, N, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) {
+      float* v = pl.bv.data() + (j / kW) * Kp * kW + j % kW;
+      int8_t* e = pl.be.data() + (j / kW) * Kp * kW + j % kW;
+      const bool ok = fill_row(B.row(j, K), K, P.fb.mbits, scaled ? SB + j * nblk : nullptr,
+                               P.block, B.row_flags[size_t(j)] | (scaled ? fsb[j] : 0),
+                               [&](int64_t k, float x, int8_t ex) { v[k * kW] = x; e[k * kW] = ex; });
+      pl.col_ok[size_t(j)] = ok;
+      if (!ok)
+        for (int64_t k = 0; k < K; ++k) { v[k * kW] = 0.0f; e[k * kW] = int8_t(-128); }
+    }
+  });
+}
+
+// The core's chunk, for the lanes the vector code hands back.
+struct Fallback {
+  const Params* P;
+  OutFmt o;
+  const Decoded* A;
+  const Decoded* B;
+  const Dec* SA;
+  const Dec* SB;
+  int64_t nblk, K;
+  uint32_t chunk(int64_t i, int64_t j, int64_t k0, uint32_t acc) const {
+    const Chunk ch{A->row(i, K).shifted(int(k0)), B->row(j, K).shifted(int(k0)),
+                   int(std::min<int64_t>(P->L, K - k0)), int(k0),
+                   SA ? SA + i * nblk : nullptr, SB ? SB + j * nblk : nullptr};
+    return uint32_t(fused_op(*P, o, ch, acc, false));
+  }
+};
+
+#ifdef MMA_FAST_X86
+// Chunks [kc0, kc1) of rows [i0, i1) x panel p; acc: fp32 bits, row stride ldacc.
+MMA_AVX2 void fdpa_panel_avx2(const Params& P, const Planes& pl, const Fallback& fb,
+                              int64_t i0, int64_t i1, int64_t p, int64_t kc0, int64_t kc1,
+                              uint32_t* acc, int64_t ldacc) {
+  const int L = P.L, F = P.F;
+  const int gmax = 1 << (29 - F);  // terms per int32 partial sum that cannot overflow
+  const int64_t Kp = pl.Kp;
+  const __m256i vF = _mm256_set1_epi32(F), vNone = _mm256_set1_epi32(kNone);
+  const __m256i vFloor = _mm256_set1_epi32(std::max(P.emax_floor, kNone + 1));
+  const __m256i vEmin = _mm256_set1_epi32(-126), v127 = _mm256_set1_epi32(127);
+  const __m256i vFF = _mm256_set1_epi32(0xFF), vAbs = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i v1 = _mm256_set1_epi32(1), v254 = _mm256_set1_epi32(254);
+  const __m256i vLow = _mm256_set1_epi32(-65), vZero = _mm256_setzero_si256();
+  const __m256i vRmask = _mm256_set1_epi32(P.rho == kRzE8m13 ? int32_t(~0x3FFu) : -1);
+  uint32_t okmask = 0;
+  for (int l = 0; l < kW; ++l) okmask |= uint32_t(pl.col_ok[size_t(p * kW + l)]) << l;
+  const float* bvp = pl.bv.data() + p * Kp * kW;
+  const int8_t* bep = pl.be.data() + p * Kp * kW;
+  for (int64_t i = i0; i < i1; ++i) {
+    if (!pl.row_ok[size_t(i)] || okmask == 0) continue;
+    const float* av = pl.av.data() + i * Kp;
+    const int8_t* ae = pl.ae.data() + i * Kp;
+    uint32_t* ap = acc + (i - i0) * ldacc + p * kW;
+    __m256i c[4];
+    for (int v = 0; v < 4; ++v) c[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ap + 8 * v));
+    for (int64_t k0 = kc0; k0 < kc1; k0 += L) {
+      // emax of the products: int8 planes, saturating add, byte max (32 lanes at once)
+      __m256i m8 = _mm256_set1_epi8(-128);
+      for (int k = 0; k < L; ++k)
+        m8 = _mm256_max_epi8(m8, _mm256_adds_epi8(_mm256_set1_epi8(ae[k0 + k]),
+                                                  _mm256_load_si256(reinterpret_cast<const __m256i*>(bep + (k0 + k) * kW))));
+      const __m128i lo = _mm256_castsi256_si128(m8), hi = _mm256_extracti128_si256(m8, 1);
+      const __m256i pe[4] = {_mm256_cvtepi8_epi32(lo), _mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8)),
+                             _mm256_cvtepi8_epi32(hi), _mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8))};
+      __m256 scale[4];
+      __m256i S[4], em[4], bad[4], zero[4];
+      for (int v = 0; v < 4; ++v) {
+        const __m256i E = _mm256_and_si256(_mm256_srli_epi32(c[v], 23), vFF);
+        const __m256i cz = _mm256_cmpeq_epi32(_mm256_and_si256(c[v], vAbs), vZero);
+        __m256i ce = _mm256_max_epi32(_mm256_sub_epi32(E, v127), vEmin);
+        ce = _mm256_blendv_epi8(ce, vNone, cz);
+        const __m256i pv = _mm256_blendv_epi8(vNone, pe[v], _mm256_cmpgt_epi32(pe[v], vLow));
+        __m256i e = _mm256_max_epi32(pv, ce);
+        zero[v] = _mm256_cmpeq_epi32(e, vNone);
+        e = _mm256_max_epi32(e, vFloor);
+        const __m256i se = _mm256_add_epi32(_mm256_sub_epi32(vF, e), v127);
+        __m256i b = _mm256_or_si256(_mm256_cmpgt_epi32(v1, se), _mm256_cmpgt_epi32(se, v254));
+        b = _mm256_or_si256(b, _mm256_cmpeq_epi32(E, vFF));  // accumulator NaN / Inf
+        bad[v] = _mm256_andnot_si256(zero[v], b);
+        scale[v] = _mm256_castsi256_ps(_mm256_slli_epi32(se, 23));
+        S[v] = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_castsi256_ps(c[v]), scale[v]));
+        em[v] = e;
+      }
+      // terms: exact fp32 products, exact power-of-two scaling, truncation toward zero
+      for (int g0 = 0; g0 < L; g0 += gmax) {
+        const int g1 = std::min(L, g0 + gmax);
+        __m256i T0 = vZero, T1 = vZero, T2 = vZero, T3 = vZero;
+        for (int k = g0; k < g1; ++k) {
+          const __m256 a = _mm256_broadcast_ss(av + k0 + k);
+          const float* b = bvp + (k0 + k) * kW;
+          T0 = _mm256_add_epi32(T0, _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(a, _mm256_load_ps(b)), scale[0])));
+          T1 = _mm256_add_epi32(T1, _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(a, _mm256_load_ps(b + 8)), scale[1])));
+          T2 = _mm256_add_epi32(T2, _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(a, _mm256_load_ps(b + 16)), scale[2])));
+          T3 = _mm256_add_epi32(T3, _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_mul_ps(a, _mm256_load_ps(b + 24)), scale[3])));
+          // keeps GCC from reassociating the four chains into a spilling schedule
+          asm volatile("" : "+x"(T0), "+x"(T1), "+x"(T2), "+x"(T3));
+        }
+        const __m256i T[4] = {T0, T1, T2, T3};
+        for (int v = 0; v < 4; ++v) {
+          const __m256i r = _mm256_add_epi32(S[v], T[v]);
+          const __m256i ovf = _mm256_and_si256(_mm256_xor_si256(r, S[v]), _mm256_xor_si256(r, T[v]));
+          bad[v] = _mm256_or_si256(bad[v], _mm256_srai_epi32(ovf, 31));
+          S[v] = r;
+        }
+      }
+      // RZ to fp32 (MXCSR is round-toward-zero here), then add emax - F to the exponent
+      uint32_t badmask = 0;
+      __m256i old[4];
+      for (int v = 0; v < 4; ++v) {
+        old[v] = c[v];
+        const __m256i fs = _mm256_and_si256(_mm256_castps_si256(_mm256_cvtepi32_ps(S[v])), vRmask);
+        const __m256i d = _mm256_sub_epi32(em[v], vF);
+        const __m256i ne = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(fs, 23), vFF), d);
+        const __m256i nz = _mm256_andnot_si256(_mm256_cmpeq_epi32(S[v], vZero), _mm256_cmpeq_epi32(vZero, vZero));
+        const __m256i range = _mm256_or_si256(_mm256_cmpgt_epi32(v1, ne), _mm256_cmpgt_epi32(ne, v254));
+        const __m256i b = _mm256_or_si256(bad[v], _mm256_and_si256(nz, range));
+        const __m256i res = _mm256_and_si256(_mm256_add_epi32(fs, _mm256_slli_epi32(d, 23)), nz);
+        c[v] = _mm256_andnot_si256(zero[v], res);
+        badmask |= uint32_t(_mm256_movemask_ps(_mm256_castsi256_ps(b))) << (8 * v);
+      }
+      badmask &= okmask;
+      if (badmask) {  // rare: the core finishes these lanes' chunk exactly
+        alignas(32) uint32_t o[kW], n[kW];
+        for (int v = 0; v < 4; ++v) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(o + 8 * v), old[v]);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(n + 8 * v), c[v]);
+        }
+        for (uint32_t m = badmask; m; m &= m - 1) {
+          const int l = __builtin_ctz(m);
+          n[l] = fb.chunk(i, p * kW + l, k0, o[l]);
+        }
+        for (int v = 0; v < 4; ++v) c[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(n + 8 * v));
+      }
+    }
+    for (int v = 0; v < 4; ++v) _mm256_storeu_si256(reinterpret_cast<__m256i*>(ap + 8 * v), c[v]);
+  }
+}
+#endif
+
+struct RzGuard {  // FpEnvGuard plus round-toward-zero for cvtdq2ps
+  FpEnvGuard base;
+#ifdef MMA_FAST_X86
+  RzGuard() { _mm_setcsr(_mm_getcsr() | 0x6000u); }
+#endif
+};
+
+}  // namespace
+
+bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const Dec* SA,
+                     const Dec* SB, const uint8_t* fsa, const uint8_t* fsb, int64_t nblk,
+                     int64_t M, int64_t N, int64_t K, const View3& vc, int64_t bi, uint8_t* out,
+                     int oes) {
+#ifndef MMA_FAST_X86
+  return false;
+#else
+  if (cpu_isa() == Isa::kScalar || oes != 4) return false;
+  thread_local Planes pl;  // reused between calls
+  build_planes(P, A, B, SA, SB, fsa, fsb, nblk, M, N, K, pl);
+  const Fallback fb{&P, out_fmt(P.rho), &A, &B, SA, SB, nblk, K};
+  const int64_t Np = pl.NP * kW;
+  // K blocks of about 128 keep a panel slice in L1 while a row block sweeps it
+  const int64_t KB = std::max<int64_t>(1, 128 / P.L) * P.L;
+  const int64_t nrb = (M + kRowBlock - 1) / kRowBlock;
+  at::parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
+    thread_local std::vector<uint32_t> accv;
+    accv.resize(size_t(kRowBlock * Np));
+    uint32_t* acc = accv.data();
+    for (int64_t rb = lo; rb < hi && !interrupted(); ++rb) {
+      const int64_t i0 = rb * kRowBlock, i1 = std::min(M, i0 + kRowBlock);
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = 0; j < Np; ++j)
+          acc[(i - i0) * Np + j] = (P.epilogue || j >= N) ? 0u : uint32_t(vc.at(bi, i, j));
+      {
+        RzGuard rz;
+        for (int64_t k0 = 0; k0 < pl.Kp; k0 += KB)
+          for (int64_t p = 0; p < pl.NP; ++p)
+            fdpa_panel_avx2(P, pl, fb, i0, i1, p, k0, std::min(pl.Kp, k0 + KB), acc, Np);
+      }
+      FpEnvGuard env;  // epilogue additions round to nearest
+      for (int64_t i = i0; i < i1; ++i) {
+        uint32_t* orow = reinterpret_cast<uint32_t*>(out + (bi * M + i) * N * oes);
+        const bool rok = pl.row_ok[size_t(i)];
+        for (int64_t j = 0; j < N; ++j) {
+          const uint64_t cb = vc.at(bi, i, j);
+          if (rok && pl.col_ok[size_t(j)]) {
+            const uint32_t r = acc[(i - i0) * Np + j];
+            orow[j] = P.epilogue ? uint32_t(epilogue_add(P, r, cb)) : r;
+          } else {  // NaN / Inf / out-of-window operands: the whole chain in the core
+            const uint8_t fl = A.row_flags[size_t(i)] | B.row_flags[size_t(j)] |
+                               (SA ? fsa[i] | fsb[j] : 0);
+            orow[j] = uint32_t(dot_fused(P, A.row(i, K), B.row(j, K), int(K), cb,
+                                         SA ? SA + i * nblk : nullptr,
+                                         SB ? SB + j * nblk : nullptr, fl));
+          }
+        }
+      }
+      check_interrupt_main();
+    }
+  });
+  return true;
+#endif
+}
+
+}  // namespace mma
