@@ -23,6 +23,7 @@
 #include <immintrin.h>
 #define MMA_FAST_X86 1
 #define MMA_AVX2 __attribute__((target("avx2,fma")))
+#define MMA_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq")))
 #endif
 
 namespace mma {
@@ -229,6 +230,105 @@ MMA_AVX2 void fdpa_panel_avx2(const Params& P, const Planes& pl, const Fallback&
     for (int v = 0; v < 4; ++v) _mm256_storeu_si256(reinterpret_cast<__m256i*>(ap + 8 * v), c[v]);
   }
 }
+
+// The same step with AVX-512: 2 x 16 lanes, mask registers for the lane flags and embedded
+// round-toward-zero for the int32 -> fp32 conversion.
+MMA_AVX512 void fdpa_panel_avx512(const Params& P, const Planes& pl, const Fallback& fb,
+                                  int64_t i0, int64_t i1, int64_t p, int64_t kc0, int64_t kc1,
+                                  uint32_t* acc, int64_t ldacc) {
+  const int L = P.L, F = P.F;
+  const int gmax = 1 << (29 - F);
+  const int64_t Kp = pl.Kp;
+  const __m512i vF = _mm512_set1_epi32(F), vNone = _mm512_set1_epi32(kNone);
+  const __m512i vFloor = _mm512_set1_epi32(std::max(P.emax_floor, kNone + 1));
+  const __m512i vEmin = _mm512_set1_epi32(-126), v127 = _mm512_set1_epi32(127);
+  const __m512i vF127 = _mm512_set1_epi32(F + 127);
+  const __m512i vFF = _mm512_set1_epi32(0xFF), vAbs = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i v1 = _mm512_set1_epi32(1), v253 = _mm512_set1_epi32(253);
+  const __m512i vLow = _mm512_set1_epi32(-65), vZero = _mm512_setzero_si512();
+  const __m512i vRmask = _mm512_set1_epi32(P.rho == kRzE8m13 ? int32_t(~0x3FFu) : -1);
+  uint32_t okmask = 0;
+  for (int l = 0; l < kW; ++l) okmask |= uint32_t(pl.col_ok[size_t(p * kW + l)]) << l;
+  const float* bvp = pl.bv.data() + p * Kp * kW;
+  const int8_t* bep = pl.be.data() + p * Kp * kW;
+  for (int64_t i = i0; i < i1; ++i) {
+    if (!pl.row_ok[size_t(i)] || okmask == 0) continue;
+    const float* av = pl.av.data() + i * Kp;
+    const int8_t* ae = pl.ae.data() + i * Kp;
+    uint32_t* ap = acc + (i - i0) * ldacc + p * kW;
+    __m512i c0 = _mm512_loadu_si512(ap), c1 = _mm512_loadu_si512(ap + 16);
+    for (int64_t k0 = kc0; k0 < kc1; k0 += L) {
+      __m256i m8 = _mm256_set1_epi8(-128);
+      for (int k = 0; k < L; ++k)
+        m8 = _mm256_max_epi8(m8, _mm256_adds_epi8(_mm256_set1_epi8(ae[k0 + k]),
+                                                  _mm256_load_si256(reinterpret_cast<const __m256i*>(bep + (k0 + k) * kW))));
+      const __m512i pe[2] = {_mm512_cvtepi8_epi32(_mm256_castsi256_si128(m8)),
+                             _mm512_cvtepi8_epi32(_mm256_extracti128_si256(m8, 1))};
+      const __m512i cc[2] = {c0, c1};
+      __m512 scale[2];
+      __m512i S[2], em[2];
+      __mmask16 bad[2], keep[2];
+      for (int v = 0; v < 2; ++v) {
+        const __m512i E = _mm512_and_si512(_mm512_srli_epi32(cc[v], 23), vFF);
+        const __mmask16 cnz = _mm512_test_epi32_mask(cc[v], vAbs);
+        const __m512i ce = _mm512_mask_max_epi32(vNone, cnz, _mm512_sub_epi32(E, v127), vEmin);
+        const __m512i pv = _mm512_mask_mov_epi32(vNone, _mm512_cmpgt_epi32_mask(pe[v], vLow), pe[v]);
+        __m512i e = _mm512_max_epi32(pv, ce);
+        keep[v] = _mm512_cmpneq_epi32_mask(e, vNone);  // some product or c is nonzero
+        e = _mm512_max_epi32(e, vFloor);
+        const __m512i se = _mm512_sub_epi32(vF127, e);
+        bad[v] = _mm512_cmpgt_epu32_mask(_mm512_sub_epi32(se, v1), v253) |
+                 _mm512_cmpeq_epi32_mask(E, vFF);
+        bad[v] &= keep[v];
+        scale[v] = _mm512_castsi512_ps(_mm512_slli_epi32(se, 23));
+        S[v] = _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_castsi512_ps(cc[v]), scale[v]));
+        em[v] = e;
+      }
+      for (int g0 = 0; g0 < L; g0 += gmax) {
+        const int g1 = std::min(L, g0 + gmax);
+        __m512i T0 = vZero, T1 = vZero;
+        for (int k = g0; k < g1; ++k) {
+          const __m512 a = _mm512_set1_ps(av[k0 + k]);
+          const float* b = bvp + (k0 + k) * kW;
+          T0 = _mm512_add_epi32(T0, _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(a, _mm512_load_ps(b)), scale[0])));
+          T1 = _mm512_add_epi32(T1, _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(a, _mm512_load_ps(b + 16)), scale[1])));
+          asm volatile("" : "+v"(T0), "+v"(T1));
+        }
+        const __m512i T[2] = {T0, T1};
+        for (int v = 0; v < 2; ++v) {
+          const __m512i r = _mm512_add_epi32(S[v], T[v]);
+          // sign of (r ^ S) & (r ^ T): signed overflow of the addition
+          const __m512i ovf = _mm512_ternarylogic_epi32(r, S[v], T[v], 0x18);
+          bad[v] |= _mm512_movepi32_mask(ovf);
+          S[v] = r;
+        }
+      }
+      __m512i res[2];
+      for (int v = 0; v < 2; ++v) {
+        const __m512i fs = _mm512_and_si512(
+            _mm512_castps_si512(_mm512_cvt_roundepi32_ps(S[v], _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)), vRmask);
+        const __m512i d = _mm512_sub_epi32(em[v], vF);
+        const __m512i ne = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(fs, 23), vFF), d);
+        const __mmask16 nz = _mm512_test_epi32_mask(S[v], S[v]) & keep[v];
+        bad[v] |= nz & _mm512_cmpgt_epu32_mask(_mm512_sub_epi32(ne, v1), v253);
+        res[v] = _mm512_maskz_add_epi32(nz, fs, _mm512_slli_epi32(d, 23));
+      }
+      const uint32_t badmask = (uint32_t(bad[0]) | (uint32_t(bad[1]) << 16)) & okmask;
+      if (badmask) {  // rare: the core finishes these lanes' chunk exactly
+        alignas(64) uint32_t o[kW], n[kW];
+        _mm512_store_si512(o, c0); _mm512_store_si512(o + 16, c1);
+        _mm512_store_si512(n, res[0]); _mm512_store_si512(n + 16, res[1]);
+        for (uint32_t m = badmask; m; m &= m - 1) {
+          const int l = __builtin_ctz(m);
+          n[l] = fb.chunk(i, p * kW + l, k0, o[l]);
+        }
+        res[0] = _mm512_load_si512(n); res[1] = _mm512_load_si512(n + 16);
+      }
+      c0 = res[0]; c1 = res[1];
+    }
+    _mm512_storeu_si512(ap, c0); _mm512_storeu_si512(ap + 16, c1);
+  }
+}
 #endif
 
 struct RzGuard {  // FpEnvGuard plus round-toward-zero for cvtdq2ps
@@ -247,7 +347,9 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
 #ifndef MMA_FAST_X86
   return false;
 #else
-  if (cpu_isa() == Isa::kScalar || oes != 4) return false;
+  const Isa isa = cpu_isa();
+  if (isa == Isa::kScalar || oes != 4) return false;
+  const auto panel = isa == Isa::kAvx512 ? fdpa_panel_avx512 : fdpa_panel_avx2;
   thread_local Planes pl;  // reused between calls
   build_planes(P, A, B, SA, SB, fsa, fsb, nblk, M, N, K, pl);
   const Fallback fb{&P, out_fmt(P.rho), &A, &B, SA, SB, nblk, K};
@@ -268,7 +370,7 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
         RzGuard rz;
         for (int64_t k0 = 0; k0 < pl.Kp; k0 += KB)
           for (int64_t p = 0; p < pl.NP; ++p)
-            fdpa_panel_avx2(P, pl, fb, i0, i1, p, k0, std::min(pl.Kp, k0 + KB), acc, Np);
+            panel(P, pl, fb, i0, i1, p, k0, std::min(pl.Kp, k0 + KB), acc, Np);
       }
       FpEnvGuard env;  // epilogue additions round to nearest
       for (int64_t i = i0; i < i1; ++i) {
