@@ -18,7 +18,9 @@ Isa cpu_isa() {
   Isa best = Isa::kScalar;
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::kAvx2;
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+      __builtin_cpu_supports("f16c"))
+    best = Isa::kAvx2;
   if (best == Isa::kAvx2 && __builtin_cpu_supports("avx512f") &&
       __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512dq"))
@@ -47,10 +49,15 @@ FastKind fast_eligible(const Params& P) {
                  ? FastKind::kFtz : FastKind::kNone;
     case kTFdpa:
     case kStFdpa: {
-      // terms |t| < 2^(F+2) must fit int32; fp32 accumulator rounded toward zero
+      // terms |t| < 2^(F+2) must fit int32; RZ fp32 / E8M13 or RNE fp16 accumulator
       if (P.F < 1 || P.F > 29 || P.L < 1 || P.L > 256) return FastKind::kNone;
-      if (P.rho != kRzFp32 && P.rho != kRzE8m13) return FastKind::kNone;
-      if (P.fo.ebits != 8 || P.fo.mbits != 23 || P.fo.nan_style != kIeee) return FastKind::kNone;
+      if (P.rho == kRzFp32 || P.rho == kRzE8m13) {
+        if (P.fo.ebits != 8 || P.fo.mbits != 23 || P.fo.nan_style != kIeee) return FastKind::kNone;
+      } else if (P.rho == kRneFp16) {
+        if (P.fo.ebits != 5 || P.fo.mbits != 10 || P.fo.nan_style != kIeee) return FastKind::kNone;
+      } else {
+        return FastKind::kNone;
+      }
       if (!plane_format(P.fa) || !plane_format(P.fb)) return FastKind::kNone;
       if ((P.fa.mbits + 1) + (P.fb.mbits + 1) > 24) return FastKind::kNone;
       if (P.flush_inputs) return FastKind::kNone;

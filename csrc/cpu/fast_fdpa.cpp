@@ -22,8 +22,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define MMA_FAST_X86 1
-#define MMA_AVX2 __attribute__((target("avx2,fma")))
-#define MMA_AVX512 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq")))
+#define MMA_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define MMA_AVX512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
 #endif
 
 namespace mma {
@@ -105,6 +105,23 @@ void build_planes(const Params& P, const Decoded& A, const Decoded& B, const Dec
   });
 }
 
+// fp16 accumulators live in the kernels as the fp32 word of the same value; these two
+// conversions are exact for every fp16 code (NaN payloads included).
+inline uint32_t f32_bits_of_f16(uint32_t h) {
+  const uint32_t s = (h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+  if (e == 31) return s | 0x7F800000u | (m << 13);
+  if (e == 0) return m ? (s | bits_of(float(m) * f32_of(uint32_t(127 - 24) << 23))) : s;
+  return s | ((e + 112) << 23) | (m << 13);
+}
+inline uint32_t f16_bits_of_f32(uint32_t f) {  // f holds an fp16 value (or NaN / Inf)
+  const uint32_t s = (f >> 31) << 15, E = (f >> 23) & 255, m = f & 0x7FFFFF;
+  if (E == 255) return s | 0x7C00u | (m >> 13);
+  if (E == 0) return s;
+  const int32_t e = int32_t(E) - 127;
+  if (e >= -14) return s | (uint32_t(e + 15) << 10) | (m >> 13);
+  return s | ((0x800000u | m) >> (13 - 14 - e));
+}
+
 // The core's chunk, for the lanes the vector code hands back.
 struct Fallback {
   const Params* P;
@@ -115,10 +132,14 @@ struct Fallback {
   const Dec* SB;
   int64_t nblk, K;
   uint32_t chunk(int64_t i, int64_t j, int64_t k0, uint32_t acc) const {
+    if (P->rho == kRneFp16) return f32_bits_of_f16(uint32_t(chunk_bits(i, j, k0, f16_bits_of_f32(acc))));
+    return uint32_t(chunk_bits(i, j, k0, acc));
+  }
+  uint64_t chunk_bits(int64_t i, int64_t j, int64_t k0, uint64_t acc) const {
     const Chunk ch{A->row(i, K).shifted(int(k0)), B->row(j, K).shifted(int(k0)),
                    int(std::min<int64_t>(P->L, K - k0)), int(k0),
                    SA ? SA + i * nblk : nullptr, SB ? SB + j * nblk : nullptr};
-    return uint32_t(fused_op(*P, o, ch, acc, false));
+    return fused_op(*P, o, ch, acc, false);
   }
 };
 
@@ -132,7 +153,8 @@ MMA_AVX2 void fdpa_panel_avx2(const Params& P, const Planes& pl, const Fallback&
   const int64_t Kp = pl.Kp;
   const __m256i vF = _mm256_set1_epi32(F), vNone = _mm256_set1_epi32(kNone);
   const __m256i vFloor = _mm256_set1_epi32(std::max(P.emax_floor, kNone + 1));
-  const __m256i vEmin = _mm256_set1_epi32(-126), v127 = _mm256_set1_epi32(127);
+  const __m256i vEmin = _mm256_set1_epi32(P.fo.emin()), v127 = _mm256_set1_epi32(127);
+  const bool half = P.rho == kRneFp16;
   const __m256i vFF = _mm256_set1_epi32(0xFF), vAbs = _mm256_set1_epi32(0x7FFFFFFF);
   const __m256i v1 = _mm256_set1_epi32(1), v254 = _mm256_set1_epi32(254);
   const __m256i vLow = _mm256_set1_epi32(-65), vZero = _mm256_setzero_si256();
@@ -203,7 +225,11 @@ MMA_AVX2 void fdpa_panel_avx2(const Params& P, const Planes& pl, const Fallback&
       __m256i old[4];
       for (int v = 0; v < 4; ++v) {
         old[v] = c[v];
-        const __m256i fs = _mm256_and_si256(_mm256_castps_si256(_mm256_cvtepi32_ps(S[v])), vRmask);
+        __m256i fs = _mm256_and_si256(_mm256_castps_si256(_mm256_cvtepi32_ps(S[v])), vRmask);
+        // fp16: round to odd at 24 bits (sticky in the last bit), RNE to fp16 below
+        if (half)
+          fs = _mm256_or_si256(fs, _mm256_srli_epi32(_mm256_andnot_si256(
+              _mm256_cmpeq_epi32(_mm256_cvttps_epi32(_mm256_castsi256_ps(fs)), S[v]), _mm256_set1_epi32(-1)), 31));
         const __m256i d = _mm256_sub_epi32(em[v], vF);
         const __m256i ne = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(fs, 23), vFF), d);
         const __m256i nz = _mm256_andnot_si256(_mm256_cmpeq_epi32(S[v], vZero), _mm256_cmpeq_epi32(vZero, vZero));
@@ -211,6 +237,8 @@ MMA_AVX2 void fdpa_panel_avx2(const Params& P, const Planes& pl, const Fallback&
         const __m256i b = _mm256_or_si256(bad[v], _mm256_and_si256(nz, range));
         const __m256i res = _mm256_and_si256(_mm256_add_epi32(fs, _mm256_slli_epi32(d, 23)), nz);
         c[v] = _mm256_andnot_si256(zero[v], res);
+        if (half)
+          c[v] = _mm256_castps_si256(_mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_castsi256_ps(c[v]), _MM_FROUND_TO_NEAREST_INT)));
         badmask |= uint32_t(_mm256_movemask_ps(_mm256_castsi256_ps(b))) << (8 * v);
       }
       badmask &= okmask;
@@ -241,7 +269,8 @@ MMA_AVX512 void fdpa_panel_avx512(const Params& P, const Planes& pl, const Fallb
   const int64_t Kp = pl.Kp;
   const __m512i vF = _mm512_set1_epi32(F), vNone = _mm512_set1_epi32(kNone);
   const __m512i vFloor = _mm512_set1_epi32(std::max(P.emax_floor, kNone + 1));
-  const __m512i vEmin = _mm512_set1_epi32(-126), v127 = _mm512_set1_epi32(127);
+  const __m512i vEmin = _mm512_set1_epi32(P.fo.emin()), v127 = _mm512_set1_epi32(127);
+  const bool half = P.rho == kRneFp16;
   const __m512i vF127 = _mm512_set1_epi32(F + 127);
   const __m512i vFF = _mm512_set1_epi32(0xFF), vAbs = _mm512_set1_epi32(0x7FFFFFFF);
   const __m512i v1 = _mm512_set1_epi32(1), v253 = _mm512_set1_epi32(253);
@@ -305,13 +334,18 @@ MMA_AVX512 void fdpa_panel_avx512(const Params& P, const Planes& pl, const Fallb
       }
       __m512i res[2];
       for (int v = 0; v < 2; ++v) {
-        const __m512i fs = _mm512_and_si512(
+        __m512i fs = _mm512_and_si512(
             _mm512_castps_si512(_mm512_cvt_roundepi32_ps(S[v], _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC)), vRmask);
+        if (half)  // fp16: round to odd at 24 bits (sticky in the last bit), RNE to fp16 below
+          fs = _mm512_mask_or_epi32(fs, _mm512_cmpneq_epi32_mask(_mm512_cvttps_epi32(_mm512_castsi512_ps(fs)), S[v]),
+                                    fs, v1);
         const __m512i d = _mm512_sub_epi32(em[v], vF);
         const __m512i ne = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(fs, 23), vFF), d);
         const __mmask16 nz = _mm512_test_epi32_mask(S[v], S[v]) & keep[v];
         bad[v] |= nz & _mm512_cmpgt_epu32_mask(_mm512_sub_epi32(ne, v1), v253);
         res[v] = _mm512_maskz_add_epi32(nz, fs, _mm512_slli_epi32(d, 23));
+        if (half)
+          res[v] = _mm512_castps_si512(_mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_castsi512_ps(res[v]), _MM_FROUND_TO_NEAREST_INT)));
       }
       const uint32_t badmask = (uint32_t(bad[0]) | (uint32_t(bad[1]) << 16)) & okmask;
       if (badmask) {  // rare: the core finishes these lanes' chunk exactly
@@ -348,7 +382,7 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
   return false;
 #else
   const Isa isa = cpu_isa();
-  if (isa == Isa::kScalar || oes != 4) return false;
+  if (isa == Isa::kScalar || oes != (P.rho == kRneFp16 ? 2 : 4)) return false;
   const auto panel = isa == Isa::kAvx512 ? fdpa_panel_avx512 : fdpa_panel_avx2;
   thread_local Planes pl;  // reused between calls
   build_planes(P, A, B, SA, SB, fsa, fsb, nblk, M, N, K, pl);
@@ -365,7 +399,9 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
       const int64_t i0 = rb * kRowBlock, i1 = std::min(M, i0 + kRowBlock);
       for (int64_t i = i0; i < i1; ++i)
         for (int64_t j = 0; j < Np; ++j)
-          acc[(i - i0) * Np + j] = (P.epilogue || j >= N) ? 0u : uint32_t(vc.at(bi, i, j));
+          acc[(i - i0) * Np + j] = (P.epilogue || j >= N) ? 0u
+                                   : oes == 2 ? f32_bits_of_f16(uint32_t(vc.at(bi, i, j)))
+                                              : uint32_t(vc.at(bi, i, j));
       {
         RzGuard rz;
         for (int64_t k0 = 0; k0 < pl.Kp; k0 += KB)
@@ -374,19 +410,23 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
       }
       FpEnvGuard env;  // epilogue additions round to nearest
       for (int64_t i = i0; i < i1; ++i) {
-        uint32_t* orow = reinterpret_cast<uint32_t*>(out + (bi * M + i) * N * oes);
+        uint8_t* orow = out + (bi * M + i) * N * oes;
+        auto put = [&](int64_t j, uint64_t r) {
+          if (oes == 2) reinterpret_cast<uint16_t*>(orow)[j] = uint16_t(r);
+          else reinterpret_cast<uint32_t*>(orow)[j] = uint32_t(r);
+        };
         const bool rok = pl.row_ok[size_t(i)];
         for (int64_t j = 0; j < N; ++j) {
           const uint64_t cb = vc.at(bi, i, j);
           if (rok && pl.col_ok[size_t(j)]) {
-            const uint32_t r = acc[(i - i0) * Np + j];
-            orow[j] = P.epilogue ? uint32_t(epilogue_add(P, r, cb)) : r;
+            const uint32_t a32 = acc[(i - i0) * Np + j];
+            const uint64_t r = oes == 2 ? f16_bits_of_f32(a32) : a32;
+            put(j, P.epilogue ? epilogue_add(P, r, cb) : r);
           } else {  // NaN / Inf / out-of-window operands: the whole chain in the core
             const uint8_t fl = A.row_flags[size_t(i)] | B.row_flags[size_t(j)] |
                                (SA ? fsa[i] | fsb[j] : 0);
-            orow[j] = uint32_t(dot_fused(P, A.row(i, K), B.row(j, K), int(K), cb,
-                                         SA ? SA + i * nblk : nullptr,
-                                         SB ? SB + j * nblk : nullptr, fl));
+            put(j, dot_fused(P, A.row(i, K), B.row(j, K), int(K), cb, SA ? SA + i * nblk : nullptr,
+                             SB ? SB + j * nblk : nullptr, fl));
           }
         }
       }
