@@ -2,6 +2,7 @@
 // test, and Ctrl-C handling for long calls.
 #include <Python.h>
 #include <torch/csrc/Exceptions.h>
+#include <torch/library.h>
 
 #include <atomic>
 #include <chrono>
@@ -67,6 +68,22 @@ FastKind fast_eligible(const Params& P) {
     default:
       return FastKind::kNone;  // E-FDPA, GST-FDPA, TR/GTR-FDPA: scalar core (docs/cpu_fast.md)
   }
+}
+
+// For tests and benchmarks: "<isa>:<path>" the CPU kernel takes for this parameter vector
+// now ("scalar" when none), e.g. "avx512:fdpa".
+static std::string cpu_fast_path(at::IntArrayRef params) {
+  TORCH_CHECK_VALUE(params.size() == size_t(kNumParams), "_cpu_fast_path: expected ", kNumParams,
+                    " parameters, got ", params.size());
+  const FastKind k = fast_eligible(parse_params(params.data()));
+  const Isa isa = cpu_isa();
+  if (k == FastKind::kNone || isa == Isa::kScalar) return "scalar";
+  const char* names[] = {"", "fdpa", "fma", "ftz"};
+  return std::string(isa == Isa::kAvx512 ? "avx512:" : "avx2:") + names[int(k)];
+}
+
+TORCH_LIBRARY_FRAGMENT(mma_emu, m) {
+  m.def("_cpu_fast_path(int[] params) -> str", &cpu_fast_path);
 }
 
 // ---- Ctrl-C ------------------------------------------------------------------------------
