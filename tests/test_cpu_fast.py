@@ -59,7 +59,7 @@ ROW_SPECS = [r.make_spec(r.formats[0], r.formats[0], r.block_sizes[0] if r.block
              for r in ROWS]
 FAST_ROWS = [s for s in ROW_SPECS if fast_path(s) != "scalar"]
 FAST_SPECS = [s for s in all_specs() if fast_path(s) != "scalar"]
-FDPA_ROWS = [s for s in FAST_ROWS if s.op in ("t_fdpa", "st_fdpa")]
+FDPA_ROWS = [s for s in FAST_ROWS if s.op in ("t_fdpa", "st_fdpa", "tr_fdpa", "gtr_fdpa")]
 needs_fast = pytest.mark.skipif(not ISAS, reason="no AVX2 on this CPU: only the scalar path exists")
 
 
@@ -107,6 +107,8 @@ def gen(*key):
 def test_fast_paths_serve_the_expected_rows():
     """Eligibility does not silently drop rows: which ops take which path."""
     expect = {"t_fdpa": "fdpa", "st_fdpa": "fdpa", "fma": "fma", "ftz_addmul": "ftz"}
+    if ISAS[0] == "avx512":  # TR/GTR-FDPA have an AVX-512 kernel only
+        expect.update(tr_fdpa="tr", gtr_fdpa="tr")
     for s in ROW_SPECS:
         got = fast_path(s)
         want = expect.get(s.op)

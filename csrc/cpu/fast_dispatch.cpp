@@ -65,8 +65,19 @@ FastKind fast_eligible(const Params& P) {
       if (P.op == kStFdpa && (P.fs.nan_style != kE8m0 || P.block < 1)) return FastKind::kNone;
       return FastKind::kFdpa;
     }
+    case kTrFdpa:
+    case kGtrFdpa: {
+      // int32 product sums (per parity for GTR) without overflow; |S| < 2^(F2 + 2 + log2 L)
+      // exact in fp64; fp32 accumulator rounded to nearest
+      if (P.F < 1 || P.F > 29 || P.L < 1 || P.L > (1 << (29 - P.F))) return FastKind::kNone;
+      if (P.F2 < P.F || P.F2 > 40 || P.rho != kRneFp32) return FastKind::kNone;
+      if (P.fo.ebits != 8 || P.fo.mbits != 23 || P.fo.nan_style != kIeee) return FastKind::kNone;
+      if (!plane_format(P.fa) || !plane_format(P.fb)) return FastKind::kNone;
+      if ((P.fa.mbits + 1) + (P.fb.mbits + 1) > 24 || P.flush_inputs) return FastKind::kNone;
+      return FastKind::kTr;
+    }
     default:
-      return FastKind::kNone;  // E-FDPA, GST-FDPA, TR/GTR-FDPA: scalar core (docs/cpu_fast.md)
+      return FastKind::kNone;  // E-FDPA, GST-FDPA: scalar core (docs/cpu_fast.md)
   }
 }
 
@@ -78,7 +89,8 @@ static std::string cpu_fast_path(at::IntArrayRef params) {
   const FastKind k = fast_eligible(parse_params(params.data()));
   const Isa isa = cpu_isa();
   if (k == FastKind::kNone || isa == Isa::kScalar) return "scalar";
-  const char* names[] = {"", "fdpa", "fma", "ftz"};
+  if (k == FastKind::kTr && isa != Isa::kAvx512) return "scalar";  // no AVX2 TR kernel
+  const char* names[] = {"", "fdpa", "fma", "ftz", "tr"};
   return std::string(isa == Isa::kAvx512 ? "avx512:" : "avx2:") + names[int(k)];
 }
 

@@ -363,6 +363,138 @@ MMA_AVX512 void fdpa_panel_avx512(const Params& P, const Planes& pl, const Fallb
     _mm512_storeu_si512(ap, c0); _mm512_storeu_si512(ap + 16, c1);
   }
 }
+// TR-FDPA / GTR-FDPA (seed 003 Algorithms 10-11, AMD CDNA3) with AVX-512.  The products'
+// truncated sums T (per parity for GTR) are the int32 terms of the T-FDPA kernel, at the
+// products' own emax; the alignment with c (round down or toward zero) and the final RNE
+// rounding run in fp64 lanes, where every intermediate (|S| < 2^50) is an exact integer.
+MMA_AVX512 __attribute__((always_inline)) inline __m512d pow2_pd(__m256i k) {
+  return _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(_mm512_cvtepi32_epi64(k),
+                                                                _mm512_set1_epi64(1023)), 52));
+}
+
+MMA_AVX512 void tr_panel_avx512(const Params& P, const Planes& pl, const Fallback& fb,
+                                int64_t i0, int64_t i1, int64_t p, int64_t kc0, int64_t kc1,
+                                uint32_t* acc, int64_t ldacc) {
+  const int L = P.L, F = P.F;
+  const bool gtr = P.op == kGtrFdpa;
+  const int nh = gtr ? 2 : 1;  // product sets: all k, or even / odd k
+  const int64_t Kp = pl.Kp;
+  const __m512i vF = _mm512_set1_epi32(F), vNone = _mm512_set1_epi32(kNone);
+  const __m512i vFloor = _mm512_set1_epi32(std::max(P.emax_floor, kNone + 1));
+  const __m512i vEmin = _mm512_set1_epi32(-126), v127 = _mm512_set1_epi32(127);
+  const __m512i vF127 = _mm512_set1_epi32(F + 127), v1 = _mm512_set1_epi32(1);
+  const __m512i vFF = _mm512_set1_epi32(0xFF), vAbs = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i v253 = _mm512_set1_epi32(253), vLow = _mm512_set1_epi32(-65);
+  const __m512i vZero = _mm512_setzero_si512(), vM80 = _mm512_set1_epi32(-80);
+  const bool rd = P.align_rd;  // round_dir: toward minus infinity, else toward zero
+  auto rnd = [rd](__m512d x) MMA_AVX512 {
+    return rd ? _mm512_roundscale_pd(x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC)
+              : _mm512_roundscale_pd(x, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  };
+  uint32_t okmask = 0;
+  for (int l = 0; l < kW; ++l) okmask |= uint32_t(pl.col_ok[size_t(p * kW + l)]) << l;
+  const float* bvp = pl.bv.data() + p * Kp * kW;
+  const int8_t* bep = pl.be.data() + p * Kp * kW;
+  for (int64_t i = i0; i < i1; ++i) {
+    if (!pl.row_ok[size_t(i)] || okmask == 0) continue;
+    const float* av = pl.av.data() + i * Kp;
+    const int8_t* ae = pl.ae.data() + i * Kp;
+    uint32_t* ap = acc + (i - i0) * ldacc + p * kW;
+    __m512i c[2] = {_mm512_loadu_si512(ap), _mm512_loadu_si512(ap + 16)};
+    for (int64_t k0 = kc0; k0 < kc1; k0 += L) {
+      __m512i eh[2][2], T[2][2];  // [set][vector]: product emax and truncated sum
+      __mmask16 bad[2] = {0, 0};
+      for (int h = 0; h < nh; ++h) {
+        __m256i m8 = _mm256_set1_epi8(-128);
+        for (int k = h; k < L; k += nh)
+          m8 = _mm256_max_epi8(m8, _mm256_adds_epi8(_mm256_set1_epi8(ae[k0 + k]),
+                                                    _mm256_load_si256(reinterpret_cast<const __m256i*>(bep + (k0 + k) * kW))));
+        const __m512i pe[2] = {_mm512_cvtepi8_epi32(_mm256_castsi256_si128(m8)),
+                               _mm512_cvtepi8_epi32(_mm256_extracti128_si256(m8, 1))};
+        __m512 scale[2];
+        for (int v = 0; v < 2; ++v) {
+          const __mmask16 any = _mm512_cmpgt_epi32_mask(pe[v], vLow);
+          const __m512i e = _mm512_max_epi32(_mm512_mask_mov_epi32(vNone, any, pe[v]), vFloor);
+          const __m512i se = _mm512_sub_epi32(vF127, e);
+          // lanes without products keep a harmless scale: their terms are 0 * scale = 0
+          const __mmask16 outr = _mm512_cmpgt_epu32_mask(_mm512_sub_epi32(se, v1), v253);
+          bad[v] |= outr & any;
+          scale[v] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_mask_mov_epi32(se, outr, v127), 23));
+          eh[h][v] = e;
+        }
+        __m512i T0 = vZero, T1 = vZero;
+        for (int k = h; k < L; k += nh) {
+          const __m512 a = _mm512_set1_ps(av[k0 + k]);
+          const float* b = bvp + (k0 + k) * kW;
+          T0 = _mm512_add_epi32(T0, _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(a, _mm512_load_ps(b)), scale[0])));
+          T1 = _mm512_add_epi32(T1, _mm512_cvttps_epi32(_mm512_mul_ps(_mm512_mul_ps(a, _mm512_load_ps(b + 16)), scale[1])));
+          asm volatile("" : "+v"(T0), "+v"(T1));
+        }
+        T[h][0] = T0;
+        T[h][1] = T1;
+      }
+      __m512i res[2];
+      for (int v = 0; v < 2; ++v) {
+        const __m512i E8 = _mm512_and_si512(_mm512_srli_epi32(c[v], 23), vFF);
+        const __mmask16 cnz = _mm512_test_epi32_mask(c[v], vAbs);
+        const __m512i ce = _mm512_mask_max_epi32(vNone, cnz, _mm512_sub_epi32(E8, v127), vEmin);
+        bad[v] |= _mm512_cmpeq_epi32_mask(E8, vFF);
+        const __m512i em = gtr ? _mm512_max_epi32(eh[0][v], eh[1][v]) : eh[0][v];
+        const __m512i E = _mm512_max_epi32(em, ce);
+        // exponents of the fp64 scalings of T (clamped: |T| < 2^32, so 2^-80 already rounds right)
+        const __m512i sTp = _mm512_max_epi32(_mm512_add_epi32(_mm512_sub_epi32(em, E), _mm512_set1_epi32(P.F2 - F)), vM80);
+        // c * 2^(F - E) < 2^(F + 1) needs no clamp; the bound only keeps E = kNone lanes finite
+        const __m512i sC = _mm512_min_epi32(_mm512_sub_epi32(vF, E), _mm512_set1_epi32(400));
+        const __m512i sE0 = gtr ? _mm512_max_epi32(_mm512_sub_epi32(eh[0][v], em), vM80) : vZero;
+        const __m512i sE1 = gtr ? _mm512_max_epi32(_mm512_sub_epi32(eh[1][v], em), vM80) : vZero;
+        // GTR: c far below E is dropped (special_trunc of tr_finish)
+        const __mmask16 cdrop = gtr ? _mm512_cmplt_epi32_mask(ce, _mm512_sub_epi32(E, _mm512_set1_epi32(F + 1)))
+                                    : __mmask16(0);
+        const __m512i d = _mm512_sub_epi32(E, _mm512_set1_epi32(P.F2));
+        __m256i outh[2];
+        __mmask8 badh[2];
+        for (int q = 0; q < 2; ++q) {  // two halves of 8 fp64 lanes
+#define MMA_HALF(x) (q ? _mm512_extracti64x4_epi64(x, 1) : _mm512_castsi512_si256(x))
+          __m512d Td;
+          if (gtr) {
+            Td = _mm512_add_pd(rnd(_mm512_mul_pd(_mm512_cvtepi32_pd(MMA_HALF(T[0][v])), pow2_pd(MMA_HALF(sE0)))),
+                               rnd(_mm512_mul_pd(_mm512_cvtepi32_pd(MMA_HALF(T[1][v])), pow2_pd(MMA_HALF(sE1)))));
+          } else {
+            Td = _mm512_cvtepi32_pd(MMA_HALF(T[0][v]));
+          }
+          const __m512d Tp = rnd(_mm512_mul_pd(Td, pow2_pd(MMA_HALF(sTp))));
+          const __m512d cd = _mm512_cvtps_pd(_mm256_castsi256_ps(MMA_HALF(c[v])));
+          __m512d cp = rnd(_mm512_mul_pd(cd, pow2_pd(MMA_HALF(sC))));
+          cp = _mm512_maskz_mov_pd(__mmask8(~(cdrop >> (8 * q))), cp);
+          const __m512d S = _mm512_fmadd_pd(cp, _mm512_set1_pd(double(1 << (P.F2 - F))), Tp);
+          const __m256i fs = _mm256_castps_si256(_mm512_cvt_roundpd_ps(S, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+          const __m256i dh = MMA_HALF(d);
+          const __m256i ne = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(fs, 23), _mm256_set1_epi32(0xFF)), dh);
+          const __mmask8 nz = _mm512_cmpneq_pd_mask(S, _mm512_setzero_pd());
+          badh[q] = nz & _mm256_cmpgt_epu32_mask(_mm256_sub_epi32(ne, _mm256_set1_epi32(1)), _mm256_set1_epi32(253));
+          outh[q] = _mm256_maskz_add_epi32(nz, fs, _mm256_slli_epi32(dh, 23));
+#undef MMA_HALF
+        }
+        bad[v] |= __mmask16(badh[0] | (uint32_t(badh[1]) << 8));
+        res[v] = _mm512_inserti64x4(_mm512_castsi256_si512(outh[0]), outh[1], 1);
+      }
+      const uint32_t badmask = (uint32_t(bad[0]) | (uint32_t(bad[1]) << 16)) & okmask;
+      if (badmask) {
+        alignas(64) uint32_t o[kW], n[kW];
+        _mm512_store_si512(o, c[0]); _mm512_store_si512(o + 16, c[1]);
+        _mm512_store_si512(n, res[0]); _mm512_store_si512(n + 16, res[1]);
+        for (uint32_t m = badmask; m; m &= m - 1) {
+          const int l = __builtin_ctz(m);
+          n[l] = fb.chunk(i, p * kW + l, k0, o[l]);
+        }
+        res[0] = _mm512_load_si512(n); res[1] = _mm512_load_si512(n + 16);
+      }
+      c[0] = res[0];
+      c[1] = res[1];
+    }
+    _mm512_storeu_si512(ap, c[0]); _mm512_storeu_si512(ap + 16, c[1]);
+  }
+}
 #endif
 
 struct RzGuard {  // FpEnvGuard plus round-toward-zero for cvtdq2ps
@@ -383,7 +515,9 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
 #else
   const Isa isa = cpu_isa();
   if (isa == Isa::kScalar || oes != (P.rho == kRneFp16 ? 2 : 4)) return false;
-  const auto panel = isa == Isa::kAvx512 ? fdpa_panel_avx512 : fdpa_panel_avx2;
+  const bool tr = P.op == kTrFdpa || P.op == kGtrFdpa;
+  if (tr && isa != Isa::kAvx512) return false;  // TR/GTR-FDPA: AVX-512 only
+  const auto panel = tr ? tr_panel_avx512 : isa == Isa::kAvx512 ? fdpa_panel_avx512 : fdpa_panel_avx2;
   thread_local Planes pl;  // reused between calls
   build_planes(P, A, B, SA, SB, fsa, fsb, nblk, M, N, K, pl);
   const Fallback fb{&P, out_fmt(P.rho), &A, &B, SA, SB, nblk, K};

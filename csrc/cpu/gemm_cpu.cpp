@@ -48,7 +48,8 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
   if (scaled) { vsa = view3(*sa); vsb = view3(*sb); }
   uint8_t* obase = static_cast<uint8_t*>(out.data_ptr());
   const int oes = int(out.element_size());
-  const bool fast = fast_eligible(P) == FastKind::kFdpa;
+  const FastKind fk = fast_eligible(P);
+  const bool fast = fk == FastKind::kFdpa || fk == FastKind::kTr;
   struct Workspace {
     Decoded A, B;
     std::vector<Dec> SA, SB;
