@@ -41,7 +41,9 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                 const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
                 const Params& P, at::Tensor& out) {
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-  const View3 va = view3(a), vb = view3(b), vc = view3(c);
+  // B^T made contiguous first: decoding it row by row then reads memory in order
+  const at::Tensor bt = b.transpose(1, 2).contiguous();
+  const View3 va = view3(a), vb = view3(bt), vc = view3(c);
   const bool scaled = sa.has_value();
   const int64_t nblk = scaled ? sa->size(2) : 0;
   View3 vsa{}, vsb{};
@@ -59,7 +61,7 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
   // already parallel over the batch.
   auto one_batch = [&](int64_t bi, Workspace& w) {
     decode_rows(va, bi, M, K, false, P.fa, w.A);
-    decode_rows(vb, bi, N, K, true, P.fb, w.B);
+    decode_rows(vb, bi, N, K, false, P.fb, w.B);
     if (scaled) {
       decode_scales(vsa, bi, M, nblk, false, P.fs, w.SA, w.fsa);
       decode_scales(vsb, bi, N, nblk, true, P.fs, w.SB, w.fsb);
