@@ -59,7 +59,7 @@ ROW_SPECS = [r.make_spec(r.formats[0], r.formats[0], r.block_sizes[0] if r.block
              for r in ROWS]
 FAST_ROWS = [s for s in ROW_SPECS if fast_path(s) != "scalar"]
 FAST_SPECS = [s for s in all_specs() if fast_path(s) != "scalar"]
-FDPA_ROWS = [s for s in FAST_ROWS if s.op in ("t_fdpa", "st_fdpa", "tr_fdpa", "gtr_fdpa")]
+FDPA_ROWS = [s for s in FAST_ROWS if s.op in ("t_fdpa", "st_fdpa", "tr_fdpa", "gtr_fdpa", "e_fdpa")]
 needs_fast = pytest.mark.skipif(not ISAS, reason="no AVX2 on this CPU: only the scalar path exists")
 
 
@@ -108,7 +108,7 @@ def test_fast_paths_serve_the_expected_rows():
     """Eligibility does not silently drop rows: which ops take which path."""
     expect = {"t_fdpa": "fdpa", "st_fdpa": "fdpa", "fma": "fma", "ftz_addmul": "ftz"}
     if ISAS[0] == "avx512":  # TR/GTR-FDPA have an AVX-512 kernel only
-        expect.update(tr_fdpa="tr", gtr_fdpa="tr")
+        expect.update(tr_fdpa="tr", gtr_fdpa="tr", e_fdpa="e")
     for s in ROW_SPECS:
         got = fast_path(s)
         want = expect.get(s.op)
@@ -200,7 +200,8 @@ def _max_finite_in_window(fmt):
 @pytest.mark.parametrize("spec", FDPA_ROWS, ids=_id)
 def test_maximal_magnitudes_and_int32_edge(spec):
     """All products at the largest in-window magnitude, one sign, and c of the same exponent:
-    the int32 sum of a chunk overflows, the lane must go through the core."""
+    the int32 sum of a chunk overflows, the lane must go through the core.  (E-FDPA: c and
+    products far apart make the fp64 TwoSum inexact: the same fallback.)"""
     fa = FORMATS[spec.in_format]
     fo = spec.out_format
     L = spec.L

@@ -76,8 +76,16 @@ FastKind fast_eligible(const Params& P) {
       if ((P.fa.mbits + 1) + (P.fb.mbits + 1) > 24 || P.flush_inputs) return FastKind::kNone;
       return FastKind::kTr;
     }
+    case kEFdpa:
+      // values exact in fp32 planes, products exact in fp64 (<= 53 significand bits)
+      if (P.rho != kRneFp32 || P.fo.ebits != 8 || P.fo.mbits != 23 || P.fo.nan_style != kIeee)
+        return FastKind::kNone;
+      if (P.L < 1 || P.L > 256 || P.flush_inputs) return FastKind::kNone;
+      if (!plane_format(P.fa) || !plane_format(P.fb) || P.fa.ebits > 8 || P.fb.ebits > 8)
+        return FastKind::kNone;
+      return FastKind::kE;
     default:
-      return FastKind::kNone;  // E-FDPA, GST-FDPA: scalar core (docs/cpu_fast.md)
+      return FastKind::kNone;  // GST-FDPA: scalar core (docs/cpu_fast.md)
   }
 }
 
@@ -89,8 +97,8 @@ static std::string cpu_fast_path(at::IntArrayRef params) {
   const FastKind k = fast_eligible(parse_params(params.data()));
   const Isa isa = cpu_isa();
   if (k == FastKind::kNone || isa == Isa::kScalar) return "scalar";
-  if (k == FastKind::kTr && isa != Isa::kAvx512) return "scalar";  // no AVX2 TR kernel
-  const char* names[] = {"", "fdpa", "fma", "ftz", "tr"};
+  if ((k == FastKind::kTr || k == FastKind::kE) && isa != Isa::kAvx512) return "scalar";
+  const char* names[] = {"", "fdpa", "fma", "ftz", "tr", "e"};
   return std::string(isa == Isa::kAvx512 ? "avx512:" : "avx2:") + names[int(k)];
 }
 

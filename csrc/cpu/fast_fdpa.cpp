@@ -45,15 +45,17 @@ struct Planes {
 
 // sig * 2^(e - mbits) as an fp32 (exact: |sig| < 2^11, e - mbits in [-41, 31]).
 inline float plane_value(int32_t sig, int32_t e, int32_t mbits) {
+  if (e - mbits < -120)  // E-FDPA planes (no window): two normal scalings, exact result
+    return float(sig) * f32_of(uint32_t(e - mbits + 64 + 127) << 23) * f32_of(uint32_t(127 - 64) << 23);
   return float(sig) * f32_of(uint32_t(e - mbits + 127) << 23);
 }
 
 // One operand row (A row i or B column j): true when it can use the planes.
 template <class Store>
 bool fill_row(const Operand& r, int64_t K, int32_t mbits, const Dec* sc, int32_t block,
-              uint8_t flags, Store store) {
+              uint8_t flags, bool window, Store store) {
   if (flags) return false;
-  for (int64_t k = 0; k < K; ++k)
+  for (int64_t k = 0; k < K && window; ++k)
     if (r.sig[k] != 0) {
       const int32_t e = r.exp[k] + (sc ? sc[k / block].exp : 0);
       if (e < -kWindow || e > kWindow) return false;
@@ -80,12 +82,13 @@ void build_planes(const Params& P, const Decoded& A, const Decoded& B, const Dec
   pl.row_ok.assign(size_t(M), 0);
   pl.col_ok.assign(size_t(pl.NP * kW), 0);
   const bool scaled = SA != nullptr;
+  const bool window = P.op != kEFdpa;  // E-FDPA reads values only (exponent plane unused)
   at::parallel_for(0, M, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       float* v = pl.av.data() + i * Kp;
       int8_t* e = pl.ae.data() + i * Kp;
       const bool ok = fill_row(A.row(i, K), K, P.fa.mbits, scaled ? SA + i * nblk : nullptr,
-                               P.block, A.row_flags[size_t(i)] | (scaled ? fsa[i] : 0),
+                               P.block, A.row_flags[size_t(i)] | (scaled ? fsa[i] : 0), window,
                                [&](int64_t k, float x, int8_t ex) { v[k] = x; e[k] = ex; });
       pl.row_ok[size_t(i)] = ok;
       if (!ok) { std::fill(v, v + Kp, 0.0f); std::fill(e, e + Kp, int8_t(-128)); }
@@ -96,7 +99,7 @@ void build_planes(const Params& P, const Decoded& A, const Decoded& B, const Dec
       float* v = pl.bv.data() + (j / kW) * Kp * kW + j % kW;
       int8_t* e = pl.be.data() + (j / kW) * Kp * kW + j % kW;
       const bool ok = fill_row(B.row(j, K), K, P.fb.mbits, scaled ? SB + j * nblk : nullptr,
-                               P.block, B.row_flags[size_t(j)] | (scaled ? fsb[j] : 0),
+                               P.block, B.row_flags[size_t(j)] | (scaled ? fsb[j] : 0), window,
                                [&](int64_t k, float x, int8_t ex) { v[k * kW] = x; e[k * kW] = ex; });
       pl.col_ok[size_t(j)] = ok;
       if (!ok)
@@ -495,13 +498,81 @@ MMA_AVX512 void tr_panel_avx512(const Params& P, const Planes& pl, const Fallbac
     _mm512_storeu_si512(ap, c[0]); _mm512_storeu_si512(ap + 16, c[1]);
   }
 }
+// E-FDPA (seed 003 Algorithm 6, AMD CDNA1) with AVX-512: c + the chunk's products summed in
+// fp64 lanes with TwoSum.  Products of fp16/bf16 values are exact in fp64; when every TwoSum
+// error is zero the fp64 sum is the exact sum, and one RNE conversion to fp32 is the core's
+// single rounding.  Lanes with an inexact step, or a NaN/Inf accumulator, go to the core.
+MMA_AVX512 void efdpa_panel_avx512(const Params& P, const Planes& pl, const Fallback& fb,
+                                   int64_t i0, int64_t i1, int64_t p, int64_t kc0, int64_t kc1,
+                                   uint32_t* acc, int64_t ldacc) {
+  const int L = P.L;
+  const int64_t Kp = pl.Kp;
+  uint32_t okmask = 0;
+  for (int l = 0; l < kW; ++l) okmask |= uint32_t(pl.col_ok[size_t(p * kW + l)]) << l;
+  const float* bvp = pl.bv.data() + p * Kp * kW;
+  const __m256i vExp = _mm256_set1_epi32(0x7F800000);
+  for (int64_t i = i0; i < i1; ++i) {
+    if (!pl.row_ok[size_t(i)] || okmask == 0) continue;
+    const float* av = pl.av.data() + i * Kp;
+    uint32_t* ap = acc + (i - i0) * ldacc + p * kW;
+    __m256i c[4];
+    for (int v = 0; v < 4; ++v) c[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ap + 8 * v));
+    for (int64_t k0 = kc0; k0 < kc1; k0 += L) {
+      __m512d s[4];
+      __mmask8 err[4];
+      for (int v = 0; v < 4; ++v) {
+        s[v] = _mm512_cvtps_pd(_mm256_castsi256_ps(c[v]));
+        err[v] = __mmask8(_mm256_cmpeq_epi32_mask(_mm256_and_si256(c[v], vExp), vExp));  // NaN/Inf
+      }
+      for (int k = 0; k < L; ++k) {
+        const __m512d a = _mm512_set1_pd(double(av[k0 + k]));
+        const float* b = bvp + (k0 + k) * kW;
+        for (int v = 0; v < 4; ++v) {
+          const __m512d x = _mm512_mul_pd(a, _mm512_cvtps_pd(_mm256_load_ps(b + 8 * v)));
+          const __m512d t = _mm512_add_pd(s[v], x);  // TwoSum(s, x): e = s + x - t exactly
+          const __m512d bb = _mm512_sub_pd(t, s[v]);
+          const __m512d e = _mm512_add_pd(_mm512_sub_pd(s[v], _mm512_sub_pd(t, bb)), _mm512_sub_pd(x, bb));
+          err[v] |= _mm512_cmpneq_pd_mask(e, _mm512_setzero_pd());
+          s[v] = t;
+        }
+      }
+      uint32_t badmask = 0;
+      __m256i res[4];
+      for (int v = 0; v < 4; ++v) {
+        const __m256 f = _mm512_cvt_roundpd_ps(s[v], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        // an exact zero sum is +0 (WideAcc::round), whatever the signs of the zeros
+        res[v] = _mm256_maskz_mov_epi32(_mm512_cmpneq_pd_mask(s[v], _mm512_setzero_pd()), _mm256_castps_si256(f));
+        badmask |= uint32_t(err[v]) << (8 * v);
+      }
+      badmask &= okmask;
+      if (badmask) {
+        alignas(32) uint32_t o[kW], n[kW];
+        for (int v = 0; v < 4; ++v) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(o + 8 * v), c[v]);
+          _mm256_store_si256(reinterpret_cast<__m256i*>(n + 8 * v), res[v]);
+        }
+        for (uint32_t m = badmask; m; m &= m - 1) {
+          const int l = __builtin_ctz(m);
+          n[l] = fb.chunk(i, p * kW + l, k0, o[l]);
+        }
+        for (int v = 0; v < 4; ++v) res[v] = _mm256_load_si256(reinterpret_cast<const __m256i*>(n + 8 * v));
+      }
+      for (int v = 0; v < 4; ++v) c[v] = res[v];
+    }
+    for (int v = 0; v < 4; ++v) _mm256_storeu_si256(reinterpret_cast<__m256i*>(ap + 8 * v), c[v]);
+  }
+}
 #endif
 
-struct RzGuard {  // FpEnvGuard plus round-toward-zero for cvtdq2ps
-  FpEnvGuard base;
+struct RzGuard {  // FpEnvGuard plus round-toward-zero for AVX2's cvtdq2ps (not for E-FDPA,
+  FpEnvGuard base;  // whose TwoSum needs round to nearest)
+  explicit RzGuard(bool rz) {
 #ifdef MMA_FAST_X86
-  RzGuard() { _mm_setcsr(_mm_getcsr() | 0x6000u); }
+    if (rz) _mm_setcsr(_mm_getcsr() | 0x6000u);
+#else
+    (void)rz;
 #endif
+  }
 };
 
 }  // namespace
@@ -515,9 +586,11 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
 #else
   const Isa isa = cpu_isa();
   if (isa == Isa::kScalar || oes != (P.rho == kRneFp16 ? 2 : 4)) return false;
-  const bool tr = P.op == kTrFdpa || P.op == kGtrFdpa;
-  if (tr && isa != Isa::kAvx512) return false;  // TR/GTR-FDPA: AVX-512 only
-  const auto panel = tr ? tr_panel_avx512 : isa == Isa::kAvx512 ? fdpa_panel_avx512 : fdpa_panel_avx2;
+  const bool tr = P.op == kTrFdpa || P.op == kGtrFdpa, ef = P.op == kEFdpa;
+  if ((tr || ef) && isa != Isa::kAvx512) return false;  // TR/GTR/E-FDPA: AVX-512 only
+  const auto panel = ef   ? efdpa_panel_avx512
+                     : tr ? tr_panel_avx512
+                          : isa == Isa::kAvx512 ? fdpa_panel_avx512 : fdpa_panel_avx2;
   thread_local Planes pl;  // reused between calls
   build_planes(P, A, B, SA, SB, fsa, fsb, nblk, M, N, K, pl);
   const Fallback fb{&P, out_fmt(P.rho), &A, &B, SA, SB, nblk, K};
@@ -537,7 +610,7 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
                                    : oes == 2 ? f32_bits_of_f16(uint32_t(vc.at(bi, i, j)))
                                               : uint32_t(vc.at(bi, i, j));
       {
-        RzGuard rz;
+        RzGuard rz(!ef);
         for (int64_t k0 = 0; k0 < pl.Kp; k0 += KB)
           for (int64_t p = 0; p < pl.NP; ++p)
             panel(P, pl, fb, i0, i1, p, k0, std::min(pl.Kp, k0 + KB), acc, Np);
