@@ -84,8 +84,23 @@ FastKind fast_eligible(const Params& P) {
       if (!plane_format(P.fa) || !plane_format(P.fb) || P.fa.ebits > 8 || P.fb.ebits > 8)
         return FastKind::kNone;
       return FastKind::kE;
+    case kGstFdpa: {
+      // a group's dot must be exact in fp32: exponent spans + significand bits + log2 G <= 24
+      auto span = [](const FormatDesc& f) { return (1 << f.ebits) - 1 + f.mbits + 1; };
+      int lg = 0;
+      while ((1 << lg) < P.G) ++lg;
+      if (P.G < 1 || P.L % P.G != 0 || P.L / P.G > 16 || P.block < 1 || P.block % P.G != 0)
+        return FastKind::kNone;
+      if (P.F < 1 || P.F > 38 || P.rho != kRzFp32 || P.fo.ebits != 8 || P.fo.mbits != 23 ||
+          P.fo.nan_style != kIeee || P.flush_inputs)
+        return FastKind::kNone;
+      if (!plane_format(P.fa) || !plane_format(P.fb) || span(P.fa) + span(P.fb) + lg > 24)
+        return FastKind::kNone;
+      if (P.fs.ebits < 1 || P.fs.mbits > 8) return FastKind::kNone;
+      return FastKind::kGst;
+    }
     default:
-      return FastKind::kNone;  // GST-FDPA: scalar core (docs/cpu_fast.md)
+      return FastKind::kNone;
   }
 }
 
@@ -97,8 +112,9 @@ static std::string cpu_fast_path(at::IntArrayRef params) {
   const FastKind k = fast_eligible(parse_params(params.data()));
   const Isa isa = cpu_isa();
   if (k == FastKind::kNone || isa == Isa::kScalar) return "scalar";
-  if ((k == FastKind::kTr || k == FastKind::kE) && isa != Isa::kAvx512) return "scalar";
-  const char* names[] = {"", "fdpa", "fma", "ftz", "tr", "e"};
+  if ((k == FastKind::kTr || k == FastKind::kE || k == FastKind::kGst) && isa != Isa::kAvx512)
+    return "scalar";  // AVX-512 kernels only
+  const char* names[] = {"", "fdpa", "fma", "ftz", "tr", "e", "gst"};
   return std::string(isa == Isa::kAvx512 ? "avx512:" : "avx2:") + names[int(k)];
 }
 

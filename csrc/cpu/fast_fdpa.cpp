@@ -14,6 +14,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "fast_paths.h"
@@ -41,6 +43,10 @@ struct Planes {
   std::vector<float> av, bv;
   std::vector<int8_t> ae, be;
   std::vector<uint8_t> row_ok, col_ok;
+  // GST-FDPA only: scale values sig * 2^(exp - mbits) and exponents, A as (M, nblk), B as
+  // panels [NP][nblk][32]
+  std::vector<double> sav, sbv;
+  std::vector<int32_t> sae, sbe;
 };
 
 // sig * 2^(e - mbits) as an fp32 (exact: |sig| < 2^11, e - mbits in [-41, 31]).
@@ -81,14 +87,35 @@ void build_planes(const Params& P, const Decoded& A, const Decoded& B, const Dec
   pl.be.assign(size_t(pl.NP * Kp * kW), int8_t(-128));
   pl.row_ok.assign(size_t(M), 0);
   pl.col_ok.assign(size_t(pl.NP * kW), 0);
-  const bool scaled = SA != nullptr;
+  const bool gst = P.op == kGstFdpa;
+  const bool scaled = SA != nullptr && !gst;  // ST-FDPA folds the scale exponents in
   const bool window = P.op != kEFdpa;  // E-FDPA reads values only (exponent plane unused)
+  if (gst) {
+    auto sval = [&](const Dec& d) { return double(d.sig) * std::ldexp(1.0, d.exp - P.fs.mbits); };
+    pl.sav.resize(size_t(M * nblk));
+    pl.sae.resize(size_t(M * nblk));
+    pl.sbv.assign(size_t(pl.NP * nblk * kW), 0.0);
+    pl.sbe.assign(size_t(pl.NP * nblk * kW), 0);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t b = 0; b < nblk; ++b) {
+        const Dec& d = SA[i * nblk + b];
+        pl.sav[size_t(i * nblk + b)] = d.cls == kFinite ? sval(d) : 0.0;
+        pl.sae[size_t(i * nblk + b)] = d.exp;
+      }
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t b = 0; b < nblk; ++b) {
+        const Dec& d = SB[j * nblk + b];
+        const size_t at = size_t(((j / kW) * nblk + b) * kW + j % kW);
+        pl.sbv[at] = d.cls == kFinite ? sval(d) : 0.0;
+        pl.sbe[at] = d.exp;
+      }
+  }
   at::parallel_for(0, M, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
       float* v = pl.av.data() + i * Kp;
       int8_t* e = pl.ae.data() + i * Kp;
       const bool ok = fill_row(A.row(i, K), K, P.fa.mbits, scaled ? SA + i * nblk : nullptr,
-                               P.block, A.row_flags[size_t(i)] | (scaled ? fsa[i] : 0), window,
+                               P.block, A.row_flags[size_t(i)] | (SA ? fsa[i] : 0), window,
                                [&](int64_t k, float x, int8_t ex) { v[k] = x; e[k] = ex; });
       pl.row_ok[size_t(i)] = ok;
       if (!ok) { std::fill(v, v + Kp, 0.0f); std::fill(e, e + Kp, int8_t(-128)); }
@@ -99,7 +126,7 @@ void build_planes(const Params& P, const Decoded& A, const Decoded& B, const Dec
       float* v = pl.bv.data() + (j / kW) * Kp * kW + j % kW;
       int8_t* e = pl.be.data() + (j / kW) * Kp * kW + j % kW;
       const bool ok = fill_row(B.row(j, K), K, P.fb.mbits, scaled ? SB + j * nblk : nullptr,
-                               P.block, B.row_flags[size_t(j)] | (scaled ? fsb[j] : 0), window,
+                               P.block, B.row_flags[size_t(j)] | (SB ? fsb[j] : 0), window,
                                [&](int64_t k, float x, int8_t ex) { v[k * kW] = x; e[k * kW] = ex; });
       pl.col_ok[size_t(j)] = ok;
       if (!ok)
@@ -562,6 +589,89 @@ MMA_AVX512 void efdpa_panel_avx512(const Params& P, const Planes& pl, const Fall
     for (int v = 0; v < 4; ++v) _mm256_storeu_si256(reinterpret_cast<__m256i*>(ap + 8 * v), c[v]);
   }
 }
+// GST-FDPA (seed 003 Algorithm 9, Blackwell kind::mxf4 / mxf4nvf4) with AVX-512.  A group's
+// dot (G fp4 products) is exact in fp32; times the two scale values it is exact in fp64,
+// and so are its truncated term at emax (< 2^(F + 12)) and the sum S (< 2^50): the fp64
+// lanes carry the core's int64 arithmetic.  RZ to fp32 by an embedded-rounding conversion.
+MMA_AVX512 void gst_panel_avx512(const Params& P, const Planes& pl, const Fallback& fb,
+                                 int64_t i0, int64_t i1, int64_t p, int64_t kc0, int64_t kc1,
+                                 uint32_t* acc, int64_t ldacc) {
+  constexpr int kMaxGroups = 16;
+  const int L = P.L, G = P.G, F = P.F, ng = L / G;
+  const int64_t Kp = pl.Kp, nblk = (pl.K + P.block - 1) / P.block;
+  uint32_t okmask = 0;
+  for (int l = 0; l < kW; ++l) okmask |= uint32_t(pl.col_ok[size_t(p * kW + l)]) << l;
+  const float* bvp = pl.bv.data() + p * Kp * kW;
+  const double* sbvp = pl.sbv.data() + p * nblk * kW;
+  const int32_t* sbep = pl.sbe.data() + p * nblk * kW;
+  const __m256i vNone = _mm256_set1_epi32(kNone), vFF = _mm256_set1_epi32(0xFF);
+  const __m256i vFloor = _mm256_set1_epi32(std::max(P.emax_floor, kNone + 1));
+  const __m256i vAbs = _mm256_set1_epi32(0x7FFFFFFF), v127 = _mm256_set1_epi32(127);
+  const __m256i vEmin = _mm256_set1_epi32(-126), vF = _mm256_set1_epi32(F);
+  for (int64_t i = i0; i < i1; ++i) {
+    if (!pl.row_ok[size_t(i)] || okmask == 0) continue;
+    const float* av = pl.av.data() + i * Kp;
+    uint32_t* ap = acc + (i - i0) * ldacc + p * kW;
+    for (int64_t k0 = kc0; k0 < kc1; k0 += L) {
+      __m512 V[kMaxGroups][2];
+      for (int g = 0; g < ng; ++g) {
+        __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+        for (int k = g * G; k < (g + 1) * G; ++k) {  // exact: products and sums on a small grid
+          const __m512 a = _mm512_set1_ps(av[k0 + k]);
+          const float* b = bvp + (k0 + k) * kW;
+          s0 = _mm512_fmadd_ps(a, _mm512_load_ps(b), s0);
+          s1 = _mm512_fmadd_ps(a, _mm512_load_ps(b + 16), s1);
+        }
+        V[g][0] = s0;
+        V[g][1] = s1;
+      }
+      uint32_t badmask = 0;
+      alignas(32) uint32_t o[kW], n[kW];
+      std::memcpy(o, ap, sizeof(o));
+      for (int q = 0; q < 4; ++q) {  // 8 fp64 lanes at a time
+        const __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ap + 8 * q));
+        const __m256i E8 = _mm256_and_si256(_mm256_srli_epi32(c, 23), vFF);
+        const __mmask8 cnz = _mm256_test_epi32_mask(c, vAbs);
+        __m256i emax = _mm256_mask_max_epi32(vNone, cnz, _mm256_sub_epi32(E8, v127), vEmin);
+        __mmask8 bad = _mm256_cmpeq_epi32_mask(E8, vFF);
+        __m512d val[kMaxGroups];
+        for (int g = 0; g < ng; ++g) {
+          // groups wholly in the K padding have V = 0; clamp their (absent) block index
+          const int64_t kb = std::min<int64_t>((k0 + g * G) / P.block, nblk - 1);
+          const __m256 vq = (q & 1) ? _mm512_extractf32x8_ps(V[g][q >> 1], 1) : _mm512_castps512_ps256(V[g][q >> 1]);
+          val[g] = _mm512_mul_pd(_mm512_mul_pd(_mm512_cvtps_pd(vq), _mm512_set1_pd(pl.sav[size_t(i * nblk + kb)])),
+                                 _mm512_loadu_pd(sbvp + kb * kW + 8 * q));
+          const __mmask8 nz = _mm512_cmpneq_pd_mask(val[g], _mm512_setzero_pd());
+          const __m256i eg = _mm256_add_epi32(_mm256_set1_epi32(pl.sae[size_t(i * nblk + kb)]),
+                                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sbep + kb * kW + 8 * q)));
+          emax = _mm256_mask_max_epi32(emax, nz, emax, eg);
+        }
+        const __mmask8 keep = _mm256_cmpneq_epi32_mask(emax, vNone);
+        emax = _mm256_max_epi32(emax, vFloor);
+        const __m512d sc = pow2_pd(_mm256_min_epi32(_mm256_sub_epi32(vF, emax), _mm256_set1_epi32(1000)));
+        const __m512d cd = _mm512_cvtps_pd(_mm256_castsi256_ps(c));
+        __m512d S = _mm512_roundscale_pd(_mm512_mul_pd(cd, sc), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        for (int g = 0; g < ng; ++g)
+          S = _mm512_add_pd(S, _mm512_roundscale_pd(_mm512_mul_pd(val[g], sc), _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+        const __m256i fs = _mm256_castps_si256(_mm512_cvt_roundpd_ps(S, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC));
+        const __m256i d = _mm256_sub_epi32(emax, vF);
+        const __m256i ne = _mm256_add_epi32(_mm256_and_si256(_mm256_srli_epi32(fs, 23), vFF), d);
+        const __mmask8 nz = _mm512_cmpneq_pd_mask(S, _mm512_setzero_pd()) & keep;
+        bad |= nz & _mm256_cmpgt_epu32_mask(_mm256_sub_epi32(ne, _mm256_set1_epi32(1)), _mm256_set1_epi32(253));
+        bad &= keep | _mm256_cmpeq_epi32_mask(E8, vFF);
+        _mm256_store_si256(reinterpret_cast<__m256i*>(n + 8 * q),
+                           _mm256_maskz_add_epi32(nz, fs, _mm256_slli_epi32(d, 23)));
+        badmask |= uint32_t(bad) << (8 * q);
+      }
+      badmask &= okmask;
+      for (uint32_t m = badmask; m; m &= m - 1) {
+        const int l = __builtin_ctz(m);
+        n[l] = fb.chunk(i, p * kW + l, k0, o[l]);
+      }
+      std::memcpy(ap, n, sizeof(n));
+    }
+  }
+}
 #endif
 
 struct RzGuard {  // FpEnvGuard plus round-toward-zero for AVX2's cvtdq2ps (not for E-FDPA,
@@ -586,9 +696,10 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
 #else
   const Isa isa = cpu_isa();
   if (isa == Isa::kScalar || oes != (P.rho == kRneFp16 ? 2 : 4)) return false;
-  const bool tr = P.op == kTrFdpa || P.op == kGtrFdpa, ef = P.op == kEFdpa;
-  if ((tr || ef) && isa != Isa::kAvx512) return false;  // TR/GTR/E-FDPA: AVX-512 only
-  const auto panel = ef   ? efdpa_panel_avx512
+  const bool tr = P.op == kTrFdpa || P.op == kGtrFdpa, ef = P.op == kEFdpa, gs = P.op == kGstFdpa;
+  if ((tr || ef || gs) && isa != Isa::kAvx512) return false;  // AVX-512 only
+  const auto panel = gs   ? gst_panel_avx512
+                     : ef ? efdpa_panel_avx512
                      : tr ? tr_panel_avx512
                           : isa == Isa::kAvx512 ? fdpa_panel_avx512 : fdpa_panel_avx2;
   thread_local Planes pl;  // reused between calls

@@ -12,7 +12,7 @@
 namespace mma {
 
 enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
-enum class FastKind : int { kNone = 0, kFdpa, kFma, kFtz, kTr, kE };
+enum class FastKind : int { kNone = 0, kFdpa, kFma, kFtz, kTr, kE, kGst };
 
 // The instruction set the fast paths may use for this call: MMA_EMU_SCALAR=1 forces the scalar
 // path, MMA_EMU_CPU_ISA=avx2|scalar caps it (read per call, so tests can switch).

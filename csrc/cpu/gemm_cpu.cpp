@@ -51,7 +51,8 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
   uint8_t* obase = static_cast<uint8_t*>(out.data_ptr());
   const int oes = int(out.element_size());
   const FastKind fk = fast_eligible(P);
-  const bool fast = fk == FastKind::kFdpa || fk == FastKind::kTr || fk == FastKind::kE;
+  const bool fast = fk == FastKind::kFdpa || fk == FastKind::kTr || fk == FastKind::kE ||
+                    fk == FastKind::kGst;
   struct Workspace {
     Decoded A, B;
     std::vector<Dec> SA, SB;
