@@ -13,7 +13,7 @@
 #include "fast_paths.h"
 #include "fpenv.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
 #include <immintrin.h>
 #define MMA_FAST_X86 1
 #define MMA_AVX2 __attribute__((target("avx2,fma")))
