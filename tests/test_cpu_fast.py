@@ -225,7 +225,7 @@ def test_maximal_magnitudes_and_int32_edge(spec):
 def test_cancellation_and_zero_products_beside_subnormal_c(spec):
     fa = FORMATS[spec.in_format]
     fb = FORMATS[spec.in_format_b or spec.in_format]
-    L, K = spec.L, 2 * spec.L + 1
+    K = 2 * spec.L + 1
     g = gen(spec.to_string(), "cancel")
     a = torch.randn(4, K, generator=g, dtype=torch.float64)
     b = torch.randn(K, 35, generator=g, dtype=torch.float64)
@@ -379,3 +379,23 @@ def test_ctrl_c_interrupts_a_long_call(mode, arch, fmt, n):
     assert p.returncode == 0, err
     # the full product takes tens of seconds on this machine's 2 cores
     assert waited < 10, f"took {waited:.1f} s to stop"
+
+
+@needs_fast
+@pytest.mark.parametrize("spec", FDPA_ROWS, ids=_id)
+def test_rows_and_columns_straddling_the_plane_window(spec):
+    """Row/column scales 2^-70 .. 2^70 (bf16, tf32: many outside the |e| <= 31 window, so the
+    fast kernel and dot_fused share one output) and C spanning 2^-140 .. 2^140."""
+    fa, fb = FORMATS[spec.in_format], FORMATS[spec.in_format_b or spec.in_format]
+    g = gen(spec.to_string(), "window")
+    for spread in (30, 70):
+        M, N, K = 12, 40, 3 * spec.L + 1
+        a = torch.randn(M, K, generator=g, dtype=torch.float64) * torch.exp2(
+            torch.randint(-spread, spread + 1, (M, 1), generator=g).double())
+        b = torch.randn(K, N, generator=g, dtype=torch.float64) * torch.exp2(
+            torch.randint(-spread, spread + 1, (1, N), generator=g).double())
+        a[:, ::5] = 0
+        odt = torch.float16 if spec.out_format == "fp16" else torch.float32
+        C = (torch.randn(M, N, generator=g, dtype=torch.float64) * torch.exp2(
+            torch.randint(-2 * spread, 2 * spread + 1, (M, N), generator=g).double())).to(odt)
+        check_fast_scalar(spec, _kw(spec, _codes(fa, a), _codes(fb, b), C))
