@@ -1,61 +1,21 @@
 // CPU kernel of mma_emu::_gemm: decode once, then one chain per output element
-// (csrc/core/chain.h), parallel over output tiles with at::parallel_for.
+// (csrc/core/chain.h), parallel over output tiles with at::parallel_for.  Where
+// fast_eligible() says so and the CPU has AVX2, the vectorised fast paths (fast_fdpa.cpp,
+// fast_values.cpp) compute the same bits; MMA_EMU_SCALAR=1 forces this scalar path.
 #include <ATen/Parallel.h>
 
 #include <vector>
 
 #include "../core/chain.h"
 #include "../gemm.h"
+#include "decoded.h"
+#include "fast_paths.h"
 #include "fpenv.h"
 
 namespace mma {
 namespace {
 
 constexpr int64_t kTileN = 16;
-
-// Decoded (M, K) slab, row-major, as structure of arrays (what the core's Operand reads).
-struct Decoded {
-  std::vector<int32_t> sig, exp;
-  std::vector<uint8_t> cls;
-  std::vector<uint8_t> row_flags;  // row i holds a NaN or an infinity
-  Operand row(int64_t i, int64_t K) const {
-    return Operand{sig.data() + i * K, exp.data() + i * K, cls.data() + i * K};
-  }
-};
-
-void decode_rows(const View3& v, int64_t bi, int64_t M, int64_t K, bool transposed,
-                 const FormatDesc& f, Decoded& out) {
-  out.sig.resize(size_t(M * K));
-  out.exp.resize(size_t(M * K));
-  out.cls.resize(size_t(M * K));
-  out.row_flags.assign(size_t(M), 0);
-  at::parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) {
-      uint8_t fl = 0;
-      for (int64_t k = 0; k < K; ++k) {
-        const Dec d = decode(f, transposed ? v.at(bi, k, i) : v.at(bi, i, k));
-        const size_t at = size_t(i * K + k);
-        out.sig[at] = d.sig;
-        out.exp[at] = d.exp;
-        out.cls[at] = d.cls;
-        fl |= d.cls;
-      }
-      out.row_flags[size_t(i)] = fl;
-    }
-  });
-}
-
-// Scales stay array-of-structs (one Dec per K-block).
-void decode_scales(const View3& v, int64_t bi, int64_t M, int64_t nb, bool transposed,
-                   const FormatDesc& f, std::vector<Dec>& out, std::vector<uint8_t>& flags) {
-  out.resize(size_t(M * nb));
-  flags.assign(size_t(M), 0);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < nb; ++k) {
-      out[size_t(i * nb + k)] = decode(f, transposed ? v.at(bi, k, i) : v.at(bi, i, k));
-      flags[size_t(i)] |= out[size_t(i * nb + k)].cls;
-    }
-}
 
 // One output tile; compiled for AVX2 and baseline x86-64 (dispatch at load time).
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -81,13 +41,18 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                 const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
                 const Params& P, at::Tensor& out) {
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-  const View3 va = view3(a), vb = view3(b), vc = view3(c);
+  // B^T made contiguous first: decoding it row by row then reads memory in order
+  const at::Tensor bt = b.transpose(1, 2).contiguous();
+  const View3 va = view3(a), vb = view3(bt), vc = view3(c);
   const bool scaled = sa.has_value();
   const int64_t nblk = scaled ? sa->size(2) : 0;
   View3 vsa{}, vsb{};
   if (scaled) { vsa = view3(*sa); vsb = view3(*sb); }
   uint8_t* obase = static_cast<uint8_t*>(out.data_ptr());
   const int oes = int(out.element_size());
+  const FastKind fk = fast_eligible(P);
+  const bool fast = fk == FastKind::kFdpa || fk == FastKind::kTr || fk == FastKind::kE ||
+                    fk == FastKind::kGst;
   struct Workspace {
     Decoded A, B;
     std::vector<Dec> SA, SB;
@@ -97,16 +62,21 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
   // already parallel over the batch.
   auto one_batch = [&](int64_t bi, Workspace& w) {
     decode_rows(va, bi, M, K, false, P.fa, w.A);
-    decode_rows(vb, bi, N, K, true, P.fb, w.B);
+    decode_rows(vb, bi, N, K, false, P.fb, w.B);
     if (scaled) {
       decode_scales(vsa, bi, M, nblk, false, P.fs, w.SA, w.fsa);
       decode_scales(vsb, bi, N, nblk, true, P.fs, w.SB, w.fsb);
     }
+    if (fast && fast_fdpa_batch(P, w.A, w.B, scaled ? w.SA.data() : nullptr,
+                                scaled ? w.SB.data() : nullptr, scaled ? w.fsa.data() : nullptr,
+                                scaled ? w.fsb.data() : nullptr, nblk, M, N, K, vc, bi, obase, oes))
+      return;
     const int64_t ntn = (N + kTileN - 1) / kTileN;
     const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, K * kTileN));
     at::parallel_for(0, M * ntn, grain, [&](int64_t lo, int64_t hi) {
       FpEnvGuard guard;  // epilogue additions use the FPU
-      for (int64_t t = lo; t < hi; ++t) {
+      for (int64_t t = lo; t < hi && !interrupted(); ++t) {
+        if ((t & 63) == 0) check_interrupt_main();
         const int64_t i = t / ntn, j0 = (t % ntn) * kTileN;
         compute_tile(P, w.A, w.B, K, i, j0, std::min(N, j0 + kTileN), vc, bi,
                      scaled ? w.SA.data() + i * nblk : nullptr, scaled ? w.SB.data() : nullptr,
@@ -120,11 +90,14 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
     const int64_t grain = std::max<int64_t>(1, (1 << 16) / work);
     at::parallel_for(0, Bt, grain, [&](int64_t lo, int64_t hi) {
       Workspace w;
-      for (int64_t bi = lo; bi < hi; ++bi) one_batch(bi, w);
+      for (int64_t bi = lo; bi < hi && !interrupted(); ++bi) {
+        one_batch(bi, w);
+        check_interrupt_main();
+      }
     });
   } else {
     Workspace w;
-    for (int64_t bi = 0; bi < Bt; ++bi) one_batch(bi, w);
+    for (int64_t bi = 0; bi < Bt && !interrupted(); ++bi) one_batch(bi, w);
   }
 }
 
@@ -143,7 +116,8 @@ void gemm_values(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, K * N));
   at::parallel_for(0, Bt * M, grain, [&](int64_t lo, int64_t hi) {
     FpEnvGuard guard;
-    for (int64_t r = lo; r < hi; ++r) {
+    for (int64_t r = lo; r < hi && !interrupted(); ++r) {
+      check_interrupt_main();
       const int64_t bi = r / M, i = r % M;
       const T* arow = ap + r * K;
       for (int64_t j = 0; j < N; ++j) {
@@ -175,11 +149,16 @@ at::Tensor gemm_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& 
                                                                     at::MemoryFormat::Contiguous));
   if (out.numel() == 0) return out;
   if (P.op == kFma || P.op == kFtzAddMul) {
-    if (c.scalar_type() == at::kDouble) gemm_values<double>(a, b, c, P, out);
-    else gemm_values<float>(a, b, c, P, out);
+    if (fast_values(P, a, b, c, out)) {
+    } else if (c.scalar_type() == at::kDouble) {
+      gemm_values<double>(a, b, c, P, out);
+    } else {
+      gemm_values<float>(a, b, c, P, out);
+    }
   } else {
     gemm_fused(a, b, c, sa, sb, P, out);
   }
+  throw_if_interrupted();
   return out;
 }
 
