@@ -226,9 +226,16 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     """Add ``preview`` to the ``mma-emu`` sub-commands."""
+    from ..cli import examples
     p = subparsers.add_parser(
         "preview", help="a model's numerics on emulated GPUs: per-layer report and plot",
-        description=__doc__.split("\n\n")[0].replace("\n", " "))
+        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=examples("mma-emu preview",
+                        "mma-emu preview --model pkg.mod:factory --arch sm80,sm90,gfx942 "
+                        "--out report.png",
+                        "mma-emu preview --model mypkg.nets:make --input randn:8,3,32,32 "
+                        "--formats bf16,fp8"))
     _add_arguments(p)
     p.set_defaults(func=run)
 
