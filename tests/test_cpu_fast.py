@@ -111,7 +111,7 @@ def test_fast_paths_serve_the_expected_rows():
         expect.update(tr_fdpa="tr", gtr_fdpa="tr", e_fdpa="e", gst_fdpa="gst")
     for s in ROW_SPECS:
         got = fast_path(s)
-        want = expect.get(s.op)
+        want = expect.get(s.op) if s.passes == 1 and s.c_join == "first" else None  # multi-pass: core
         assert got == (f"{ISAS[0]}:{want}" if want else "scalar"), (_id(s), got)
     with cpu_path("scalar"):
         assert all(torch.ops.mma_emu._cpu_fast_path(s.to_params()) == "scalar" for s in ROW_SPECS)

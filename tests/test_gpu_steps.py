@@ -115,13 +115,17 @@ def test_smoke_checks_through_the_stand_in(stand_in, capsys):
     assert smoke.run("mma:wgmma.m64n8k16", dev) == 0
     # the stand-in computes every kind with the sm90 default (L = 16): the k8 model differs
     assert smoke.run("mma:mma.m16n8k8", dev) == 1
-    # no model yet for the warp-level fp8 mma.sync: reported, not a failure
+    # the warp-level fp8 mma.sync: with no registry model it is reported, not a failure;
+    # with the multi-pass model (issue 11) the stand-in, which computes wgmma's arithmetic,
+    # differs from it for fp16 accumulators and is flagged
     rc = smoke.run("mma:mma.m16n8k32", dev)
     out = capsys.readouterr().out
     assert "DIFF mma.m16n8k8 fp16->fp32" in out
-    assert "no model yet" in out or "mma.sync.m16n8k32" in str(native.instruction_spec(
-        "sm90", "fp8_e4m3", torch.float32, "mma.m16n8k32")[0])
-    assert rc == 0
+    variant = native.instruction_spec("sm90", "fp8_e4m3", torch.float16, "mma.m16n8k32")[0]
+    if variant is None:
+        assert "no model yet" in out and rc == 0
+    else:
+        assert variant.passes == 2 and rc == 1 and "DIFF mma.m16n8k32 fp8_e4m3->fp16" in out
     assert smoke.run("nope", dev) == 2
 
 

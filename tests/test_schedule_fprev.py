@@ -130,9 +130,53 @@ def _chain_tree(K, L, with_c):
 
 
 UNSCALED = [s for s in tme.registry.all_specs() if not s.scaled]
+# Multi-pass instructions (Hopper/Blackwell mma.sync.m16n8k32 fp8) are not one operation
+# per chunk: their tree is the pass tree below.
+SINGLE = [s for s in UNSCALED if s.passes == 1 and s.c_join == "first"]
+MULTI = [s for s in UNSCALED if not (s.passes == 1 and s.c_join == "first")]
 
 
-@pytest.mark.parametrize("spec", UNSCALED, ids=lambda s: f"{s.arch}-{s.in_format}"
+def _pass_tree(spec, K, with_c):
+    """The tree a multi-pass instruction chain implies: per instruction, one fused node per
+    pass over its k ((k // w) % passes == p), each pass taking the previous one as its
+    accumulator; c (or the previous instruction's result) joins the first pass, or in one
+    IEEE addition after the last pass (c_join="final")."""
+    w = spec.pass_width or spec.L
+    span = spec.passes * spec.L
+    b = Builder(K + 1 if with_c else K)
+    acc = K if with_c else None
+    for k0 in range(0, K, span):
+        t = None if spec.c_join == "final" else acc
+        for p in range(spec.passes):
+            ks = [k0 + k for k in range(span) if (k // w) % spec.passes == p and k0 + k < K]
+            ch = ks + ([t] if t is not None else [])
+            t = b.node("fused" if len(ch) > 2 else "add", ch) if len(ch) > 1 else ks[0]
+        acc = t if (spec.c_join != "final" or acc is None) else b.node("add", [t, acc])
+    return b.tree()
+
+
+@pytest.mark.parametrize("spec", MULTI, ids=lambda s: f"{s.arch}-{s.in_format}"
+                         f"{'x' + s.in_format_b if s.in_format_b else ''}-{s.out_format}-"
+                         f"{s.instruction[:12]}")
+def test_pass_tree_runs_multipass_rows_like_the_instruction(spec):
+    """A multi-pass row's pass tree through the interpreter gives the instruction's bits.
+    Binary nodes add in the workspace (fp32), so with an fp16 output only one instruction
+    is exact as a tree (one final rounding of an fp32 sum of two fp16 values is innocuous;
+    a second instruction would take an unrounded accumulator)."""
+    span = spec.passes * spec.L
+    K = span if spec.out_format == "fp16" else 2 * span + span // 2 + 1
+    for with_c, family in ((True, "bitstream"), (False, "normal"), (True, "cancel")):
+        g = torch.Generator().manual_seed(zlib.crc32(f"{spec.to_string()}{family}".encode()))
+        kw = operands(spec, 3, 2, K, family, g)
+        C = kw.pop("C") if with_c else None
+        kw.pop("C", None)
+        want = tme.emulated_mm(**kw, C=C)
+        got = tme.emulated_mm(**kw, C=C, schedule=Schedule.from_tree(_pass_tree(spec, K, with_c)))
+        i = {2: torch.int16, 4: torch.int32, 8: torch.int64}[want.element_size()]
+        assert torch.equal(want.view(i), got.view(i)), (family, want, got)
+
+
+@pytest.mark.parametrize("spec", SINGLE, ids=lambda s: f"{s.arch}-{s.in_format}"
                          f"{'x' + s.in_format_b if s.in_format_b else ''}-{s.out_format}-"
                          f"{s.instruction[:12]}")
 def test_chain_tree_runs_every_registry_entry_like_the_chain(spec):
