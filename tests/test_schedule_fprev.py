@@ -129,6 +129,25 @@ def _chain_tree(K, L, with_c):
     return b.tree()
 
 
+def _spec_id(s):
+    return (f"{s.arch}-{s.in_format}{'x' + s.in_format_b if s.in_format_b else ''}-"
+            f"{s.out_format}-{s.instruction[:12]}")
+
+
+def _assert_tree_runs_like_the_instruction(spec, K, tree_of):
+    """emulated_mm with Schedule.from_tree(tree_of(with_c)) gives the plain product's bits,
+    with and without C, on the three input families."""
+    for with_c, family in ((True, "bitstream"), (False, "normal"), (True, "cancel")):
+        g = torch.Generator().manual_seed(zlib.crc32(f"{spec.to_string()}{family}".encode()))
+        kw = operands(spec, 3, 2, K, family, g)
+        C = kw.pop("C") if with_c else None
+        kw.pop("C", None)
+        want = tme.emulated_mm(**kw, C=C)
+        got = tme.emulated_mm(**kw, C=C, schedule=Schedule.from_tree(tree_of(with_c)))
+        i = {2: torch.int16, 4: torch.int32, 8: torch.int64}[want.element_size()]
+        assert torch.equal(want.view(i), got.view(i)), (family, want, got)
+
+
 UNSCALED = [s for s in tme.registry.all_specs() if not s.scaled]
 # Multi-pass instructions (Hopper/Blackwell mma.sync.m16n8k32 fp8) are not one operation
 # per chunk: their tree is the pass tree below.
@@ -155,9 +174,7 @@ def _pass_tree(spec, K, with_c):
     return b.tree()
 
 
-@pytest.mark.parametrize("spec", MULTI, ids=lambda s: f"{s.arch}-{s.in_format}"
-                         f"{'x' + s.in_format_b if s.in_format_b else ''}-{s.out_format}-"
-                         f"{s.instruction[:12]}")
+@pytest.mark.parametrize("spec", MULTI, ids=_spec_id)
 def test_pass_tree_runs_multipass_rows_like_the_instruction(spec):
     """A multi-pass row's pass tree through the interpreter gives the instruction's bits.
     Binary nodes add in the workspace (fp32), so with an fp16 output only one instruction
@@ -165,31 +182,13 @@ def test_pass_tree_runs_multipass_rows_like_the_instruction(spec):
     a second instruction would take an unrounded accumulator)."""
     span = spec.passes * spec.L
     K = span if spec.out_format == "fp16" else 2 * span + span // 2 + 1
-    for with_c, family in ((True, "bitstream"), (False, "normal"), (True, "cancel")):
-        g = torch.Generator().manual_seed(zlib.crc32(f"{spec.to_string()}{family}".encode()))
-        kw = operands(spec, 3, 2, K, family, g)
-        C = kw.pop("C") if with_c else None
-        kw.pop("C", None)
-        want = tme.emulated_mm(**kw, C=C)
-        got = tme.emulated_mm(**kw, C=C, schedule=Schedule.from_tree(_pass_tree(spec, K, with_c)))
-        i = {2: torch.int16, 4: torch.int32, 8: torch.int64}[want.element_size()]
-        assert torch.equal(want.view(i), got.view(i)), (family, want, got)
+    _assert_tree_runs_like_the_instruction(spec, K, lambda with_c: _pass_tree(spec, K, with_c))
 
 
-@pytest.mark.parametrize("spec", SINGLE, ids=lambda s: f"{s.arch}-{s.in_format}"
-                         f"{'x' + s.in_format_b if s.in_format_b else ''}-{s.out_format}-"
-                         f"{s.instruction[:12]}")
+@pytest.mark.parametrize("spec", SINGLE, ids=_spec_id)
 def test_chain_tree_runs_every_registry_entry_like_the_chain(spec):
     """Every elementary operation (fma, ftz_addmul, e/t/tr/gtr_fdpa) run through the tree
     interpreter gives the chain's bits, partial last chunk and specials included."""
     cap = spec.P if spec.op == "ftz_addmul" else spec.L
     K = 2 * cap + cap // 2 + 1
-    for with_c, family in ((True, "bitstream"), (False, "normal"), (True, "cancel")):
-        g = torch.Generator().manual_seed(zlib.crc32(f"{spec.to_string()}{family}".encode()))
-        kw = operands(spec, 3, 2, K, family, g)
-        C = kw.pop("C") if with_c else None
-        kw.pop("C", None)
-        want = tme.emulated_mm(**kw, C=C)
-        got = tme.emulated_mm(**kw, C=C, schedule=Schedule.from_tree(_chain_tree(K, cap, with_c)))
-        i = {2: torch.int16, 4: torch.int32, 8: torch.int64}[want.element_size()]
-        assert torch.equal(want.view(i), got.view(i)), (family, want, got)
+    _assert_tree_runs_like_the_instruction(spec, K, lambda with_c: _chain_tree(K, cap, with_c))
