@@ -23,6 +23,11 @@ struct OutAt {
   MMA_HD double operator()(int64_t s) const { return out_value(rho, fo, v.at(s * Bt + bi, i, j)); }
 };
 
+// Program properties the CPU kernel dispatches on (cpu/sched_cpu.cpp): it holds a CHAIN op;
+// it runs row-wise (fp32 workspace, fp32 / fp16 output, no NODE, shallow stack).
+bool sched_has_chain(const int64_t* prog, int64_t len);
+bool sched_rowwise(const Params& P, const SchedConsts& S, const int64_t* prog, int64_t len);
+
 at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                      const at::Tensor& partials, const Params& P, const at::Tensor& program,
                      const SchedConsts& S);

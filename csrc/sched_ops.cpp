@@ -48,6 +48,19 @@ void check_program(at::IntArrayRef prog, const Params& P, int64_t K, int64_t S) 
         pc += 4 + 2 * n;
         break;
       }
+      case kSChain: {
+        need(pc, 4);
+        const int64_t k0 = prog[pc + 1], k1 = prog[pc + 2];
+        // an empty range (K shorter than the split) is C or +0
+        TORCH_CHECK_VALUE(0 <= k0 && k0 <= k1 && k1 <= K && (k0 % P.L == 0 || k0 == k1) &&
+                              (k1 % P.L == 0 || k1 == K) && (prog[pc + 3] == 0 || prog[pc + 3] == 1),
+                          "_sched: CHAIN [", k0, ", ", k1, ") must lie in [0, ", K,
+                          ") on multiples of the instruction's K (", P.L, ")");
+        TORCH_CHECK_VALUE(P.op != kStFdpa && P.op != kGstFdpa,
+                          "_sched: CHAIN runs unscaled products only");
+        TORCH_CHECK_VALUE(!P.epilogue, "_sched: CHAIN takes chain-mode parameters");
+        ++depth; pc += 4; break;
+      }
       case kSEpiAlpha: case kSEpiFma: case kSEpiMulAdd:
         TORCH_CHECK_VALUE(depth >= 1, "_sched: epilogue needs a value");
         pc += 1; break;
@@ -105,6 +118,10 @@ at::Tensor sched_cpu_entry(const at::Tensor& a, const at::Tensor& b, const at::T
   const Params P = checked_sched(a, b, c, partials, params, program, consts, &S);
   TORCH_CHECK_VALUE(a.device().is_cpu(), "_sched (CPU kernel) got a ", a.device(), " tensor");
   const at::Tensor prog = at::tensor(program, at::kLong);
+  TORCH_CHECK_VALUE(!sched_has_chain(prog.data_ptr<int64_t>(), prog.numel()) ||
+                        sched_rowwise(P, S, prog.data_ptr<int64_t>(), prog.numel()),
+                    "_sched: CHAIN programs need an fp32 workspace, an fp32 or fp16 output "
+                    "and no tree NODEs");
   return sched_cpu(a, b, c, partials, P, prog, S);
 }
 }  // namespace

@@ -55,8 +55,9 @@ INPUT_PRECISIONS = ("tf32", "tf32_rn", "tf32x3", "ieee")
 C_MODES = ("chain", "epilogue")
 
 # program op codes: csrc/core/schedule.h
-_PARTIAL, _C, _ZERO, _ADD, _NODE, _EPI_ALPHA, _EPI_FMA, _EPI_MULADD = range(8)
+_PARTIAL, _C, _ZERO, _ADD, _NODE, _EPI_ALPHA, _EPI_FMA, _EPI_MULADD, _CHAIN = range(9)
 _MAX_STACK = 64
+_CPU_CHAINS = True   # tests switch it off to run the _gemm + PARTIAL route on the CPU too
 
 
 @dataclass(frozen=True)
@@ -483,19 +484,15 @@ def _reduce_program(items: list[list[int]], how: str) -> list[int]:
 
 def _tf32_round(x: torch.Tensor, mode: str) -> torch.Tensor:
     """float32 -> nearest tf32 value (mode "rne" or "rna": ties away, cvt.rna.tf32.f32);
-    NaN and infinities are kept."""
-    bits = x.contiguous().view(torch.int32).to(torch.int64) & 0xFFFFFFFF
-    low = bits & 0x1FFF
-    keep = bits & ~0x1FFF
-    if mode == "rna":
-        up = low >= 0x1000
-    else:
-        up = (low > 0x1000) | ((low == 0x1000) & (((bits >> 13) & 1) == 1))
-    r = torch.where(up, keep + 0x2000, keep)
+    NaN and infinities are kept.  On the bits: add half an ulp of tf32 (less one, plus the
+    kept lsb, for ties to even) and clear the 13 dropped bits; a carry into the exponent is
+    the next binade or infinity, as IEEE rounding gives.  int32 arithmetic wraps, the sign
+    bit is never reached from a finite magnitude."""
+    bits = x.contiguous().view(torch.int32)
+    half = 0x1000 if mode == "rna" else 0xFFF + ((bits >> 13) & 1)
+    r = (bits + half) & ~0x1FFF
     special = (bits & 0x7F800000) == 0x7F800000
-    r = torch.where(special, bits, r)
-    r = torch.where(r >= 2 ** 31, r - 2 ** 32, r).to(torch.int32)
-    return r.view(torch.float32).view(x.shape)
+    return torch.where(special, bits, r).view(torch.float32).view(x.shape)
 
 
 def _k_ranges(K: int, L: int, parts: int) -> list[tuple[int, int]]:
@@ -529,8 +526,14 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
     c_in_chain = sched.c_mode == "chain"
     zero = torch.zeros((), dtype=c3.dtype, device=c3.device).expand(Bt, M, N)
     jobs: list[tuple[int, int, bool]] = []   # chains (k0, k1, starts from C)
+    # The CPU kernel runs the slices' and blocks' chains itself (CHAIN ops, straight into
+    # its reduction: no partial tensors); elsewhere _gemm computes them as PARTIALs.
+    inline = (_CPU_CHAINS and c3.device.type == "cpu" and lo is None and not ws64
+              and not spec.scaled and c3.dtype in (torch.float32, torch.float16))
 
     def push(k0, k1, from_c=False):
+        if inline:
+            return [_CHAIN, k0, k1, int(from_c)]
         jobs.append((k0, k1, from_c))
         return [_PARTIAL, len(jobs) - 1]
 
@@ -545,6 +548,9 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
         slice_code.append(code)
     prog = _reduce_program(slice_code, sched.reduce)
     prog += _epilogue(has_c and not c_in_chain, sched.alpha, sched.beta, sched.epilogue)
+    if inline:
+        return torch.ops.mma_emu._sched(a3, b3, c3, c3.new_empty((0, M, N)), params, prog,
+                                        consts)
     parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k)
     return torch.ops.mma_emu._sched(*empty, c3, parts, params, prog, consts)
 

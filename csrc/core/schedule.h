@@ -13,6 +13,11 @@
 //   EPI_ALPHA         top = alpha * top                     (workspace format)
 //   EPI_FMA           top = fma(alpha, top, beta * C)       (workspace format)
 //   EPI_MULADD        top = (alpha * top) + (beta * C)      (workspace format)
+//   CHAIN k0 k1 c     push the arch's plain chain over the products [k0, k1) started from
+//                     C (c = 1) or +0 (c = 0): a split-K slice or a promotion block.  The
+//                     CPU kernel runs these row-wise (cpu/sched_cpu.cpp); the per-element
+//                     interpreter below never sees them (the Python side computes the
+//                     chains with _gemm and passes them as PARTIALs elsewhere).
 //
 // The final top is rounded to the output format (RNE); NaN becomes the arch's NaN encoding.
 // Shared by the CPU (cpu/sched_cpu.cpp) and CUDA (cuda/sched_cuda.cu) kernels.
@@ -23,7 +28,7 @@ namespace mma {
 
 enum SchedOp : int64_t {
   kSPartial = 0, kSC = 1, kSZero = 2, kSAdd = 3, kSNode = 4,
-  kSEpiAlpha = 5, kSEpiFma = 6, kSEpiMulAdd = 7
+  kSEpiAlpha = 5, kSEpiFma = 6, kSEpiMulAdd = 7, kSChain = 8
 };
 constexpr int kSchedStack = 64;   // the compiler orders children so chains stay shallow
 constexpr int kSchedMaxWidth = 256;

@@ -29,12 +29,8 @@
 #endif
 
 namespace mma {
-namespace {
 
-constexpr int kW = 32;           // output columns per panel (4 x 8 lanes)
-constexpr int kWindow = 31;      // plane window: |decoded exponent (+ scale exponent)| <= 31
-constexpr int32_t kNone = -1000; // lane exponent when no product is nonzero and c is zero
-constexpr int64_t kRowBlock = 16;
+constexpr int kW = 32;  // output columns per panel (4 x 8 lanes)
 
 // A as value + int8 exponent planes (M, Kp); B as panels [NP][Kp][32].  Zero operands and
 // rows/columns outside the window hold value 0 and exponent -128.
@@ -48,6 +44,12 @@ struct Planes {
   std::vector<double> sav, sbv;
   std::vector<int32_t> sae, sbe;
 };
+
+namespace {
+
+constexpr int kWindow = 31;      // plane window: |decoded exponent (+ scale exponent)| <= 31
+constexpr int32_t kNone = -1000; // lane exponent when no product is nonzero and c is zero
+constexpr int64_t kRowBlock = 16;
 
 // sig * 2^(e - mbits) as an fp32 (exact: |sig| < 2^11, e - mbits in [-41, 31]).
 inline float plane_value(int32_t sig, int32_t e, int32_t mbits) {
@@ -133,23 +135,6 @@ void build_planes(const Params& P, const Decoded& A, const Decoded& B, const Dec
         for (int64_t k = 0; k < K; ++k) { v[k * kW] = 0.0f; e[k * kW] = int8_t(-128); }
     }
   });
-}
-
-// fp16 accumulators live in the kernels as the fp32 word of the same value; these two
-// conversions are exact for every fp16 code (NaN payloads included).
-inline uint32_t f32_bits_of_f16(uint32_t h) {
-  const uint32_t s = (h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
-  if (e == 31) return s | 0x7F800000u | (m << 13);
-  if (e == 0) return m ? (s | bits_of(float(m) * f32_of(uint32_t(127 - 24) << 23))) : s;
-  return s | ((e + 112) << 23) | (m << 13);
-}
-inline uint32_t f16_bits_of_f32(uint32_t f) {  // f holds an fp16 value (or NaN / Inf)
-  const uint32_t s = (f >> 31) << 15, E = (f >> 23) & 255, m = f & 0x7FFFFF;
-  if (E == 255) return s | 0x7C00u | (m >> 13);
-  if (E == 0) return s;
-  const int32_t e = int32_t(E) - 127;
-  if (e >= -14) return s | (uint32_t(e + 15) << 10) | (m >> 13);
-  return s | ((0x800000u | m) >> (13 - 14 - e));
 }
 
 // The core's chunk, for the lanes the vector code hands back.
@@ -687,27 +672,73 @@ struct RzGuard {  // FpEnvGuard plus round-toward-zero for AVX2's cvtdq2ps (not 
 
 }  // namespace
 
+// ---- FdpaPanels ---------------------------------------------------------------------------
+enum PanelKind : int { kPanelNone = 0, kPanelAvx2, kPanelAvx512, kPanelTr, kPanelE, kPanelGst };
+
+bool FdpaPanels::prepare(const Params& P, const Decoded& A, const Decoded& B, const Dec* SA,
+                         const Dec* SB, const uint8_t* fsa, const uint8_t* fsb, int64_t nblk,
+                         int64_t M, int64_t N, int64_t K) {
+  kind_ = kPanelNone;
+#ifdef MMA_FAST_X86
+  const Isa isa = cpu_isa();
+  const FastKind fk = fast_eligible(P);
+  if (isa == Isa::kScalar) return false;
+  if (fk == FastKind::kFdpa) kind_ = isa == Isa::kAvx512 ? kPanelAvx512 : kPanelAvx2;
+  else if (isa != Isa::kAvx512) return false;  // the other kernels are AVX-512 only
+  else if (fk == FastKind::kTr) kind_ = kPanelTr;
+  else if (fk == FastKind::kE) kind_ = kPanelE;
+  else if (fk == FastKind::kGst) kind_ = kPanelGst;
+  else return false;
+  thread_local Planes pl;  // reused between calls
+  build_planes(P, A, B, SA, SB, fsa, fsb, nblk, M, N, K, pl);
+  P_ = &P; pl_ = &pl; A_ = &A; B_ = &B; SA_ = SA; SB_ = SB; nblk_ = nblk;
+  return true;
+#else
+  (void)P; (void)A; (void)B; (void)SA; (void)SB; (void)fsa; (void)fsb; (void)nblk;
+  (void)M; (void)N; (void)K;
+  return false;
+#endif
+}
+
+int64_t FdpaPanels::width() const { return pl_->NP * kW; }
+bool FdpaPanels::row_ok(int64_t i) const { return pl_->row_ok[size_t(i)] != 0; }
+bool FdpaPanels::col_ok(int64_t j) const { return pl_->col_ok[size_t(j)] != 0; }
+bool FdpaPanels::ok(int64_t i, int64_t j) const {
+  return pl_->row_ok[size_t(i)] && pl_->col_ok[size_t(j)];
+}
+
+void FdpaPanels::run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, uint32_t* acc,
+                     int64_t ld) const {
+#ifdef MMA_FAST_X86
+  if (k1 <= k0) return;  // an empty range leaves the accumulators as they are
+  const Params& P = *P_;
+  const Planes& pl = *pl_;
+  const auto panel = kind_ == kPanelGst   ? gst_panel_avx512
+                     : kind_ == kPanelE   ? efdpa_panel_avx512
+                     : kind_ == kPanelTr  ? tr_panel_avx512
+                     : kind_ == kPanelAvx512 ? fdpa_panel_avx512 : fdpa_panel_avx2;
+  const Fallback fb{&P, out_fmt(P.rho), A_, B_, SA_, SB_, nblk_, pl.K};
+  // the planes are zero-padded to Kp: a range ending at K ends at Kp
+  const int64_t kend = std::min(pl.Kp, (k1 + P.L - 1) / P.L * P.L);
+  // K blocks of about 128 keep a panel slice in L1 while the row block sweeps it
+  const int64_t KB = std::max<int64_t>(1, 128 / P.L) * P.L;
+  RzGuard rz(kind_ != kPanelE);
+  for (int64_t kb = k0; kb < kend; kb += KB)
+    for (int64_t p = 0; p < pl.NP; ++p)
+      panel(P, pl, fb, i0, i1, p, kb, std::min(kend, kb + KB), acc, ld);
+#else
+  (void)i0; (void)i1; (void)k0; (void)k1; (void)acc; (void)ld;
+#endif
+}
+
 bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const Dec* SA,
                      const Dec* SB, const uint8_t* fsa, const uint8_t* fsb, int64_t nblk,
                      int64_t M, int64_t N, int64_t K, const View3& vc, int64_t bi, uint8_t* out,
                      int oes) {
-#ifndef MMA_FAST_X86
-  return false;
-#else
-  const Isa isa = cpu_isa();
-  if (isa == Isa::kScalar || oes != (P.rho == kRneFp16 ? 2 : 4)) return false;
-  const bool tr = P.op == kTrFdpa || P.op == kGtrFdpa, ef = P.op == kEFdpa, gs = P.op == kGstFdpa;
-  if ((tr || ef || gs) && isa != Isa::kAvx512) return false;  // AVX-512 only
-  const auto panel = gs   ? gst_panel_avx512
-                     : ef ? efdpa_panel_avx512
-                     : tr ? tr_panel_avx512
-                          : isa == Isa::kAvx512 ? fdpa_panel_avx512 : fdpa_panel_avx2;
-  thread_local Planes pl;  // reused between calls
-  build_planes(P, A, B, SA, SB, fsa, fsb, nblk, M, N, K, pl);
-  const Fallback fb{&P, out_fmt(P.rho), &A, &B, SA, SB, nblk, K};
-  const int64_t Np = pl.NP * kW;
-  // K blocks of about 128 keep a panel slice in L1 while a row block sweeps it
-  const int64_t KB = std::max<int64_t>(1, 128 / P.L) * P.L;
+  if (oes != (P.rho == kRneFp16 ? 2 : 4)) return false;
+  FdpaPanels fp;
+  if (!fp.prepare(P, A, B, SA, SB, fsa, fsb, nblk, M, N, K)) return false;
+  const int64_t Np = fp.width();
   const int64_t nrb = (M + kRowBlock - 1) / kRowBlock;
   at::parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
     thread_local std::vector<uint32_t> accv;
@@ -720,12 +751,7 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
           acc[(i - i0) * Np + j] = (P.epilogue || j >= N) ? 0u
                                    : oes == 2 ? f32_bits_of_f16(uint32_t(vc.at(bi, i, j)))
                                               : uint32_t(vc.at(bi, i, j));
-      {
-        RzGuard rz(!ef);
-        for (int64_t k0 = 0; k0 < pl.Kp; k0 += KB)
-          for (int64_t p = 0; p < pl.NP; ++p)
-            panel(P, pl, fb, i0, i1, p, k0, std::min(pl.Kp, k0 + KB), acc, Np);
-      }
+      fp.run(i0, i1, 0, K, acc, Np);
       FpEnvGuard env;  // epilogue additions round to nearest
       for (int64_t i = i0; i < i1; ++i) {
         uint8_t* orow = out + (bi * M + i) * N * oes;
@@ -733,10 +759,9 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
           if (oes == 2) reinterpret_cast<uint16_t*>(orow)[j] = uint16_t(r);
           else reinterpret_cast<uint32_t*>(orow)[j] = uint32_t(r);
         };
-        const bool rok = pl.row_ok[size_t(i)];
         for (int64_t j = 0; j < N; ++j) {
           const uint64_t cb = vc.at(bi, i, j);
-          if (rok && pl.col_ok[size_t(j)]) {
+          if (fp.ok(i, j)) {
             const uint32_t a32 = acc[(i - i0) * Np + j];
             const uint64_t r = oes == 2 ? f16_bits_of_f32(a32) : a32;
             put(j, P.epilogue ? epilogue_add(P, r, cb) : r);
@@ -752,7 +777,6 @@ bool fast_fdpa_batch(const Params& P, const Decoded& A, const Decoded& B, const 
     }
   });
   return true;
-#endif
 }
 
 }  // namespace mma

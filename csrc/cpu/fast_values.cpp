@@ -102,48 +102,84 @@ MMA_AVX2 void ftz_rows_avx2(int PP, const float* a, int64_t lda, int64_t rows, c
     }
   }
 }
-#endif
+
+// A and B of one batch element packed for the micro-kernels: A (M, Kp) rows, B panels
+// [NP][Kp][W]; FTZ-AddMul flushes input subnormals (of the input format) while packing.
+template <class T>
+struct Packed {
+  FastKind kind = FastKind::kNone;
+  int PP = 1;
+  int64_t M = 0, K = 0, Kp = 0, NP = 0, Np = 0;
+  std::vector<T> Ap, Bp;
+};
+
+template <class T>
+void pack(const Params& P, FastKind kind, const at::Tensor& ab, const at::Tensor& bb, Packed<T>& pk) {
+  constexpr int W = 2 * V<T>::n;  // panel width: 16 fp32 or 8 fp64 columns
+  const int64_t M = ab.size(0), K = ab.size(1), N = bb.size(1);
+  pk.kind = kind;
+  pk.PP = kind == FastKind::kFtz ? P.P : 1;
+  pk.M = M; pk.K = K;
+  pk.Kp = (K + pk.PP - 1) / pk.PP * pk.PP;  // FTZ chunks are zero padded
+  pk.NP = (N + W - 1) / W;
+  pk.Np = pk.NP * W;
+  const int64_t Kp = pk.Kp, Np = pk.Np;
+  const T tha = T(f32_of(uint32_t(P.fa.emin() + 127) << 23)), thb = T(f32_of(uint32_t(P.fb.emin() + 127) << 23));
+  auto flush = [&](T x, T th) { return (kind == FastKind::kFtz && x < th && x > -th) ? T(0) : x; };
+  pk.Ap.resize(size_t(M * Kp));
+  pk.Bp.resize(size_t(pk.NP * Kp * W));
+  const T* ap = ab.data_ptr<T>();
+  const T* bptr = bb.data_ptr<T>();
+  const int64_t as0 = ab.stride(0), as1 = ab.stride(1), bs0 = bb.stride(0), bs1 = bb.stride(1);
+  at::parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      T* dst = pk.Ap.data() + i * Kp;
+      for (int64_t k = 0; k < Kp; ++k) dst[k] = k < K ? flush(ap[i * as0 + k * as1], tha) : T(0);
+    }
+  });
+  at::parallel_for(0, Kp, 64, [&](int64_t lo, int64_t hi) {
+    for (int64_t k = lo; k < hi; ++k)
+      for (int64_t j = 0; j < Np; ++j)
+        pk.Bp[size_t(((j / W) * Kp + k) * W + j % W)] =
+            (k < K && j < N) ? flush(bptr[k * bs0 + j * bs1], thb) : T(0);
+  });
+}
+
+// acc rows [i0, i0 + rows) (stride ld) advanced over the products [k0, k1).
+template <class T>
+void run_packed(const Packed<T>& pk, int64_t i0, int64_t rows, int64_t k0, int64_t k1, T* acc,
+                int64_t ld) {
+  constexpr int W = 2 * V<T>::n;
+  const int64_t kend = std::min(pk.Kp, (k1 + pk.PP - 1) / pk.PP * pk.PP);
+  const int64_t KB = std::max<int64_t>(pk.PP, (pk.kind == FastKind::kFtz ? 256 : 512) / pk.PP * pk.PP);
+  const T* arow = pk.Ap.data() + i0 * pk.Kp;
+  for (int64_t kb = k0; kb < kend; kb += KB) {
+    const int64_t ke = std::min(kend, kb + KB);
+    for (int64_t p = 0; p < pk.NP; ++p) {
+      const T* bp = pk.Bp.data() + p * pk.Kp * W;
+      if constexpr (sizeof(T) == 4) {
+        if (pk.kind == FastKind::kFtz) {
+          ftz_rows_avx2(pk.PP, arow, pk.Kp, rows, bp, kb, ke, acc + p * W, ld);
+          continue;
+        }
+      }
+      fma_rows_avx2<T>(arow, pk.Kp, rows, bp, kb, ke, acc + p * W, ld);
+    }
+  }
+}
 
 template <class T>
 bool run_values(const Params& P, FastKind kind, const at::Tensor& a, const at::Tensor& b,
                 const at::Tensor& c, at::Tensor& out) {
-#ifndef MMA_FAST_X86
-  return false;
-#else
-  using Vt = V<T>;
-  constexpr int W = 2 * Vt::n;  // panel width: 16 fp32 or 8 fp64 columns
-  const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-  const int PP = kind == FastKind::kFtz ? P.P : 1;
-  const int64_t Kp = (K + PP - 1) / PP * PP;  // FTZ chunks are zero padded
-  const int64_t NP = (N + W - 1) / W, Np = NP * W;
-  // FTZ-AddMul flushes input subnormals (of the input format) to +0: done while packing
-  const T tha = T(f32_of(uint32_t(P.fa.emin() + 127) << 23)), thb = T(f32_of(uint32_t(P.fb.emin() + 127) << 23));
-  auto flush = [&](T x, T th) { return (kind == FastKind::kFtz && x < th && x > -th) ? T(0) : x; };
-  thread_local std::vector<T> Ap, Bp;
-  Ap.resize(size_t(M * Kp));
-  Bp.resize(size_t(NP * Kp * W));
+  const int64_t Bt = a.size(0), M = a.size(1), N = b.size(2);
+  thread_local Packed<T> pk;
   const T* cp = c.data_ptr<T>();
   const int64_t cs0 = c.stride(0), cs1 = c.stride(1), cs2 = c.stride(2);
   T* op = out.data_ptr<T>();
   constexpr int64_t RB = 24;
-  const int64_t KB = std::max<int64_t>(PP, (kind == FastKind::kFtz ? 256 : 512) / PP * PP);
   for (int64_t bi = 0; bi < Bt && !interrupted(); ++bi) {
-    const at::Tensor ab = a[bi], bb = b[bi];
-    const T* ap = ab.data_ptr<T>();
-    const T* bptr = bb.data_ptr<T>();
-    const int64_t as0 = ab.stride(0), as1 = ab.stride(1), bs0 = bb.stride(0), bs1 = bb.stride(1);
-    at::parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i) {
-        T* dst = Ap.data() + i * Kp;
-        for (int64_t k = 0; k < Kp; ++k) dst[k] = k < K ? flush(ap[i * as0 + k * as1], tha) : T(0);
-      }
-    });
-    at::parallel_for(0, Kp, 64, [&](int64_t lo, int64_t hi) {
-      for (int64_t k = lo; k < hi; ++k)
-        for (int64_t j = 0; j < Np; ++j)
-          Bp[size_t(((j / W) * Kp + k) * W + j % W)] =
-              (k < K && j < N) ? flush(bptr[k * bs0 + j * bs1], thb) : T(0);
-    });
+    pack(P, kind, a[bi], b[bi], pk);
+    const int64_t Np = pk.Np;
     const int64_t nrb = (M + RB - 1) / RB;
     at::parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
       FpEnvGuard env;  // IEEE round to nearest, no FTZ/DAZ
@@ -155,20 +191,7 @@ bool run_values(const Params& P, FastKind kind, const at::Tensor& a, const at::T
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t j = 0; j < Np; ++j)
             acc[r * Np + j] = (P.epilogue || j >= N) ? T(0) : cp[bi * cs0 + (i0 + r) * cs1 + j * cs2];
-        const T* arow = Ap.data() + i0 * Kp;
-        for (int64_t k0 = 0; k0 < Kp; k0 += KB) {
-          const int64_t k1 = std::min(Kp, k0 + KB);
-          for (int64_t p = 0; p < NP; ++p) {
-            const T* bp = Bp.data() + p * Kp * W;
-            if constexpr (sizeof(T) == 4) {
-              if (kind == FastKind::kFtz) {
-                ftz_rows_avx2(PP, arow, Kp, rows, bp, k0, k1, acc + p * W, Np);
-                continue;
-              }
-            }
-            fma_rows_avx2<T>(arow, Kp, rows, bp, k0, k1, acc + p * W, Np);
-          }
-        }
+        run_packed(pk, i0, rows, 0, pk.Kp, acc, Np);
         for (int64_t r = 0; r < rows; ++r) {
           T* orow = op + (bi * M + i0 + r) * N;
           for (int64_t j = 0; j < N; ++j) {
@@ -186,13 +209,16 @@ bool run_values(const Params& P, FastKind kind, const at::Tensor& a, const at::T
     });
   }
   return true;
-#endif
 }
+#endif
 
 }  // namespace
 
 bool fast_values(const Params& P, const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                  at::Tensor& out) {
+#ifndef MMA_FAST_X86
+  return false;
+#else
   const FastKind kind = fast_eligible(P);
   if ((kind != FastKind::kFma && kind != FastKind::kFtz) || cpu_isa() == Isa::kScalar) return false;
   if (c.scalar_type() == at::kDouble) {
@@ -201,6 +227,41 @@ bool fast_values(const Params& P, const at::Tensor& a, const at::Tensor& b, cons
   }
   if (a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat) return false;
   return run_values<float>(P, kind, a, b, c, out);
+#endif
+}
+
+// ---- ValuePanels ---------------------------------------------------------------------------
+bool ValuePanels::prepare(const Params& P, const at::Tensor& a, const at::Tensor& b) {
+#ifdef MMA_FAST_X86
+  const FastKind kind = fast_eligible(P);
+  if ((kind != FastKind::kFma && kind != FastKind::kFtz) || cpu_isa() == Isa::kScalar ||
+      a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat || P.rho != kRneFp32)
+    return false;
+  thread_local Packed<float> pk;
+  pack(P, kind, a, b, pk);
+  pk_ = &pk;
+  return true;
+#else
+  (void)P; (void)a; (void)b;
+  return false;
+#endif
+}
+
+int64_t ValuePanels::width() const {
+#ifdef MMA_FAST_X86
+  return static_cast<const Packed<float>*>(pk_)->Np;
+#else
+  return 0;
+#endif
+}
+
+void ValuePanels::run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, float* acc,
+                      int64_t ld) const {
+#ifdef MMA_FAST_X86
+  if (k1 > k0) run_packed(*static_cast<const Packed<float>*>(pk_), i0, i1 - i0, k0, k1, acc, ld);
+#else
+  (void)i0; (void)i1; (void)k0; (void)k1; (void)acc; (void)ld;
+#endif
 }
 
 }  // namespace mma

@@ -1,119 +1,332 @@
-// CPU kernel of mma_emu::_sched: the schedule interpreter (core/schedule.h) per output
-// element, parallel over rows.  Straight-line fp32 programs (the split-K / promotion
-// reductions and epilogues: no NODE) run row-wise instead, see run_rows.
+// CPU kernel of mma_emu::_sched.  Two ways to run a program:
+//
+// - row blocks (run_blocks): straight-line fp32-workspace programs, i.e. split-K / promotion
+//   reductions and epilogues (no NODE).  Each stack entry is a block of 16 output rows; every
+//   op is one loop over the block (vectorised; -ffp-contract=off keeps mul and add apart), the
+//   same IEEE fp32 operations in the same order as the per-element interpreter.  CHAIN ops run
+//   their slice or promotion block straight into a stack entry: through the vectorised FDPA
+//   kernels (FdpaPanels) where the arch has one, else through the core chain per element.  No
+//   partial tensors, no gather: a split-K or promoted product costs about one plain chain.
+// - per element (core/schedule.h): everything else (FPRev trees, fp64 workspace or output).
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "../sched.h"
+#include "decoded.h"
+#include "fast_paths.h"
 #include "fpenv.h"
 
-namespace mma {
-namespace {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
+#include <immintrin.h>
+#endif
 
-// A program the row-wise path runs: fp32 workspace, fp32 output and partials, no NODE
-// (whose operands would need decoding per element).
-bool rowwise_program(const Params& P, const SchedConsts& S, const int64_t* prog, int64_t len) {
-  if (S.ws64 || !(P.rho == kRzFp32 || P.rho == kRzE8m13 || P.rho == kRneFp32)) return false;
-  int sp = 0, depth = 0;
-  for (int64_t pc = 0; pc < len;) {
-    switch (prog[pc]) {
-      case kSPartial: ++sp; pc += 2; break;
-      case kSC: case kSZero: ++sp; pc += 1; break;
-      case kSAdd: --sp; pc += 1; break;
-      case kSEpiAlpha: case kSEpiFma: case kSEpiMulAdd: pc += 1; break;
-      default: return false;  // kSNode
-    }
-    depth = sp > depth ? sp : depth;
+namespace mma {
+
+namespace {
+int64_t op_size(const int64_t* prog, int64_t pc) {
+  switch (prog[pc]) {
+    case kSPartial: return 2;
+    case kSNode: return 4 + 2 * prog[pc + 1];
+    case kSChain: return 4;
+    default: return 1;
   }
-  return depth <= kSchedStack;
 }
 
-// The same IEEE fp32 operations as run_schedule, in the same order, one op at a time over a
-// row of N outputs (loops the compiler vectorises; -ffp-contract=off keeps mul and add
-// separate).  In an fp32 workspace ws_round is the identity on fp32 values and ws_mul /
-// ws_fma round alpha and beta to fp32 first, as here.
-void run_rows(const Params& P, const SchedConsts& S, const int64_t* prog, int64_t len,
-              const View3& vc, const View3& vp, int64_t Bt, int64_t M, int64_t N,
-              uint32_t* out) {
-  const float alpha = float(S.alpha), beta = float(S.beta);
-  const uint32_t nan = uint32_t(P.nan_bits);
-  at::parallel_for(0, Bt * M, 1, [&](int64_t lo, int64_t hi) {
-    FpEnvGuard guard;
-    std::vector<float> buf(size_t(kSchedStack + 1) * size_t(N));
-    std::vector<float> cb(static_cast<size_t>(N));
-    auto row = [&](int d) { return buf.data() + size_t(d) * size_t(N); };
-    for (int64_t r = lo; r < hi; ++r) {
-      const int64_t bi = r / M, i = r % M;
-      bool have_c = false;
-      auto load_c = [&]() {
-        if (!have_c)
-          for (int64_t j = 0; j < N; ++j) cb[size_t(j)] = f32_of(uint32_t(vc.at(bi, i, j)));
-        have_c = true;
-        return cb.data();
-      };
-      int sp = 0;
-      for (int64_t pc = 0; pc < len;) {
-        switch (prog[pc]) {
-          case kSPartial: {
-            float* t = row(sp++);
-            const int64_t s = prog[pc + 1];
-            for (int64_t j = 0; j < N; ++j) t[j] = f32_of(uint32_t(vp.at(s * Bt + bi, i, j)));
-            pc += 2;
-            break;
-          }
-          case kSC: {
-            const float* c = load_c();
-            float* t = row(sp++);
-            for (int64_t j = 0; j < N; ++j) t[j] = c[j];
-            pc += 1;
-            break;
-          }
-          case kSZero: {
-            float* t = row(sp++);
-            for (int64_t j = 0; j < N; ++j) t[j] = 0.0f;
-            pc += 1;
-            break;
-          }
-          case kSAdd: {
-            float* x = row(sp - 2);
-            const float* y = row(sp - 1);
-            for (int64_t j = 0; j < N; ++j) x[j] = x[j] + y[j];
-            --sp;
-            pc += 1;
-            break;
-          }
-          case kSEpiAlpha: {
-            float* x = row(sp - 1);
-            for (int64_t j = 0; j < N; ++j) x[j] = alpha * x[j];
-            pc += 1;
-            break;
-          }
-          case kSEpiFma: {
-            float* x = row(sp - 1);
-            const float* c = load_c();
-            for (int64_t j = 0; j < N; ++j) x[j] = std::fma(alpha, x[j], beta * c[j]);
-            pc += 1;
-            break;
-          }
-          default: {  // kSEpiMulAdd
-            float* x = row(sp - 1);
-            const float* c = load_c();
-            for (int64_t j = 0; j < N; ++j) {
-              const float ax = alpha * x[j], bc = beta * c[j];
-              x[j] = ax + bc;
-            }
-            pc += 1;
-            break;
-          }
-        }
-      }
-      const float* t = row(0);
-      uint32_t* o = out + r * N;
-      for (int64_t j = 0; j < N; ++j) o[j] = is_nan(t[j]) ? nan : bits_of(t[j]);
+// Largest stack depth of a program without NODE ops.
+int stack_depth(const int64_t* prog, int64_t len) {
+  int sp = 0, depth = 0;
+  for (int64_t pc = 0; pc < len; pc += op_size(prog, pc)) {
+    const int64_t op = prog[pc];
+    if (op == kSPartial || op == kSC || op == kSZero || op == kSChain) ++sp;
+    else if (op == kSAdd) --sp;
+    depth = std::max(depth, sp);
+  }
+  return depth;
+}
+}  // namespace
+
+bool sched_has_chain(const int64_t* prog, int64_t len) {
+  for (int64_t pc = 0; pc < len; pc += op_size(prog, pc))
+    if (prog[pc] == kSChain) return true;
+  return false;
+}
+
+bool sched_rowwise(const Params& P, const SchedConsts& S, const int64_t* prog, int64_t len) {
+  if (S.ws64 || !(P.rho == kRzFp32 || P.rho == kRzE8m13 || P.rho == kRneFp32 || P.rho == kRneFp16))
+    return false;
+  for (int64_t pc = 0; pc < len; pc += op_size(prog, pc))
+    if (prog[pc] == kSNode) return false;
+  return stack_depth(prog, len) <= kSchedStack;
+}
+
+namespace {
+
+// Output rows per block: the FDPA kernels' row block; the FMA / FTZ kernels' (register
+// blocks of 6 rows).
+inline int64_t block_rows(const Params& P) { return (P.op == kFma || P.op == kFtzAddMul) ? 24 : 16; }
+
+// The element-wise ops of a row block, compiled twice: for AVX2 + FMA + F16C (std::fma
+// becomes vfmadd, fp16 outputs use vcvtps2ph) and for baseline x86-64 (std::fma is a libm
+// call).  Same IEEE operations either way; -ffp-contract=off keeps a * b + c two roundings.
+#define MMA_ROW_OPS                                                                        \
+  void add(float* x, const float* y, int64_t n) {                                          \
+    for (int64_t e = 0; e < n; ++e) x[e] = x[e] + y[e];                                    \
+  }                                                                                        \
+  void mul(float* x, float alpha, int64_t n) {                                             \
+    for (int64_t e = 0; e < n; ++e) x[e] = alpha * x[e];                                   \
+  }                                                                                        \
+  void fma(float* x, const float* c, float alpha, float beta, int64_t n) {                 \
+    for (int64_t e = 0; e < n; ++e) x[e] = std::fma(alpha, x[e], beta * c[e]);             \
+  }                                                                                        \
+  void mul_add(float* x, const float* c, float alpha, float beta, int64_t n) {             \
+    for (int64_t e = 0; e < n; ++e) {                                                      \
+      const float ax = alpha * x[e], bc = beta * c[e];                                     \
+      x[e] = ax + bc;                                                                      \
+    }                                                                                      \
+  }                                                                                        \
+  void out_f32(const float* v, uint32_t* o, int64_t n, uint32_t nan) {                     \
+    for (int64_t j = 0; j < n; ++j) o[j] = is_nan(v[j]) ? nan : bits_of(v[j]);             \
+  }
+
+struct RowOps {
+  MMA_ROW_OPS
+  void out_f16(const Params& P, const float* v, uint16_t* o, int64_t n) {
+    for (int64_t j = 0; j < n; ++j) o[j] = uint16_t(out_bits_rne(P, double(v[j])));
+  }
+};
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
+#define MMA_HAVE_V3 1
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+struct RowOpsV3 {
+  MMA_ROW_OPS
+  void out_f16(const Params& P, const float* v, uint16_t* o, int64_t n) {
+    int64_t j = 0;
+    for (; j + 8 <= n; j += 8)  // IEEE round to nearest even, subnormals and overflow included
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o + j),
+                       _mm256_cvtps_ph(_mm256_loadu_ps(v + j), _MM_FROUND_TO_NEAREST_INT));
+    for (; j < n; ++j) o[j] = uint16_t(out_bits_rne(P, double(v[j])));
+    for (j = 0; j < n; ++j)
+      if (is_nan(v[j])) o[j] = uint16_t(P.nan_bits);
+  }
+};
+#pragma GCC pop_options
+#endif
+#undef MMA_ROW_OPS
+
+// Output-format bits <-> the fp32 values the row blocks hold (fp16 values are exact in fp32).
+inline float val_of(bool half, uint64_t bits) {
+  return f32_of(half ? f32_bits_of_f16(uint32_t(bits)) : uint32_t(bits));
+}
+
+// What one call runs: the program, its operands, and (for CHAIN) the decoded batch element.
+struct Blocks {
+  const Params& P;
+  const SchedConsts& S;
+  const int64_t* prog;
+  int64_t len;
+  View3 vc, vp;
+  int64_t Bt, M, N, K;
+  int depth;
+  int64_t rows;  // output rows per block
+  bool half;
+  uint8_t* out;
+  bool v3;  // AVX2 + FMA + F16C element-wise ops (cpu_isa() is not scalar)
+};
+
+// The operands of one batch element for its CHAIN ops: codes decoded for the fused ops,
+// fp32 values (M, K) and (N, K) for the FMA chain and FTZ-AddMul.
+struct ChainSrc {
+  bool values = false;
+  Decoded A, B;
+  FdpaPanels fp;
+  at::Tensor Av, Bv;
+  ValuePanels vp;
+  bool fast = false;
+  std::vector<int64_t> bad_cols;  // columns the FDPA kernels hand to the core
+  int64_t W = 0;                  // row stride of the stack entries
+};
+
+void prepare_chains(const Blocks& X, const at::Tensor& a, const at::Tensor& b, const View3& va,
+                    const View3& vbt, int64_t bi, ChainSrc& cs) {
+  cs.values = X.P.op == kFma || X.P.op == kFtzAddMul;
+  cs.bad_cols.clear();
+  if (cs.values) {
+    cs.fast = cs.vp.prepare(X.P, a[bi], b[bi]);
+    if (!cs.fast) {
+      cs.Av = a[bi].contiguous();
+      cs.Bv = b[bi].t().contiguous();
     }
-  });
+    cs.W = cs.fast ? cs.vp.width() : X.N;
+    return;
+  }
+  decode_rows(va, bi, X.M, X.K, false, X.P.fa, cs.A);
+  decode_rows(vbt, bi, X.N, X.K, false, X.P.fb, cs.B);
+  cs.fast = cs.fp.prepare(X.P, cs.A, cs.B, nullptr, nullptr, nullptr, nullptr, 0, X.M, X.N, X.K);
+  cs.W = cs.fast ? cs.fp.width() : X.N;
+  if (cs.fast)
+    for (int64_t j = 0; j < X.N; ++j)
+      if (!cs.fp.col_ok(j)) cs.bad_cols.push_back(j);
+}
+
+// The chain over products [k0, k1) from C or +0 into the stack entry t (rows i0..i1).
+void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int64_t i1,
+               int64_t k0, int64_t k1, bool from_c, float* t) {
+  const int64_t W = cs.W;
+  for (int64_t i = i0; i < i1; ++i) {
+    float* row = t + (i - i0) * W;
+    for (int64_t j = 0; j < X.N; ++j) row[j] = from_c ? val_of(X.half, X.vc.at(bi, i, j)) : 0.0f;
+    for (int64_t j = X.N; j < W; ++j) row[j] = 0.0f;
+  }
+  if (cs.values) {
+    if (cs.fast) {  // exact in every lane
+      cs.vp.run(i0, i1, k0, k1, t, W);
+      return;
+    }
+    const float* av = cs.Av.data_ptr<float>();
+    const float* bv = cs.Bv.data_ptr<float>();
+    for (int64_t i = i0; i < i1; ++i)
+      for (int64_t j = 0; j < X.N; ++j) {
+        const float* x = av + i * X.K + k0;
+        const float* y = bv + j * X.K + k0;
+        float& r = t[(i - i0) * W + j];
+        r = X.P.op == kFma ? dot_fma<float>(X.P, x, y, int(k1 - k0), r)
+                           : dot_ftz(X.P, x, y, int(k1 - k0), r);
+      }
+    return;
+  }
+  auto core = [&](int64_t i, int64_t j) {
+    const uint64_t c = from_c ? X.vc.at(bi, i, j) : 0;
+    const bool special = (cs.A.row_flags[size_t(i)] | cs.B.row_flags[size_t(j)]) != 0;
+    const uint64_t r = dot_fused(X.P, cs.A.row(i, X.K).shifted(int(k0)),
+                                 cs.B.row(j, X.K).shifted(int(k0)), int(k1 - k0), c, nullptr,
+                                 nullptr, special);
+    t[(i - i0) * W + j] = val_of(X.half, r);
+  };
+  if (cs.fast) {
+    cs.fp.run(i0, i1, k0, k1, reinterpret_cast<uint32_t*>(t), W);
+    for (int64_t i = i0; i < i1; ++i) {  // NaN / Inf / out-of-window operands: the core
+      if (!cs.fp.row_ok(i)) {
+        for (int64_t j = 0; j < X.N; ++j) core(i, j);
+      } else {
+        for (const int64_t j : cs.bad_cols) core(i, j);
+      }
+    }
+    return;
+  }
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = 0; j < X.N; ++j) core(i, j);
+}
+
+// Rows [i0, i1) of batch element bi.  buf: (depth + 1) entries of X.rows x W floats (the
+// last one holds C).
+template <class Ops>
+void run_block(const Blocks& X, const ChainSrc* cs, int64_t bi, int64_t i0, int64_t i1,
+               int64_t W, float* buf) {
+  Ops ops;
+  const float alpha = float(X.S.alpha), beta = float(X.S.beta);
+  const int64_t n = (i1 - i0) * W;  // the ops run over whole blocks, padding included
+  auto entry = [&](int d) { return buf + size_t(d) * size_t(X.rows * W); };
+  float* cb = entry(X.depth);
+  bool have_c = false;
+  auto load_c = [&]() {
+    if (!have_c)
+      for (int64_t i = i0; i < i1; ++i)
+        for (int64_t j = 0; j < W; ++j)
+          cb[(i - i0) * W + j] = j < X.N ? val_of(X.half, X.vc.at(bi, i, j)) : 0.0f;
+    have_c = true;
+    return cb;
+  };
+  int sp = 0;
+  for (int64_t pc = 0; pc < X.len; pc += op_size(X.prog, pc)) {
+    const int64_t* op = X.prog + pc;
+    switch (op[0]) {
+      case kSChain:
+        run_chain(X, *cs, bi, i0, i1, op[1], op[2], op[3] != 0, entry(sp++));
+        break;
+      case kSPartial: {
+        float* t = entry(sp++);
+        for (int64_t i = i0; i < i1; ++i)
+          for (int64_t j = 0; j < W; ++j)
+            t[(i - i0) * W + j] = j < X.N ? val_of(X.half, X.vp.at(op[1] * X.Bt + bi, i, j)) : 0.0f;
+        break;
+      }
+      case kSC: std::copy(load_c(), load_c() + n, entry(sp++)); break;
+      case kSZero: std::fill(entry(sp), entry(sp) + n, 0.0f); ++sp; break;
+      case kSAdd: ops.add(entry(sp - 2), entry(sp - 1), n); --sp; break;
+      case kSEpiAlpha: ops.mul(entry(sp - 1), alpha, n); break;
+      case kSEpiFma: ops.fma(entry(sp - 1), load_c(), alpha, beta, n); break;
+      default: ops.mul_add(entry(sp - 1), load_c(), alpha, beta, n); break;  // kSEpiMulAdd
+    }
+  }
+  const float* t = entry(0);
+  for (int64_t i = i0; i < i1; ++i) {
+    const int64_t r = bi * X.M + i;
+    if (X.half) ops.out_f16(X.P, t + (i - i0) * W, reinterpret_cast<uint16_t*>(X.out) + r * X.N, X.N);
+    else ops.out_f32(t + (i - i0) * W, reinterpret_cast<uint32_t*>(X.out) + r * X.N, X.N, uint32_t(X.P.nan_bits));
+  }
+}
+
+// run_block with the widest element-wise ops this CPU has.
+void run_block_any(const Blocks& X, const ChainSrc* cs, int64_t bi, int64_t i0, int64_t i1,
+                   int64_t W, float* buf) {
+#ifdef MMA_HAVE_V3
+  if (X.v3) return run_block<RowOpsV3>(X, cs, bi, i0, i1, W, buf);
+#endif
+  run_block<RowOps>(X, cs, bi, i0, i1, W, buf);
+}
+
+void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b) {
+  const bool chains = sched_has_chain(X.prog, X.len);
+  const int64_t R = X.rows, nrb = (X.M + R - 1) / R;
+  auto block_buf = [&](int64_t W) {
+    thread_local std::vector<float> buf;
+    buf.resize(size_t(X.depth + 1) * size_t(R * W));
+    return buf.data();
+  };
+  if (!chains) {  // partials only: every (batch, row block) is independent
+    at::parallel_for(0, X.Bt * nrb, 1, [&](int64_t lo, int64_t hi) {
+      FpEnvGuard guard;
+      float* buf = block_buf(X.N);
+      for (int64_t t = lo; t < hi && !interrupted(); ++t) {
+        const int64_t bi = t / nrb, i0 = (t % nrb) * R;
+        run_block_any(X, nullptr, bi, i0, std::min(X.M, i0 + R), X.N, buf);
+        check_interrupt_main();
+      }
+    });
+    return;
+  }
+  // B^T made contiguous first: decoding it row by row then reads memory in order
+  const bool values = X.P.op == kFma || X.P.op == kFtzAddMul;
+  const at::Tensor bt = values ? b : b.transpose(1, 2).contiguous();
+  const View3 va = view3(a), vbt = view3(bt);
+  auto one_batch = [&](int64_t bi, ChainSrc& cs, bool inner_parallel) {
+    prepare_chains(X, a, b, va, vbt, bi, cs);
+    auto blocks = [&](int64_t lo, int64_t hi) {
+      FpEnvGuard guard;  // the core chains and the reductions round to nearest
+      float* buf = block_buf(cs.W);
+      for (int64_t rb = lo; rb < hi && !interrupted(); ++rb) {
+        run_block_any(X, &cs, bi, rb * R, std::min(X.M, (rb + 1) * R), cs.W, buf);
+        check_interrupt_main();
+      }
+    };
+    if (inner_parallel) at::parallel_for(0, nrb, 1, blocks);
+    else blocks(0, nrb);
+  };
+  const int64_t work = X.M * X.N * std::max<int64_t>(X.K, 1);
+  if (X.Bt > 1 && work < (1 << 16)) {  // many small products: parallel over the batch
+    at::parallel_for(0, X.Bt, std::max<int64_t>(1, (1 << 16) / work), [&](int64_t lo, int64_t hi) {
+      ChainSrc cs;
+      for (int64_t bi = lo; bi < hi && !interrupted(); ++bi) one_batch(bi, cs, false);
+    });
+  } else {
+    ChainSrc cs;
+    for (int64_t bi = 0; bi < X.Bt && !interrupted(); ++bi) one_batch(bi, cs, true);
+  }
 }
 
 }  // namespace
@@ -129,14 +342,16 @@ at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   const int64_t len = program.numel();
   const int oes = int(out.element_size());
   uint8_t* obase = static_cast<uint8_t*>(out.data_ptr());
-  if (oes == 4 && c.element_size() == 4 && (partials.numel() == 0 || partials.element_size() == 4) &&
-      rowwise_program(P, S, prog, len)) {
-    run_rows(P, S, prog, len, vc, vp, Bt, M, N, reinterpret_cast<uint32_t*>(obase));
+  if (sched_rowwise(P, S, prog, len)) {
+    const Blocks X{P, S, prog, len, vc, vp, Bt, M, N, a.size(2), stack_depth(prog, len),
+                   block_rows(P), P.rho == kRneFp16, obase, cpu_isa() != Isa::kScalar};
+    run_blocks(X, a, b);
+    throw_if_interrupted();
     return out;
   }
   at::parallel_for(0, Bt * M, 1, [&](int64_t lo, int64_t hi) {
     FpEnvGuard guard;  // IEEE additions and conversions on the host FPU
-    for (int64_t r = lo; r < hi; ++r) {
+    for (int64_t r = lo; r < hi && !interrupted(); ++r) {
       const int64_t bi = r / M, i = r % M;
       for (int64_t j = 0; j < N; ++j) {
         const SchedSrc src{va, vb, bi, i, j};
@@ -148,8 +363,10 @@ at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
         else if (oes == 4) *reinterpret_cast<uint32_t*>(p) = uint32_t(v);
         else *reinterpret_cast<uint64_t*>(p) = v;
       }
+      check_interrupt_main();
     }
   });
+  throw_if_interrupted();
   return out;
 }
 

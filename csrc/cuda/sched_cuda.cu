@@ -54,6 +54,9 @@ at::Tensor sched_cuda_entry(const at::Tensor& a, const at::Tensor& b, const at::
   SchedConsts S;
   const Params P = checked_sched(a, b, c, partials, params, program, consts, &S);
   TORCH_CHECK_VALUE(c.device().is_cuda(), "_sched (CUDA kernel) got a ", c.device(), " tensor");
+  TORCH_CHECK_VALUE(!sched_has_chain(program.data(), int64_t(program.size())),
+                    "_sched: CHAIN programs run on the CPU kernel only (on CUDA the chains "
+                    "come from _gemm as PARTIALs)");
   return sched_cuda(a, b, c, partials, P, at::tensor(program, at::kLong), S);
 }
 }  // namespace

@@ -1,0 +1,170 @@
+"""The CPU kernel runs split-K slices and promotion blocks itself (CHAIN ops of the schedule
+program, csrc/cpu/sched_cpu.cpp): straight into its reduction, through the vectorised FDPA /
+FMA / FTZ kernels where the arch has one, else through the core chain per element.  Elsewhere
+(CUDA, tf32x3, fp64) the chains come from _gemm as PARTIALs.  Both routes must give the same
+bits for every unscaled registry row, on every CPU path (AVX-512, AVX2, scalar), over the
+three input families (NaN, Inf, subnormals and out-of-window exponents in 'bitstream'), for
+shapes that fill no register block evenly.  test_schedule.py checks the result itself against
+the exact reference and an independent composition."""
+import contextlib
+import os
+import zlib
+
+import pytest
+import torch
+
+import torch_mma_emu as tme
+import torch_mma_emu.schedule as sched_mod
+from torch_mma_emu.inputs import FAMILIES, operands
+from torch_mma_emu.registry import ROWS
+from torch_mma_emu.schedule import Schedule
+
+INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(t):
+    return t.contiguous().view(INT[t.element_size()])
+
+
+@contextlib.contextmanager
+def cpu_path(mode):
+    """mode: None (the default choice), "scalar", "avx2" or "avx512"."""
+    old = {k: os.environ.get(k) for k in ("MMA_EMU_SCALAR", "MMA_EMU_CPU_ISA")}
+    os.environ.pop("MMA_EMU_SCALAR", None)
+    os.environ.pop("MMA_EMU_CPU_ISA", None)
+    if mode == "scalar":
+        os.environ["MMA_EMU_SCALAR"] = "1"
+    elif mode is not None:
+        os.environ["MMA_EMU_CPU_ISA"] = mode
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def route(chains: bool):
+    """chains=True: the CHAIN route, and _gemm partials are an error; False: _gemm + PARTIAL."""
+    old_flag, old_run = sched_mod._CPU_CHAINS, sched_mod._run_chains
+
+    def no_partials(*a, **k):
+        raise AssertionError("the CPU CHAIN route computed partials with _gemm")
+    sched_mod._CPU_CHAINS = chains
+    if chains:
+        sched_mod._run_chains = no_partials
+    try:
+        yield
+    finally:
+        sched_mod._CPU_CHAINS, sched_mod._run_chains = old_flag, old_run
+
+
+def _path(spec, mode):
+    with cpu_path(mode):
+        return torch.ops.mma_emu._cpu_fast_path(spec.to_params())
+
+
+_probe = tme.spec("sm90", "fp16")
+PATHS = [None] + [i for i in ("avx2",) if _path(_probe, i).startswith(i)] + ["scalar"]
+# every unscaled row with an fp32 or fp16 output (fp64 products reduce in fp64: PARTIALs)
+SPECS = [r.make_spec(r.formats[0], r.formats[0], 0) for r in ROWS
+         if r.scale_format is None and r.out in ("fp32", "fp16")]
+
+
+def _id(s):
+    b = f"x{s.in_format_b}" if s.in_format_b else ""
+    inst = "" if s.passes == 1 else f"-{s.passes}pass"
+    return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}-L{s.L}{inst}"
+
+
+def schedules(L):
+    return [
+        Schedule(split_k=3, reduce="pairwise"),
+        Schedule(promote_every=2 * L, c_mode="chain"),
+        Schedule(split_k=2, promote_every=L),
+        Schedule(split_k=9),                            # more slices than chunks: empty ones
+        Schedule(c_mode="epilogue", alpha=0.5, beta=-2.0, epilogue="mul_add"),
+        Schedule(alpha=-0.75),                          # C in the chain, alpha after
+        Schedule(split_k=2, c_mode="epilogue", alpha=1.5, beta=0.25),  # fma epilogue
+    ]
+
+
+def test_every_path_is_listed():
+    assert len(SPECS) > 40 and {s.op for s in SPECS} >= {"t_fdpa", "fma", "ftz_addmul",
+                                                          "tr_fdpa", "gtr_fdpa", "e_fdpa"}
+    assert any(s.passes > 1 for s in SPECS) and any(s.out_format == "fp16" for s in SPECS)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("spec", SPECS, ids=_id)
+def test_chain_route_equals_partials_route(spec, family):
+    L = spec.L
+    K = 5 * L + 3 if L > 1 else 37
+    g = torch.Generator().manual_seed(zlib.crc32(f"{_id(spec)}{family}".encode()))
+    kw = operands(spec, 37, 45, K, family, g, batch=(2,))
+    A, B, C = kw["A"], kw["B"], kw["C"]
+    C = C[0]  # broadcast over the batch
+    for s in schedules(L):
+        with route(False):
+            want = tme.emulated_mm(A, B, C, arch=spec, out_dtype=kw["out_dtype"], schedule=s)
+        for mode in PATHS:
+            with route(True), cpu_path(mode):
+                got = tme.emulated_mm(A, B, C, arch=spec, out_dtype=kw["out_dtype"], schedule=s)
+            diff = (bits(got) != bits(want)).nonzero()
+            assert diff.numel() == 0, (f"{diff.shape[0]} mismatches, {_id(spec)} {family} "
+                                       f"{mode or 'default'} {s.describe()}; first at "
+                                       f"{diff[0].tolist()}")
+
+
+def test_large_promotion_block_count():
+    """K = 4096 promoted every 128 (32 CHAIN blocks per output) on a 16 x 40 product."""
+    spec = tme.spec("sm90", "fp8_e4m3")
+    g = torch.Generator().manual_seed(11)
+    kw = operands(spec, 16, 40, 4096, "normal", g)
+    s = "deepseek_v3_promote_128"
+    with route(False):
+        want = tme.emulated_mm(kw["A"], kw["B"], kw["C"], arch=spec, schedule=s)
+    with route(True):
+        got = tme.emulated_mm(kw["A"], kw["B"], kw["C"], arch=spec, schedule=s)
+    assert torch.equal(bits(got), bits(want))
+
+
+def test_routes_taken():
+    """The CPU takes the CHAIN route where it can and the _gemm route where it must."""
+    A, B = torch.randn(8, 64).half(), torch.randn(64, 8).half()
+    calls = []
+    old = sched_mod._run_chains
+    sched_mod._run_chains = lambda *a, **k: calls.append(1) or old(*a, **k)
+    try:
+        tme.emulated_mm(A, B, arch="sm90", schedule="cublas_split_k_4")
+        assert calls == []
+        tme.emulated_mm(A.float(), B.float(), arch="sm80",
+                        schedule="schedule:split_k=2,input_precision=tf32x3")
+        tme.emulated_mm(A, B, arch="sm90", schedule="schedule:split_k=2,workspace=fp64")
+        assert len(calls) == 2
+    finally:
+        sched_mod._run_chains = old
+
+
+def test_the_op_checks_chain_ops():
+    spec = tme.spec("sm90", "fp16")   # L = 16
+    a = torch.zeros(1, 2, 20, dtype=torch.int16)
+    b = torch.zeros(1, 20, 3, dtype=torch.int16)
+    c = torch.ones(1, 2, 3)
+    parts = torch.zeros(0, 2, 3)
+    run = lambda prog, params=spec.to_params(), consts=(0.0, 1.0, 1.0): \
+        torch.ops.mma_emu._sched(a, b, c, parts, params, prog, list(consts))
+    assert torch.equal(run([8, 0, 20, 1]), c)           # zero operands from C: C
+    assert torch.equal(run([8, 20, 20, 0, 1, 3]), c)    # an empty range is +0
+    for prog, msg in [([8, 0, 21, 0], "must lie in"), ([8, 8, 20, 0], "must lie in"),
+                      ([8, 0, 8, 0, 8, 8, 20, 0, 3], "must lie in"),
+                      ([8, 0, 20, 2], "must lie in"), ([8, 0, 16], "truncated")]:
+        with pytest.raises(ValueError, match=msg):
+            run(prog)
+    with pytest.raises(ValueError, match="chain-mode"):
+        run([8, 0, 20, 0], params=spec.to_params("epilogue"))
+    with pytest.raises(ValueError, match="fp32 workspace"):
+        run([8, 0, 20, 0], consts=(1.0, 1.0, 1.0))
