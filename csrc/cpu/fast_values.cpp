@@ -217,6 +217,7 @@ bool run_values(const Params& P, FastKind kind, const at::Tensor& a, const at::T
 bool fast_values(const Params& P, const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                  at::Tensor& out) {
 #ifndef MMA_FAST_X86
+  (void)P; (void)a; (void)b; (void)c; (void)out;
   return false;
 #else
   const FastKind kind = fast_eligible(P);
