@@ -4,10 +4,7 @@ import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu import reference as ref
-
-
-def bits(t):
-    return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+from helpers import bits
 
 
 def rnd(*shape, dtype=torch.float16, seed=0):

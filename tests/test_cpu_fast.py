@@ -7,7 +7,6 @@ edge of overflow), zero products beside a subnormal c, fp16 overflow and subnorm
 odd M/N/K, strides, batches, c_mode="epilogue".  Each available ISA (AVX-512, AVX2) is run.
 Zero mismatches allowed.  Ctrl-C interrupts a long call.
 """
-import contextlib
 import os
 import signal
 import subprocess
@@ -24,6 +23,7 @@ from torch_mma_emu import reference as ref
 from torch_mma_emu.formats import FORMATS, value_table
 from torch_mma_emu.inputs import FAMILIES, operands, random_codes
 from torch_mma_emu.registry import ROWS, all_specs
+from helpers import bits, cpu_path
 
 INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -31,26 +31,6 @@ INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 def fast_path(spec, isa=None):
     with cpu_path(isa):
         return torch.ops.mma_emu._cpu_fast_path(spec.to_params())
-
-
-@contextlib.contextmanager
-def cpu_path(mode):
-    """mode: None (default choice), "scalar", "avx2" or "avx512"."""
-    old = {k: os.environ.get(k) for k in ("MMA_EMU_SCALAR", "MMA_EMU_CPU_ISA")}
-    os.environ.pop("MMA_EMU_SCALAR", None)
-    os.environ.pop("MMA_EMU_CPU_ISA", None)
-    if mode == "scalar":
-        os.environ["MMA_EMU_SCALAR"] = "1"
-    elif mode is not None:
-        os.environ["MMA_EMU_CPU_ISA"] = mode
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 _probe = tme.spec("sm90", "fp16")
@@ -67,10 +47,6 @@ def _id(s):
     b = f"x{s.in_format_b}" if s.in_format_b else ""
     sc = f"-{s.scale_format}{s.block_size}" if s.scaled else ""
     return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}{sc}-L{s.L}"
-
-
-def bits(t):
-    return t.contiguous().view(INT[t.element_size()])
 
 
 def run(kw, mode, c_mode="chain"):

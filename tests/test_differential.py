@@ -13,9 +13,9 @@ import torch_mma_emu as tme
 from torch_mma_emu import reference as ref
 from torch_mma_emu.inputs import FAMILIES, operands
 from torch_mma_emu.registry import all_specs
+from helpers import bits
 
 SPECS = all_specs()
-INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
 def _id(s):
@@ -23,10 +23,6 @@ def _id(s):
     sc = f"-{s.scale_format}{s.block_size}" if s.scaled else ""
     alt = "" if s.instruction in tme.instructions(s.arch, s.in_format, s.out_format, s.scale_format)[:1] else "-alt"
     return f"{s.arch}-{s.in_format}{b}-{s.out_format}{sc}{alt}"
-
-
-def bits(t):
-    return t.contiguous().view(INT[t.element_size()])
 
 
 def check(spec, kw, c_mode="chain"):

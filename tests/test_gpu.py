@@ -10,16 +10,12 @@ import torch_mma_emu as tme
 from torch_mma_emu import native
 from torch_mma_emu.inputs import FAMILIES, operands
 from torch_mma_emu.registry import all_specs
+from helpers import bits
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 SPECS = all_specs()
-INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def bits(t):
-    return t.detach().cpu().contiguous().view(INT[t.element_size()])
 
 
 def cuda(kw):

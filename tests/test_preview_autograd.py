@@ -7,11 +7,7 @@ import torch.nn.functional as F
 
 import torch_mma_emu as tme
 from torch_mma_emu.preview import convert, emulate
-
-
-def bits(t):
-    t = t.contiguous()
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+from helpers import bits
 
 
 def same(a, b):

@@ -8,11 +8,7 @@ import torch.nn.functional as F
 
 from torch_mma_emu.preview import EmulatedConv, EmulatedLinear, convert, emulate, revert
 from torch_mma_emu.preview.tiny_gpt import tiny_gpt
-
-
-def bits(t):
-    t = t.contiguous()
-    return t.view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
+from helpers import bits
 
 
 def same(a, b):

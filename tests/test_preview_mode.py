@@ -8,13 +8,9 @@ import torch.nn.functional as F
 
 import torch_mma_emu as tme
 from torch_mma_emu.preview import emulate
+from helpers import bits
 
 aten = torch.ops.aten
-
-
-def bits(t):
-    t = t.contiguous()
-    return t.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()])
 
 
 def same(a, b):

@@ -22,12 +22,7 @@ from torch_mma_emu.reference.gemm import tensor_to_codes
 from torch_mma_emu.reference.rounding import encode, round_xval
 from torch_mma_emu.reference.values import decode, x_fin, x_of
 from torch_mma_emu.schedule import Schedule
-
-INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def bits(t):
-    return t.contiguous().view(INT[t.element_size()])
+from helpers import bits
 
 
 def same_bits_or_both_nan(x, y):

@@ -7,7 +7,6 @@ three input families (NaN, Inf, subnormals and out-of-window exponents in 'bitst
 shapes that fill no register block evenly.  test_schedule.py checks the result itself against
 the exact reference and an independent composition."""
 import contextlib
-import os
 import zlib
 
 import pytest
@@ -18,32 +17,7 @@ import torch_mma_emu.schedule as sched_mod
 from torch_mma_emu.inputs import FAMILIES, operands
 from torch_mma_emu.registry import ROWS
 from torch_mma_emu.schedule import Schedule
-
-INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def bits(t):
-    return t.contiguous().view(INT[t.element_size()])
-
-
-@contextlib.contextmanager
-def cpu_path(mode):
-    """mode: None (the default choice), "scalar", "avx2" or "avx512"."""
-    old = {k: os.environ.get(k) for k in ("MMA_EMU_SCALAR", "MMA_EMU_CPU_ISA")}
-    os.environ.pop("MMA_EMU_SCALAR", None)
-    os.environ.pop("MMA_EMU_CPU_ISA", None)
-    if mode == "scalar":
-        os.environ["MMA_EMU_SCALAR"] = "1"
-    elif mode is not None:
-        os.environ["MMA_EMU_CPU_ISA"] = mode
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+from helpers import bits, cpu_path
 
 
 @contextlib.contextmanager

@@ -16,17 +16,12 @@ import torch
 import torch_mma_emu as tme
 from torch_mma_emu import native, registry
 from torch_mma_emu.inputs import FAMILIES, operands
+from helpers import bits
 
 ROOT = Path(__file__).resolve().parents[1]
 _spec = importlib.util.spec_from_file_location("validate_hw", ROOT / "scripts" / "validate_hw.py")
 vhw = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(vhw)
-
-INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def bits(t):
-    return t.contiguous().view(INT[t.element_size()])
 
 
 # ---------------------------------------------------------------------------------------
@@ -376,7 +371,6 @@ def test_dry_run_writes_results_and_report_and_render_merges(tmp_path, monkeypat
     text = rep.read_text()
     assert "# Hardware validation: NVIDIA H200" in text and "**0 mismatches**" in text
     assert "split-K into 2" in text and "dry run; python x --parts native" in text
-
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

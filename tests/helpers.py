@@ -1,0 +1,33 @@
+"""Helpers shared by the tests (tests/ is on sys.path under pytest's default import mode)."""
+import contextlib
+import os
+
+import torch
+
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    """The raw encodings of a tensor (on the CPU), for bit-exact comparisons."""
+    return t.detach().cpu().contiguous().view(_INT[t.element_size()])
+
+
+@contextlib.contextmanager
+def cpu_path(mode):
+    """The CPU kernel's path for the calls inside: None (its default choice), "scalar"
+    (MMA_EMU_SCALAR=1), or an instruction-set cap "avx2" / "avx512" (MMA_EMU_CPU_ISA)."""
+    old = {k: os.environ.get(k) for k in ("MMA_EMU_SCALAR", "MMA_EMU_CPU_ISA")}
+    os.environ.pop("MMA_EMU_SCALAR", None)
+    os.environ.pop("MMA_EMU_CPU_ISA", None)
+    if mode == "scalar":
+        os.environ["MMA_EMU_SCALAR"] = "1"
+    elif mode is not None:
+        os.environ["MMA_EMU_CPU_ISA"] = mode
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
