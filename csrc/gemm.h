@@ -29,6 +29,12 @@ inline View3 view3(const at::Tensor& t) {
                t.stride(2) * es, int(es)};
 }
 
+// Scales of the block-scaled ops (ST-/GST-FDPA): both or none, shapes (batch, M, nblk) and
+// (batch, nblk, N) with nblk = ceil(K / block), 1-byte codes; none for other ops.
+void check_scales(const char* op, const at::Tensor& a, const at::Tensor& b,
+                  const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
+                  const Params& P);
+
 // Validated entry points (checks in ops.cpp).
 at::Tensor gemm_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                     const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,

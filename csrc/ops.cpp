@@ -7,6 +7,29 @@
 
 namespace mma {
 
+void check_scales(const char* op, const at::Tensor& a, const at::Tensor& b,
+                  const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
+                  const Params& P) {
+  TORCH_CHECK_VALUE(sa.has_value() == sb.has_value(), op, ": give both scales or none");
+  if (P.op == kStFdpa || P.op == kGstFdpa) {
+    TORCH_CHECK_VALUE(sa.has_value(), op, ": block-scaled op needs scales");
+    TORCH_CHECK_VALUE(P.block > 0, op, ": block size must be positive");
+    const int64_t nblk = (a.size(2) + P.block - 1) / P.block;
+    TORCH_CHECK_VALUE(sa->dim() == 3 && sa->size(0) == a.size(0) && sa->size(1) == a.size(1) &&
+                          sa->size(2) == nblk,
+                      op, ": scale_a must have shape (batch, M, ceil(K / block))");
+    TORCH_CHECK_VALUE(sb->dim() == 3 && sb->size(0) == b.size(0) && sb->size(1) == nblk &&
+                          sb->size(2) == b.size(2),
+                      op, ": scale_b must have shape (batch, ceil(K / block), N)");
+    TORCH_CHECK_VALUE(sa->element_size() == 1 && sb->element_size() == 1,
+                      op, ": scales are 1-byte codes");
+    TORCH_CHECK_VALUE(sa->device() == a.device() && sb->device() == a.device(),
+                      op, ": scales on a different device");
+  } else {
+    TORCH_CHECK_VALUE(!sa.has_value(), op, ": this op takes no scales");
+  }
+}
+
 Params checked_params(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                       const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
                       at::IntArrayRef params) {
@@ -23,24 +46,7 @@ Params checked_params(const at::Tensor& a, const at::Tensor& b, const at::Tensor
   TORCH_CHECK_VALUE(a.device() == b.device() && a.device() == c.device(),
                     "_gemm: tensors on different devices");
   TORCH_CHECK_VALUE(P.L >= 1 && P.L <= 256, "_gemm: L out of range");
-  TORCH_CHECK_VALUE(sa.has_value() == sb.has_value(), "_gemm: give both scales or none");
-  if (P.op == kStFdpa || P.op == kGstFdpa) {
-    TORCH_CHECK_VALUE(sa.has_value(), "_gemm: block-scaled op needs scales");
-    TORCH_CHECK_VALUE(P.block > 0, "_gemm: block size must be positive");
-    const int64_t nblk = (a.size(2) + P.block - 1) / P.block;
-    TORCH_CHECK_VALUE(sa->dim() == 3 && sa->size(0) == a.size(0) && sa->size(1) == a.size(1) &&
-                          sa->size(2) == nblk,
-                      "_gemm: scale_a must have shape (batch, M, ceil(K / block))");
-    TORCH_CHECK_VALUE(sb->dim() == 3 && sb->size(0) == b.size(0) && sb->size(1) == nblk &&
-                          sb->size(2) == b.size(2),
-                      "_gemm: scale_b must have shape (batch, ceil(K / block), N)");
-    TORCH_CHECK_VALUE(sa->element_size() == 1 && sb->element_size() == 1,
-                      "_gemm: scales are 1-byte codes");
-    TORCH_CHECK_VALUE(sa->device() == a.device() && sb->device() == a.device(),
-                      "_gemm: scales on a different device");
-  } else {
-    TORCH_CHECK_VALUE(!sa.has_value(), "_gemm: this op takes no scales");
-  }
+  check_scales("_gemm", a, b, sa, sb, P);
   if (P.op == kFma || P.op == kFtzAddMul) {
     const auto want = P.rho == kRneFp64 ? at::kDouble : at::kFloat;
     TORCH_CHECK_VALUE(a.scalar_type() == want && b.scalar_type() == want && c.scalar_type() == want,

@@ -29,8 +29,9 @@ bool sched_has_chain(const int64_t* prog, int64_t len);
 bool sched_rowwise(const Params& P, const SchedConsts& S, const int64_t* prog, int64_t len);
 
 at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                     const at::Tensor& partials, const Params& P, const at::Tensor& program,
-                     const SchedConsts& S);
+                     const at::Tensor& partials, const c10::optional<at::Tensor>& sa,
+                     const c10::optional<at::Tensor>& sb, const Params& P,
+                     const at::Tensor& program, const SchedConsts& S);
 at::Tensor sched_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                       const at::Tensor& partials, const Params& P, const at::Tensor& program,
                       const SchedConsts& S);
@@ -38,7 +39,8 @@ at::Tensor sched_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor
 // Validated arguments (checks in sched_ops.cpp).
 Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                      const at::Tensor& partials, at::IntArrayRef params, at::IntArrayRef program,
-                     at::ArrayRef<double> consts, SchedConsts* S);
+                     at::ArrayRef<double> consts, const c10::optional<at::Tensor>& sa,
+                     const c10::optional<at::Tensor>& sb, SchedConsts* S);
 
 inline at::ScalarType sched_out_dtype(const Params& P) {
   return P.rho == kRneFp64 ? at::kDouble : (P.rho == kRneFp16 ? at::kHalf : at::kFloat);

@@ -1,6 +1,7 @@
 // Registration and argument checks of mma_emu::_sched: a schedule program (split-K,
-// promotion, epilogue, or an FPRev tree) run per output element.  torch_mma_emu/schedule.py
-// builds the program; the chains of split-K slices and promotion blocks come from _gemm.
+// promotion, epilogue, or an FPRev tree).  torch_mma_emu/schedule.py builds the program;
+// the chains of split-K slices and promotion blocks are CHAIN ops (CPU) or come from _gemm
+// as PARTIALs.
 #include <torch/library.h>
 
 #include "sched.h"
@@ -56,8 +57,9 @@ void check_program(at::IntArrayRef prog, const Params& P, int64_t K, int64_t S) 
                               (k1 % P.L == 0 || k1 == K) && (prog[pc + 3] == 0 || prog[pc + 3] == 1),
                           "_sched: CHAIN [", k0, ", ", k1, ") must lie in [0, ", K,
                           ") on multiples of the instruction's K (", P.L, ")");
-        TORCH_CHECK_VALUE(P.op != kStFdpa && P.op != kGstFdpa,
-                          "_sched: CHAIN runs unscaled products only");
+        if (P.op == kStFdpa || P.op == kGstFdpa)
+          TORCH_CHECK_VALUE(k0 % P.block == 0 || k0 == k1, "_sched: CHAIN [", k0, ", ", k1,
+                            ") of a block-scaled op must start on a scale block (", P.block, ")");
         TORCH_CHECK_VALUE(!P.epilogue, "_sched: CHAIN takes chain-mode parameters");
         ++depth; pc += 4; break;
       }
@@ -75,7 +77,8 @@ void check_program(at::IntArrayRef prog, const Params& P, int64_t K, int64_t S) 
 
 Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                      const at::Tensor& partials, at::IntArrayRef params, at::IntArrayRef program,
-                     at::ArrayRef<double> consts, SchedConsts* S) {
+                     at::ArrayRef<double> consts, const c10::optional<at::Tensor>& sa,
+                     const c10::optional<at::Tensor>& sb, SchedConsts* S) {
   TORCH_CHECK_VALUE(params.size() == size_t(kNumParams), "_sched: expected ", kNumParams,
                     " parameters, got ", params.size());
   const Params P = parse_params(params.data());
@@ -107,22 +110,30 @@ Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   S->alpha = consts[1];
   S->beta = consts[2];
   check_program(program, P, a.size(2), Bt ? partials.size(0) / Bt : 0);
+  // scales go with CHAIN ops (the chains' operands); a PARTIAL program takes none
+  if (sched_has_chain(program.data(), int64_t(program.size())))
+    check_scales("_sched", a, b, sa, sb, P);
+  else
+    TORCH_CHECK_VALUE(!sa.has_value() && !sb.has_value(),
+                      "_sched: scales go with CHAIN programs only");
   return P;
 }
 
 namespace {
 at::Tensor sched_cpu_entry(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                            const at::Tensor& partials, at::IntArrayRef params,
-                           at::IntArrayRef program, at::ArrayRef<double> consts) {
+                           at::IntArrayRef program, at::ArrayRef<double> consts,
+                           const c10::optional<at::Tensor>& sa,
+                           const c10::optional<at::Tensor>& sb) {
   SchedConsts S;
-  const Params P = checked_sched(a, b, c, partials, params, program, consts, &S);
+  const Params P = checked_sched(a, b, c, partials, params, program, consts, sa, sb, &S);
   TORCH_CHECK_VALUE(a.device().is_cpu(), "_sched (CPU kernel) got a ", a.device(), " tensor");
   const at::Tensor prog = at::tensor(program, at::kLong);
   TORCH_CHECK_VALUE(!sched_has_chain(prog.data_ptr<int64_t>(), prog.numel()) ||
                         sched_rowwise(P, S, prog.data_ptr<int64_t>(), prog.numel()),
                     "_sched: CHAIN programs need an fp32 workspace, an fp32 or fp16 output "
                     "and no tree NODEs");
-  return sched_cpu(a, b, c, partials, P, prog, S);
+  return sched_cpu(a, b, c, partials, sa, sb, P, prog, S);
 }
 }  // namespace
 
@@ -130,7 +141,7 @@ at::Tensor sched_cpu_entry(const at::Tensor& a, const at::Tensor& b, const at::T
 
 TORCH_LIBRARY_FRAGMENT(mma_emu, m) {
   m.def("_sched(Tensor a, Tensor b, Tensor c, Tensor partials, int[] params, int[] program, "
-        "float[] consts) -> Tensor");
+        "float[] consts, Tensor? scale_a=None, Tensor? scale_b=None) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(mma_emu, CPU, m) { m.impl("_sched", &mma::sched_cpu_entry); }

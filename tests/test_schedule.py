@@ -8,6 +8,7 @@ checks that share no code with torch_mma_emu/schedule.py or csrc/core/schedule.h
 
 Over the three input families (normal, cancellation, random bit streams with NaN, Inf,
 subnormals) and with fp32 and fp16 outputs.  Zero mismatches allowed."""
+import math
 import zlib
 from fractions import Fraction
 
@@ -21,6 +22,7 @@ from torch_mma_emu.reference import ieee as rieee
 from torch_mma_emu.reference.gemm import tensor_to_codes
 from torch_mma_emu.reference.rounding import encode, round_xval
 from torch_mma_emu.reference.values import decode, x_fin, x_of
+from torch_mma_emu.registry import ROWS
 from torch_mma_emu.schedule import Schedule
 from helpers import bits
 
@@ -40,24 +42,30 @@ def k_ranges(K, L, parts):
 # independent check 1: plain emulated_mm + torch fp32 additions
 # ------------------------------------------------------------------------------------
 
-def composition(sched, spec, A, B, C, out_dtype):
-    """alpha = beta = 1 or epilogue='mul_add' (torch has no fp32 fma)."""
-    L = spec.L
-    mm = lambda a, b: tme.emulated_mm(a, b, arch=spec, out_dtype=out_dtype)  # zero C
+def composition(sched, spec, A, B, C, out_dtype, scales=None):
+    """alpha = beta = 1 or epilogue='mul_add' (torch has no fp32 fma).  scales: (scale_a,
+    scale_b) of a block-scaled product, whose slices start on scale blocks."""
+    L = math.lcm(spec.L, spec.block_size) if scales else spec.L
+    blk = spec.block_size
+
+    def mm(k0, k1, c=None):
+        sc = {}
+        if scales:
+            b0, b1 = k0 // blk, -(-k1 // blk)
+            sc = dict(scale_a=scales[0][:, b0:b1], scale_b=scales[1][b0:b1])
+        if k1 == k0:  # an empty slice: its chain is C or +0
+            return c.float() if c is not None else torch.zeros(A.shape[0], B.shape[1])
+        return tme.emulated_mm(A[:, k0:k1], B[k0:k1], c, arch=spec, out_dtype=out_dtype,
+                               **sc).float()
     c_chain = sched.c_mode == "chain" and C is not None
     slices = []
     for k0, k1 in k_ranges(A.shape[-1], L, sched.split_k):
         if sched.promote_every is None:
-            if c_chain:
-                slices.append(tme.emulated_mm(A[:, k0:k1], B[k0:k1], C, arch=spec,
-                                              out_dtype=out_dtype).float())
-            else:
-                slices.append(mm(A[:, k0:k1], B[k0:k1]).float())
+            slices.append(mm(k0, k1, C if c_chain else None))
             continue
         main = C.float() if c_chain else torch.zeros(A.shape[0], B.shape[1])
         for b0 in range(k0, k1, sched.promote_every):
-            b1 = min(k1, b0 + sched.promote_every)
-            main = main + mm(A[:, b0:b1], B[b0:b1]).float()
+            main = main + mm(b0, min(k1, b0 + sched.promote_every))
         slices.append(main)
     if sched.reduce == "sequential":
         acc = slices[0]
@@ -186,6 +194,49 @@ def test_schedules_match_composition_and_reference(case, family):
                 (s.beta == 0 or s.c_mode == "chain"):
             P = composition(s, spec, A, B, C, kw["out_dtype"])
             assert bool(same_bits_or_both_nan(D, P).all()), (s, D, P)
+
+
+SCALED = [("sm100", "fp8_e4m3", 32), ("sm100", "fp4_e2m1", 16), ("sm120", "fp4_e2m1", 32)]
+
+
+def _scaled_spec(arch, fin, blk):
+    """The first block-scaled registry row of arch taking fin at block size blk."""
+    row = next(r for r in ROWS if r.arch == arch and r.scale_format and fin in r.formats
+               and blk in r.block_sizes)
+    return row.make_spec(fin, fin, blk)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("case", SCALED, ids=lambda c: f"{c[0]}-{c[1]}-b{c[2]}")
+def test_block_scaled_schedules_match_composition(case, family):
+    """MX / NVFP4 products: slices and promotion blocks start on scale blocks and carry their
+    scales; against plain emulated_mm calls on the slices plus torch fp32 additions."""
+    arch, fin, blk = case
+    spec = _scaled_spec(arch, fin, blk)
+    unit = math.lcm(spec.L, blk)
+    K = 5 * unit + 7
+    g = torch.Generator().manual_seed(zlib.crc32(f"{case}{family}".encode()))
+    kw = operands(spec, 5, 4, K, family, g)
+    A, B, C = kw["A"], kw["B"], kw["C"]
+    sc = (kw["scale_a"], kw["scale_b"])
+    for s in [Schedule(split_k=3), Schedule(split_k=2, reduce="pairwise", promote_every=unit),
+              Schedule(promote_every=2 * unit, c_mode="chain"), Schedule(split_k=9),
+              Schedule(c_mode="epilogue", alpha=0.5, beta=3.0, epilogue="mul_add")]:
+        D = tme.emulated_mm(A, B, C, arch=spec, schedule=s, scale_a=sc[0], scale_b=sc[1])
+        P = composition(s, spec, A, B, C, torch.float32, sc)
+        assert bool(same_bits_or_both_nan(D, P).all()), (s, D, P)
+    # a promotion block on the instruction's K but off the scale blocks (where one exists)
+    off = next((m * spec.L for m in range(1, blk + 1) if m * spec.L % blk), None)
+    if off is not None:
+        with pytest.raises(ValueError, match="scale block"):
+            tme.emulated_mm(A, B, C, arch=spec, scale_a=sc[0], scale_b=sc[1],
+                            schedule=Schedule(promote_every=off))
+    tree = "0"
+    for k in range(1, K):
+        tree = f"({tree}+{k})"
+    with pytest.raises(ValueError, match="tree schedule cannot run a block-scaled"):
+        tme.emulated_mm(A, B, arch=spec, scale_a=sc[0], scale_b=sc[1],
+                        schedule=Schedule.from_tree(tree))
 
 
 def test_schedule_without_c_and_batched():

@@ -7,6 +7,8 @@ three input families (NaN, Inf, subnormals and out-of-window exponents in 'bitst
 shapes that fill no register block evenly.  test_schedule.py checks the result itself against
 the exact reference and an independent composition."""
 import contextlib
+import dataclasses
+import math
 import zlib
 
 import pytest
@@ -43,15 +45,19 @@ def _path(spec, mode):
 
 _probe = tme.spec("sm90", "fp16")
 PATHS = [None] + [i for i in ("avx2",) if _path(_probe, i).startswith(i)] + ["scalar"]
-# every unscaled row with an fp32 or fp16 output (fp64 products reduce in fp64: PARTIALs)
+# every row with an fp32 or fp16 output (fp64 products reduce in fp64: PARTIALs); the
+# block-scaled rows at each block size
 SPECS = [r.make_spec(r.formats[0], r.formats[0], 0) for r in ROWS
-         if r.scale_format is None and r.out in ("fp32", "fp16")]
+         if r.scale_format is None and r.out in ("fp32", "fp16")] + \
+        [r.make_spec(r.formats[0], r.formats[0], bs) for r in ROWS if r.scale_format
+         for bs in r.block_sizes]
 
 
 def _id(s):
     b = f"x{s.in_format_b}" if s.in_format_b else ""
     inst = "" if s.passes == 1 else f"-{s.passes}pass"
-    return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}-L{s.L}{inst}"
+    sc = f"-{s.scale_format}{s.block_size}" if s.scaled else ""
+    return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}{sc}-L{s.L}{inst}"
 
 
 def schedules(L):
@@ -70,23 +76,28 @@ def test_every_path_is_listed():
     assert len(SPECS) > 40 and {s.op for s in SPECS} >= {"t_fdpa", "fma", "ftz_addmul",
                                                           "tr_fdpa", "gtr_fdpa", "e_fdpa"}
     assert any(s.passes > 1 for s in SPECS) and any(s.out_format == "fp16" for s in SPECS)
+    assert {s.op for s in SPECS if s.scaled} == {"st_fdpa", "gst_fdpa"}
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("spec", SPECS, ids=_id)
 def test_chain_route_equals_partials_route(spec, family):
-    L = spec.L
+    # slices and blocks start on the instruction's K and on scale blocks
+    L = math.lcm(spec.L, spec.block_size) if spec.scaled else spec.L
     K = 5 * L + 3 if L > 1 else 37
     g = torch.Generator().manual_seed(zlib.crc32(f"{_id(spec)}{family}".encode()))
     kw = operands(spec, 37, 45, K, family, g, batch=(2,))
     A, B, C = kw["A"], kw["B"], kw["C"]
     C = C[0]  # broadcast over the batch
+    sc = {k: kw[k] for k in ("scale_a", "scale_b") if k in kw}
     for s in schedules(L):
         with route(False):
-            want = tme.emulated_mm(A, B, C, arch=spec, out_dtype=kw["out_dtype"], schedule=s)
+            want = tme.emulated_mm(A, B, C, arch=spec, out_dtype=kw["out_dtype"], schedule=s,
+                                   **sc)
         for mode in PATHS:
             with route(True), cpu_path(mode):
-                got = tme.emulated_mm(A, B, C, arch=spec, out_dtype=kw["out_dtype"], schedule=s)
+                got = tme.emulated_mm(A, B, C, arch=spec, out_dtype=kw["out_dtype"],
+                                      schedule=s, **sc)
             diff = (bits(got) != bits(want)).nonzero()
             assert diff.numel() == 0, (f"{diff.shape[0]} mismatches, {_id(spec)} {family} "
                                        f"{mode or 'default'} {s.describe()}; first at "
@@ -142,3 +153,26 @@ def test_the_op_checks_chain_ops():
         run([8, 0, 20, 0], params=spec.to_params("epilogue"))
     with pytest.raises(ValueError, match="fp32 workspace"):
         run([8, 0, 20, 0], consts=(1.0, 1.0, 1.0))
+
+
+def test_the_op_checks_block_scaled_chain_ops():
+    row = next(r for r in ROWS if r.arch == "sm100" and r.op == "st_fdpa")
+    spec = dataclasses.replace(row.make_spec("fp8_e4m3", "fp8_e4m3", 32), L=16)
+    a = torch.zeros(1, 2, 64, dtype=torch.uint8)
+    b = torch.zeros(1, 64, 3, dtype=torch.uint8)
+    c = torch.ones(1, 2, 3)
+    parts = torch.zeros(0, 2, 3)
+    sa = torch.full((1, 2, 2), 127, dtype=torch.uint8)   # 2^0 in ue8m0
+    sb = torch.full((1, 2, 3), 127, dtype=torch.uint8)
+    run = lambda prog, *scales: torch.ops.mma_emu._sched(a, b, c, parts, spec.to_params(), prog,
+                                                          [0.0, 1.0, 1.0], *scales)
+    assert torch.equal(run([8, 0, 32, 1, 8, 32, 64, 0, 3], sa, sb), c)
+    with pytest.raises(ValueError, match="start on a scale block"):
+        run([8, 0, 16, 0, 8, 16, 64, 0, 3], sa, sb)
+    with pytest.raises(ValueError, match="needs scales"):
+        run([8, 0, 64, 0])
+    with pytest.raises(ValueError, match="scale_a must have shape"):
+        run([8, 0, 64, 0], sa[:, :, :1], sb)
+    with pytest.raises(ValueError, match="CHAIN programs only"):
+        torch.ops.mma_emu._sched(a[:, :, :0], b[:, :0], c, torch.zeros(1, 2, 3),
+                                 spec.to_params(), [0, 0], [0.0, 1.0, 1.0], sa, sb)

@@ -279,16 +279,14 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
         a3 = a3.view(_CODE_VIEW[a3.element_size()])
         b3 = b3.view(_CODE_VIEW[b3.element_size()])
     if sched is not None:
-        if s.scaled:
-            raise ValueError("emulated_mm: schedules on block-scaled (MX/NVFP4) products are "
-                             "not supported yet")
         if lo is not None:
             lo = (_flat3(lo[0], batch, M, K).view(torch.int32),
                   _flat3(lo[1], batch, K, N).view(torch.int32))
         chain_params = s.to_params("chain")
         d = run_scheduled(sched, s, a3, b3, c3, C is not None,
-                          lambda a, b, c: torch.ops.mma_emu._gemm(a, b, c, None, None,
-                                                                  chain_params), lo)
+                          lambda a, b, c, sa=None, sb=None:
+                          torch.ops.mma_emu._gemm(a, b, c, sa, sb, chain_params), lo,
+                          (sa3, sb3) if s.scaled else None)
         return d.reshape(out_shape)
     d = torch.ops.mma_emu._gemm(a3, b3, c3, sa3, sb3, s.to_params(c_mode))
     return d.reshape(out_shape)

@@ -502,11 +502,13 @@ def _k_ranges(K: int, L: int, parts: int) -> list[tuple[int, int]]:
 
 
 def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
-                  lo=None) -> torch.Tensor:
+                  lo=None, scales=None) -> torch.Tensor:
     """D (batch, M, N) in the spec's output dtype.  ``a3``/``b3``: the operands as _gemm
     takes them (codes, or float values for fma/ftz_addmul), ``c3`` (batch, M, N) in the
-    output dtype, ``gemm(a, b, c) -> chain result`` the plain-chain kernel; ``lo``: the
-    (a_lo, b_lo) codes of tf32x3 (a3, b3 are then the hi parts)."""
+    output dtype, ``gemm(a, b, c, sa=None, sb=None) -> chain result`` the plain-chain
+    kernel; ``lo``: the (a_lo, b_lo) codes of tf32x3 (a3, b3 are then the hi parts);
+    ``scales``: (scale_a, scale_b) codes (batch, M, nblk) / (batch, nblk, N) of a
+    block-scaled product, whose slices and blocks then start on scale blocks."""
     Bt, M, K = a3.shape
     N = b3.shape[2]
     params = spec.to_params("chain")
@@ -515,6 +517,10 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
     consts = [1.0 if ws64 else 0.0, sched.alpha, sched.beta]
     empty = a3.new_empty((Bt, M, 0)), b3.new_empty((Bt, 0, N))
     if sched.tree is not None:
+        if scales is not None:
+            raise ValueError("a tree schedule cannot run a block-scaled (MX/NVFP4) product: "
+                             "its per-node operations take no scales; use split_k / "
+                             "promote_every")
         prog = compile_tree(sched.tree, K, spec.to_string(), has_c, sched.alpha, sched.beta,
                             sched.epilogue)
         parts = c3.new_empty((0, M, N))
@@ -523,13 +529,19 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
     if sched.promote_every is not None and sched.promote_every % L:
         raise ValueError(f"promote_every={sched.promote_every} is not a multiple of the "
                          f"instruction's K ({spec.instruction or spec.op}: L = {L})")
+    if scales is not None:  # slices and blocks start on scale blocks as well
+        L = math.lcm(L, spec.block_size)
+        if sched.promote_every is not None and sched.promote_every % L:
+            raise ValueError(f"promote_every={sched.promote_every} is not a multiple of "
+                             f"{L}, the instruction's K and the scale block "
+                             f"({spec.block_size}) together")
     c_in_chain = sched.c_mode == "chain"
     zero = torch.zeros((), dtype=c3.dtype, device=c3.device).expand(Bt, M, N)
     jobs: list[tuple[int, int, bool]] = []   # chains (k0, k1, starts from C)
     # The CPU kernel runs the slices' and blocks' chains itself (CHAIN ops, straight into
     # its reduction: no partial tensors); elsewhere _gemm computes them as PARTIALs.
     inline = (_CPU_CHAINS and c3.device.type == "cpu" and lo is None and not ws64
-              and not spec.scaled and c3.dtype in (torch.float32, torch.float16))
+              and c3.dtype in (torch.float32, torch.float16))
 
     def push(k0, k1, from_c=False):
         if inline:
@@ -550,8 +562,11 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
     prog += _epilogue(has_c and not c_in_chain, sched.alpha, sched.beta, sched.epilogue)
     if inline:
         return torch.ops.mma_emu._sched(a3, b3, c3, c3.new_empty((0, M, N)), params, prog,
-                                        consts)
-    parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k)
+                                        consts, *(scales or (None, None)))
+    if scales is not None:
+        parts = _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, spec.block_size)
+    else:
+        parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k)
     return torch.ops.mma_emu._sched(*empty, c3, parts, params, prog, consts)
 
 
@@ -566,6 +581,22 @@ def _tf32x3_chain(a3, b3, lo, k0, k1, start, gemm, dot_k):
         acc = gemm(ah, bl, acc)
         acc = gemm(ah, bh, acc)
     return acc
+
+
+def _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, block) -> torch.Tensor:
+    """The partials of a block-scaled product: each chain with its scale blocks (every range
+    starts on a block; an empty one is C or +0)."""
+    sa, sb = scales
+    outs = []
+    for k0, k1, fc in jobs:
+        start = c3 if fc else zero
+        if k1 == k0:
+            outs.append(start.expand(c3.shape).contiguous())
+            continue
+        b0, b1 = k0 // block, -(-k1 // block)
+        outs.append(gemm(a3[:, :, k0:k1], b3[:, k0:k1, :], start, sa[:, :, b0:b1],
+                         sb[:, b0:b1, :]))
+    return torch.cat(outs) if outs else c3.new_empty((0,) + tuple(c3.shape[1:]))
 
 
 def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k) -> torch.Tensor:

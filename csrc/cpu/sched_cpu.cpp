@@ -143,6 +143,9 @@ struct Blocks {
 struct ChainSrc {
   bool values = false;
   Decoded A, B;
+  std::vector<Dec> SA, SB;          // block-scaled ops: scale decodes (M | N, nblk)
+  std::vector<uint8_t> fsa, fsb;    // ... and their NaN / Inf flags per row / column
+  int64_t nblk = 0;
   FdpaPanels fp;
   at::Tensor Av, Bv;
   ValuePanels vp;
@@ -152,7 +155,7 @@ struct ChainSrc {
 };
 
 void prepare_chains(const Blocks& X, const at::Tensor& a, const at::Tensor& b, const View3& va,
-                    const View3& vbt, int64_t bi, ChainSrc& cs) {
+                    const View3& vbt, const View3* vs, int64_t bi, ChainSrc& cs) {
   cs.values = X.P.op == kFma || X.P.op == kFtzAddMul;
   cs.bad_cols.clear();
   if (cs.values) {
@@ -166,7 +169,15 @@ void prepare_chains(const Blocks& X, const at::Tensor& a, const at::Tensor& b, c
   }
   decode_rows(va, bi, X.M, X.K, false, X.P.fa, cs.A);
   decode_rows(vbt, bi, X.N, X.K, false, X.P.fb, cs.B);
-  cs.fast = cs.fp.prepare(X.P, cs.A, cs.B, nullptr, nullptr, nullptr, nullptr, 0, X.M, X.N, X.K);
+  const bool scaled = vs != nullptr;
+  if (scaled) {
+    cs.nblk = (X.K + X.P.block - 1) / X.P.block;
+    decode_scales(vs[0], bi, X.M, cs.nblk, false, X.P.fs, cs.SA, cs.fsa);
+    decode_scales(vs[1], bi, X.N, cs.nblk, true, X.P.fs, cs.SB, cs.fsb);
+  }
+  cs.fast = cs.fp.prepare(X.P, cs.A, cs.B, scaled ? cs.SA.data() : nullptr,
+                          scaled ? cs.SB.data() : nullptr, scaled ? cs.fsa.data() : nullptr,
+                          scaled ? cs.fsb.data() : nullptr, cs.nblk, X.M, X.N, X.K);
   cs.W = cs.fast ? cs.fp.width() : X.N;
   if (cs.fast)
     for (int64_t j = 0; j < X.N; ++j)
@@ -199,12 +210,18 @@ void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int6
       }
     return;
   }
+  // block-scaled: the range starts on a scale block (checked), so the chain's scales are
+  // those from block k0 / block on
+  const bool scaled = cs.nblk > 0;
+  const int64_t kb = scaled ? k0 / X.P.block : 0;
   auto core = [&](int64_t i, int64_t j) {
     const uint64_t c = from_c ? X.vc.at(bi, i, j) : 0;
-    const bool special = (cs.A.row_flags[size_t(i)] | cs.B.row_flags[size_t(j)]) != 0;
+    const bool special = (cs.A.row_flags[size_t(i)] | cs.B.row_flags[size_t(j)] |
+                          (scaled ? cs.fsa[size_t(i)] | cs.fsb[size_t(j)] : 0)) != 0;
     const uint64_t r = dot_fused(X.P, cs.A.row(i, X.K).shifted(int(k0)),
-                                 cs.B.row(j, X.K).shifted(int(k0)), int(k1 - k0), c, nullptr,
-                                 nullptr, special);
+                                 cs.B.row(j, X.K).shifted(int(k0)), int(k1 - k0), c,
+                                 scaled ? cs.SA.data() + i * cs.nblk + kb : nullptr,
+                                 scaled ? cs.SB.data() + j * cs.nblk + kb : nullptr, special);
     t[(i - i0) * W + j] = val_of(X.half, r);
   };
   if (cs.fast) {
@@ -280,7 +297,8 @@ void run_block_any(const Blocks& X, const ChainSrc* cs, int64_t bi, int64_t i0, 
   run_block<RowOps>(X, cs, bi, i0, i1, W, buf);
 }
 
-void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b) {
+void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
+                const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb) {
   const bool chains = sched_has_chain(X.prog, X.len);
   const int64_t R = X.rows, nrb = (X.M + R - 1) / R;
   auto block_buf = [&](int64_t W) {
@@ -304,8 +322,10 @@ void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b) {
   const bool values = X.P.op == kFma || X.P.op == kFtzAddMul;
   const at::Tensor bt = values ? b : b.transpose(1, 2).contiguous();
   const View3 va = view3(a), vbt = view3(bt);
+  View3 vs[2];
+  if (sa.has_value()) { vs[0] = view3(*sa); vs[1] = view3(*sb); }
   auto one_batch = [&](int64_t bi, ChainSrc& cs, bool inner_parallel) {
-    prepare_chains(X, a, b, va, vbt, bi, cs);
+    prepare_chains(X, a, b, va, vbt, sa.has_value() ? vs : nullptr, bi, cs);
     auto blocks = [&](int64_t lo, int64_t hi) {
       FpEnvGuard guard;  // the core chains and the reductions round to nearest
       float* buf = block_buf(cs.W);
@@ -332,8 +352,9 @@ void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b) {
 }  // namespace
 
 at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                     const at::Tensor& partials, const Params& P, const at::Tensor& program,
-                     const SchedConsts& S) {
+                     const at::Tensor& partials, const c10::optional<at::Tensor>& sa,
+                     const c10::optional<at::Tensor>& sb, const Params& P,
+                     const at::Tensor& program, const SchedConsts& S) {
   const int64_t Bt = c.size(0), M = c.size(1), N = c.size(2);
   at::Tensor out = at::empty({Bt, M, N}, c.options().dtype(sched_out_dtype(P)));
   if (out.numel() == 0) return out;
@@ -345,7 +366,7 @@ at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   if (sched_rowwise(P, S, prog, len)) {
     const Blocks X{P, S, prog, len, vc, vp, Bt, M, N, a.size(2), stack_depth(prog, len),
                    block_rows(P), P.rho == kRneFp16, obase, cpu_isa() != Isa::kScalar};
-    run_blocks(X, a, b);
+    run_blocks(X, a, b, sa, sb);
     throw_if_interrupted();
     return out;
   }

@@ -50,9 +50,11 @@ at::Tensor sched_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor
 namespace {
 at::Tensor sched_cuda_entry(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                             const at::Tensor& partials, at::IntArrayRef params,
-                            at::IntArrayRef program, at::ArrayRef<double> consts) {
+                            at::IntArrayRef program, at::ArrayRef<double> consts,
+                            const c10::optional<at::Tensor>& sa,
+                            const c10::optional<at::Tensor>& sb) {
   SchedConsts S;
-  const Params P = checked_sched(a, b, c, partials, params, program, consts, &S);
+  const Params P = checked_sched(a, b, c, partials, params, program, consts, sa, sb, &S);
   TORCH_CHECK_VALUE(c.device().is_cuda(), "_sched (CUDA kernel) got a ", c.device(), " tensor");
   TORCH_CHECK_VALUE(!sched_has_chain(program.data(), int64_t(program.size())),
                     "_sched: CHAIN programs run on the CPU kernel only (on CUDA the chains "
