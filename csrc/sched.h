@@ -36,11 +36,12 @@ at::Tensor sched_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor
                       const at::Tensor& partials, const Params& P, const at::Tensor& program,
                       const SchedConsts& S);
 
-// Validated arguments (checks in sched_ops.cpp).
+// Validated arguments for the kernel of device type `kernel` (checks in sched_ops.cpp).
 Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                      const at::Tensor& partials, at::IntArrayRef params, at::IntArrayRef program,
                      at::ArrayRef<double> consts, const c10::optional<at::Tensor>& sa,
-                     const c10::optional<at::Tensor>& sb, SchedConsts* S);
+                     const c10::optional<at::Tensor>& sb, c10::DeviceType kernel,
+                     SchedConsts* S);
 
 inline at::ScalarType sched_out_dtype(const Params& P) {
   return P.rho == kRneFp64 ? at::kDouble : (P.rho == kRneFp16 ? at::kHalf : at::kFloat);

@@ -78,7 +78,8 @@ void check_program(at::IntArrayRef prog, const Params& P, int64_t K, int64_t S) 
 Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                      const at::Tensor& partials, at::IntArrayRef params, at::IntArrayRef program,
                      at::ArrayRef<double> consts, const c10::optional<at::Tensor>& sa,
-                     const c10::optional<at::Tensor>& sb, SchedConsts* S) {
+                     const c10::optional<at::Tensor>& sb, c10::DeviceType kernel,
+                     SchedConsts* S) {
   TORCH_CHECK_VALUE(params.size() == size_t(kNumParams), "_sched: expected ", kNumParams,
                     " parameters, got ", params.size());
   const Params P = parse_params(params.data());
@@ -110,12 +111,21 @@ Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   S->alpha = consts[1];
   S->beta = consts[2];
   check_program(program, P, a.size(2), Bt ? partials.size(0) / Bt : 0);
+  TORCH_CHECK_VALUE(c.device().type() == kernel, "_sched (", c10::DeviceTypeName(kernel),
+                    " kernel) got a ", c.device(), " tensor");
   // scales go with CHAIN ops (the chains' operands); a PARTIAL program takes none
-  if (sched_has_chain(program.data(), int64_t(program.size())))
+  if (sched_has_chain(program.data(), int64_t(program.size()))) {
     check_scales("_sched", a, b, sa, sb, P);
-  else
+    TORCH_CHECK_VALUE(kernel == c10::DeviceType::CPU,
+                      "_sched: CHAIN programs run on the CPU kernel only (on CUDA the chains "
+                      "come from _gemm as PARTIALs)");
+    TORCH_CHECK_VALUE(sched_rowwise(P, *S, program.data(), int64_t(program.size())),
+                      "_sched: CHAIN programs need an fp32 workspace, an fp32 or fp16 output "
+                      "and no tree NODEs");
+  } else {
     TORCH_CHECK_VALUE(!sa.has_value() && !sb.has_value(),
                       "_sched: scales go with CHAIN programs only");
+  }
   return P;
 }
 
@@ -126,14 +136,9 @@ at::Tensor sched_cpu_entry(const at::Tensor& a, const at::Tensor& b, const at::T
                            const c10::optional<at::Tensor>& sa,
                            const c10::optional<at::Tensor>& sb) {
   SchedConsts S;
-  const Params P = checked_sched(a, b, c, partials, params, program, consts, sa, sb, &S);
-  TORCH_CHECK_VALUE(a.device().is_cpu(), "_sched (CPU kernel) got a ", a.device(), " tensor");
-  const at::Tensor prog = at::tensor(program, at::kLong);
-  TORCH_CHECK_VALUE(!sched_has_chain(prog.data_ptr<int64_t>(), prog.numel()) ||
-                        sched_rowwise(P, S, prog.data_ptr<int64_t>(), prog.numel()),
-                    "_sched: CHAIN programs need an fp32 workspace, an fp32 or fp16 output "
-                    "and no tree NODEs");
-  return sched_cpu(a, b, c, partials, sa, sb, P, prog, S);
+  const Params P = checked_sched(a, b, c, partials, params, program, consts, sa, sb,
+                                 c10::DeviceType::CPU, &S);
+  return sched_cpu(a, b, c, partials, sa, sb, P, at::tensor(program, at::kLong), S);
 }
 }  // namespace
 

@@ -54,11 +54,8 @@ at::Tensor sched_cuda_entry(const at::Tensor& a, const at::Tensor& b, const at::
                             const c10::optional<at::Tensor>& sa,
                             const c10::optional<at::Tensor>& sb) {
   SchedConsts S;
-  const Params P = checked_sched(a, b, c, partials, params, program, consts, sa, sb, &S);
-  TORCH_CHECK_VALUE(c.device().is_cuda(), "_sched (CUDA kernel) got a ", c.device(), " tensor");
-  TORCH_CHECK_VALUE(!sched_has_chain(program.data(), int64_t(program.size())),
-                    "_sched: CHAIN programs run on the CPU kernel only (on CUDA the chains "
-                    "come from _gemm as PARTIALs)");
+  const Params P = checked_sched(a, b, c, partials, params, program, consts, sa, sb,
+                                 c10::DeviceType::CUDA, &S);
   return sched_cuda(a, b, c, partials, P, at::tensor(program, at::kLong), S);
 }
 }  // namespace
