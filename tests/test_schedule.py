@@ -231,6 +231,9 @@ def test_block_scaled_schedules_match_composition(case, family):
         with pytest.raises(ValueError, match="scale block"):
             tme.emulated_mm(A, B, C, arch=spec, scale_a=sc[0], scale_b=sc[1],
                             schedule=Schedule(promote_every=off))
+    with pytest.raises(ValueError, match=r"scales must have shapes \(\.\.\., 5, nblk\)"):
+        tme.emulated_mm(A, B, C, arch=spec, scale_a=sc[0].mT, scale_b=sc[1],
+                        schedule=Schedule(split_k=2))   # (nblk, M) given for (M, nblk)
     tree = "0"
     for k in range(1, K):
         tree = f"({tree}+{k})"
@@ -423,6 +426,85 @@ def test_torch_compile_fullgraph():
     torch._dynamo.reset()
     out = torch.compile(f, fullgraph=True, backend="eager")(A, B, C)
     assert torch.equal(out, f(A, B, C))
+
+    # a Schedule built inside the compiled function (its string form is traced too)
+    def g(a, b, c):
+        return tme.emulated_mm(a, b, c, arch="sm90", schedule=Schedule(
+            split_k=3, alpha=0.5, beta=2.0, epilogue="mul_add", reduce="pairwise"))
+
+    def h(a, b):
+        return tme.emulated_mm(a, b, arch="sm90",
+                               schedule=Schedule.from_string("schedule:promote_every=32"))
+    torch._dynamo.reset()
+    assert torch.equal(torch.compile(g, fullgraph=True, backend="eager")(A, B, C), g(A, B, C))
+    assert torch.equal(torch.compile(h, fullgraph=True, backend="eager")(A, B), h(A, B))
+
+
+def test_serialised_form_escapes_separators_only():
+    s = Schedule.from_tree("((0+1)+2)", alpha=3.0)
+    assert s.to_string() == "schedule:c_mode=chain,alpha=0x1.8000000000000p+1,tree=((0+1)+2)"
+    # what older versions wrote (every non-alphanumeric character escaped) still reads
+    assert Schedule.from_string("schedule:tree=%28%280%2B1%29%2B2%29,alpha=0x1.8p%2B1") == s
+    with pytest.raises(ValueError, match="bad escape"):
+        Schedule.from_string("schedule:split_k=%zz")
+
+
+def _expanded_reduce(items, how):
+    """Every slice past K as its own +0 item (the semantics as documented)."""
+    if how == "sequential" or len(items) <= 2:
+        out = list(items[0])
+        for it in items[1:]:
+            out += it + [3]
+        return out
+    level = items
+    while len(level) > 1:
+        nxt = [level[i] + level[i + 1] + [3] for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        level = nxt
+    return level[0]
+
+
+def _eval_fp32(prog, vals):
+    st, pc = [], 0
+    while pc < len(prog):
+        if prog[pc] == 0:                      # PARTIAL s
+            st.append(vals[prog[pc + 1]])
+            pc += 2
+        elif prog[pc] == 2:                    # ZERO
+            st.append(torch.zeros((), dtype=torch.float32))
+            pc += 1
+        else:                                  # ADD (fp32, round to nearest)
+            y = st.pop()
+            st.append(st.pop() + y)
+            pc += 1
+    return st[0]
+
+
+def test_slices_past_k_cost_nothing_and_change_nothing():
+    """split_k far beyond the chunks: the empty slices collapse (x + 0 + 0 = x + 0, also for
+    x = -0) into at most one +0 per addition with a real value; same bits as adding each."""
+    from torch_mma_emu.schedule import _reduce_program
+    g = torch.Generator().manual_seed(8)
+    pool = torch.tensor([-0.0, 0.0, 1.5, -1e30, float("inf"), float("nan"), -3.25e-40, 1e30])
+    for n in range(1, 8):
+        for empties in range(0, 34):
+            for how in ("sequential", "pairwise"):
+                vals = pool[torch.randint(0, len(pool), (n,), generator=g)]
+                items = [[0, i] for i in range(n)]
+                full = _eval_fp32(_expanded_reduce(items + [[2]] * empties, how), vals)
+                short = _eval_fp32(_reduce_program(items, how, empties), vals)
+                assert torch.equal(bits(full), bits(short)) or (full.isnan() and short.isnan())
+    A, B, C = torch.randn(4, 40, generator=g).half(), torch.randn(40, 3, generator=g).half(), \
+        torch.randn(4, 3, generator=g)
+    want = tme.emulated_mm(A, B, C, arch="sm90", schedule=Schedule(split_k=4))  # 3 chunks
+    for big in (10 ** 7, 10 ** 12):
+        assert torch.equal(tme.emulated_mm(A, B, C, arch="sm90", schedule=Schedule(split_k=big)),
+                           want)
+    for sk in (5, 9, 37):
+        s = Schedule(split_k=sk, reduce="pairwise")
+        assert torch.equal(tme.emulated_mm(A, B, C, arch="sm90", schedule=s),
+                           composition(s, tme.spec("sm90", "fp16"), A, B, C, torch.float32))
 
 
 def test_gradients_through_a_schedule():

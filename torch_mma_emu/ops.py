@@ -124,6 +124,14 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
     block = None
     if sf is not None:
         K = A.shape[-1]
+        if A.dim() >= 2 and B.dim() >= 2 and (
+                scale_a.dim() < 2 or scale_b.dim() < 2 or scale_a.shape[-2] != A.shape[-2]
+                or scale_b.shape[-1] != B.shape[-1]):
+            M, N = A.shape[-2], B.shape[-1]
+            raise ValueError(f"emulated_mm: scales must have shapes (..., {M}, nblk) and "
+                             f"(..., nblk, {N}), nblk = ceil(K / block) = ceil({K} / 32) (MX) "
+                             f"or ceil({K} / 16) (NVFP4); got {tuple(scale_a.shape)} and "
+                             f"{tuple(scale_b.shape)}")
         nblk = scale_a.shape[-1] if scale_a.dim() >= 1 else -1
         cands = [bs for bs in (32, 16) if -(-K // bs) == nblk]
         if not cands:

@@ -37,7 +37,6 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
-from urllib.parse import quote, unquote
 
 import torch
 
@@ -120,7 +119,8 @@ class Schedule:
         if self.dot_k is not None and self.input_precision != "tf32x3":
             errs.append("dot_k applies to input_precision='tf32x3' only")
         if self.input_precision == "tf32x3" and self.promote_every is not None:
-            errs.append("promote_every applies to fp8 chains, not to tf32x3")
+            errs.append("promote_every does not combine with tf32x3 (its three products per "
+                        "tile chain through one accumulator)")
         if self.tree is not None:
             if not isinstance(self.tree, str):
                 errs.append(f"tree must be the text of a SumTree, got {type(self.tree).__name__}")
@@ -198,7 +198,7 @@ class Schedule:
             v = getattr(self, k)
             if v is None or v == _DEFAULTS.get(k):
                 continue
-            parts.append(f"{k}={quote(v.hex() if isinstance(v, float) else str(v), safe='')}")
+            parts.append(f"{k}={_escape(v.hex() if isinstance(v, float) else str(v))}")
         return "schedule:" + ",".join(parts)
 
     @classmethod
@@ -211,7 +211,7 @@ class Schedule:
             if not part:
                 continue
             k, _, v = part.partition("=")
-            v = unquote(v)
+            v = _unescape(v)
             if k not in cls._FIELDS:
                 raise ValueError(f"unknown schedule field {k!r} (fields: {', '.join(cls._FIELDS)})")
             try:
@@ -238,6 +238,26 @@ class Schedule:
         return cls.from_string(d["schedule"])
 
 
+# Percent escapes of the field separators only: plain str operations, which Dynamo traces
+# (urllib.parse.quote does not), so a Schedule can be built inside a compiled function.
+# _unescape reads any %XX escape (older files escaped every non-alphanumeric character).
+def _escape(v: str) -> str:
+    return v.replace("%", "%25").replace(",", "%2C").replace("=", "%3D")
+
+
+def _unescape(v: str) -> str:
+    if "%" not in v:
+        return v
+    head, *rest = v.split("%")
+    out = [head]
+    for piece in rest:
+        code = piece[:2]
+        if len(code) < 2 or any(ch not in "0123456789abcdefABCDEF" for ch in code):
+            raise ValueError(f"bad escape %{code} in schedule field value {v!r}")
+        out.append(chr(int(code, 16)) + piece[2:])
+    return "".join(out)
+
+
 def load_schedule(x: str) -> Schedule:
     """A schedule from a JSON file written by ``--schedule-out`` / ``Schedule.to_dict``, a
     preset name or a serialised schedule (the CLI's ``--schedule``)."""
@@ -252,6 +272,8 @@ def load_schedule(x: str) -> Schedule:
         return Schedule.from_dict(d)
     if isinstance(x, str) and (x.startswith("schedule:") or x in PRESETS):
         return as_schedule(x)
+    if isinstance(x, str) and (x.endswith(".json") or os.sep in x):
+        raise ValueError(f"schedule file not found: {x}")
     raise ValueError(f"--schedule {x!r} is not a schedule file, a preset "
                      f"({', '.join(PRESETS)}) or a serialised schedule")
 
@@ -466,18 +488,24 @@ def _epilogue(c_in_epilogue: bool, alpha: float, beta: float, epilogue: str) -> 
 # running a schedule
 # ---------------------------------------------------------------------------------------
 
-def _reduce_program(items: list[list[int]], how: str) -> list[int]:
-    """Postfix code summing the sub-programs ``items`` (each pushes one value)."""
-    if how == "sequential" or len(items) <= 2:
+def _reduce_program(items: list[list[int]], how: str, empties: int = 0) -> list[int]:
+    """Postfix code summing the sub-programs ``items`` (each pushes one value) followed by
+    ``empties`` slices past K, each +0.  The empty slices cost nothing however many there
+    are: +0 + +0 is +0, and x + +0 + +0 is x + +0 for every x (-0 + +0 is +0), so they reduce
+    to at most one +0 per addition the order really makes with a non-empty value."""
+    if how == "sequential" or len(items) + empties <= 2:
         out = list(items[0])
         for it in items[1:]:
             out += it + [_ADD]
-        return out
-    level = items
-    while len(level) > 1:
+        return out + ([_ZERO, _ADD] if empties else [])
+    level, e = items, empties   # e: trailing +0 items of this level
+    while len(level) + e > 1:
         nxt = [level[i] + level[i + 1] + [_ADD] for i in range(0, len(level) - 1, 2)]
-        if len(level) % 2:
-            nxt.append(level[-1])
+        if len(level) % 2:      # the last value pairs with the first +0, or is carried up
+            nxt.append(level[-1] + [_ZERO, _ADD] if e else level[-1])
+            e = -(-(e - 1) // 2) if e else 0
+        else:
+            e = -(-e // 2)      # +0 pairs: +0 each, an odd one carried up
         level = nxt
     return level[0]
 
@@ -495,10 +523,14 @@ def _tf32_round(x: torch.Tensor, mode: str) -> torch.Tensor:
     return torch.where(special, bits, r).view(torch.float32).view(x.shape)
 
 
-def _k_ranges(K: int, L: int, parts: int) -> list[tuple[int, int]]:
+def _k_ranges(K: int, L: int, parts: int) -> tuple[list[tuple[int, int]], int]:
+    """The slices holding products, ceil(ceil(K / L) / parts) chunks of L each (at least one
+    slice, empty when K is 0), and how many slices past K follow them."""
     chunks = -(-K // L)
-    size = -(-chunks // parts) * L
-    return [(min(K, s * size), min(K, (s + 1) * size)) for s in range(parts)]
+    per = -(-chunks // parts)
+    n = -(-chunks // per) if per else 1
+    size = per * L
+    return [(min(K, s * size), min(K, (s + 1) * size)) for s in range(n)], parts - n
 
 
 def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
@@ -550,7 +582,8 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
         return [_PARTIAL, len(jobs) - 1]
 
     slice_code = []
-    for (k0, k1) in _k_ranges(K, L, sched.split_k):
+    ranges, empties = _k_ranges(K, L, sched.split_k)
+    for (k0, k1) in ranges:
         if sched.promote_every is None:
             slice_code.append(push(k0, k1, c_in_chain))
             continue
@@ -558,7 +591,7 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
         for b0 in range(k0, k1, sched.promote_every):
             code += push(b0, min(k1, b0 + sched.promote_every)) + [_ADD]
         slice_code.append(code)
-    prog = _reduce_program(slice_code, sched.reduce)
+    prog = _reduce_program(slice_code, sched.reduce, empties)
     prog += _epilogue(has_c and not c_in_chain, sched.alpha, sched.beta, sched.epilogue)
     if inline:
         return torch.ops.mma_emu._sched(a3, b3, c3, c3.new_empty((0, M, N)), params, prog,
