@@ -39,7 +39,7 @@ def _steps(tmp_path, *steps, **env):
 
 def test_steps_dry_run_plans_every_step_within_its_limit(tmp_path):
     r = _steps(tmp_path, "env", "build", "smoke", "identity@150", "native:fp8_e4m3,fp8_e5m2",
-               "probe", "tests", "bench", "profile", "fprev", "preview",
+               "probe", "tests", "bench", "profile", "fprev", "preview", "schedules@100",
                MMA_EMU_VALIDATE_ARGS="--native-outputs 300000",
                MMA_EMU_PROBE_ARGS="--instructions all")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -55,6 +55,7 @@ def test_steps_dry_run_plans_every_step_within_its_limit(tmp_path):
     assert "ncu --clock-control none" in out and "reveal matmul --backend cublas" in out
     assert "reveal sum --n 100000" in out and "scripts/gpu/preview_cuda.py" in out
     assert "--dtype float8_e4m3fn --m 64 --n 64 --k 16 " in out and "float8_e4m3fn --m 64 --n 64 --k 64" not in out
+    assert f"scripts/gpu/schedules.py --out {tmp_path}/schedules.md" in out
     assert (tmp_path / "steps.log").read_text().count("+ [") == out.count("+ [")
 
 
@@ -167,3 +168,51 @@ def test_preview_cuda_script_on_the_cpu():
     r = subprocess.run([sys.executable, str(ROOT / "scripts/gpu/preview_cuda.py"), "--device",
                         "cpu", "--dtypes", "float13"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown dtype" in r.stderr
+
+
+def test_schedules_script_finds_the_stand_in_schedules(tmp_path, capsys):
+    """scripts/gpu/schedules.py --stand-in: each 'library call' is emulated_mm with a known
+    schedule; the ranking must put it among the bit-exact candidates (exit 0), the preset
+    column must say 0 where the stand-in is the preset, and the report is written."""
+    mod = _load("scripts/gpu/schedules.py")
+    out = tmp_path / "schedules.md"
+    assert mod.main(["--stand-in", "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "| torch.mm fp16 -> fp32 16x512x16 | 512 | - | - | exact: split-K 3" in text
+    assert "| torch._scaled_mm use_fast_accum=True | 512 | scaled_mm_fast_accum | 0 | exact: " \
+           "plain chain / next:" in text
+    # a stand-in no candidate reproduces is reported and fails the self-test
+    mod.STAND_IN[("matmul", None)] = tme_schedule(split_k=3, reduce="pairwise", alpha=0.5)
+    assert mod.main(["--stand-in", "--out", str(out)]) == 1
+    assert "not among the exact candidates" in capsys.readouterr().err
+
+
+def tme_schedule(**kw):
+    from torch_mma_emu.schedule import Schedule
+    return Schedule(**kw)
+
+
+def test_schedule_search_ranks_candidates():
+    from torch_mma_emu.schedule import Schedule
+    from torch_mma_emu.schedule_search import candidate_schedules, match_schedules, mismatches
+    import torch_mma_emu as tme
+    c = candidate_schedules(K=256, L=16, split_ks=(1, 2, 3, 4))
+    assert c[0] == Schedule() and Schedule(split_k=3, reduce="pairwise") in c
+    assert Schedule(split_k=2, reduce="pairwise") not in c        # the same order as sequential
+    assert Schedule(promote_every=128, c_mode="epilogue") in c
+    assert all(s.promote_every in (None, 16, 32, 64, 128) for s in c)
+    g = torch.Generator().manual_seed(0)
+    A, B = torch.randn(32, 256, generator=g).half(), torch.randn(256, 32, generator=g).half()
+    D = tme.emulated_mm(A, B, arch="sm90", schedule=Schedule(split_k=3, reduce="pairwise"))
+    ranking = match_schedules(D, A, B, arch="sm90", candidates=c)
+    assert ranking[0][1] == 0 and Schedule(split_k=3, reduce="pairwise") in \
+        [s for s, n in ranking if n == 0]
+    assert ranking[-1][1] > 0 and [n for _, n in ranking] == sorted(n for _, n in ranking)
+    # post: a library that rounds the fp32 accumulation to fp16 at the end
+    ranking16 = match_schedules(D.half(), A, B, arch="sm90", candidates=c[:3],
+                                post=lambda E: E.half(), out_dtype=torch.float32)
+    assert ranking16[0][1] == 0
+    nan = torch.tensor([float("nan"), 1.0])
+    assert mismatches(nan, torch.tensor([float("-nan"), 1.0])) == 0
+    with pytest.raises(ValueError, match="mismatches"):
+        mismatches(nan, nan.double())

@@ -134,3 +134,14 @@ def test_native_mm_triton_backend_glue(monkeypatch):
     assert torch.allclose(D.double(), ref(A32, A32.t(), None), rtol=1e-3, atol=1e-3)
     with pytest.raises(ValueError, match="fp64"):
         native.native_mm(A32.double(), A32.t().double(), backend="triton")
+
+
+def test_fp8_max_num_imprecise_acc_is_passed_through():
+    """The option reaches tl.dot (the interpreter computes in full precision either way; the
+    promotion itself is confirmed on a Hopper GPU by scripts/gpu/schedules.py)."""
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(16, 128, generator=g).to(torch.float8_e4m3fn)
+    B = torch.randn(128, 16, generator=g).to(torch.float8_e4m3fn)
+    for imprecise in (None, 32, 128):
+        D = mm()(A, B, max_num_imprecise_acc=imprecise, block_k=128)  # <= the dot's K
+        assert torch.allclose(D.double(), ref(A, B, None), rtol=1e-4, atol=1e-4)

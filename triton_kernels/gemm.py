@@ -66,7 +66,8 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, d_ptr, M, N, K,
                  s_ab, s_am, s_ak, s_bb, s_bk, s_bn, s_cb, s_cm, s_cn, s_db, s_dm, s_dn,
                  HAS_C: tl.constexpr, C_IN_ACC: tl.constexpr, ACC_FP16: tl.constexpr,
                  PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, INTERP_UPCAST: tl.constexpr):
+                 BLOCK_K: tl.constexpr, INTERP_UPCAST: tl.constexpr,
+                 MAX_IMPRECISE: tl.constexpr = None):
     pid = tl.program_id(0)
     bat = tl.program_id(1).to(tl.int64)
     n_tiles = (N + BLOCK_N - 1) // BLOCK_N
@@ -93,7 +94,8 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, d_ptr, M, N, K,
         if INTERP_UPCAST:  # Triton's interpreter multiplies bf16 bit patterns as integers
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=acc_ty)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=acc_ty,
+                     max_num_imprecise_acc=MAX_IMPRECISE)
         a_ptrs += BLOCK_K * s_ak
         b_ptrs += BLOCK_K * s_bk
     if HAS_C and not C_IN_ACC:
@@ -124,7 +126,8 @@ def _fmt_of(t: torch.Tensor, in_format: Optional[str]) -> str:
 def matmul(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *,
            in_format: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
            c_mode: str = "chain", block_m: int = 64, block_n: int = 64,
-           block_k: Optional[int] = None, num_warps: int = 4, num_stages: int = 3) -> torch.Tensor:
+           block_k: Optional[int] = None, num_warps: int = 4, num_stages: int = 3,
+           max_num_imprecise_acc: Optional[int] = None) -> torch.Tensor:
     """``D = C + A @ B`` on the tensor cores through one Triton kernel (no split-K).
 
     A (Bt, M, K) or (M, K); B (Bt, K, N) or (K, N); C None or broadcastable to (Bt, M, N)
@@ -133,6 +136,9 @@ def matmul(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *
     it; "fp8_e4m3,fp8_e5m2" mixes fp8 formats).  ``out_dtype``: float32 (default) or float16
     (fp16 and fp8 inputs: the fp16 accumulator of the instruction).  ``c_mode``: "chain"
     (C is the initial accumulator) or "epilogue" (accumulate from 0, add C at the end).
+    ``max_num_imprecise_acc``: Triton's fp8 option (Hopper: products summed in the wgmma
+    accumulator before each fp32 promotion; None: Triton's default, no promotion); the
+    presets ``triton_fp8_hopper_imprecise_acc_*`` model it.
     """
     if c_mode not in ("chain", "epilogue"):
         raise ValueError(f"triton_kernels.matmul: c_mode must be 'chain' or 'epilogue', got {c_mode!r}")
@@ -178,7 +184,8 @@ def matmul(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *
         C3.stride(0), C3.stride(1), C3.stride(2), D.stride(0), D.stride(1), D.stride(2),
         HAS_C=C is not None, C_IN_ACC=c_mode == "chain", ACC_FP16=odt == torch.float16,
         PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=bk,
-        INTERP_UPCAST=_interpreting() and fa == "bf16", num_warps=num_warps, num_stages=num_stages)
+        INTERP_UPCAST=_interpreting() and fa == "bf16", MAX_IMPRECISE=max_num_imprecise_acc,
+        num_warps=num_warps, num_stages=num_stages)
     return D[0] if squeeze else D
 
 
