@@ -120,8 +120,8 @@ Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
                       "_sched: CHAIN programs run on the CPU kernel only (on CUDA the chains "
                       "come from _gemm as PARTIALs)");
     TORCH_CHECK_VALUE(sched_rowwise(P, *S, program.data(), int64_t(program.size())),
-                      "_sched: CHAIN programs need an fp32 workspace, an fp32 or fp16 output "
-                      "and no tree NODEs");
+                      "_sched: CHAIN programs need an fp32, fp16 or fp64 output and no tree "
+                      "NODEs");
   } else {
     TORCH_CHECK_VALUE(!sa.has_value() && !sb.has_value(),
                       "_sched: scales go with CHAIN programs only");

@@ -1,8 +1,8 @@
 """The CPU kernel runs split-K slices and promotion blocks itself (CHAIN ops of the schedule
 program, csrc/cpu/sched_cpu.cpp): straight into its reduction, through the vectorised FDPA /
 FMA / FTZ kernels where the arch has one, else through the core chain per element.  Elsewhere
-(CUDA, tf32x3, fp64) the chains come from _gemm as PARTIALs.  Both routes must give the same
-bits for every unscaled registry row, on every CPU path (AVX-512, AVX2, scalar), over the
+(CUDA, tf32x3) the chains come from _gemm as PARTIALs.  Both routes must give the same
+bits for every registry row (fp32 and fp64 workspaces), on every CPU path (AVX-512, AVX2, scalar), over the
 three input families (NaN, Inf, subnormals and out-of-window exponents in 'bitstream'), for
 shapes that fill no register block evenly.  test_schedule.py checks the result itself against
 the exact reference and an independent composition."""
@@ -45,10 +45,8 @@ def _path(spec, mode):
 
 _probe = tme.spec("sm90", "fp16")
 PATHS = [None] + [i for i in ("avx2",) if _path(_probe, i).startswith(i)] + ["scalar"]
-# every row with an fp32 or fp16 output (fp64 products reduce in fp64: PARTIALs); the
-# block-scaled rows at each block size
-SPECS = [r.make_spec(r.formats[0], r.formats[0], 0) for r in ROWS
-         if r.scale_format is None and r.out in ("fp32", "fp16")] + \
+# every unscaled row; the block-scaled rows at each block size
+SPECS = [r.make_spec(r.formats[0], r.formats[0], 0) for r in ROWS if r.scale_format is None] + \
         [r.make_spec(r.formats[0], r.formats[0], bs) for r in ROWS if r.scale_format
          for bs in r.block_sizes]
 
@@ -69,6 +67,9 @@ def schedules(L):
         Schedule(c_mode="epilogue", alpha=0.5, beta=-2.0, epilogue="mul_add"),
         Schedule(alpha=-0.75),                          # C in the chain, alpha after
         Schedule(split_k=2, c_mode="epilogue", alpha=1.5, beta=0.25),  # fma epilogue
+        Schedule(split_k=3, reduce="pairwise", workspace="fp64", alpha=0.75, beta=-1.25),
+        Schedule(promote_every=L, workspace="fp64", c_mode="epilogue", epilogue="mul_add",
+                 alpha=0.1, beta=3.0),
     ]
 
 
@@ -76,6 +77,7 @@ def test_every_path_is_listed():
     assert len(SPECS) > 40 and {s.op for s in SPECS} >= {"t_fdpa", "fma", "ftz_addmul",
                                                           "tr_fdpa", "gtr_fdpa", "e_fdpa"}
     assert any(s.passes > 1 for s in SPECS) and any(s.out_format == "fp16" for s in SPECS)
+    assert any(s.out_format == "fp64" for s in SPECS)
     assert {s.op for s in SPECS if s.scaled} == {"st_fdpa", "gst_fdpa"}
 
 
@@ -128,8 +130,10 @@ def test_routes_taken():
         assert calls == []
         tme.emulated_mm(A.float(), B.float(), arch="sm80",
                         schedule="schedule:split_k=2,input_precision=tf32x3")
+        assert len(calls) == 1
         tme.emulated_mm(A, B, arch="sm90", schedule="schedule:split_k=2,workspace=fp64")
-        assert len(calls) == 2
+        tme.emulated_mm(A.double(), B.double(), arch="sm80", schedule="cublas_split_k_4")
+        assert len(calls) == 1
     finally:
         sched_mod._run_chains = old
 
@@ -151,8 +155,9 @@ def test_the_op_checks_chain_ops():
             run(prog)
     with pytest.raises(ValueError, match="chain-mode"):
         run([8, 0, 20, 0], params=spec.to_params("epilogue"))
-    with pytest.raises(ValueError, match="fp32 workspace"):
-        run([8, 0, 20, 0], consts=(1.0, 1.0, 1.0))
+    assert torch.equal(run([8, 0, 20, 1], consts=(1.0, 1.0, 1.0)), c)   # fp64 workspace
+    with pytest.raises(ValueError, match="no tree NODEs"):
+        run([8, 0, 16, 0, 4, 1, 1, 16, 16, 0])    # a CHAIN feeding a tree node
 
 
 def test_the_op_checks_block_scaled_chain_ops():

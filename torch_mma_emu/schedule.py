@@ -572,8 +572,7 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
     jobs: list[tuple[int, int, bool]] = []   # chains (k0, k1, starts from C)
     # The CPU kernel runs the slices' and blocks' chains itself (CHAIN ops, straight into
     # its reduction: no partial tensors); elsewhere _gemm computes them as PARTIALs.
-    inline = (_CPU_CHAINS and c3.device.type == "cpu" and lo is None and not ws64
-              and c3.dtype in (torch.float32, torch.float16))
+    inline = _CPU_CHAINS and c3.device.type == "cpu" and lo is None
 
     def push(k0, k1, from_c=False):
         if inline:

@@ -51,18 +51,20 @@ class FdpaPanels {
   int kind_ = 0;
 };
 
-// The FMA-chain / FTZ-AddMul kernels (fast_values.cpp) the same way, for fp32 values: a
-// (M, K) and b (K, N) of one batch element, any strides.
+// The FMA-chain / FTZ-AddMul kernels (fast_values.cpp) the same way: a (M, K) and b (K, N)
+// of one batch element, any strides; fp32 values, or fp64 for the fp64 FMA chain.
 class ValuePanels {
  public:
   bool prepare(const Params& P, const at::Tensor& a, const at::Tensor& b);
   int64_t width() const;
   // rows [i0, i1) of acc (stride ld) advanced over the products [k0, k1): exact for every
-  // lane (NaN and Inf included), no hand-back to the core
+  // lane (NaN and Inf included), no hand-back to the core.  acc's type is the values'.
   void run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, float* acc, int64_t ld) const;
+  void run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, double* acc, int64_t ld) const;
 
  private:
   const void* pk_ = nullptr;  // fast_values.cpp's thread-local packed operands
+  bool f64_ = false;
 };
 
 // fp16 accumulators live in the fast kernels as the fp32 word of the same value; these two

@@ -235,8 +235,18 @@ bool fast_values(const Params& P, const at::Tensor& a, const at::Tensor& b, cons
 bool ValuePanels::prepare(const Params& P, const at::Tensor& a, const at::Tensor& b) {
 #ifdef MMA_FAST_X86
   const FastKind kind = fast_eligible(P);
-  if ((kind != FastKind::kFma && kind != FastKind::kFtz) || cpu_isa() == Isa::kScalar ||
-      a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat || P.rho != kRneFp32)
+  if ((kind != FastKind::kFma && kind != FastKind::kFtz) || cpu_isa() == Isa::kScalar)
+    return false;
+  f64_ = a.scalar_type() == at::kDouble;
+  if (f64_) {  // the fp64 FMA chain
+    if (kind != FastKind::kFma || P.rho != kRneFp64 || b.scalar_type() != at::kDouble)
+      return false;
+    thread_local Packed<double> pk;
+    pack(P, kind, a, b, pk);
+    pk_ = &pk;
+    return true;
+  }
+  if (a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat || P.rho != kRneFp32)
     return false;
   thread_local Packed<float> pk;
   pack(P, kind, a, b, pk);
@@ -250,7 +260,8 @@ bool ValuePanels::prepare(const Params& P, const at::Tensor& a, const at::Tensor
 
 int64_t ValuePanels::width() const {
 #ifdef MMA_FAST_X86
-  return static_cast<const Packed<float>*>(pk_)->Np;
+  return f64_ ? static_cast<const Packed<double>*>(pk_)->Np
+              : static_cast<const Packed<float>*>(pk_)->Np;
 #else
   return 0;
 #endif
@@ -259,7 +270,18 @@ int64_t ValuePanels::width() const {
 void ValuePanels::run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, float* acc,
                       int64_t ld) const {
 #ifdef MMA_FAST_X86
+  TORCH_CHECK(!f64_, "ValuePanels: fp64 values need an fp64 accumulator");
   if (k1 > k0) run_packed(*static_cast<const Packed<float>*>(pk_), i0, i1 - i0, k0, k1, acc, ld);
+#else
+  (void)i0; (void)i1; (void)k0; (void)k1; (void)acc; (void)ld;
+#endif
+}
+
+void ValuePanels::run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, double* acc,
+                      int64_t ld) const {
+#ifdef MMA_FAST_X86
+  TORCH_CHECK(f64_, "ValuePanels: fp32 values need an fp32 accumulator");
+  if (k1 > k0) run_packed(*static_cast<const Packed<double>*>(pk_), i0, i1 - i0, k0, k1, acc, ld);
 #else
   (void)i0; (void)i1; (void)k0; (void)k1; (void)acc; (void)ld;
 #endif

@@ -55,7 +55,9 @@ bool sched_has_chain(const int64_t* prog, int64_t len) {
 }
 
 bool sched_rowwise(const Params& P, const SchedConsts& S, const int64_t* prog, int64_t len) {
-  if (S.ws64 || !(P.rho == kRzFp32 || P.rho == kRzE8m13 || P.rho == kRneFp32 || P.rho == kRneFp16))
+  (void)S;  // fp32 and fp64 workspaces both run row-wise
+  if (!(P.rho == kRzFp32 || P.rho == kRzE8m13 || P.rho == kRneFp32 || P.rho == kRneFp16 ||
+        P.rho == kRneFp64))
     return false;
   for (int64_t pc = 0; pc < len; pc += op_size(prog, pc))
     if (prog[pc] == kSNode) return false;
@@ -68,31 +70,51 @@ namespace {
 // blocks of 6 rows).
 inline int64_t block_rows(const Params& P) { return (P.op == kFma || P.op == kFtzAddMul) ? 24 : 16; }
 
-// The element-wise ops of a row block, compiled twice: for AVX2 + FMA + F16C (std::fma
-// becomes vfmadd, fp16 outputs use vcvtps2ph) and for baseline x86-64 (std::fma is a libm
-// call).  Same IEEE operations either way; -ffp-contract=off keeps a * b + c two roundings.
-#define MMA_ROW_OPS                                                                        \
-  void add(float* x, const float* y, int64_t n) {                                          \
+// The element-wise ops of a row block (workspace T = float or double), compiled twice: for
+// AVX2 + FMA + F16C (std::fma becomes vfmadd, fp16 outputs use vcvtps2ph) and for baseline
+// x86-64 (std::fma is a libm call).  Same IEEE operations either way; -ffp-contract=off keeps
+// a * b + c two roundings.
+#define MMA_ROW_OPS_T(T)                                                                   \
+  void add(T* x, const T* y, int64_t n) {                                                  \
     for (int64_t e = 0; e < n; ++e) x[e] = x[e] + y[e];                                    \
   }                                                                                        \
-  void mul(float* x, float alpha, int64_t n) {                                             \
+  void mul(T* x, T alpha, int64_t n) {                                                     \
     for (int64_t e = 0; e < n; ++e) x[e] = alpha * x[e];                                   \
   }                                                                                        \
-  void fma(float* x, const float* c, float alpha, float beta, int64_t n) {                 \
+  void fma(T* x, const T* c, T alpha, T beta, int64_t n) {                                 \
     for (int64_t e = 0; e < n; ++e) x[e] = std::fma(alpha, x[e], beta * c[e]);             \
   }                                                                                        \
-  void mul_add(float* x, const float* c, float alpha, float beta, int64_t n) {             \
+  void mul_add(T* x, const T* c, T alpha, T beta, int64_t n) {                             \
     for (int64_t e = 0; e < n; ++e) {                                                      \
-      const float ax = alpha * x[e], bc = beta * c[e];                                     \
+      const T ax = alpha * x[e], bc = beta * c[e];                                         \
       x[e] = ax + bc;                                                                      \
     }                                                                                      \
+  }
+// One rounding of the workspace value to the output format (nearest even; NaN: the arch's)
+#define MMA_ROW_OUT                                                                        \
+  void out(const Params& P, const float* v, uint8_t* o, int oes, int64_t n) {              \
+    if (oes == 2) return out_f16(P, v, reinterpret_cast<uint16_t*>(o), n);                 \
+    uint32_t* q = reinterpret_cast<uint32_t*>(o);                                          \
+    for (int64_t j = 0; j < n; ++j) q[j] = is_nan(v[j]) ? uint32_t(P.nan_bits) : bits_of(v[j]); \
   }                                                                                        \
-  void out_f32(const float* v, uint32_t* o, int64_t n, uint32_t nan) {                     \
-    for (int64_t j = 0; j < n; ++j) o[j] = is_nan(v[j]) ? nan : bits_of(v[j]);             \
+  void out(const Params& P, const double* v, uint8_t* o, int oes, int64_t n) {             \
+    if (oes == 8) {                                                                        \
+      uint64_t* q = reinterpret_cast<uint64_t*>(o);                                        \
+      for (int64_t j = 0; j < n; ++j) q[j] = is_nan(v[j]) ? P.nan_bits : bits_of(v[j]);    \
+    } else if (oes == 4) {                                                                 \
+      uint32_t* q = reinterpret_cast<uint32_t*>(o);                                        \
+      for (int64_t j = 0; j < n; ++j)                                                      \
+        q[j] = is_nan(v[j]) ? uint32_t(P.nan_bits) : bits_of(static_cast<float>(v[j]));    \
+    } else {                                                                               \
+      uint16_t* q = reinterpret_cast<uint16_t*>(o);                                        \
+      for (int64_t j = 0; j < n; ++j) q[j] = uint16_t(out_bits_rne(P, v[j]));              \
+    }                                                                                      \
   }
 
 struct RowOps {
-  MMA_ROW_OPS
+  MMA_ROW_OPS_T(float)
+  MMA_ROW_OPS_T(double)
+  MMA_ROW_OUT
   void out_f16(const Params& P, const float* v, uint16_t* o, int64_t n) {
     for (int64_t j = 0; j < n; ++j) o[j] = uint16_t(out_bits_rne(P, double(v[j])));
   }
@@ -103,7 +125,9 @@ struct RowOps {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
 struct RowOpsV3 {
-  MMA_ROW_OPS
+  MMA_ROW_OPS_T(float)
+  MMA_ROW_OPS_T(double)
+  MMA_ROW_OUT
   void out_f16(const Params& P, const float* v, uint16_t* o, int64_t n) {
     int64_t j = 0;
     for (; j + 8 <= n; j += 8)  // IEEE round to nearest even, subnormals and overflow included
@@ -116,9 +140,11 @@ struct RowOpsV3 {
 };
 #pragma GCC pop_options
 #endif
-#undef MMA_ROW_OPS
+#undef MMA_ROW_OPS_T
+#undef MMA_ROW_OUT
 
-// Output-format bits <-> the fp32 values the row blocks hold (fp16 values are exact in fp32).
+// Output-format bits -> the values the row blocks hold (fp16 values are exact in fp32,
+// fp32 and fp16 ones in fp64).
 inline float val_of(bool half, uint64_t bits) {
   return f32_of(half ? f32_bits_of_f16(uint32_t(bits)) : uint32_t(bits));
 }
@@ -134,8 +160,14 @@ struct Blocks {
   int depth;
   int64_t rows;  // output rows per block
   bool half;
+  bool f64;   // fp64 output (the FMA chain in fp64)
+  int oes;    // output element size
   uint8_t* out;
   bool v3;  // AVX2 + FMA + F16C element-wise ops (cpu_isa() is not scalar)
+
+  template <class T> T val(uint64_t bits) const {
+    return f64 ? T(f64_of(bits)) : T(val_of(half, bits));
+  }
 };
 
 // The operands of one batch element for its CHAIN ops: codes decoded for the fused ops,
@@ -190,7 +222,7 @@ void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int6
   const int64_t W = cs.W;
   for (int64_t i = i0; i < i1; ++i) {
     float* row = t + (i - i0) * W;
-    for (int64_t j = 0; j < X.N; ++j) row[j] = from_c ? val_of(X.half, X.vc.at(bi, i, j)) : 0.0f;
+    for (int64_t j = 0; j < X.N; ++j) row[j] = from_c ? X.val<float>(X.vc.at(bi, i, j)) : 0.0f;
     for (int64_t j = X.N; j < W; ++j) row[j] = 0.0f;
   }
   if (cs.values) {
@@ -239,22 +271,62 @@ void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int6
     for (int64_t j = 0; j < X.N; ++j) core(i, j);
 }
 
-// Rows [i0, i1) of batch element bi.  buf: (depth + 1) entries of X.rows x W floats (the
-// last one holds C).
-template <class Ops>
+// The fp64 FMA chain over [k0, k1) from C or +0 into t (fp64 outputs).
+void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int64_t i1,
+               int64_t k0, int64_t k1, bool from_c, double* t) {
+  const int64_t W = cs.W;
+  for (int64_t i = i0; i < i1; ++i) {
+    double* row = t + (i - i0) * W;
+    for (int64_t j = 0; j < X.N; ++j) row[j] = from_c ? f64_of(X.vc.at(bi, i, j)) : 0.0;
+    for (int64_t j = X.N; j < W; ++j) row[j] = 0.0;
+  }
+  if (cs.fast) {
+    cs.vp.run(i0, i1, k0, k1, t, W);
+    return;
+  }
+  const double* av = cs.Av.data_ptr<double>();
+  const double* bv = cs.Bv.data_ptr<double>();
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = 0; j < X.N; ++j) {
+      double& r = t[(i - i0) * W + j];
+      r = dot_fma<double>(X.P, av + i * X.K + k0, bv + j * X.K + k0, int(k1 - k0), r);
+    }
+}
+
+// A CHAIN into a stack entry of workspace type T: fp32 / fp16 chains run in a float
+// scratch entry and widen exactly into an fp64 workspace.
+template <class T>
+void chain_into(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int64_t i1,
+                const int64_t* op, T* t, float* scratch) {
+  if constexpr (sizeof(T) == 4) {
+    run_chain(X, cs, bi, i0, i1, op[1], op[2], op[3] != 0, t);
+  } else if (X.f64) {
+    run_chain(X, cs, bi, i0, i1, op[1], op[2], op[3] != 0, t);
+  } else {
+    run_chain(X, cs, bi, i0, i1, op[1], op[2], op[3] != 0, scratch);
+    const int64_t n = (i1 - i0) * cs.W;
+    for (int64_t e = 0; e < n; ++e) t[e] = double(scratch[e]);
+  }
+}
+
+// Rows [i0, i1) of batch element bi in workspace T (float: fp32, double: fp64).  buf:
+// (depth + 1) entries of X.rows x W values (the last one holds C); scratch: one float entry
+// (CHAINs of fp32 / fp16 outputs in an fp64 workspace).
+template <class Ops, class T>
 void run_block(const Blocks& X, const ChainSrc* cs, int64_t bi, int64_t i0, int64_t i1,
-               int64_t W, float* buf) {
+               int64_t W, T* buf, float* scratch) {
   Ops ops;
-  const float alpha = float(X.S.alpha), beta = float(X.S.beta);
+  // fp32 workspace: alpha and beta rounded to fp32 first (ws_mul / ws_fma of schedule.h)
+  const T alpha = T(X.S.alpha), beta = T(X.S.beta);
   const int64_t n = (i1 - i0) * W;  // the ops run over whole blocks, padding included
   auto entry = [&](int d) { return buf + size_t(d) * size_t(X.rows * W); };
-  float* cb = entry(X.depth);
+  T* cb = entry(X.depth);
   bool have_c = false;
   auto load_c = [&]() {
     if (!have_c)
       for (int64_t i = i0; i < i1; ++i)
         for (int64_t j = 0; j < W; ++j)
-          cb[(i - i0) * W + j] = j < X.N ? val_of(X.half, X.vc.at(bi, i, j)) : 0.0f;
+          cb[(i - i0) * W + j] = j < X.N ? X.val<T>(X.vc.at(bi, i, j)) : T(0);
     have_c = true;
     return cb;
   };
@@ -262,57 +334,60 @@ void run_block(const Blocks& X, const ChainSrc* cs, int64_t bi, int64_t i0, int6
   for (int64_t pc = 0; pc < X.len; pc += op_size(X.prog, pc)) {
     const int64_t* op = X.prog + pc;
     switch (op[0]) {
-      case kSChain:
-        run_chain(X, *cs, bi, i0, i1, op[1], op[2], op[3] != 0, entry(sp++));
-        break;
+      case kSChain: chain_into(X, *cs, bi, i0, i1, op, entry(sp++), scratch); break;
       case kSPartial: {
-        float* t = entry(sp++);
+        T* t = entry(sp++);
         for (int64_t i = i0; i < i1; ++i)
           for (int64_t j = 0; j < W; ++j)
-            t[(i - i0) * W + j] = j < X.N ? val_of(X.half, X.vp.at(op[1] * X.Bt + bi, i, j)) : 0.0f;
+            t[(i - i0) * W + j] = j < X.N ? X.val<T>(X.vp.at(op[1] * X.Bt + bi, i, j)) : T(0);
         break;
       }
       case kSC: std::copy(load_c(), load_c() + n, entry(sp++)); break;
-      case kSZero: std::fill(entry(sp), entry(sp) + n, 0.0f); ++sp; break;
+      case kSZero: std::fill(entry(sp), entry(sp) + n, T(0)); ++sp; break;
       case kSAdd: ops.add(entry(sp - 2), entry(sp - 1), n); --sp; break;
       case kSEpiAlpha: ops.mul(entry(sp - 1), alpha, n); break;
       case kSEpiFma: ops.fma(entry(sp - 1), load_c(), alpha, beta, n); break;
       default: ops.mul_add(entry(sp - 1), load_c(), alpha, beta, n); break;  // kSEpiMulAdd
     }
   }
-  const float* t = entry(0);
-  for (int64_t i = i0; i < i1; ++i) {
-    const int64_t r = bi * X.M + i;
-    if (X.half) ops.out_f16(X.P, t + (i - i0) * W, reinterpret_cast<uint16_t*>(X.out) + r * X.N, X.N);
-    else ops.out_f32(t + (i - i0) * W, reinterpret_cast<uint32_t*>(X.out) + r * X.N, X.N, uint32_t(X.P.nan_bits));
-  }
+  const T* t = entry(0);
+  for (int64_t i = i0; i < i1; ++i)
+    ops.out(X.P, t + (i - i0) * W, X.out + (bi * X.M + i) * X.N * X.oes, X.oes, X.N);
 }
 
 // run_block with the widest element-wise ops this CPU has.
+template <class T>
 void run_block_any(const Blocks& X, const ChainSrc* cs, int64_t bi, int64_t i0, int64_t i1,
-                   int64_t W, float* buf) {
+                   int64_t W, T* buf, float* scratch) {
 #ifdef MMA_HAVE_V3
-  if (X.v3) return run_block<RowOpsV3>(X, cs, bi, i0, i1, W, buf);
+  if (X.v3) return run_block<RowOpsV3>(X, cs, bi, i0, i1, W, buf, scratch);
 #endif
-  run_block<RowOps>(X, cs, bi, i0, i1, W, buf);
+  run_block<RowOps>(X, cs, bi, i0, i1, W, buf, scratch);
 }
 
+template <class T>
 void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
                 const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb) {
   const bool chains = sched_has_chain(X.prog, X.len);
   const int64_t R = X.rows, nrb = (X.M + R - 1) / R;
+  struct Bufs {
+    std::vector<T> stack;
+    std::vector<float> scratch;
+  };
   auto block_buf = [&](int64_t W) {
-    thread_local std::vector<float> buf;
-    buf.resize(size_t(X.depth + 1) * size_t(R * W));
-    return buf.data();
+    thread_local Bufs b;
+    b.stack.resize(size_t(X.depth + 1) * size_t(R * W));
+    if (sizeof(T) == 8 && !X.f64) b.scratch.resize(size_t(R * W));
+    return &b;
   };
   if (!chains) {  // partials only: every (batch, row block) is independent
     at::parallel_for(0, X.Bt * nrb, 1, [&](int64_t lo, int64_t hi) {
       FpEnvGuard guard;
-      float* buf = block_buf(X.N);
+      Bufs* buf = block_buf(X.N);
       for (int64_t t = lo; t < hi && !interrupted(); ++t) {
         const int64_t bi = t / nrb, i0 = (t % nrb) * R;
-        run_block_any(X, nullptr, bi, i0, std::min(X.M, i0 + R), X.N, buf);
+        run_block_any(X, nullptr, bi, i0, std::min(X.M, i0 + R), X.N, buf->stack.data(),
+                      buf->scratch.data());
         check_interrupt_main();
       }
     });
@@ -328,9 +403,10 @@ void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
     prepare_chains(X, a, b, va, vbt, sa.has_value() ? vs : nullptr, bi, cs);
     auto blocks = [&](int64_t lo, int64_t hi) {
       FpEnvGuard guard;  // the core chains and the reductions round to nearest
-      float* buf = block_buf(cs.W);
+      Bufs* buf = block_buf(cs.W);
       for (int64_t rb = lo; rb < hi && !interrupted(); ++rb) {
-        run_block_any(X, &cs, bi, rb * R, std::min(X.M, (rb + 1) * R), cs.W, buf);
+        run_block_any(X, &cs, bi, rb * R, std::min(X.M, (rb + 1) * R), cs.W, buf->stack.data(),
+                      buf->scratch.data());
         check_interrupt_main();
       }
     };
@@ -365,8 +441,10 @@ at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   uint8_t* obase = static_cast<uint8_t*>(out.data_ptr());
   if (sched_rowwise(P, S, prog, len)) {
     const Blocks X{P, S, prog, len, vc, vp, Bt, M, N, a.size(2), stack_depth(prog, len),
-                   block_rows(P), P.rho == kRneFp16, obase, cpu_isa() != Isa::kScalar};
-    run_blocks(X, a, b, sa, sb);
+                   block_rows(P), P.rho == kRneFp16, P.rho == kRneFp64, oes, obase,
+                   cpu_isa() != Isa::kScalar};
+    if (S.ws64 || P.rho == kRneFp64) run_blocks<double>(X, a, b, sa, sb);
+    else run_blocks<float>(X, a, b, sa, sb);
     throw_if_interrupted();
     return out;
   }
