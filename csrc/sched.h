@@ -24,17 +24,19 @@ struct OutAt {
 };
 
 // Program properties the CPU kernel dispatches on (cpu/sched_cpu.cpp): it holds a CHAIN op;
-// it runs row-wise (fp32 workspace, fp32 / fp16 output, no NODE, shallow stack).
+// it runs row-wise (fp32 / fp16 / fp64 output, either workspace, no NODE, shallow stack).
 bool sched_has_chain(const int64_t* prog, int64_t len);
 bool sched_rowwise(const Params& P, const SchedConsts& S, const int64_t* prog, int64_t len);
 
+// The kernels (sa, sb: the scales of CHAIN programs; the CUDA kernel runs none).
 at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                      const at::Tensor& partials, const c10::optional<at::Tensor>& sa,
                      const c10::optional<at::Tensor>& sb, const Params& P,
                      const at::Tensor& program, const SchedConsts& S);
 at::Tensor sched_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                      const at::Tensor& partials, const Params& P, const at::Tensor& program,
-                      const SchedConsts& S);
+                      const at::Tensor& partials, const c10::optional<at::Tensor>& sa,
+                      const c10::optional<at::Tensor>& sb, const Params& P,
+                      const at::Tensor& program, const SchedConsts& S);
 
 // Validated arguments for the kernel of device type `kernel` (checks in sched_ops.cpp).
 Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
@@ -45,6 +47,21 @@ Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
 
 inline at::ScalarType sched_out_dtype(const Params& P) {
   return P.rho == kRneFp64 ? at::kDouble : (P.rho == kRneFp16 ? at::kHalf : at::kFloat);
+}
+
+// The op's entry for the kernel of device type D: the checks, then the kernel.
+using SchedKernel = at::Tensor (*)(const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                   const at::Tensor&, const c10::optional<at::Tensor>&,
+                                   const c10::optional<at::Tensor>&, const Params&,
+                                   const at::Tensor&, const SchedConsts&);
+template <c10::DeviceType D, SchedKernel Kernel>
+at::Tensor sched_entry(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
+                       const at::Tensor& partials, at::IntArrayRef params, at::IntArrayRef program,
+                       at::ArrayRef<double> consts, const c10::optional<at::Tensor>& sa,
+                       const c10::optional<at::Tensor>& sb) {
+  SchedConsts S;
+  const Params P = checked_sched(a, b, c, partials, params, program, consts, sa, sb, D, &S);
+  return Kernel(a, b, c, partials, sa, sb, P, at::tensor(program, at::kLong), S);
 }
 
 }  // namespace mma

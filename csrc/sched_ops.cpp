@@ -129,19 +129,6 @@ Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
   return P;
 }
 
-namespace {
-at::Tensor sched_cpu_entry(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                           const at::Tensor& partials, at::IntArrayRef params,
-                           at::IntArrayRef program, at::ArrayRef<double> consts,
-                           const c10::optional<at::Tensor>& sa,
-                           const c10::optional<at::Tensor>& sb) {
-  SchedConsts S;
-  const Params P = checked_sched(a, b, c, partials, params, program, consts, sa, sb,
-                                 c10::DeviceType::CPU, &S);
-  return sched_cpu(a, b, c, partials, sa, sb, P, at::tensor(program, at::kLong), S);
-}
-}  // namespace
-
 }  // namespace mma
 
 TORCH_LIBRARY_FRAGMENT(mma_emu, m) {
@@ -149,4 +136,6 @@ TORCH_LIBRARY_FRAGMENT(mma_emu, m) {
         "float[] consts, Tensor? scale_a=None, Tensor? scale_b=None) -> Tensor");
 }
 
-TORCH_LIBRARY_IMPL(mma_emu, CPU, m) { m.impl("_sched", &mma::sched_cpu_entry); }
+TORCH_LIBRARY_IMPL(mma_emu, CPU, m) {
+  m.impl("_sched", &mma::sched_entry<c10::DeviceType::CPU, &mma::sched_cpu>);
+}

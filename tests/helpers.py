@@ -31,3 +31,9 @@ def cpu_path(mode):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def fast_path(spec, mode=None) -> str:
+    """The CPU kernel's path for this spec under cpu_path(mode): "avx512:fdpa", "scalar"..."""
+    with cpu_path(mode):
+        return torch.ops.mma_emu._cpu_fast_path(spec.to_params())

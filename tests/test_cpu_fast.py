@@ -23,14 +23,9 @@ from torch_mma_emu import reference as ref
 from torch_mma_emu.formats import FORMATS, value_table
 from torch_mma_emu.inputs import FAMILIES, operands, random_codes
 from torch_mma_emu.registry import ROWS, all_specs
-from helpers import bits, cpu_path
+from helpers import bits, cpu_path, fast_path
 
 INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
-
-
-def fast_path(spec, isa=None):
-    with cpu_path(isa):
-        return torch.ops.mma_emu._cpu_fast_path(spec.to_params())
 
 
 _probe = tme.spec("sm90", "fp16")

@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+import torch_mma_emu as tme
 from torch_mma_emu import native
+from torch_mma_emu.schedule import Schedule
+from torch_mma_emu.schedule_search import candidate_schedules, match_schedules, mismatches
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["scripts/gpu/env.sh", "scripts/gpu/steps.sh", "scripts/validate_hw.sh",
@@ -182,20 +185,12 @@ def test_schedules_script_finds_the_stand_in_schedules(tmp_path, capsys):
     assert "| torch._scaled_mm use_fast_accum=True | 512 | scaled_mm_fast_accum | 0 | exact: " \
            "plain chain / next:" in text
     # a stand-in no candidate reproduces is reported and fails the self-test
-    mod.STAND_IN[("matmul", None)] = tme_schedule(split_k=3, reduce="pairwise", alpha=0.5)
+    mod.STAND_IN[("matmul", None)] = Schedule(split_k=3, reduce="pairwise", alpha=0.5)
     assert mod.main(["--stand-in", "--out", str(out)]) == 1
     assert "not among the exact candidates" in capsys.readouterr().err
 
 
-def tme_schedule(**kw):
-    from torch_mma_emu.schedule import Schedule
-    return Schedule(**kw)
-
-
 def test_schedule_search_ranks_candidates():
-    from torch_mma_emu.schedule import Schedule
-    from torch_mma_emu.schedule_search import candidate_schedules, match_schedules, mismatches
-    import torch_mma_emu as tme
     c = candidate_schedules(K=256, L=16, split_ks=(1, 2, 3, 4))
     assert c[0] == Schedule() and Schedule(split_k=3, reduce="pairwise") in c
     assert Schedule(split_k=2, reduce="pairwise") not in c        # the same order as sequential

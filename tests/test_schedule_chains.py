@@ -19,7 +19,7 @@ import torch_mma_emu.schedule as sched_mod
 from torch_mma_emu.inputs import FAMILIES, operands
 from torch_mma_emu.registry import ROWS
 from torch_mma_emu.schedule import Schedule
-from helpers import bits, cpu_path
+from helpers import bits, cpu_path, fast_path
 
 
 @contextlib.contextmanager
@@ -38,13 +38,8 @@ def route(chains: bool):
         sched_mod._CPU_CHAINS, sched_mod._run_chains = old_flag, old_run
 
 
-def _path(spec, mode):
-    with cpu_path(mode):
-        return torch.ops.mma_emu._cpu_fast_path(spec.to_params())
-
-
 _probe = tme.spec("sm90", "fp16")
-PATHS = [None] + [i for i in ("avx2",) if _path(_probe, i).startswith(i)] + ["scalar"]
+PATHS = [None] + [i for i in ("avx2",) if fast_path(_probe, i).startswith(i)] + ["scalar"]
 # every unscaled row; the block-scaled rows at each block size
 SPECS = [r.make_spec(r.formats[0], r.formats[0], 0) for r in ROWS if r.scale_format is None] + \
         [r.make_spec(r.formats[0], r.formats[0], bs) for r in ROWS if r.scale_format

@@ -127,11 +127,9 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
         if A.dim() >= 2 and B.dim() >= 2 and (
                 scale_a.dim() < 2 or scale_b.dim() < 2 or scale_a.shape[-2] != A.shape[-2]
                 or scale_b.shape[-1] != B.shape[-1]):
-            M, N = A.shape[-2], B.shape[-1]
-            raise ValueError(f"emulated_mm: scales must have shapes (..., {M}, nblk) and "
-                             f"(..., nblk, {N}), nblk = ceil(K / block) = ceil({K} / 32) (MX) "
-                             f"or ceil({K} / 16) (NVFP4); got {tuple(scale_a.shape)} and "
-                             f"{tuple(scale_b.shape)}")
+            raise _scale_shapes_error(A.shape[-2], B.shape[-1], "nblk", scale_a, scale_b,
+                                      f", nblk = ceil(K / block) = ceil({K} / 32) (MX) or "
+                                      f"ceil({K} / 16) (NVFP4)")
         nblk = scale_a.shape[-1] if scale_a.dim() >= 1 else -1
         cands = [bs for bs in (32, 16) if -(-K // bs) == nblk]
         if not cands:
@@ -142,6 +140,12 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
     if arch.startswith("spec:"):
         _check_custom(s, fa, fb, sf, out_dtype)
     return s
+
+
+def _scale_shapes_error(M, N, nblk, scale_a, scale_b, why: str) -> ValueError:
+    return ValueError(f"emulated_mm: scales must have shapes (..., {M}, {nblk}) and "
+                      f"(..., {nblk}, {N}){why}; got {tuple(scale_a.shape)} and "
+                      f"{tuple(scale_b.shape)}")
 
 
 def _check_custom(s: Spec, fa: Format, fb: Format, sf, out_dtype) -> None:
@@ -264,9 +268,8 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
     if s.scaled:
         nblk = -(-K // s.block_size)
         if scale_a.shape[-2:] != (M, nblk) or scale_b.shape[-2:] != (nblk, N):
-            raise ValueError(f"emulated_mm: scales must have shapes (..., {M}, {nblk}) and "
-                             f"(..., {nblk}, {N}) for block size {s.block_size}; got "
-                             f"{tuple(scale_a.shape)} and {tuple(scale_b.shape)}")
+            raise _scale_shapes_error(M, N, nblk, scale_a, scale_b,
+                                      f" for block size {s.block_size}")
         for name, sc in (("scale_a", scale_a), ("scale_b", scale_b)):
             try:
                 ok = tuple(torch.broadcast_shapes(sc.shape[:-2], batch)) == tuple(batch)

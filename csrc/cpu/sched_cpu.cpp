@@ -216,15 +216,22 @@ void prepare_chains(const Blocks& X, const at::Tensor& a, const at::Tensor& b, c
       if (!cs.fp.col_ok(j)) cs.bad_cols.push_back(j);
 }
 
+// A chain's starting accumulators in the stack entry t (rows i0..i1): C or +0, padding +0.
+template <class T>
+void start_chain(const Blocks& X, int64_t bi, int64_t i0, int64_t i1, int64_t W, bool from_c,
+                 T* t) {
+  for (int64_t i = i0; i < i1; ++i) {
+    T* row = t + (i - i0) * W;
+    for (int64_t j = 0; j < X.N; ++j) row[j] = from_c ? X.val<T>(X.vc.at(bi, i, j)) : T(0);
+    for (int64_t j = X.N; j < W; ++j) row[j] = T(0);
+  }
+}
+
 // The chain over products [k0, k1) from C or +0 into the stack entry t (rows i0..i1).
 void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int64_t i1,
                int64_t k0, int64_t k1, bool from_c, float* t) {
   const int64_t W = cs.W;
-  for (int64_t i = i0; i < i1; ++i) {
-    float* row = t + (i - i0) * W;
-    for (int64_t j = 0; j < X.N; ++j) row[j] = from_c ? X.val<float>(X.vc.at(bi, i, j)) : 0.0f;
-    for (int64_t j = X.N; j < W; ++j) row[j] = 0.0f;
-  }
+  start_chain(X, bi, i0, i1, W, from_c, t);
   if (cs.values) {
     if (cs.fast) {  // exact in every lane
       cs.vp.run(i0, i1, k0, k1, t, W);
@@ -275,11 +282,7 @@ void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int6
 void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int64_t i1,
                int64_t k0, int64_t k1, bool from_c, double* t) {
   const int64_t W = cs.W;
-  for (int64_t i = i0; i < i1; ++i) {
-    double* row = t + (i - i0) * W;
-    for (int64_t j = 0; j < X.N; ++j) row[j] = from_c ? f64_of(X.vc.at(bi, i, j)) : 0.0;
-    for (int64_t j = X.N; j < W; ++j) row[j] = 0.0;
-  }
+  start_chain(X, bi, i0, i1, W, from_c, t);
   if (cs.fast) {
     cs.vp.run(i0, i1, k0, k1, t, W);
     return;

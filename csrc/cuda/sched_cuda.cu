@@ -30,8 +30,9 @@ __global__ void sched_kernel(Params P, SchedConsts S, const int64_t* prog, int64
 }  // namespace
 
 at::Tensor sched_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                      const at::Tensor& partials, const Params& P, const at::Tensor& program,
-                      const SchedConsts& S) {
+                      const at::Tensor& partials, const c10::optional<at::Tensor>&,
+                      const c10::optional<at::Tensor>&, const Params& P,
+                      const at::Tensor& program, const SchedConsts& S) {
   const c10::cuda::CUDAGuard guard(c.device());
   const int64_t Bt = c.size(0), M = c.size(1), N = c.size(2);
   at::Tensor out = at::empty({Bt, M, N}, c.options().dtype(sched_out_dtype(P)));
@@ -47,19 +48,8 @@ at::Tensor sched_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor
   return out;
 }
 
-namespace {
-at::Tensor sched_cuda_entry(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                            const at::Tensor& partials, at::IntArrayRef params,
-                            at::IntArrayRef program, at::ArrayRef<double> consts,
-                            const c10::optional<at::Tensor>& sa,
-                            const c10::optional<at::Tensor>& sb) {
-  SchedConsts S;
-  const Params P = checked_sched(a, b, c, partials, params, program, consts, sa, sb,
-                                 c10::DeviceType::CUDA, &S);
-  return sched_cuda(a, b, c, partials, P, at::tensor(program, at::kLong), S);
-}
-}  // namespace
-
 }  // namespace mma
 
-TORCH_LIBRARY_IMPL(mma_emu, CUDA, m) { m.impl("_sched", &mma::sched_cuda_entry); }
+TORCH_LIBRARY_IMPL(mma_emu, CUDA, m) {
+  m.impl("_sched", &mma::sched_entry<c10::DeviceType::CUDA, &mma::sched_cuda>);
+}

@@ -122,8 +122,11 @@ def main(argv=None) -> int:
         kw = dict(arch=arch, out_dtype=torch.float32)
         ranking = match_schedules(D, A, B, candidates=cands, **kw)
         pre_n = "-"
-        if pre is not None:
-            pre_n = str(match_schedules(D, A, B, candidates=[preset(pre)], **kw)[0][1])
+        if pre is not None:  # usually a candidate already; emulated again only if not
+            ps = preset(pre)
+            found = [n for s, n in ranking if s == ps]
+            pre_n = str(found[0] if found else
+                        match_schedules(D, A, B, candidates=[ps], **kw)[0][1])
         # every exact candidate (some orders coincide at this K), then the closest other
         exact = [s.describe() for s, n in ranking if n == 0]
         near = next(((s, n) for s, n in ranking if n), None)
