@@ -474,7 +474,7 @@ def test_scaled_mm_mixed_fp8_rowwise_scales():
     with emulate("sm90", record=True) as em:
         D = torch._scaled_mm(A, B, sa, sb, bias=bias, out_dtype=torch.bfloat16)
     ref = (emm(A, B) * (sa * sb) + bias.float()).to(torch.bfloat16)
-    assert same(D, ref) and em.records[0].format == "fp8_e5m2 x fp8_e4m3"
+    assert same(D, ref) and em.records[0].format == "fp8_e5m2 x fp8_e4m3 (rowwise scales)"
     with pytest.raises(ValueError, match="'auto' or 'native'"):
         emulate("sm90", formats={"scaled_mm": "bf16"})
 

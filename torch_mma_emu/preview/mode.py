@@ -33,6 +33,8 @@ from typing import Any, Optional
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ..ops import emulated_mm
+from . import scaled
 from .attention import attention_backward, attention_forward
 from .attribution import LayerTracker
 from .conv import conv_backward, conv_forward, conv_transpose
@@ -61,7 +63,7 @@ _GEMM_KINDS = {"mm": ("self", "mat2", None), "addmm": ("mat1", "mat2", "self"),
 # out of the block): each is recorded and warned about once per block, by name.
 _WATCH_NATIVE = {"mv", "dot", "vdot", "addmv", "addbmm", "addr", "_int_mm", "_weight_int8pack_mm",
                  "linalg_vecdot", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
-                 "_scaled_mm_v2", "_grouped_mm", "_scaled_grouped_mm", "_trilinear",
+                 "_grouped_mm", "_scaled_grouped_mm", "_trilinear",
                  "_cdist_forward", "_cdist_backward",
                  "mkldnn_rnn_layer", "mkldnn_rnn_layer_backward", "_cudnn_rnn",
                  "_cudnn_rnn_backward", "miopen_rnn", "miopen_rnn_backward",
@@ -564,40 +566,94 @@ class EmulateMode(TorchDispatchMode):
             return dq, dk, dv, db
         return _restride((dq, dk, dv), func, args, kwargs)
 
-    # -- torch._scaled_mm (fp8 with scales) ----------------------------------------------
+    # -- torch._scaled_mm / F.scaled_mm (fp8 and fp4 with scales) ---------------------------
     def _scaled_mm(self, func, args, kwargs):
         a = _bind(func, args, kwargs)
-        A, B = a["self"], a["mat2"]
-        plan = self._plan("scaled_mm", A, B, _phase())
-        sa, sb = a["scale_a"], a["scale_b"]
-        if (plan.native or plan.cast is not None
-                or sa.dtype != torch.float32 or sb.dtype != torch.float32
-                or a.get("scale_result") is not None):
-            self._note(func, "scaled_mm", "native", [A.shape, B.shape],
-                       "policy: native or block/other scales")
+        A, B, sa, sb = a["self"], a["mat2"], a["scale_a"], a["scale_b"]
+        if self.policy.choice("scaled_mm") == "native":
+            self._note(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
             return func(*args, **kwargs)
-        out_dtype = a.get("out_dtype") or A.dtype
-        nvidia = not self.policy.arch.startswith("gfx") and self.policy.spec is None
-        step = self.fp8_promotion if (nvidia and not a.get("use_fast_accum")) else None
-        K = A.shape[-1]
-        if step is None or K <= step:
-            acc = run_product(A, B, plan, out_dtype=torch.float32)
-            label = plan.label
-        else:
-            acc = None
-            for k0 in range(0, K, step):
-                part = run_product(A[:, k0:k0 + step], B[k0:k0 + step], plan,
-                                   out_dtype=torch.float32)
-                acc = part if acc is None else acc + part
-            label = f"{plan.label} (fp32 promotion every {step})"
-        D = acc * (sa * sb)
-        if a.get("bias") is not None:
-            D = D + a["bias"].to(torch.float32)
-        self._note(func, "scaled_mm", label, [A.shape, B.shape])
+        if a.get("scale_result") is not None:
+            return self._scaled_native(func, args, kwargs, A, B, "scale_result (an fp8 output scale) "
+                                       "is not modelled")
+        try:
+            ra, rb = scaled.recipe_v1(A, B, sa, sb)
+            sp = scaled.build(A, B, [sa], [ra], [scaled.SWIZZLE_32_4_4],
+                              [sb], [rb], [scaled.SWIZZLE_32_4_4])
+        except scaled.NotEmulated as e:
+            raise ValueError(f"emulate({self.policy.arch_name}): {func}: {e}; "
+                             "formats={'scaled_mm': 'native'} runs it natively") from None
+        return self._run_scaled(func, sp, a.get("bias"), a.get("out_dtype") or A.dtype,
+                                a.get("use_fast_accum"), a.get("out"))
+
+    def _scaled_mm_v2(self, func, args, kwargs):
+        a = _bind(func, args, kwargs)
+        A, B = a["self"], a["mat2"]
+        if self.policy.choice("scaled_mm") == "native":
+            self._note(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
+            return func(*args, **kwargs)
+        cdim = list(a.get("contraction_dim") or [])
+        if cdim not in ([], [1, 0], [-1, 0]):
+            return self._scaled_native(func, args, kwargs, A, B, f"contraction_dim={cdim} is not "
+                                       "modelled (only A's last and B's first dimension)")
+        try:
+            sp = scaled.build(A, B, a["scale_a"], a["recipe_a"], a["swizzle_a"] or [],
+                              a["scale_b"], a["recipe_b"], a["swizzle_b"] or [])
+        except scaled.NotEmulated as e:
+            raise ValueError(f"emulate({self.policy.arch_name}): {func}: {e}; "
+                             "formats={'scaled_mm': 'native'} runs it natively") from None
+        return self._run_scaled(func, sp, a.get("bias"), a.get("out_dtype") or torch.bfloat16,
+                                a.get("use_fast_accum"), a.get("out"))
+
+    def _scaled_native(self, func, args, kwargs, A, B, why):
+        """A scaled product the emulator does not model: native, recorded, warned (every
+        call: its numbers are this machine's, not the arch's)."""
+        self._note(func, "scaled_mm", "native", [A.shape, B.shape], why)
+        warnings.warn(f"emulate({self.policy.arch_name}): {func} runs natively ({why}); "
+                      "its result is this machine's, not the emulated arch's", stacklevel=4)
+        return func(*args, **kwargs)
+
+    def _run_scaled(self, func, sp: "scaled.ScaledProduct", bias, out_dtype, fast_accum, out):
+        shapes = [tuple(sp.A.shape), tuple(sp.B.shape)]
+        policy = self.policy
+        nvidia = not policy.arch.startswith("gfx") and policy.spec is None
+        step = self.fp8_promotion if (nvidia and not fast_accum) else None
+        K = sp.A.shape[1]
+        try:
+            if sp.block_a is not None:                   # MX / NVFP4: inside the instruction
+                acc = emulated_mm(sp.A, sp.B, arch=policy.arch, in_format=sp.in_format,
+                                  scale_a=sp.block_a, scale_b=sp.block_b)
+                label = sp.label
+            elif sp.kblock_a is not None:                # blockwise: per 128-long K block
+                acc, label = None, sp.label
+                for j, k0 in enumerate(range(0, K, 128)):
+                    part = emulated_mm(sp.A[:, k0:k0 + 128], sp.B[k0:k0 + 128],
+                                       arch=policy.arch)
+                    part = part * (sp.kblock_a[:, j:j + 1] * sp.kblock_b[j:j + 1])
+                    acc = part if acc is None else acc + part
+            else:
+                plan = self._plan("scaled_mm", sp.A, sp.B, _phase())
+                label = plan.label + (" (rowwise scales)" if sp.recipe == "rowwise" else "")
+                if step is None or K <= step:
+                    acc = run_product(sp.A, sp.B, plan, out_dtype=torch.float32)
+                else:
+                    acc = None
+                    for k0 in range(0, K, step):
+                        part = run_product(sp.A[:, k0:k0 + step], sp.B[k0:k0 + step], plan,
+                                           out_dtype=torch.float32)
+                        acc = part if acc is None else acc + part
+                    label += f" (fp32 promotion every {step})"
+        except ValueError as e:
+            raise ValueError(f"emulate({policy.arch_name}): {func} ({sp.recipe} scales): "
+                             f"{e}") from None
+        D = acc if sp.post is None else acc * sp.post
+        if bias is not None:
+            D = D + bias.to(torch.float32)
+        self._note(func, "scaled_mm", label, shapes)
         D = D.to(out_dtype)
-        if a.get("out") is not None:
-            a["out"].resize_(D.shape)
-            return a["out"].copy_(D)
+        if out is not None:
+            out.resize_(D.shape)
+            return out.copy_(D)
         return D
 
 
@@ -622,6 +678,8 @@ for _k in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_f
         _HANDLERS[_f] = EmulateMode._attn_bwd
 for _f in _overloads("_scaled_mm", ("default", "out")):
     _HANDLERS[_f] = EmulateMode._scaled_mm
+for _f in _overloads("_scaled_mm_v2", ("default", "out")):
+    _HANDLERS[_f] = EmulateMode._scaled_mm_v2
 
 ROUTED_OPS = tuple(sorted(str(f) for f in _HANDLERS))
 

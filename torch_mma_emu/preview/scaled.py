@@ -1,0 +1,272 @@
+"""``torch._scaled_mm`` and ``F.scaled_mm`` (``_scaled_mm_v2``) under ``emulate``: which
+scaling recipe a call uses, and its operands and scales in the form ``emulated_mm`` takes.
+
+PyTorch's scaled products come in five recipes (``torch.nn.functional.ScalingType``):
+
+* **tensorwise**: fp8 operands, one fp32 scale each, applied to the fp32 accumulator;
+* **rowwise**: fp8 operands, fp32 scales (M, 1) and (1, N), applied the same way;
+* **MX** (``BlockWise1x32``): fp8 or fp4 (``float4_e2m1fn_x2``) operands with one E8M0 scale
+  per 32 elements along K, applied inside the instruction (Blackwell ``kind::mxf8f6f4`` /
+  ``mxf4``);
+* **NVFP4** (``BlockWise1x16``): fp4 operands with one UE4M3 scale per 16 elements, inside
+  the instruction, and in ``F.scaled_mm`` an optional fp32 per-tensor scale on top;
+* **blockwise 1x128 / 128x128** (DeepSeek-V3 style): fp8 operands with fp32 scales per 1x128
+  (A) and 128x128 or 1x128 (B) block, applied to each 128-long K block's fp32 partial sum.
+
+cuBLAS takes MX / NVFP4 scales in its 128x4 tile layout ("swizzled", ``SWIZZLE_32_4_4``):
+``unswizzle`` undoes it.  fp4 operands come packed two per byte along K: ``unpack_fp4``
+gives ``emulated_mm``'s one code per byte.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+
+# torch.nn.functional.ScalingType / SwizzleType values (_scaled_mm_v2 takes them as ints)
+TENSORWISE, ROWWISE, BLOCK_1X16, BLOCK_1X32, BLOCK_1X128, BLOCK_128X128 = range(6)
+NO_SWIZZLE, SWIZZLE_32_4_4 = 0, 1
+RECIPE_NAMES = {TENSORWISE: "TensorWise", ROWWISE: "RowWise", BLOCK_1X16: "BlockWise1x16",
+                BLOCK_1X32: "BlockWise1x32", BLOCK_1X128: "BlockWise1x128",
+                BLOCK_128X128: "BlockWise128x128"}
+
+_FP8 = {getattr(torch, n): f for n, f in (("float8_e4m3fn", "fp8_e4m3"),
+                                          ("float8_e5m2", "fp8_e5m2"),
+                                          ("float8_e4m3fnuz", "fp8_e4m3fnuz"),
+                                          ("float8_e5m2fnuz", "fp8_e5m2fnuz"))
+        if hasattr(torch, n)}
+_FP4 = getattr(torch, "float4_e2m1fn_x2", None)
+_E8M0 = getattr(torch, "float8_e8m0fnu", None)
+
+ALLOWED = ("tensorwise (fp32 scales of one element), rowwise (fp32 scales (M, 1) and (1, N)), "
+           "MX (fp8/fp4 operands, float8_e8m0fnu scales per 32 K elements), NVFP4 (fp4 "
+           "operands, float8_e4m3fn scales per 16 K elements), MX and NVFP4 scales in cuBLAS's "
+           "swizzled layout; blockwise (fp8 operands, fp32 scales 1x128 x 128x128: (M, K/128) "
+           "and (K/128, N/128); 128x128 x 1x128: (M/128, K/128) and (K/128, N); 1x128 x "
+           "1x128: (M, K/128) and (K/128, N))")
+
+
+class NotEmulated(Exception):
+    """A scaled product the emulator does not model; the message says why."""
+
+
+@dataclass
+class ScaledProduct:
+    """One scaled product, ready for ``emulated_mm``.
+
+    ``A`` (M, K), ``B`` (K, N): fp8 tensors or uint8 fp4 codes (``in_format`` says);
+    ``block_a`` (M, K/bs), ``block_b`` (K/bs, N): MX / NVFP4 scales for the instruction;
+    ``kblock_a`` (M, K/128), ``kblock_b`` (K/128, N): blockwise fp32 scales per K block;
+    ``post``: fp32 factor on the accumulator ((M, N)-broadcastable; tensorwise / rowwise /
+    NVFP4's global scales)."""
+
+    recipe: str
+    label: str
+    A: torch.Tensor
+    B: torch.Tensor
+    in_format: Optional[str] = None
+    block_a: Optional[torch.Tensor] = None
+    block_b: Optional[torch.Tensor] = None
+    kblock_a: Optional[torch.Tensor] = None
+    kblock_b: Optional[torch.Tensor] = None
+    post: Optional[torch.Tensor] = None
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+# -- layouts ------------------------------------------------------------------------------
+def swizzled_numel(rows: int, cols: int) -> int:
+    """Elements of a scale matrix (rows, cols) in cuBLAS's 128x4 tile layout (padded)."""
+    return ceil_div(rows, 128) * 128 * ceil_div(cols, 4) * 4
+
+
+def unswizzle(scale: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """(rows, cols) scales from cuBLAS's block-scaling-factor layout: 128x4 tiles, row-major
+    over the tiles, each tile stored as 32 x (4 x 4): element (r, c) of a tile at
+    ``(r % 32) * 16 + (r // 32) * 4 + c`` (cuBLAS docs, "1D block scaling factors layout";
+    what ``to_blocked`` in PyTorch's tests writes).  The tensor is read in memory order."""
+    nr, nc = ceil_div(rows, 128), ceil_div(cols, 4)
+    flat = scale.contiguous().view(torch.uint8).reshape(-1)
+    t = flat.view(nr, nc, 32, 4, 4).permute(0, 3, 2, 1, 4).reshape(nr * 128, nc * 4)
+    return t[:rows, :cols].contiguous().view(scale.dtype)
+
+
+def unpack_fp4(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """One uint8 E2M1 code per element from ``float4_e2m1fn_x2`` packed along ``dim``: the
+    low nibble holds the element of even index, the high nibble the next one."""
+    u = t.view(torch.uint8)
+    lo, hi = u & 0xF, u >> 4
+    d = dim % u.dim()
+    out = torch.stack((lo, hi), dim=d + 1)
+    shape = list(u.shape)
+    shape[d] *= 2
+    return out.reshape(shape)
+
+
+# -- recognising the recipe ---------------------------------------------------------------
+def _operand(t: torch.Tensor, name: str, dim: int):
+    """(codes for emulated_mm, format name); fp4 is unpacked along K (``dim``)."""
+    if _FP4 is not None and t.dtype == _FP4:
+        return unpack_fp4(t, dim), "fp4_e2m1"
+    if t.dtype in _FP8:
+        return t, _FP8[t.dtype]
+    raise NotEmulated(f"{name} is {t.dtype}; scaled products take float8 or "
+                      "float4_e2m1fn_x2 operands")
+
+
+def _in_format(fa: str, fb: str) -> Optional[str]:
+    if "fp4_e2m1" not in (fa, fb):
+        return None                       # the fp8 dtypes say it
+    return fa if fa == fb else f"{fa},{fb}"
+
+
+def _block(scale, rows, K, bs, swizzle, name):
+    """(rows, K/bs) block scales from cuBLAS's tile layout."""
+    if swizzle != SWIZZLE_32_4_4:
+        raise ValueError(f"{name}: MX / NVFP4 scales on NVIDIA GPUs are taken in cuBLAS's "
+                         "128x4 tile layout only (SWIZZLE_32_4_4, what torch._scaled_mm "
+                         "assumes); NO_SWIZZLE is for AMD GPUs, which no emulated arch "
+                         "with block scales is")
+    cols = ceil_div(K, bs)
+    want = swizzled_numel(rows, cols)
+    if scale.numel() != want:
+        raise ValueError(f"{name}: {scale.numel()} scales given; the swizzled (128x4 tile) "
+                         f"layout of ({rows}, {cols}) block scales has {want} (round_up("
+                         f"{rows}, 128) * round_up({cols}, 4))")
+    return unswizzle(scale, rows, cols)
+
+
+def _is_fp32_tensor_scale(s):
+    return s.dtype == torch.float32 and s.numel() == 1
+
+
+def _kblock_shapes(M, K, N) -> dict:
+    """Blockwise scale shapes per recipe pair, as torch._scaled_mm reads them (A, B)."""
+    kb, mb, nb = ceil_div(K, 128), ceil_div(M, 128), ceil_div(N, 128)
+    return {(BLOCK_128X128, BLOCK_1X128): ((mb, kb), (kb, N)),
+            (BLOCK_1X128, BLOCK_128X128): ((M, kb), (kb, nb)),
+            (BLOCK_1X128, BLOCK_1X128): ((M, kb), (kb, N))}
+
+
+def recipe_v1(A, B, sa, sb) -> tuple[int, int]:
+    """The (recipe_a, recipe_b) that ``torch._scaled_mm`` infers from its scale tensors, in
+    PyTorch's order (``get_joint_scaling``)."""
+    M, N = A.shape[0], B.shape[1]
+    fp4 = _FP4 is not None and A.dtype == _FP4
+    K = A.shape[1] * (2 if fp4 else 1)
+    if sa.dtype == torch.float32 and sb.dtype == torch.float32 and not fp4:
+        if sa.numel() == 1 and sb.numel() == 1:
+            return TENSORWISE, TENSORWISE
+        if tuple(sa.shape) == (M, 1) and tuple(sb.shape) == (1, N):
+            return ROWWISE, ROWWISE
+        for pair, (want_a, want_b) in _kblock_shapes(M, K, N).items():
+            if tuple(sa.shape) == want_a and tuple(sb.shape) == want_b:
+                return pair
+    if _E8M0 is not None and sa.dtype == _E8M0 and sb.dtype == _E8M0:
+        return BLOCK_1X32, BLOCK_1X32
+    if sa.dtype == torch.float8_e4m3fn and sb.dtype == torch.float8_e4m3fn:
+        return BLOCK_1X16, BLOCK_1X16
+    raise NotEmulated(f"scales {tuple(sa.shape)} {sa.dtype} and {tuple(sb.shape)} {sb.dtype} "
+                      f"for A {tuple(A.shape)} {A.dtype}, B {tuple(B.shape)} {B.dtype} match no "
+                      f"recipe; emulate models {ALLOWED}")
+
+
+def build(A, B, scales_a, recipes_a, swizzles_a, scales_b, recipes_b, swizzles_b
+          ) -> ScaledProduct:
+    """The product ``A (M, K[/2]) @ B (K[/2], N)`` with these scales, recipes (ints) and
+    swizzles (ints; an empty list is NO_SWIZZLE)."""
+    if A.dim() != 2 or B.dim() != 2:
+        raise ValueError(f"scaled mm: A and B must be matrices, got {tuple(A.shape)} and "
+                         f"{tuple(B.shape)}")
+    Au, fa = _operand(A, "A", 1)
+    Bu, fb = _operand(B, "B", 0)
+    if Au.shape[1] != Bu.shape[0]:
+        raise ValueError(f"scaled mm: A {tuple(A.shape)} and B {tuple(B.shape)} have different "
+                         "K")
+    M, K, N = Au.shape[0], Au.shape[1], Bu.shape[1]
+    ra, rb = list(recipes_a), list(recipes_b)
+    if len(scales_a) != len(ra) or len(scales_b) != len(rb):
+        raise ValueError("scaled mm: one recipe per scale tensor")
+    fmt = _in_format(fa, fb)
+    names = " x ".join(dict.fromkeys((fa, fb)))
+
+    def swz(lst, i):
+        return lst[i] if i < len(lst) else NO_SWIZZLE
+
+    # NVFP4's second level: an fp32 per-tensor scale after the block scales
+    post = []
+    for scales, recipes in ((scales_a, ra), (scales_b, rb)):
+        if len(recipes) == 2 and recipes[0] == BLOCK_1X16 and recipes[1] == TENSORWISE:
+            if not _is_fp32_tensor_scale(scales[1]):
+                raise ValueError("scaled mm: the TensorWise scale after BlockWise1x16 must be "
+                                 "one fp32 element")
+            post.append(scales[1].reshape(()))
+            recipes.pop()
+        elif len(recipes) != 1:
+            raise NotEmulated(f"scale recipes {[RECIPE_NAMES.get(r, r) for r in recipes]}: "
+                              f"emulate models {ALLOWED}")
+    pair = (ra[0], rb[0])
+    sa, sb = scales_a[0], scales_b[0]
+    if pair == (TENSORWISE, TENSORWISE) or pair == (ROWWISE, ROWWISE):
+        if fmt is not None:
+            raise NotEmulated("fp4 operands need block scales (MX or NVFP4)")
+        if sa.dtype != torch.float32 or sb.dtype != torch.float32:
+            raise ValueError(f"scaled mm: {RECIPE_NAMES[pair[0]]} scales must be float32, got "
+                             f"{sa.dtype} and {sb.dtype}")
+        if pair[0] == TENSORWISE:
+            if sa.numel() != 1 or sb.numel() != 1:
+                raise ValueError(f"scaled mm: TensorWise scales have one element, got "
+                                 f"{tuple(sa.shape)} and {tuple(sb.shape)}")
+            post_ab = (sa * sb).reshape(())
+        else:
+            if tuple(sa.shape) != (M, 1) or tuple(sb.shape) != (1, N):
+                raise ValueError(f"scaled mm: RowWise scales are ({M}, 1) and (1, {N}), got "
+                                 f"{tuple(sa.shape)} and {tuple(sb.shape)}")
+            post_ab = sa * sb
+        recipe = "rowwise" if pair[0] == ROWWISE else "tensorwise"
+        return ScaledProduct(recipe, names, Au, Bu, post=post_ab)
+    if pair in ((BLOCK_1X32, BLOCK_1X32), (BLOCK_1X16, BLOCK_1X16)):
+        bs = 32 if pair[0] == BLOCK_1X32 else 16
+        want = _E8M0 if bs == 32 else torch.float8_e4m3fn
+        if sa.dtype != want or sb.dtype != want:
+            raise ValueError(f"scaled mm: {RECIPE_NAMES[pair[0]]} scales must be {want}, got "
+                             f"{sa.dtype} and {sb.dtype}")
+        if bs == 16 and fmt != "fp4_e2m1":
+            raise NotEmulated("BlockWise1x16 (NVFP4) scales take fp4 operands on both sides")
+        blk_a = _block(sa, M, K, bs, swz(swizzles_a, 0), "scale_a")
+        blk_b = _block(sb, N, K, bs, swz(swizzles_b, 0), "scale_b").t()
+        kind = "MX" if bs == 32 else "NVFP4"
+        label = f"{kind} {names}" if kind == "MX" else "NVFP4"
+        g = None
+        if post:
+            g = post[0] if len(post) == 1 else post[0] * post[1]
+            label += " (x global scale)"
+        return ScaledProduct(kind, label, Au, Bu, fmt, blk_a, blk_b.contiguous(), post=g)
+    if post:
+        raise NotEmulated("a TensorWise second scale is modelled after BlockWise1x16 only")
+    shapes = _kblock_shapes(M, K, N)
+    if pair in shapes:
+        if fmt is not None:
+            raise NotEmulated("blockwise 1x128 / 128x128 scales take fp8 operands")
+        if sa.dtype != torch.float32 or sb.dtype != torch.float32:
+            raise ValueError(f"scaled mm: blockwise scales must be float32, got {sa.dtype} "
+                             f"and {sb.dtype}")
+        (ma, kb), (kb_b, nb) = shapes[pair]
+        # F.scaled_mm pads a 128x128 scale_b's K blocks to a multiple of 4
+        if pair[1] == BLOCK_128X128 and sb.dim() == 2 and sb.shape[1] == nb and \
+                sb.shape[0] == ceil_div(kb, 4) * 4:
+            sb = sb[:kb]
+        if tuple(sa.shape) != (ma, kb) or tuple(sb.shape) != (kb, nb):
+            raise ValueError(f"scaled mm: {RECIPE_NAMES[pair[0]]} x {RECIPE_NAMES[pair[1]]} "
+                             f"scales are ({ma}, {kb}) and ({kb}, {nb}), got "
+                             f"{tuple(sa.shape)} and {tuple(sb.shape)}")
+        ka = sa if ma == M else sa.repeat_interleave(128, dim=0)[:M]
+        kbb = sb if nb == N else sb.repeat_interleave(128, dim=1)[:, :N]
+        blk = lambda r: "1x128" if r == BLOCK_1X128 else "128x128"  # noqa: E731
+        return ScaledProduct("blockwise", f"{names} ({blk(pair[0])} x {blk(pair[1])} scales)",
+                             Au, Bu, kblock_a=ka, kblock_b=kbb)
+    raise NotEmulated(f"scale recipes {RECIPE_NAMES.get(pair[0], pair[0])} x "
+                      f"{RECIPE_NAMES.get(pair[1], pair[1])}: emulate models {ALLOWED}")
