@@ -153,22 +153,57 @@ def test_sdpa_dropout_bad_probability_is_a_clear_error():
             F.scaled_dot_product_attention(q, q, q, dropout_p=1.5)
 
 
-@pytest.mark.slow
-def test_inductor_decomposed_products_bypass_the_mode_as_documented():
-    # docs/preview.md "torch.compile": Inductor turns K = 1 outer products and, on CPU,
-    # 1 x K @ K x 1 products into generated code that never reaches the mode; aot_eager
-    # keeps them.  If PyTorch changes this, the docs must change too.
-    def f(a, b, x, y):
-        return a[:, :, None] @ b[:, None, :], x @ y
-    args = (rnd(2, 5), rnd(2, 4, seed=1), rnd(1, 64, seed=2), rnd(64, 1, seed=3))
+def _tiny_products(a, b, x, y, c, w):
+    # what Inductor's decompositions would turn into generated code: a K = 1 outer product
+    # (bmm), a CPU 1 x K @ K x 1 dot product (mm) and a CPU addmm with M = 1, K, N <= 16
+    return a[:, :, None] @ b[:, None, :], x @ y, torch.addmm(c, x, w)
+
+
+def _tiny_args():
+    return (rnd(2, 5), rnd(2, 4, seed=1), rnd(1, 8, seed=2), rnd(8, 1, seed=3),
+            rnd(1, 4, seed=4), rnd(8, 4, seed=5))
+
+
+def test_inductor_keeps_tiny_products_for_the_mode_inside_a_block():
+    # docs/preview.md "torch.compile": compiled inside a block, Inductor's mm / bmm / addmm
+    # decompositions step aside, so every product reaches the mode with eager's bits
+    from torch._dynamo.utils import counters
+    import torch._inductor.config as ind
+    args = _tiny_args()
     torch._dynamo.reset()
     with emulate("gfx90a", record=True) as em:
-        torch.compile(f, fullgraph=True)(*args)
-    assert em.records == []
-    torch._dynamo.reset()
-    with emulate("gfx90a", record=True) as em:
-        out = torch.compile(f, fullgraph=True, backend="aot_eager")(*args)
-    assert len(em.records) == 2 and all(r.emulated for r in em.records)
+        assert ind.max_autotune_gemm_backends == "ATEN" and not ind.fx_graph_cache
+        out = torch.compile(_tiny_products, fullgraph=True)(*args)
+    assert sorted(r.op for r in em.records) == ["aten.addmm.out", "aten.bmm.out", "aten.mm.out"]
+    assert all(r.emulated for r in em.records)
     with emulate("gfx90a"):
-        ref = f(*args)
-    assert same(out[0], ref[0]) and same(out[1], ref[1])
+        ref = _tiny_products(*args)
+    assert all(same(o, r) for o, r in zip(out, ref))
+    # outside a block Inductor decomposes as before, and its settings are back
+    assert ind.max_autotune_gemm_backends != "ATEN"
+    torch._dynamo.reset()
+    counters.clear()
+    torch.compile(_tiny_products, fullgraph=True)(*args)
+    assert counters["inductor"]["decompose_mm"] == 1
+    assert counters["inductor"]["decompose_addmm"] == 1
+
+
+@pytest.mark.slow
+def test_inductor_max_autotune_and_code_compiled_before_the_block_are_emulated():
+    x, w = rnd(64, 64), rnd(64, 64, seed=1)
+    torch._dynamo.reset()
+    with emulate("sm90", record=True) as em:    # max-autotune may pick only the library call
+        out = torch.compile(lambda x, w: x @ w, mode="max-autotune-no-cudagraphs")(x, w)
+    assert [r.op for r in em.records] == ["aten.mm.out"]
+    assert same(out, tme.emulated_mm(x, w, arch="sm90").to(x.dtype))
+    # code compiled before the block (with the decompositions): entering the block changes
+    # the torch-function mode stack (the router), which Dynamo guards on, so it recompiles
+    torch._dynamo.reset()
+    g = torch.compile(_tiny_products, fullgraph=True)
+    g(*_tiny_args())
+    with emulate("gfx90a", record=True) as em:
+        out = g(*_tiny_args())
+    assert sorted(r.op for r in em.records) == ["aten.addmm.out", "aten.bmm.out", "aten.mm.out"]
+    with emulate("gfx90a"):
+        ref = _tiny_products(*_tiny_args())
+    assert all(same(o, r) for o, r in zip(out, ref))

@@ -233,7 +233,8 @@ def test_blockwise_scales_apply_per_128_block(blocks):
 def test_block_scales_on_an_arch_without_them_raise():
     A, Bnk, sa, sb = _mx_fp8(M=8, K=64, N=8)
     with tme.emulate("H100"):
-        with pytest.raises(ValueError, match="sm90 has no fp8_e4m3 instruction with scale"):
+        with pytest.raises(ValueError, match="sm90 has no fp8_e4m3 instruction with scale.*"
+                                             "run on sm100, sm120"):
             torch._scaled_mm(A, Bnk.t(), to_blocked(sa), to_blocked(sb),
                              out_dtype=torch.bfloat16)
 
@@ -252,32 +253,110 @@ def test_bad_scales_raise_clear_errors():
 
 
 @needs_v2
-def test_unmodelled_v2_calls_raise_or_run_natively_loudly():
+def test_unmodelled_v2_calls_raise():
     A, Bnk, sa, sb = _mx_fp8(M=8, K=64, N=8)
     one = torch.tensor(1.0)
-    with tme.emulate("B200", record=True) as em:
+    with tme.emulate("B200"):
         with pytest.raises(ValueError, match="BlockWise1x32 x TensorWise"):
             F.scaled_mm(A, Bnk.t(), sa, F.ScalingType.BlockWise1x32, one,
                         F.ScalingType.TensorWise)
-        with pytest.warns(UserWarning, match="runs natively .*contraction_dim"):
-            with pytest.raises(Exception):      # PyTorch's CPU kernel refuses it too
-                torch.ops.aten._scaled_mm_v2(A, Bnk, [one], [0], [], [one], [0], [], None,
-                                             torch.float32, [1, 1], False)
-    assert em.records[-1].format == "native" and "contraction_dim" in em.records[-1].note
+        with pytest.raises(ValueError, match=r"contraction_dim=\[1, 1\] is not modelled"):
+            torch.ops.aten._scaled_mm_v2(A, Bnk, [one], [0], [], [one], [0], [], None,
+                                         torch.float32, [1, 1], False)
 
 
-def test_scale_result_runs_natively_with_a_warning():
+def test_scale_result_runs_natively_with_a_warning_for_fp8_outputs_only():
     g = gen(8)
     A = torch.randn(8, 32, generator=g).to(torch.float8_e4m3fn)
     B = torch.randn(8, 32, generator=g).to(torch.float8_e4m3fn).t()
-    one = torch.tensor(1.0)
-    native = torch._scaled_mm(A, B, one, one, scale_result=one, out_dtype=torch.float32)
+    one, four = torch.tensor(1.0), torch.tensor(4.0)
+    native = torch._scaled_mm(A, B, one, one, scale_result=four,
+                              out_dtype=torch.float8_e4m3fn)
     with tme.emulate("H100", record=True) as em:
         with pytest.warns(UserWarning, match="scale_result"):
-            D = torch._scaled_mm(A, B, one, one, scale_result=one, out_dtype=torch.float32)
-    assert torch.equal(D, native) and em.records[0].format == "native"
+            D = torch._scaled_mm(A, B, one, one, scale_result=four,
+                                 out_dtype=torch.float8_e4m3fn)
+        # cuBLAS ignores scale_result for other outputs: emulated, as without it
+        D32 = torch._scaled_mm(A, B, one, one, scale_result=four, out_dtype=torch.float32)
+    assert torch.equal(D.view(torch.uint8), native.view(torch.uint8))
+    assert [r.format for r in em.records] == ["native", "fp8_e4m3"]
+    assert torch.equal(D32, emm(A, B, arch="sm90"))
     with tme.emulate("H100", formats={"scaled_mm": "native"}, record=True) as em:
         with warnings.catch_warnings():
             warnings.simplefilter("error")          # asked for: no warning
             torch._scaled_mm(A, B, one, one, out_dtype=torch.float32)
     assert em.records[0].format == "native"
+
+
+def test_out_overload_takes_its_dtype_from_out():
+    g = gen(10)
+    A = torch.randn(16, 64, generator=g).to(torch.float8_e4m3fn)
+    B = torch.randn(8, 64, generator=g).to(torch.float8_e4m3fn).t()
+    one = torch.tensor(1.0)
+    o = torch.empty(16, 8)
+    with tme.emulate("H100"):
+        torch._scaled_mm(A, B, one, one, out=o)            # no out_dtype: out's dtype
+        with pytest.raises(RuntimeError, match="out_dtype must match"):
+            torch._scaled_mm(A, B, one, one, out_dtype=torch.bfloat16, out=torch.empty(16, 8))
+    assert torch.equal(o, emm(A, B, arch="sm90"))
+
+
+@needs_v2
+@pytest.mark.parametrize("blocks", ["128x128 x 1x128", "1x128 x 1x128", "1x128 x 128x128"])
+def test_F_scaled_mm_blockwise_layouts_are_pytorchs(blocks):
+    # F.scaled_mm keeps B's 1x128 scales as (N, K/128) and A's 128x128 scales as
+    # (round_up(K/128, 4), M/128), both K-block-last; torch._scaled_mm as (K/128, ...)
+    g = gen(11)
+    M, K, N = 256, 384, 130          # K/128 = 3: the padding to 4 shows
+    A = torch.randn(M, K, generator=g).to(torch.float8_e4m3fn)
+    Bnk = torch.randn(N, K, generator=g).to(torch.float8_e4m3fn)
+    ra, rb = blocks.split(" x ")
+    sa = torch.rand(M if ra == "1x128" else 2, 3, generator=g) + 0.5     # (rows, K blocks)
+    sb = torch.rand(3, N if rb == "1x128" else 2, generator=g) + 0.5     # (K blocks, cols)
+    with tme.emulate("H100"):
+        D1 = torch._scaled_mm(A, Bnk.t(), sa, sb, out_dtype=torch.float32)
+    pad = lambda t: torch.cat([t, torch.full((1, t.shape[1]), 99.0)])  # noqa: E731
+    sa2 = sa if ra == "1x128" else pad(sa.t())
+    sb2 = sb.t() if rb == "1x128" else pad(sb)
+    ST = F.ScalingType
+    rec = {"1x128": ST.BlockWise1x128, "128x128": ST.BlockWise128x128}
+    with tme.emulate("H100", record=True) as em:
+        D2 = F.scaled_mm(A, Bnk.t(), sa2, rec[ra], sb2, rec[rb], output_dtype=torch.float32)
+        with pytest.raises(ValueError, match="F.scaled_mm's layouts"):
+            F.scaled_mm(A, Bnk.t(), sa, rec[ra], sb, rec[rb], output_dtype=torch.float32)
+    assert torch.equal(D1, D2) and em.records[0].format == f"fp8_e4m3 ({blocks} scales)"
+    with tme.emulate("B200"):
+        with pytest.raises(ValueError, match="on sm90 only"):
+            F.scaled_mm(A, Bnk.t(), sa2, rec[ra], sb2, rec[rb], output_dtype=torch.float32)
+
+
+@needs_fp4
+def test_fp4_and_nvfp4_checks():
+    g = gen(12)
+    M, K, N = 16, 64, 16
+    ca = torch.randint(0, 16, (M, K), generator=g, dtype=torch.uint8)
+    cb = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
+    sa, sb = e8m0((M, K // 32), g), e8m0((N, K // 32), g)
+    A4, B4 = pack_fp4(ca), pack_fp4(cb).t()
+    with tme.emulate("B200"):
+        with pytest.raises(ValueError, match="use_fast_accum is not available for fp4"):
+            torch._scaled_mm(A4, B4, to_blocked(sa), to_blocked(sb), out_dtype=torch.bfloat16,
+                             use_fast_accum=True)
+        with pytest.raises(ValueError, match=r"bias must have N = 16"):
+            torch._scaled_mm(A4, B4, to_blocked(sa), to_blocked(sb), out_dtype=torch.bfloat16,
+                             bias=torch.zeros(15, dtype=torch.bfloat16))
+        with pytest.raises(ValueError, match="must be contiguous"):
+            torch._scaled_mm(A4, B4, to_blocked(sa).view(-1, 4).t(), to_blocked(sb),
+                             out_dtype=torch.bfloat16)
+    if HAS_V2:
+        MX, SW = F.ScalingType.BlockWise1x32, F.SwizzleType.SWIZZLE_32_4_4
+        with tme.emulate("sm120"):
+            with pytest.raises(ValueError, match="on sm100 only"):
+                F.scaled_mm(A4, B4, to_blocked(sa), MX, to_blocked(sb), MX, swizzle_a=SW,
+                            swizzle_b=SW)
+        na, nb = ue4m3((M, K // 16), g), ue4m3((N, K // 16), g)
+        BW, TW = F.ScalingType.BlockWise1x16, F.ScalingType.TensorWise
+        with tme.emulate("B200"):
+            with pytest.raises(ValueError, match="both operands or for neither"):
+                F.scaled_mm(A4, B4, [to_blocked(na), torch.tensor(2.0)], [BW, TW],
+                            to_blocked(nb), BW, swizzle_a=[SW, SW], swizzle_b=SW)

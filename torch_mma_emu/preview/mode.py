@@ -19,9 +19,10 @@ Under ``torch.compile`` the mode asks to be ignored while compiling
 (``ignore_compile_internals``): Dynamo traces normally (fullgraph works), and the compiled
 code's library calls (``mm.out``, ``addmm.out``, ``convolution``, attention kernels) come
 through the mode at run time.  With ``backend="aot_eager"`` the results are those of eager
-mode bit for bit; with Inductor, products it turns into generated code (K = 1 outer
-products, CPU dot products, max-autotune templates) never reach the mode (docs/preview.md,
-"torch.compile").
+mode bit for bit.  Inductor would turn some products into generated code that never reaches
+the mode (K = 1 outer products, CPU dot products, max-autotune templates, prepacked oneDNN
+Linear); while a block is open its settings keep them library calls (``_inductor_settings``,
+docs/preview.md, "torch.compile")
 """
 from __future__ import annotations
 
@@ -75,7 +76,9 @@ _WATCH_NATIVE = {"mv", "dot", "vdot", "addmv", "addbmm", "addr", "_int_mm", "_we
                  "slow_conv_transpose3d", "thnn_conv2d", "_nnpack_spatial_convolution",
                  "convolution_overrideable", "_efficient_attention_forward",
                  "_efficient_attention_backward", "_flash_attention_forward",
-                 "_flash_attention_backward"}
+                 "_flash_attention_backward", "_linear_pointwise", "_convolution_pointwise",
+                 "_convolution_transpose_pointwise", "_mkl_linear", "qlinear_pointwise",
+                 "qconv_pointwise", "qconv2d_pointwise"}
 
 _CIA = "CompositeImplicitAutograd"
 _DECOMPOSES: dict = {}      # op -> has a CompositeImplicitAutograd kernel (cached)
@@ -113,11 +116,13 @@ class _ProcessSwitches:
         mha = getattr(torch.backends, "mha", None)
         if mha is not None and hasattr(mha, "get_fastpath_enabled"):
             out["mha"] = (mha.get_fastpath_enabled, mha.set_fastpath_enabled)
+        out.update(_inductor_settings())
         return out
 
     def enter(self) -> None:
         with self.lock:
             if self.depth == 0:
+                _keep_inductor_products()
                 for name, (get, put) in self._settings().items():
                     self.saved[name] = get()
                     put(False)
@@ -133,6 +138,71 @@ class _ProcessSwitches:
 
 
 _SWITCHES = _ProcessSwitches()
+
+# Inductor, compiling while a block is open, would turn some products into its own generated
+# code, which never reaches the mode: its decompositions (K = 1 outer products, CPU dot
+# products and tiny addmm, torch/_inductor/decomposition.py) and max-autotune's GEMM
+# templates.  While a block is open the decompositions of mm / bmm / addmm step aside, GEMM
+# autotuning may pick only the library call (ATen), and the compile caches are off (their
+# keys do not include the decomposition table, so they could serve code compiled outside a
+# block).  Code compiled before the block opened keeps what it was compiled to
+# (docs/preview.md, "torch.compile").
+_PRODUCT_DECOMPS = ("mm", "bmm", "addmm")
+_KEEP_INSTALLED = False
+
+
+def _keep_inductor_products() -> None:
+    """Wrap Inductor's mm / bmm / addmm decompositions once per process: inside a block they
+    return NotImplemented (the op stays a library call), outside they run as before."""
+    global _KEEP_INSTALLED
+    if _KEEP_INSTALLED:
+        return
+    try:
+        from torch._inductor import decomposition as dec
+    except Exception:  # no Inductor in this build: nothing to keep
+        _KEEP_INSTALLED = True
+        return
+    tables = [dec.decompositions]
+    if hasattr(dec, "fast_random_decomps"):
+        tables.append(dec.fast_random_decomps())      # a cached copy of the table
+    for table in tables:
+        for op, fn in list(table.items()):
+            pkt = getattr(op, "overloadpacket", None)
+            if pkt is not None and getattr(pkt, "__name__", "") in _PRODUCT_DECOMPS and \
+                    not getattr(fn, "_mma_emu_keeps", False):
+                table[op] = _stepping_aside(fn)
+    _KEEP_INSTALLED = True
+
+
+def _stepping_aside(fn):
+    def decomp(*args, **kwargs):
+        if _SWITCHES.depth > 0:
+            return NotImplemented
+        return fn(*args, **kwargs)
+    decomp._mma_emu_keeps = True
+    decomp.__wrapped__ = fn
+    return decomp
+
+
+def _inductor_settings() -> dict:
+    out = {}
+    try:
+        import torch._functorch.config as aot_config
+        import torch._inductor.config as ind_config
+    except Exception:
+        return out
+
+    def flag(mod, name, off):
+        if hasattr(mod, name):
+            out[f"{getattr(mod, '__name__', mod)}.{name}"] = (lambda: getattr(mod, name),
+                                             lambda v: setattr(mod, name, off if v is False
+                                                               else v))
+    flag(ind_config, "max_autotune_gemm_backends", "ATEN")
+    if hasattr(ind_config, "cpp"):        # freezing: no prepacked oneDNN Linear / conv
+        flag(ind_config.cpp, "weight_prepack", False)
+    flag(ind_config, "fx_graph_cache", False)
+    flag(aot_config, "enable_autograd_cache", False)
+    return out
 
 
 class _ThreadHook:
@@ -573,18 +643,23 @@ class EmulateMode(TorchDispatchMode):
         if self.policy.choice("scaled_mm") == "native":
             self._note(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
             return func(*args, **kwargs)
-        if a.get("scale_result") is not None:
-            return self._scaled_native(func, args, kwargs, A, B, "scale_result (an fp8 output scale) "
-                                       "is not modelled")
-        try:
+        out, out_dtype = a.get("out"), a.get("out_dtype")
+        if out is not None and out_dtype is not None and out.dtype != out_dtype:
+            raise RuntimeError(f"{func}: out_dtype must match output matrix type ({out_dtype} "
+                               f"vs out {out.dtype})")    # as PyTorch
+        out_dtype = out.dtype if out is not None else (out_dtype or A.dtype)
+        if a.get("scale_result") is not None and out_dtype in scaled.FP8_DTYPES:
+            return self._scaled_native(func, args, kwargs, A, B, "scale_result (the fp8 "
+                                       "output scale) is not modelled")
+        try:   # (cuBLAS ignores scale_result for other outputs)
             ra, rb = scaled.recipe_v1(A, B, sa, sb)
             sp = scaled.build(A, B, [sa], [ra], [scaled.SWIZZLE_32_4_4],
                               [sb], [rb], [scaled.SWIZZLE_32_4_4])
         except scaled.NotEmulated as e:
             raise ValueError(f"emulate({self.policy.arch_name}): {func}: {e}; "
                              "formats={'scaled_mm': 'native'} runs it natively") from None
-        return self._run_scaled(func, sp, a.get("bias"), a.get("out_dtype") or A.dtype,
-                                a.get("use_fast_accum"), a.get("out"))
+        return self._run_scaled(func, sp, a.get("bias"), out_dtype, a.get("use_fast_accum"),
+                                out)
 
     def _scaled_mm_v2(self, func, args, kwargs):
         a = _bind(func, args, kwargs)
@@ -594,16 +669,27 @@ class EmulateMode(TorchDispatchMode):
             return func(*args, **kwargs)
         cdim = list(a.get("contraction_dim") or [])
         if cdim not in ([], [1, 0], [-1, 0]):
-            return self._scaled_native(func, args, kwargs, A, B, f"contraction_dim={cdim} is not "
-                                       "modelled (only A's last and B's first dimension)")
+            raise ValueError(f"emulate({self.policy.arch_name}): {func}: contraction_dim="
+                             f"{cdim} is not modelled (A's last and B's first dimension: [] "
+                             "or [1, 0]); formats={'scaled_mm': 'native'} runs it natively")
         try:
             sp = scaled.build(A, B, a["scale_a"], a["recipe_a"], a["swizzle_a"] or [],
-                              a["scale_b"], a["recipe_b"], a["swizzle_b"] or [])
+                              a["scale_b"], a["recipe_b"], a["swizzle_b"] or [], v2=True)
         except scaled.NotEmulated as e:
             raise ValueError(f"emulate({self.policy.arch_name}): {func}: {e}; "
                              "formats={'scaled_mm': 'native'} runs it natively") from None
-        return self._run_scaled(func, sp, a.get("bias"), a.get("out_dtype") or torch.bfloat16,
-                                a.get("use_fast_accum"), a.get("out"))
+        # PyTorch runs these recipes of F.scaled_mm on one GPU family only
+        arch = self.policy.arch if self.policy.spec is None else None
+        only = {"blockwise": "sm90", "MX fp4_e2m1": "sm100"}.get(
+            "MX fp4_e2m1" if sp.label == "MX fp4_e2m1" else sp.recipe)
+        if arch is not None and only is not None and arch != only:
+            raise ValueError(f"emulate({self.policy.arch_name}): F.scaled_mm runs "
+                             f"{sp.label.split(' (')[0]} ({sp.recipe}) products on {only} only "
+                             "(PyTorch raises on other GPUs)")
+        out = a.get("out")
+        out_dtype = out.dtype if out is not None else (a.get("out_dtype") or A.dtype)
+        return self._run_scaled(func, sp, a.get("bias"), out_dtype, a.get("use_fast_accum"),
+                                out)
 
     def _scaled_native(self, func, args, kwargs, A, B, why):
         """A scaled product the emulator does not model: native, recorded, warned (every
@@ -618,7 +704,13 @@ class EmulateMode(TorchDispatchMode):
         policy = self.policy
         nvidia = not policy.arch.startswith("gfx") and policy.spec is None
         step = self.fp8_promotion if (nvidia and not fast_accum) else None
-        K = sp.A.shape[1]
+        K, N = sp.A.shape[1], sp.B.shape[1]
+        if bias is not None and bias.numel() != N:
+            raise ValueError(f"emulate({policy.arch_name}): {func}: bias must have N = {N} "
+                             f"elements, got {tuple(bias.shape)}")
+        if fast_accum and sp.in_format is not None:
+            raise ValueError(f"emulate({policy.arch_name}): {func}: use_fast_accum is not "
+                             "available for fp4 operands (PyTorch raises)")
         try:
             if sp.block_a is not None:                   # MX / NVFP4: inside the instruction
                 acc = emulated_mm(sp.A, sp.B, arch=policy.arch, in_format=sp.in_format,
@@ -644,8 +736,12 @@ class EmulateMode(TorchDispatchMode):
                         acc = part if acc is None else acc + part
                     label += f" (fp32 promotion every {step})"
         except ValueError as e:
+            hint = ""
+            if sp.block_a is not None:
+                hint = (f"; block-scaled ({sp.recipe}) products run on "
+                        f"{', '.join(scaled.block_scaled_archs())}")
             raise ValueError(f"emulate({policy.arch_name}): {func} ({sp.recipe} scales): "
-                             f"{e}") from None
+                             f"{e}{hint}") from None
         D = acc if sp.post is None else acc * sp.post
         if bias is not None:
             D = D + bias.to(torch.float32)

@@ -47,6 +47,15 @@ ALLOWED = ("tensorwise (fp32 scales of one element), rowwise (fp32 scales (M, 1)
            "1x128: (M, K/128) and (K/128, N))")
 
 
+FP8_DTYPES = tuple(_FP8)
+
+
+def block_scaled_archs() -> list[str]:
+    """Archs with MX / NVFP4 instructions (registry rows with a scale format)."""
+    from ..registry import archs, rows_for
+    return [a for a in archs() if any(r.scale_format for r in rows_for(a))]
+
+
 class NotEmulated(Exception):
     """A scaled product the emulator does not model; the message says why."""
 
@@ -130,12 +139,16 @@ def _block(scale, rows, K, bs, swizzle, name):
                          "128x4 tile layout only (SWIZZLE_32_4_4, what torch._scaled_mm "
                          "assumes); NO_SWIZZLE is for AMD GPUs, which no emulated arch "
                          "with block scales is")
+    if not scale.is_contiguous():
+        raise ValueError(f"{name}: MX / NVFP4 scales must be contiguous (cuBLAS reads them in "
+                         "memory order)")
     cols = ceil_div(K, bs)
     want = swizzled_numel(rows, cols)
     if scale.numel() != want:
         raise ValueError(f"{name}: {scale.numel()} scales given; the swizzled (128x4 tile) "
                          f"layout of ({rows}, {cols}) block scales has {want} (round_up("
-                         f"{rows}, 128) * round_up({cols}, 4))")
+                         f"{rows}, 128) * round_up({cols}, 4)); plain (rows, K/{bs}) scales "
+                         "must first be rearranged as PyTorch's to_blocked() does")
     return unswizzle(scale, rows, cols)
 
 
@@ -143,12 +156,20 @@ def _is_fp32_tensor_scale(s):
     return s.dtype == torch.float32 and s.numel() == 1
 
 
-def _kblock_shapes(M, K, N) -> dict:
-    """Blockwise scale shapes per recipe pair, as torch._scaled_mm reads them (A, B)."""
+def _kblock_shapes(M, K, N, v2=False) -> dict:
+    """Blockwise scale shapes per recipe pair as PyTorch reads them: (A's, B's, transposed),
+    where ``transposed`` says the tensors are stored K-block-last and are read ``.t()``
+    (``F.scaled_mm`` keeps B's 1x128 and A's 128x128 scales that way, the latter padded to
+    a multiple of 4 K blocks; ``torch._scaled_mm`` takes them K-block-first except A's)."""
     kb, mb, nb = ceil_div(K, 128), ceil_div(M, 128), ceil_div(N, 128)
-    return {(BLOCK_128X128, BLOCK_1X128): ((mb, kb), (kb, N)),
-            (BLOCK_1X128, BLOCK_128X128): ((M, kb), (kb, nb)),
-            (BLOCK_1X128, BLOCK_1X128): ((M, kb), (kb, N))}
+    if not v2:
+        return {(BLOCK_128X128, BLOCK_1X128): ((mb, kb), (kb, N), (False, False)),
+                (BLOCK_1X128, BLOCK_128X128): ((M, kb), (kb, nb), (False, False)),
+                (BLOCK_1X128, BLOCK_1X128): ((M, kb), (kb, N), (False, False))}
+    l4 = ceil_div(kb, 4) * 4
+    return {(BLOCK_128X128, BLOCK_1X128): ((l4, mb), (N, kb), (True, True)),
+            (BLOCK_1X128, BLOCK_128X128): ((M, kb), (l4, nb), (False, False)),
+            (BLOCK_1X128, BLOCK_1X128): ((M, kb), (N, kb), (False, True))}
 
 
 def recipe_v1(A, B, sa, sb) -> tuple[int, int]:
@@ -162,7 +183,7 @@ def recipe_v1(A, B, sa, sb) -> tuple[int, int]:
             return TENSORWISE, TENSORWISE
         if tuple(sa.shape) == (M, 1) and tuple(sb.shape) == (1, N):
             return ROWWISE, ROWWISE
-        for pair, (want_a, want_b) in _kblock_shapes(M, K, N).items():
+        for pair, (want_a, want_b, _) in _kblock_shapes(M, K, N).items():
             if tuple(sa.shape) == want_a and tuple(sb.shape) == want_b:
                 return pair
     if _E8M0 is not None and sa.dtype == _E8M0 and sb.dtype == _E8M0:
@@ -174,10 +195,11 @@ def recipe_v1(A, B, sa, sb) -> tuple[int, int]:
                       f"recipe; emulate models {ALLOWED}")
 
 
-def build(A, B, scales_a, recipes_a, swizzles_a, scales_b, recipes_b, swizzles_b
-          ) -> ScaledProduct:
+def build(A, B, scales_a, recipes_a, swizzles_a, scales_b, recipes_b, swizzles_b, *,
+          v2: bool = False) -> ScaledProduct:
     """The product ``A (M, K[/2]) @ B (K[/2], N)`` with these scales, recipes (ints) and
-    swizzles (ints; an empty list is NO_SWIZZLE)."""
+    swizzles (ints; an empty list is NO_SWIZZLE), as ``torch._scaled_mm`` (``v2=False``)
+    or ``F.scaled_mm`` reads them."""
     if A.dim() != 2 or B.dim() != 2:
         raise ValueError(f"scaled mm: A and B must be matrices, got {tuple(A.shape)} and "
                          f"{tuple(B.shape)}")
@@ -208,6 +230,9 @@ def build(A, B, scales_a, recipes_a, swizzles_a, scales_b, recipes_b, swizzles_b
         elif len(recipes) != 1:
             raise NotEmulated(f"scale recipes {[RECIPE_NAMES.get(r, r) for r in recipes]}: "
                               f"emulate models {ALLOWED}")
+    if len(post) == 1:
+        raise ValueError("scaled mm: NVFP4's global (TensorWise) scale is given for both "
+                         "operands or for neither")
     pair = (ra[0], rb[0])
     sa, sb = scales_a[0], scales_b[0]
     if pair == (TENSORWISE, TENSORWISE) or pair == (ROWWISE, ROWWISE):
@@ -242,29 +267,29 @@ def build(A, B, scales_a, recipes_a, swizzles_a, scales_b, recipes_b, swizzles_b
         label = f"{kind} {names}" if kind == "MX" else "NVFP4"
         g = None
         if post:
-            g = post[0] if len(post) == 1 else post[0] * post[1]
+            g = post[0] * post[1]             # cuBLAS alpha
             label += " (x global scale)"
         return ScaledProduct(kind, label, Au, Bu, fmt, blk_a, blk_b.contiguous(), post=g)
     if post:
         raise NotEmulated("a TensorWise second scale is modelled after BlockWise1x16 only")
-    shapes = _kblock_shapes(M, K, N)
+    shapes = _kblock_shapes(M, K, N, v2)
     if pair in shapes:
         if fmt is not None:
             raise NotEmulated("blockwise 1x128 / 128x128 scales take fp8 operands")
         if sa.dtype != torch.float32 or sb.dtype != torch.float32:
             raise ValueError(f"scaled mm: blockwise scales must be float32, got {sa.dtype} "
                              f"and {sb.dtype}")
-        (ma, kb), (kb_b, nb) = shapes[pair]
-        # F.scaled_mm pads a 128x128 scale_b's K blocks to a multiple of 4
-        if pair[1] == BLOCK_128X128 and sb.dim() == 2 and sb.shape[1] == nb and \
-                sb.shape[0] == ceil_div(kb, 4) * 4:
-            sb = sb[:kb]
-        if tuple(sa.shape) != (ma, kb) or tuple(sb.shape) != (kb, nb):
+        want_a, want_b, (ta, tb) = shapes[pair]
+        if tuple(sa.shape) != want_a or tuple(sb.shape) != want_b:
             raise ValueError(f"scaled mm: {RECIPE_NAMES[pair[0]]} x {RECIPE_NAMES[pair[1]]} "
-                             f"scales are ({ma}, {kb}) and ({kb}, {nb}), got "
+                             f"scales are {want_a} and {want_b}"
+                             + (" (F.scaled_mm's layouts)" if v2 else "") + ", got "
                              f"{tuple(sa.shape)} and {tuple(sb.shape)}")
-        ka = sa if ma == M else sa.repeat_interleave(128, dim=0)[:M]
-        kbb = sb if nb == N else sb.repeat_interleave(128, dim=1)[:, :N]
+        kb = ceil_div(K, 128)
+        sa = sa[:kb].t() if ta else sa                 # -> (M or M/128, K/128)
+        sb = sb.t() if tb else sb[:kb]                 # -> (K/128, N or N/128)
+        ka = sa if pair[0] == BLOCK_1X128 else sa.repeat_interleave(128, dim=0)[:M]
+        kbb = sb if pair[1] == BLOCK_1X128 else sb.repeat_interleave(128, dim=1)[:, :N]
         blk = lambda r: "1x128" if r == BLOCK_1X128 else "128x128"  # noqa: E731
         return ScaledProduct("blockwise", f"{names} ({blk(pair[0])} x {blk(pair[1])} scales)",
                              Au, Bu, kblock_a=ka, kblock_b=kbb)
