@@ -145,8 +145,9 @@ _SWITCHES = _ProcessSwitches()
 # templates.  While a block is open the decompositions of mm / bmm / addmm step aside, GEMM
 # autotuning may pick only the library call (ATen), and the compile caches are off (their
 # keys do not include the decomposition table, so they could serve code compiled outside a
-# block).  Code compiled before the block opened keeps what it was compiled to
-# (docs/preview.md, "torch.compile").
+# block).  Code compiled before the block is recompiled inside it: Dynamo guards on the
+# torch-function mode stack, which the block's router changes (docs/preview.md,
+# "torch.compile").
 _PRODUCT_DECOMPS = ("mm", "bmm", "addmm")
 _KEEP_INSTALLED = False
 
@@ -193,10 +194,11 @@ def _inductor_settings() -> dict:
         return out
 
     def flag(mod, name, off):
+        """get / put for one setting; put(False) switches it to ``off``."""
+        def put(v):
+            setattr(mod, name, off if v is False else v)
         if hasattr(mod, name):
-            out[f"{getattr(mod, '__name__', mod)}.{name}"] = (lambda: getattr(mod, name),
-                                             lambda v: setattr(mod, name, off if v is False
-                                                               else v))
+            out[f"{getattr(mod, '__name__', mod)}.{name}"] = (lambda: getattr(mod, name), put)
     flag(ind_config, "max_autotune_gemm_backends", "ATEN")
     if hasattr(ind_config, "cpp"):        # freezing: no prepacked oneDNN Linear / conv
         flag(ind_config.cpp, "weight_prepack", False)
