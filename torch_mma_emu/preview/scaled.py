@@ -160,7 +160,8 @@ def _kblock_shapes(M, K, N, v2=False) -> dict:
     """Blockwise scale shapes per recipe pair as PyTorch reads them: (A's, B's, transposed),
     where ``transposed`` says the tensors are stored K-block-last and are read ``.t()``
     (``F.scaled_mm`` keeps B's 1x128 and A's 128x128 scales that way, the latter padded to
-    a multiple of 4 K blocks; ``torch._scaled_mm`` takes them K-block-first except A's)."""
+    a multiple of 4 K blocks, as is B's 128x128; ``torch._scaled_mm`` takes A's scales as
+    (rows, K/128) and B's as (K/128, cols))."""
     kb, mb, nb = ceil_div(K, 128), ceil_div(M, 128), ceil_div(N, 128)
     if not v2:
         return {(BLOCK_128X128, BLOCK_1X128): ((mb, kb), (kb, N), (False, False)),
