@@ -40,6 +40,12 @@ def pack_fp4(codes):
     return (codes[:, 1::2] << 4 | codes[:, ::2]).view(FP4X2)
 
 
+def fp4_codes(M, K, N, g):
+    """Random E2M1 codes for A (M, K) and B as (N, K), one per byte."""
+    return (torch.randint(0, 16, (M, K), generator=g, dtype=torch.uint8),
+            torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8))
+
+
 def fp4_value(codes):
     v = E2M1[(codes & 7).long()]
     return torch.where(codes >= 8, -v, v)
@@ -116,8 +122,7 @@ def test_mxfp8_scaled_mm_is_the_block_scaled_instruction(dtype):
 def test_fp4_scaled_mm_unpacks_and_scales(kind):
     g = gen(3)
     M, K, N = 40, 128, 24
-    ca = torch.randint(0, 16, (M, K), generator=g, dtype=torch.uint8)
-    cb = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
+    ca, cb = fp4_codes(M, K, N, g)
     bs = 32 if kind == "mxfp4" else 16
     mk = (lambda s: e8m0(s, g, 124, 130)) if kind == "mxfp4" else (lambda s: ue4m3(s, g))
     sa, sb = mk((M, K // bs)), mk((N, K // bs))
@@ -141,8 +146,7 @@ def test_fp4_scaled_mm_unpacks_and_scales(kind):
 def test_nvfp4_two_level_scales_through_F_scaled_mm():
     g = gen(4)
     M, K, N = 16, 64, 8
-    ca = torch.randint(0, 16, (M, K), generator=g, dtype=torch.uint8)
-    cb = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
+    ca, cb = fp4_codes(M, K, N, g)
     sa, sb = ue4m3((M, K // 16), g), ue4m3((N, K // 16), g)
     ga, gb = torch.tensor(0.75), torch.tensor(3.0)
     BW, TW = F.ScalingType.BlockWise1x16, F.ScalingType.TensorWise
@@ -334,8 +338,7 @@ def test_F_scaled_mm_blockwise_layouts_are_pytorchs(blocks):
 def test_fp4_and_nvfp4_checks():
     g = gen(12)
     M, K, N = 16, 64, 16
-    ca = torch.randint(0, 16, (M, K), generator=g, dtype=torch.uint8)
-    cb = torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8)
+    ca, cb = fp4_codes(M, K, N, g)
     sa, sb = e8m0((M, K // 32), g), e8m0((N, K // 32), g)
     A4, B4 = pack_fp4(ca), pack_fp4(cb).t()
     with tme.emulate("B200"):

@@ -640,56 +640,46 @@ class EmulateMode(TorchDispatchMode):
 
     # -- torch._scaled_mm / F.scaled_mm (fp8 and fp4 with scales) ---------------------------
     def _scaled_mm(self, func, args, kwargs):
+        """``torch._scaled_mm`` and ``F.scaled_mm`` (aten ``_scaled_mm_v2``): the recipe
+        (scaled.py), then ``_run_scaled``."""
         a = _bind(func, args, kwargs)
-        A, B, sa, sb = a["self"], a["mat2"], a["scale_a"], a["scale_b"]
+        A, B, out = a["self"], a["mat2"], a.get("out")
         if self.policy.choice("scaled_mm") == "native":
             self._note(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
             return func(*args, **kwargs)
-        out, out_dtype = a.get("out"), a.get("out_dtype")
-        if out is not None and out_dtype is not None and out.dtype != out_dtype:
-            raise RuntimeError(f"{func}: out_dtype must match output matrix type ({out_dtype} "
-                               f"vs out {out.dtype})")    # as PyTorch
-        out_dtype = out.dtype if out is not None else (out_dtype or A.dtype)
-        if a.get("scale_result") is not None and out_dtype in scaled.FP8_DTYPES:
+        v2 = func.overloadpacket.__name__ == "_scaled_mm_v2"
+        if not v2 and out is not None and a.get("out_dtype") not in (None, out.dtype):
+            raise RuntimeError(f"{func}: out_dtype must match output matrix type "
+                               f"({a['out_dtype']} vs out {out.dtype})")    # as PyTorch
+        out_dtype = out.dtype if out is not None else (a.get("out_dtype") or A.dtype)
+        if not v2 and a.get("scale_result") is not None and scaled.is_fp8(out_dtype):
             return self._scaled_native(func, args, kwargs, A, B, "scale_result (the fp8 "
                                        "output scale) is not modelled")
-        try:   # (cuBLAS ignores scale_result for other outputs)
-            ra, rb = scaled.recipe_v1(A, B, sa, sb)
-            sp = scaled.build(A, B, [sa], [ra], [scaled.SWIZZLE_32_4_4],
-                              [sb], [rb], [scaled.SWIZZLE_32_4_4])
-        except scaled.NotEmulated as e:
-            raise ValueError(f"emulate({self.policy.arch_name}): {func}: {e}; "
-                             "formats={'scaled_mm': 'native'} runs it natively") from None
-        return self._run_scaled(func, sp, a.get("bias"), out_dtype, a.get("use_fast_accum"),
-                                out)
-
-    def _scaled_mm_v2(self, func, args, kwargs):
-        a = _bind(func, args, kwargs)
-        A, B = a["self"], a["mat2"]
-        if self.policy.choice("scaled_mm") == "native":
-            self._note(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
-            return func(*args, **kwargs)
+        # (cuBLAS ignores scale_result for other outputs)
         cdim = list(a.get("contraction_dim") or [])
         if cdim not in ([], [1, 0], [-1, 0]):
             raise ValueError(f"emulate({self.policy.arch_name}): {func}: contraction_dim="
                              f"{cdim} is not modelled (A's last and B's first dimension: [] "
                              "or [1, 0]); formats={'scaled_mm': 'native'} runs it natively")
         try:
-            sp = scaled.build(A, B, a["scale_a"], a["recipe_a"], a["swizzle_a"] or [],
-                              a["scale_b"], a["recipe_b"], a["swizzle_b"] or [], v2=True)
+            if v2:
+                sp = scaled.build(A, B, a["scale_a"], a["recipe_a"], a["swizzle_a"] or [],
+                                  a["scale_b"], a["recipe_b"], a["swizzle_b"] or [], v2=True)
+            else:
+                sa, sb = a["scale_a"], a["scale_b"]
+                ra, rb = scaled.recipe_v1(A, B, sa, sb)
+                sp = scaled.build(A, B, [sa], [ra], [scaled.SWIZZLE_32_4_4],
+                                  [sb], [rb], [scaled.SWIZZLE_32_4_4])
         except scaled.NotEmulated as e:
             raise ValueError(f"emulate({self.policy.arch_name}): {func}: {e}; "
                              "formats={'scaled_mm': 'native'} runs it natively") from None
         # PyTorch runs these recipes of F.scaled_mm on one GPU family only
-        arch = self.policy.arch if self.policy.spec is None else None
-        only = {"blockwise": "sm90", "MX fp4_e2m1": "sm100"}.get(
-            "MX fp4_e2m1" if sp.label == "MX fp4_e2m1" else sp.recipe)
-        if arch is not None and only is not None and arch != only:
+        only = "sm90" if sp.recipe == "blockwise" else \
+            "sm100" if sp.label == "MX fp4_e2m1" else None
+        if v2 and only is not None and self.policy.spec is None and self.policy.arch != only:
             raise ValueError(f"emulate({self.policy.arch_name}): F.scaled_mm runs "
                              f"{sp.label.split(' (')[0]} ({sp.recipe}) products on {only} only "
                              "(PyTorch raises on other GPUs)")
-        out = a.get("out")
-        out_dtype = out.dtype if out is not None else (a.get("out_dtype") or A.dtype)
         return self._run_scaled(func, sp, a.get("bias"), out_dtype, a.get("use_fast_accum"),
                                 out)
 
@@ -774,10 +764,9 @@ for _k in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_f
         _HANDLERS[_f] = EmulateMode._attn_fwd
     for _f in _overloads(_k + "_backward", ("default",)):
         _HANDLERS[_f] = EmulateMode._attn_bwd
-for _f in _overloads("_scaled_mm", ("default", "out")):
-    _HANDLERS[_f] = EmulateMode._scaled_mm
-for _f in _overloads("_scaled_mm_v2", ("default", "out")):
-    _HANDLERS[_f] = EmulateMode._scaled_mm_v2
+for _k in ("_scaled_mm", "_scaled_mm_v2"):
+    for _f in _overloads(_k, ("default", "out")):
+        _HANDLERS[_f] = EmulateMode._scaled_mm
 
 ROUTED_OPS = tuple(sorted(str(f) for f in _HANDLERS))
 

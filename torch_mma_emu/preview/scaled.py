@@ -24,6 +24,8 @@ from typing import Optional
 
 import torch
 
+from ..formats import format_of_dtype
+
 # torch.nn.functional.ScalingType / SwizzleType values (_scaled_mm_v2 takes them as ints)
 TENSORWISE, ROWWISE, BLOCK_1X16, BLOCK_1X32, BLOCK_1X128, BLOCK_128X128 = range(6)
 NO_SWIZZLE, SWIZZLE_32_4_4 = 0, 1
@@ -31,11 +33,6 @@ RECIPE_NAMES = {TENSORWISE: "TensorWise", ROWWISE: "RowWise", BLOCK_1X16: "Block
                 BLOCK_1X32: "BlockWise1x32", BLOCK_1X128: "BlockWise1x128",
                 BLOCK_128X128: "BlockWise128x128"}
 
-_FP8 = {getattr(torch, n): f for n, f in (("float8_e4m3fn", "fp8_e4m3"),
-                                          ("float8_e5m2", "fp8_e5m2"),
-                                          ("float8_e4m3fnuz", "fp8_e4m3fnuz"),
-                                          ("float8_e5m2fnuz", "fp8_e5m2fnuz"))
-        if hasattr(torch, n)}
 _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 _E8M0 = getattr(torch, "float8_e8m0fnu", None)
 
@@ -47,7 +44,9 @@ ALLOWED = ("tensorwise (fp32 scales of one element), rowwise (fp32 scales (M, 1)
            "1x128: (M, K/128) and (K/128, N))")
 
 
-FP8_DTYPES = tuple(_FP8)
+def is_fp8(dtype: torch.dtype) -> bool:
+    f = format_of_dtype(dtype)
+    return f is not None and f.name.startswith("fp8")
 
 
 def block_scaled_archs() -> list[str]:
@@ -120,8 +119,8 @@ def _operand(t: torch.Tensor, name: str, dim: int):
     """(codes for emulated_mm, format name); fp4 is unpacked along K (``dim``)."""
     if _FP4 is not None and t.dtype == _FP4:
         return unpack_fp4(t, dim), "fp4_e2m1"
-    if t.dtype in _FP8:
-        return t, _FP8[t.dtype]
+    if is_fp8(t.dtype):
+        return t, format_of_dtype(t.dtype).name
     raise NotEmulated(f"{name} is {t.dtype}; scaled products take float8 or "
                       "float4_e2m1fn_x2 operands")
 
