@@ -12,6 +12,17 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.detach().cpu().contiguous().view(_INT[t.element_size()])
 
 
+def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bit-identical: same dtype, shape and encodings (NaN payloads and signed zeros too)."""
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
+
+
+def rnd(*shape, dtype=torch.bfloat16, seed=0, scale=1.0) -> torch.Tensor:
+    """Seeded standard-normal values (times ``scale``) rounded to ``dtype``."""
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(*shape, generator=g) * scale).to(dtype)
+
+
 @contextlib.contextmanager
 def cpu_path(mode):
     """The CPU kernel's path for the calls inside: None (its default choice), "scalar"

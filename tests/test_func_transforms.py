@@ -10,16 +10,7 @@ import torch.autograd.forward_ad as fwAD
 from torch.func import grad, jacrev, jvp, vmap
 
 import torch_mma_emu as tme
-
-
-def same(a, b):
-    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
-        a.contiguous().view(ints[a.element_size()]), b.contiguous().view(ints[b.element_size()]))
-
-
-def rnd(*shape, dtype=torch.bfloat16, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+from helpers import rnd, same
 
 
 ARCH = "gfx90a"      # bf16 with FTZ and its own accumulation: a formula on the wrong arch shows

@@ -7,11 +7,7 @@ import torch.nn.functional as F
 
 import torch_mma_emu as tme
 from torch_mma_emu.preview import convert, emulate
-from helpers import bits
-
-
-def same(a, b):
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
+from helpers import same
 
 
 class Small(nn.Module):

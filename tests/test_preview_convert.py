@@ -8,11 +8,7 @@ import torch.nn.functional as F
 
 from torch_mma_emu.preview import EmulatedConv, EmulatedLinear, convert, emulate, revert
 from torch_mma_emu.preview.tiny_gpt import tiny_gpt
-from helpers import bits
-
-
-def same(a, b):
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
+from helpers import same
 
 
 class Net(nn.Module):

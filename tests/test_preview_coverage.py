@@ -14,16 +14,7 @@ import torch.nn.functional as F
 
 import torch_mma_emu as tme
 from torch_mma_emu.preview import emulate
-
-
-def same(a, b):
-    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
-        a.contiguous().view(ints[a.element_size()]), b.contiguous().view(ints[b.element_size()]))
-
-
-def rnd(*shape, dtype=torch.bfloat16, seed=0):
-    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
+from helpers import rnd, same
 
 
 def test_native_matrix_ops_are_recorded_and_warned_once_by_name():

@@ -8,18 +8,9 @@ import torch.nn.functional as F
 
 import torch_mma_emu as tme
 from torch_mma_emu.preview import emulate
-from helpers import bits
+from helpers import rnd, same
 
 aten = torch.ops.aten
-
-
-def same(a, b):
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(bits(a), bits(b))
-
-
-def rnd(*shape, dtype=torch.bfloat16, seed=0, scale=1.0):
-    g = torch.Generator().manual_seed(seed)
-    return (torch.randn(*shape, generator=g) * scale).to(dtype)
 
 
 def emm(A, B, C=None, arch="sm90", **kw):

@@ -9,12 +9,7 @@ import torch.nn as nn
 from torch_mma_emu.preview import convert, emulate, revert
 from torch_mma_emu.preview.modules import (EmulatedConv, EmulatedConv1d, EmulatedConv3d,
                                            EmulatedConvTranspose2d, EmulatedLinear)
-
-
-def same(a, b):
-    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
-        a.contiguous().view(ints[a.element_size()]), b.contiguous().view(ints[b.element_size()]))
+from helpers import same
 
 
 class Net(nn.Module):

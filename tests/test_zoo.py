@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import torch_mma_emu as tme
 from torch_mma_emu.preview import emulate
 from torch_mma_emu.preview.mode import _WATCH_NATIVE, _decomposes
+from helpers import same
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ROUTED = {"mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backward",
@@ -48,13 +49,6 @@ class Spy(TorchDispatchMode):
         if name in ROUTED or name in _WATCH_NATIVE:
             self.seen[name] += 1
         return func(*args, **kwargs)
-
-
-def same(a, b) -> bool:
-    """Bit-identical (NaN payloads and signed zeros included)."""
-    ints = {8: torch.int64, 4: torch.int32, 2: torch.int16}
-    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(
-        a.contiguous().view(ints[a.element_size()]), b.contiguous().view(ints[b.element_size()]))
 
 
 # --------------------------------------------------------------------------- the zoo
