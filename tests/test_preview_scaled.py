@@ -178,7 +178,7 @@ def test_mx_through_F_scaled_mm_on_sm120_and_the_swizzle_it_needs():
                               scale_b=sb.t()).to(torch.bfloat16))
 
 
-def test_mx_in_every_autograd_mode_and_under_compile():
+def test_mx_in_every_autograd_mode_autocast_and_under_compile():
     A, Bnk, sa, sb = _mx_fp8(M=8, K=64, N=8, seed=6)
     ref = emm(A, Bnk.t(), arch="sm100", scale_a=sa, scale_b=sb.t()).to(torch.bfloat16)
 
@@ -186,7 +186,8 @@ def test_mx_in_every_autograd_mode_and_under_compile():
         return torch._scaled_mm(A, B, a, b, out_dtype=torch.bfloat16)
 
     args = (A, Bnk.t(), to_blocked(sa), to_blocked(sb))
-    for ctx in (torch.enable_grad, torch.no_grad, torch.inference_mode):
+    autocast = lambda: torch.autocast("cpu", dtype=torch.bfloat16)  # noqa: E731
+    for ctx in (torch.enable_grad, torch.no_grad, torch.inference_mode, autocast):
         with ctx(), tme.emulate("sm100", record=True) as em:
             assert torch.equal(f(*args), ref)
         assert em.records[0].format == "MX fp8_e4m3"
