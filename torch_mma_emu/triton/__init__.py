@@ -16,9 +16,16 @@ from .choice import PATHS, DotPlan, choose
 from .context import TritonEmulation, emulate, interpret
 from .hook import current
 
-__all__ = ["emulate", "interpret", "choose", "DotPlan", "PATHS", "TritonEmulation", "active"]
+__all__ = ["emulate", "interpret", "choose", "DotPlan", "PATHS", "TritonEmulation", "active",
+           "emulating"]
 
 
 def active() -> bool:
     """True when the calling thread has an ``emulate`` / ``interpret`` block open."""
     return current() is not None
+
+
+def emulating() -> bool:
+    """True when the calling thread's innermost block emulates an arch (not ``interpret()``)."""
+    b = current()
+    return b is not None and (b.arch is not None or b.spec is not None)

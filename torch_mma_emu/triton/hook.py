@@ -217,7 +217,21 @@ def _create_dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_for
 
 
 def _patch_lang_tensor(tensor, scope):
-    """Triton's own patch plus ``__index__`` on 1-element arrays: NumPy 2.4 refuses
-    ``int()`` of a 1-D array, which ``range(0, K, BLOCK)`` on a kernel argument needs."""
+    """Triton's own patch plus two gaps of its interpreter, filled while installed:
+    ``__index__`` on 1-element arrays (NumPy 2.4 refuses ``int()`` of a 1-D array, which
+    ``range(0, K, BLOCK)`` on a kernel argument needs), and ``tl.dot_scaled``'s format
+    strings, which its semantic reads as constexprs (``.value``)."""
+    import triton.language as tl
     _orig["patch_tensor"](tensor, scope)
     scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+    for mod in (tl, tl.core):
+        cur = getattr(mod, "dot_scaled", None)
+        if cur is None or tl.core.is_builtin(cur) or getattr(cur, "_tme_formats", False):
+            continue
+
+        def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, *args,
+                       _cur=cur, **kwargs):
+            return _cur(lhs, lhs_scale, tl.constexpr(lhs_format), rhs, rhs_scale,
+                        tl.constexpr(rhs_format), *args, **kwargs)
+        dot_scaled._tme_formats = True
+        scope.set_attr(mod, "dot_scaled", dot_scaled)
