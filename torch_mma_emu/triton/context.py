@@ -126,12 +126,12 @@ class TritonEmulation:
                 configs = list(prune(configs, tuner.nargs, **kwargs))
             config = configs[0] if self.autotune == "first" else self.autotune(configs)
             name = getattr(getattr(tuner, "base_fn", None), "__name__", "kernel")
-            if len(configs) > 1 and name not in self._warned:
+            if len(configs) > 1 and self.autotune == "first" and name not in self._warned:
                 self._warned.add(name)
                 warnings.warn(f"torch_mma_emu.triton: {name} is autotuned over {len(configs)} "
                               f"configs; a GPU picks one by timing, the emulation runs {config}"
-                              + (" (the first)" if self.autotune == "first" else "")
-                              + "; emulate(..., autotune=fn) chooses another", stacklevel=3)
+                              " (the first); emulate(..., autotune=fn) chooses another",
+                              stacklevel=3)
             full = {**tuner.nargs, **kwargs, **config.all_kwargs()}
             if config.pre_hook is not None:
                 config.pre_hook(full)
@@ -176,6 +176,16 @@ class TritonEmulation:
             D = self.single_dot(A, B, C, fa, fb, out, prec, imp)
         from triton.runtime.interpreter import TensorHandle
         return TensorHandle(to_numpy(D.to(C.dtype)), d.dtype)
+
+    def convert(self, src, dst_type, rounding_mode):
+        """A float conversion as the GPU rounds it (None: the interpreter's is right)."""
+        if self.arch is None and self.spec is None:
+            return None
+        from triton.runtime.interpreter import TensorHandle
+        from .convert import convert
+        rtz = getattr(rounding_mode, "name", "") == "RTZ"
+        out = convert(self.arch, self.vendor, src.data, src.dtype.scalar, dst_type.scalar, rtz)
+        return None if out is None else TensorHandle(out, dst_type.scalar)
 
     def dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, fast_math,
                    lhs_k_pack, rhs_k_pack, acc):
@@ -231,3 +241,28 @@ def interpret(*, autotune: Union[str, Callable] = "first") -> TritonEmulation:
     """Run Triton kernels in Triton's plain interpreter (NumPy arithmetic for ``tl.dot``)
     without setting ``TRITON_INTERPRET``: the reference the emulation differs from."""
     return TritonEmulation(None, autotune=autotune)
+
+
+def open_for(policy) -> Optional[TritonEmulation]:
+    """The block ``torch_mma_emu.emulate`` opens for its policy's arch (None without
+    Triton).  An interpreter this cannot hook into is reported loudly, not fatal."""
+    import importlib.util
+    if importlib.util.find_spec("triton") is None:
+        return None
+    arch = policy.spec if policy.spec is not None else policy.arch
+    try:
+        return emulate(arch).__enter__()
+    except (RuntimeError, ImportError) as e:
+        warnings.warn(f"torch_mma_emu.emulate: Triton kernels inside this block are NOT "
+                      f"emulated: {e}", stacklevel=3)
+        return None
+
+
+def close(block: Optional[TritonEmulation]) -> None:
+    if block is not None:
+        block.__exit__(None, None, None)
+
+
+def adopt(block: Optional[TritonEmulation]) -> None:
+    if block is not None:
+        hook.adopt(block)

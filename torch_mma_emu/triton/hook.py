@@ -12,7 +12,9 @@ does exactly what the original does:
   precision, fp8 defaults, minimum dot size) set to the target arch's for its duration;
 * ``JITFunction.__call__``: a ``@triton.jit`` helper called from a kernel is interpreted;
 * ``Autotuner.run``: no benchmarking on the CPU; the block picks the config;
-* ``InterpreterBuilder.create_dot`` / ``create_dot_scaled``: the block computes the dot.
+* ``InterpreterBuilder.create_dot`` / ``create_dot_scaled``: the block computes the dot;
+* ``InterpreterBuilder.cast_impl`` / ``create_fp_to_fp``: bf16 and fp8 conversions round as
+  the GPU does (convert.py; the interpreter truncates).
 
 The interpreter keeps its state in one global builder, so interpreted launches are
 serialised by a lock (a plain interpreted launch in another thread waits too).  Everything is
@@ -39,8 +41,10 @@ DOT_PARAMS = ["self", "a", "b", "d", "input_precision", "max_num_imprecise_acc"]
 
 def current():
     """The innermost open block of the calling thread (None: Triton behaves as usual)."""
-    stack = getattr(_TLS, "stack", None)
-    return stack[-1] if stack else None
+    for block in reversed(getattr(_TLS, "stack", ())):
+        if getattr(block, "_open", 0) > 0:
+            return block
+    return None
 
 
 def check_layout():
@@ -56,7 +60,8 @@ def check_layout():
             (jit, "JITFunction"), (autotuner, "Autotuner")]
     missing = [f"{m.__name__}.{n}" for m, n in need if not hasattr(m, n)]
     if not missing:
-        for owner, names in ((ti.InterpreterBuilder, ("create_dot", "set_grid_idx")),
+        for owner, names in ((ti.InterpreterBuilder, ("create_dot", "set_grid_idx", "cast_impl",
+                                                       "create_fp_to_fp")),
                              (ti.InterpretedFunction, ("run", "rewrite")),
                              (jit.JITFunction, ("run", "__call__")),
                              (autotuner.Autotuner, ("run",))):
@@ -88,6 +93,8 @@ def _install():
     _orig.update(jit_run=jit.JITFunction.run, jit_call=jit.JITFunction.__call__,
                  interp_run=ti.InterpretedFunction.run, autotune_run=autotuner.Autotuner.run,
                  create_dot=ti.InterpreterBuilder.create_dot,
+                 cast_impl=ti.InterpreterBuilder.cast_impl,
+                 fp_to_fp=ti.InterpreterBuilder.create_fp_to_fp,
                  create_dot_scaled=getattr(ti.InterpreterBuilder, "create_dot_scaled", None),
                  patch_tensor=ti._patch_lang_tensor)
     _set(jit.JITFunction, "run", _jit_run)
@@ -96,6 +103,8 @@ def _install():
     _set(autotuner.Autotuner, "run", _autotune_run)
     _set(ti.InterpreterBuilder, "create_dot", _create_dot)
     _set(ti.InterpreterBuilder, "create_dot_scaled", _create_dot_scaled)
+    _set(ti.InterpreterBuilder, "cast_impl", _cast_impl)
+    _set(ti.InterpreterBuilder, "create_fp_to_fp", _create_fp_to_fp)
     _set(ti, "_patch_lang_tensor", _patch_lang_tensor)
 
 
@@ -118,11 +127,19 @@ def enter(block) -> None:
                 _uninstall()
                 raise
         _users += 1
+    block._open = getattr(block, "_open", 0) + 1
+    _TLS.stack = getattr(_TLS, "stack", []) + [block]
+
+
+def adopt(block) -> None:
+    """Make ``block`` the calling thread's block too (a thread started inside it, as
+    ``torch_mma_emu.emulate`` does with its threads); it counts while the block is open."""
     _TLS.stack = getattr(_TLS, "stack", []) + [block]
 
 
 def leave(block) -> None:
     global _users
+    block._open -= 1
     stack = getattr(_TLS, "stack", [])
     for i in range(len(stack) - 1, -1, -1):
         if stack[i] is block:
@@ -214,6 +231,18 @@ def _create_dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_for
                                   "inside torch_mma_emu.triton.emulate(arch)")
     return block.dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format,
                             fast_math, lhs_k_pack, rhs_k_pack, acc)
+
+
+def _cast_impl(self, src, dst_type):
+    block = current()
+    out = None if block is None else block.convert(src, dst_type, None)
+    return _orig["cast_impl"](self, src, dst_type) if out is None else out
+
+
+def _create_fp_to_fp(self, src, dst_type, rounding_mode):
+    block = current()
+    out = None if block is None else block.convert(src, dst_type, rounding_mode)
+    return _orig["fp_to_fp"](self, src, dst_type, rounding_mode) if out is None else out
 
 
 def _patch_lang_tensor(tensor, scope):
