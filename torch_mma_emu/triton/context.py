@@ -191,8 +191,11 @@ class TritonEmulation:
                    lhs_k_pack, rhs_k_pack, acc):
         from triton.runtime.interpreter import TensorHandle
         from . import scaled
+        if self.arch is None and self.spec is None:
+            raise NotImplementedError("Triton's interpreter has no tl.dot_scaled; run the "
+                                      "kernel inside torch_mma_emu.triton.emulate(arch)")
         if self.arch is None or self.vendor != "nvidia":
-            where = self.arch or ("a Spec" if self.spec else "the plain interpreter")
+            where = self.arch or "a Spec"
             raise NotImplementedError(f"torch_mma_emu.triton: tl.dot_scaled on {where} is not "
                                       "modelled (NVIDIA archs are)")
         fa, fb = scaled._elem(lhs_format), scaled._elem(rhs_format)
