@@ -56,13 +56,14 @@ def check_layout():
         raise ImportError("torch_mma_emu.triton needs Triton (pip install triton, pinned with "
                           f"your torch): {e}") from None
     need = [(ti, "InterpreterBuilder"), (ti, "InterpretedFunction"), (ti, "GridExecutor"),
+            (ti, "_patch_lang"),
             (ti, "interpreter_builder"), (ti, "TensorHandle"), (ti, "_patch_lang_tensor"),
             (jit, "JITFunction"), (autotuner, "Autotuner")]
     missing = [f"{m.__name__}.{n}" for m, n in need if not hasattr(m, n)]
     if not missing:
         for owner, names in ((ti.InterpreterBuilder, ("create_dot", "set_grid_idx", "cast_impl",
                                                        "create_fp_to_fp")),
-                             (ti.InterpretedFunction, ("run", "rewrite")),
+                             (ti.InterpretedFunction, ("run", "rewrite", "__call__")),
                              (jit.JITFunction, ("run", "__call__")),
                              (autotuner.Autotuner, ("run",))):
             missing += [f"{owner.__name__}.{n}" for n in names if not hasattr(owner, n)]
@@ -100,6 +101,7 @@ def _install():
     _set(jit.JITFunction, "run", _jit_run)
     _set(jit.JITFunction, "__call__", _jit_call)
     _set(ti.InterpretedFunction, "run", _interp_run)
+    _set(ti.InterpretedFunction, "__call__", _interp_call)
     _set(autotuner.Autotuner, "run", _autotune_run)
     _set(ti.InterpreterBuilder, "create_dot", _create_dot)
     _set(ti.InterpreterBuilder, "create_dot_scaled", _create_dot_scaled)
@@ -201,7 +203,24 @@ def _interp_run(self, *args, grid, warmup, **kwargs):
 def _jit_call(self, *args, **kwargs):
     if current() is None or not getattr(_TLS, "depth", 0):
         return _orig["jit_call"](self, *args, **kwargs)
-    return _interpreted_of(self.fn)(*args, **kwargs)
+    return _interp_call(_interpreted_of(self.fn), *args, **kwargs)
+
+
+def _interp_call(self, *args, **kwargs):
+    """A @jit helper called from an interpreted kernel.  Triton's own version patches the
+    helper module's triton.language and never restores it, which breaks compiling any
+    kernel afterwards; this one restores."""
+    from triton.runtime.errors import InterpreterError
+    from triton.runtime.interpreter import _patch_lang
+    scope = _patch_lang(self.fn)
+    try:
+        return self.rewrite()(*args, **kwargs)
+    except InterpreterError:
+        raise
+    except Exception as e:
+        raise InterpreterError(repr(e)) from e
+    finally:
+        scope.restore()
 
 
 def _autotune_run(self, *args, **kwargs):
