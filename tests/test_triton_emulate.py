@@ -242,3 +242,18 @@ def test_conversions_round_as_the_gpu():
     assert same(bz[fin], trunc[fin])
     pbf, *_ = _casts(x, tmt.interpret())                  # Triton's interpreter truncates
     assert not same(pbf, bf)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_native_gpu_run_is_the_emulation():
+    """On a GPU: the user's GEMM natively and under emulate(this GPU's arch), same config."""
+    import triton_user_matmul as um
+    from torch_mma_emu.native import device_arch
+    A, B = operands(torch.float16, M=192, K=256, N=160)
+    native = um.matmul(A.cuda(), B.cuda(), out_dtype=torch.float32).cpu()
+    best = um.matmul_kernel.best_config
+    with tmt.emulate(device_arch(), autotune=lambda cfgs: next(
+            c for c in cfgs if c.all_kwargs() == best.all_kwargs())):
+        emulated = um.matmul(A, B, out_dtype=torch.float32)
+    assert same(native, emulated)
