@@ -257,3 +257,25 @@ def test_native_gpu_run_is_the_emulation():
             c for c in cfgs if c.all_kwargs() == best.all_kwargs())):
         emulated = um.matmul(A, B, out_dtype=torch.float32)
     assert same(native, emulated)
+
+
+def test_a_coarse_spec_reaches_every_dot():
+    """A Spec as arch (here sm90's with F = 3): every dot takes it, none escapes."""
+    A, B = operands(torch.float16, M=64, K=96, N=64)
+    coarse = tme.spec("sm90", "fp16").replace(F=3)
+    with tmt.emulate(coarse) as em:
+        C = user_mm(A, B, out_dtype=torch.float32)
+    assert same(C, tme.emulated_mm(A, B, arch=coarse))
+    assert not torch.allclose(C, tme.emulated_mm(A, B, arch="sm90"), rtol=1e-2, atol=1e-2)
+    assert sum(em.counts.values()) == 3 and all(k.startswith("spec ") for k in em.counts)
+
+
+def test_threads_started_inside_tme_emulate_are_covered():
+    A, B = operands(torch.float16, M=64, K=64, N=64)
+    out = []
+    with tme.emulate("sm80"):
+        t = threading.Thread(target=lambda: out.append(user_mm(A, B, out_dtype=torch.float32)))
+        t.start()
+        t.join()
+    assert same(out[0], tme.emulated_mm(A, B, arch="sm80"))
+    assert not tmt.active()
