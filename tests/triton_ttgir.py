@@ -5,8 +5,6 @@ torch_mma_emu.triton.choose against it."""
 import re
 
 import torch
-import triton
-import triton.language as tl
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.compiler.compiler import make_backend

@@ -13,7 +13,7 @@ from ..ops import emulated_mm
 from ..registry import ARCHS, canonical_arch
 from ..spec import Spec
 from . import hook
-from .choice import CDNA, NV_CC, PATHS, DotPlan, choose
+from .choice import NV_CC, PATHS, DotPlan, choose
 from .dot import format_of, run_plan, split_fp32, to_numpy, to_torch
 
 SPLITS = ("tf32x3", "bf16x3", "bf16x6")
