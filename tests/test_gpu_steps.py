@@ -43,6 +43,7 @@ def _steps(tmp_path, *steps, **env):
 def test_steps_dry_run_plans_every_step_within_its_limit(tmp_path):
     r = _steps(tmp_path, "env", "build", "smoke", "identity@150", "native:fp8_e4m3,fp8_e5m2",
                "probe", "tests", "bench", "profile", "fprev", "preview", "schedules@100",
+               "triton@140",
                MMA_EMU_VALIDATE_ARGS="--native-outputs 300000",
                MMA_EMU_PROBE_ARGS="--instructions all")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -59,6 +60,8 @@ def test_steps_dry_run_plans_every_step_within_its_limit(tmp_path):
     assert "reveal sum --n 100000" in out and "scripts/gpu/preview_cuda.py" in out
     assert "--dtype float8_e4m3fn --m 64 --n 64 --k 16 " in out and "float8_e4m3fn --m 64 --n 64 --k 64" not in out
     assert f"scripts/gpu/schedules.py --out {tmp_path}/schedules.md" in out
+    assert (f"+ [140s] {sys.executable} scripts/gpu/triton_emulate.py --out "
+            f"{tmp_path}/triton.md --archive {tmp_path}/triton_mismatches.tar") in out
     assert (tmp_path / "steps.log").read_text().count("+ [") == out.count("+ [")
 
 
@@ -211,3 +214,25 @@ def test_schedule_search_ranks_candidates():
     assert mismatches(nan, torch.tensor([float("-nan"), 1.0])) == 0
     with pytest.raises(ValueError, match="mismatches"):
         mismatches(nan, nan.double())
+
+
+def test_triton_step_compares_bit_for_bit_and_archives_mismatches(tmp_path):
+    """scripts/gpu/triton_emulate.py --stand-in: the 'native' run is the emulation again;
+    every case must agree (exit 0) and the report say so; a flipped bit in one case's
+    output is a MISMATCH (exit 1) whose inputs and outputs go into the archive."""
+    pytest.importorskip("triton")
+    mod = _load("scripts/gpu/triton_emulate.py")
+    from validate_hw import read_archive
+    out, tar = tmp_path / "triton.md", tmp_path / "t.tar"
+    assert mod.main(["--stand-in", "--quick", "--out", str(out), "--archive", str(tar)]) == 0
+    text = out.read_text()
+    assert "| matmul fp8_e4m3 imprecise=32 | wgmma fp8_e4m3->fp32, fp32 promotion every 32 " \
+           "x8 | 7680 | 0 | 0 | exact | ok |" in text
+    assert "| attention integer scores causal |" in text and "MISMATCH" not in text
+    assert text.count("| ok |") == 22 and not tar.exists()
+    assert mod.main(["--stand-in", "--quick", "--out", str(out), "--archive", str(tar),
+                     "--perturb", "bmm fp16 (3-D dots)"]) == 1
+    assert "| bmm fp16 (3-D dots) | mma.sync fp16->fp32 x24 | 7680 | 1 |" in out.read_text()
+    saved = read_archive(str(tar))["bmm_fp16_(3-D_dots).pt"]
+    assert saved["arch"] == "sm90" and (saved["native"] != saved["emulated"]).sum() == 1
+    assert mod.main(["--out", str(out)]) == 2 or torch.cuda.is_available()

@@ -1,12 +1,19 @@
-"""Triton GEMMs that run on the real tensor cores, in the canonical chain of the model.
+"""Triton kernels that run on the real tensor cores, and on the CPU with a GPU's bits inside
+``torch_mma_emu.triton.emulate(arch)`` (docs/triton.md).
 
-``acc = C`` (or 0); for each K block, ascending: ``acc = tl.dot(a, b, acc)``; no split-K, so
-every output's accumulator passes through the matrix-unit instructions in K order, exactly
-the chain ``emulated_mm`` models (GUIDE section 1).  See :func:`matmul` and docs/gpu.md.
+* :func:`matmul` (gemm.py): the model's chain, ``acc = C``; ``acc = tl.dot(a, b, acc)`` per K
+  block; every format (fp16, bf16, tf32, fp32, the fp32 splits, fp8 with
+  ``max_num_imprecise_acc``), batches on the grid (docs/gpu.md);
+* :func:`bmm` (bmm.py): a batched GEMM with 3-D ``tl.dot`` calls;
+* :func:`attention` (attention.py): fused attention forward with an online softmax;
+* :func:`scaled_matmul` (scaled_gemm.py): MXFP8 / MXFP4 through ``tl.dot_scaled``.
 
-Importing this package needs ``triton``; running a kernel needs a CUDA device (or
-``TRITON_INTERPRET=1``, whose arithmetic is NumPy's, not the tensor cores').
+Importing this package needs ``triton``; running a kernel needs a CUDA device, an emulate /
+interpret block, or ``TRITON_INTERPRET=1`` (whose ``tl.dot`` is NumPy's, not a GPU's).
 """
+from .attention import attention
+from .bmm import bmm
 from .gemm import FORMATS, block_k_for, matmul, run_k
+from .scaled_gemm import scaled_matmul
 
-__all__ = ["matmul", "FORMATS", "block_k_for", "run_k"]
+__all__ = ["matmul", "bmm", "attention", "scaled_matmul", "FORMATS", "block_k_for", "run_k"]

@@ -32,6 +32,10 @@ FORMATS = {
     "bf16": (torch.bfloat16, None, 16, (torch.float32,)),
     "tf32": (torch.float32, "tf32", 8, (torch.float32,)),
     "fp32": (torch.float32, "ieee", 1, (torch.float32,)),  # FMA chain on the CUDA cores
+    # Triton's splits of fp32 operands into several tensor-core dots (F32DotTC)
+    "tf32x3": (torch.float32, "tf32x3", 8, (torch.float32,)),
+    "bf16x3": (torch.float32, "bf16x3", 16, (torch.float32,)),
+    "bf16x6": (torch.float32, "bf16x6", 16, (torch.float32,)),
     "fp8_e4m3": (torch.float8_e4m3fn, None, 32, (torch.float32, torch.float16)),
     "fp8_e5m2": (torch.float8_e5m2, None, 32, (torch.float32, torch.float16)),
 }
@@ -114,11 +118,12 @@ def _fmt_of(t: torch.Tensor, in_format: Optional[str]) -> str:
                             f"{FORMATS[in_format][0]} tensors, got {t.dtype}")
         return in_format
     for name, (dt, *_rest) in FORMATS.items():
-        if dt == t.dtype and name not in ("tf32", "fp32"):
+        if dt == t.dtype and dt != torch.float32:
             return name
     if t.dtype == torch.float32:
         raise ValueError("triton_kernels.matmul: float32 inputs need in_format='tf32' (tensor "
-                         "cores) or 'fp32' (IEEE FMA on the CUDA cores)")
+                         "cores), 'fp32' (IEEE FMA on the CUDA cores) or a split: 'tf32x3', "
+                         "'bf16x3', 'bf16x6'")
     raise TypeError(f"triton_kernels.matmul: unsupported dtype {t.dtype}; supported: float16, "
                     "bfloat16, float32 (tf32/fp32), float8_e4m3fn, float8_e5m2")
 
@@ -154,7 +159,8 @@ def matmul(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *
         raise ValueError(f"triton_kernels.matmul: {fa} inputs accumulate in "
                          f"{', '.join(map(str, outs))}, not {odt}")
     if not (A.is_cuda or _interpreting()):
-        raise RuntimeError("triton_kernels.matmul needs CUDA tensors (or TRITON_INTERPRET=1)")
+        raise RuntimeError("triton_kernels.matmul needs CUDA tensors (or a "
+                           "torch_mma_emu.triton.emulate block, or TRITON_INTERPRET=1)")
     squeeze = A.dim() == 2 and B.dim() == 2
     A3 = A if A.dim() == 3 else A.unsqueeze(0)
     B3 = B if B.dim() == 3 else B.unsqueeze(0)
@@ -184,11 +190,21 @@ def matmul(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *
         C3.stride(0), C3.stride(1), C3.stride(2), D.stride(0), D.stride(1), D.stride(2),
         HAS_C=C is not None, C_IN_ACC=c_mode == "chain", ACC_FP16=odt == torch.float16,
         PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=bk,
-        INTERP_UPCAST=_interpreting() and fa == "bf16", MAX_IMPRECISE=max_num_imprecise_acc,
+        INTERP_UPCAST=_plain_interpreter() and fa == "bf16", MAX_IMPRECISE=max_num_imprecise_acc,
         num_warps=num_warps, num_stages=num_stages)
     return D[0] if squeeze else D
 
 
 def _interpreting() -> bool:
+    """The launch runs in Triton's interpreter: a torch_mma_emu.triton block or
+    TRITON_INTERPRET=1."""
     import os
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+    from torch_mma_emu.triton import active
+    return active() or os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def _plain_interpreter() -> bool:
+    """NumPy computes tl.dot (TRITON_INTERPRET=1 or an interpret() block, no emulate block):
+    its bf16 dot multiplies bit patterns as integers, so the kernel upcasts bf16 there."""
+    from torch_mma_emu.triton import emulating
+    return _interpreting() and not emulating()

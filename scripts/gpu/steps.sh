@@ -14,7 +14,7 @@
 #   MMA_EMU_PROBE_ARGS="--instructions all"           extra probe_native.py options
 #
 # Steps: env, build, smoke, identity, native[:FORMATS], probe, tests, bench, profile, fprev,
-# preview, schedules.  Every step after `build` builds first when no CUDA build is there (a carried
+# preview, schedules, triton.  Every step after `build` builds first when no CUDA build is there (a carried
 # .gpu_build/build-<hash>/ is installed when it matches the sources).  Files under $OUT:
 #   steps.log             every command and its output (env, build log on failure, smoke,
 #                         probe, tests, bench, profile, fprev, preview)
@@ -23,6 +23,8 @@
 #   results.json, <GPU>.md, validate.log, mismatches.tar   validate_hw.py (identity, native, bench)
 #   <GPU>_probe.md        probe_native.py;  fprev_trees.tar  trees (JSON + PNG) of fprev
 #   schedules.md          scripts/gpu/schedules.py: library calls against the schedule presets
+#   triton.md, triton_mismatches.tar   scripts/gpu/triton_emulate.py: Triton kernels natively
+#                         against torch_mma_emu.triton.emulate(this GPU's arch), bit for bit
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 BUDGET=${MMA_EMU_BUDGET:-570}
@@ -196,12 +198,18 @@ step_schedules() {  # library schedules (cuBLAS split-K, _scaled_mm, Triton fp8)
   run "$lim" "$PY" scripts/gpu/schedules.py --out "$OUT/schedules.md"
 }
 
+step_triton() {   # whole Triton programs: native kernels vs torch_mma_emu.triton.emulate
+  local lim; lim=$(limit_for "${WANT:-240}"); [ "$lim" = 0 ] && { say "[triton] skipped: no time left"; return 0; }
+  run "$lim" "$PY" scripts/gpu/triton_emulate.py --out "$OUT/triton.md" \
+    --archive "$OUT/triton_mismatches.tar"
+}
+
 [ $# -gt 0 ] || { echo "usage: bash scripts/gpu/steps.sh STEP [STEP ...]  (see the header)" >&2; exit 2; }
 for s in "$@"; do
   s=${s%@*}
   case "${s%%:*}" in
-    env|build|smoke|identity|native|probe|tests|bench|profile|fprev|preview|schedules) ;;
-    *) echo "steps.sh: unknown step '$s'; steps: env build smoke identity native[:FORMATS] probe tests bench profile fprev preview schedules" >&2; exit 2 ;;
+    env|build|smoke|identity|native|probe|tests|bench|profile|fprev|preview|schedules|triton) ;;
+    *) echo "steps.sh: unknown step '$s'; steps: env build smoke identity native[:FORMATS] probe tests bench profile fprev preview schedules triton" >&2; exit 2 ;;
   esac
 done
 cd "$ROOT"
@@ -230,6 +238,7 @@ for s in "$@"; do
         fprev) step_fprev ;;
         preview) step_preview ;;
         schedules) step_schedules ;;
+        triton) step_triton ;;
       esac
       rc=$?; [ "$rc" != 0 ] && RC=1 ;;
   esac

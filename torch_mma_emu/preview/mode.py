@@ -35,6 +35,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..ops import emulated_mm
+from ..triton import context as _triton
 from . import scaled
 from .attention import attention_backward, attention_forward
 from .attribution import LayerTracker
@@ -345,6 +346,7 @@ class EmulateMode(TorchDispatchMode):
         _SWITCHES.enter()
         entered = []
         try:
+            self._triton = _triton.open_for(self.policy)    # Triton kernels too (triton.md)
             _THREADS.enter(self)
             entered.append(_THREADS)
             if self.layer_tracker is not None:
@@ -372,6 +374,8 @@ class EmulateMode(TorchDispatchMode):
             if _THREADS in entered:
                 _THREADS.leave(self)
         finally:
+            _triton.close(getattr(self, "_triton", None))
+            self._triton = None
             _SWITCHES.leave()
 
     def _adopt_thread(self):
@@ -380,6 +384,7 @@ class EmulateMode(TorchDispatchMode):
         self._router.__enter__()
         from torch.utils._python_dispatch import _push_mode
         _push_mode(self)
+        _triton.adopt(self._triton)
 
     # -- records ------------------------------------------------------------------------
     @property

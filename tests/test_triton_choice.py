@@ -1,0 +1,144 @@
+"""torch_mma_emu.triton.choose (which instruction Triton makes of a tl.dot) against the
+compiler itself: the installed Triton compiles kernels for each target on the CPU up to TTGIR
+and the dot operations there (wgmma / tcgen05 / mma.sync / mfma / FMA, operand conversions,
+accumulator type) must be what choose() models.  When a Triton release changes its rules,
+these fail and docs/triton.md's table needs the update."""
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+import torch_mma_emu.triton as tmt  # noqa: E402
+from torch_mma_emu.triton.choice import TL_FORMATS, choose  # noqa: E402
+
+tt = pytest.importorskip("triton_ttgir")
+
+FP32_DEFAULT = {"gfx90a": "ieee"}       # core.dot: "tf32" where the backend allows it
+
+
+def modelled(arch, tl_type, BM, BN, BK, nw, imp, prec, out16):
+    """[(path, operand format, result format)] that choose() predicts."""
+    fmt = TL_FORMATS[tl_type]
+    out = "fp16" if out16 else "fp32"
+    p = FP32_DEFAULT.get(arch, "tf32") if prec == "default" else prec
+    subs = {"tf32x3": [("fp32", "tf32")] * 3, "bf16x3": [("bf16", "ieee")] * 3,
+            "bf16x6": [("bf16", "ieee")] * 6}.get(p if fmt == "fp32" else None)
+    if imp is None:                        # the backend's default (Triton: 2**30 on sm90)
+        imp = 2**30 if arch == "sm90" else 0
+    plans = [choose(arch, f, f, out, q, imp, (BM, BN, BK), False, nw)
+             for f, q in (subs or [(fmt, p)])]
+    res = []
+    for plan in plans:
+        f = plan.convert or plan.fmt_a
+        res.append((plan.path, "fp32" if f in ("tf32", "xf32") else f, plan.out))
+    return res
+
+
+CASES = [
+    # arch,   type,      BM,  BN, BK, nw, imp,  prec,     out16
+    ("sm80", "fp16", 64, 64, 64, 4, None, "default", False),
+    ("sm80", "bf16", 32, 32, 32, 2, None, "default", False),
+    ("sm80", "fp32", 64, 64, 32, 4, None, "default", False),
+    ("sm80", "fp32", 64, 64, 32, 4, None, "ieee", False),
+    ("sm80", "fp32", 64, 64, 32, 4, None, "tf32x3", False),
+    ("sm80", "fp8e5", 64, 64, 64, 4, None, "default", False),
+    ("sm80", "fp16", 64, 64, 64, 4, None, "default", True),
+    ("sm75", "fp16", 64, 64, 64, 4, None, "default", False),
+    ("sm89", "fp8e4nv", 64, 64, 64, 4, None, "default", False),
+    ("sm90", "fp16", 64, 64, 64, 4, None, "default", False),
+    ("sm90", "fp16", 128, 64, 64, 8, None, "default", False),
+    ("sm90", "fp16", 32, 64, 64, 4, None, "default", False),
+    ("sm90", "fp16", 64, 64, 64, 2, None, "default", False),
+    ("sm90", "fp16", 64, 8, 64, 4, None, "default", False),
+    ("sm90", "fp16", 64, 16, 16, 4, None, "default", True),
+    ("sm90", "bf16", 64, 32, 32, 4, None, "default", False),
+    ("sm90", "fp32", 64, 64, 32, 4, None, "default", False),
+    ("sm90", "fp32", 64, 64, 32, 4, None, "tf32x3", False),
+    ("sm90", "fp32", 64, 64, 32, 4, None, "bf16x3", False),
+    ("sm90", "fp32", 64, 64, 32, 4, None, "bf16x6", False),
+    ("sm90", "fp8e4nv", 64, 64, 64, 4, None, "default", False),
+    ("sm90", "fp8e4nv", 64, 64, 64, 4, 32, "default", False),
+    ("sm90", "fp8e4nv", 64, 64, 64, 4, 16, "default", False),
+    ("sm90", "fp8e5", 32, 64, 64, 4, None, "default", False),
+    ("sm90", "fp8e4nv", 64, 64, 64, 4, None, "default", True),
+    ("sm100", "fp16", 128, 64, 64, 4, None, "default", False),
+    ("sm100", "fp16", 64, 64, 64, 8, None, "default", False),
+    ("sm100", "fp16", 128, 64, 64, 2, None, "default", False),
+    ("sm100", "fp16", 128, 8, 64, 4, None, "default", False),
+    ("sm100", "fp32", 128, 64, 32, 4, None, "default", False),
+    ("sm100", "fp32", 128, 64, 32, 4, None, "ieee", False),
+    ("sm100", "fp8e4nv", 128, 64, 64, 4, None, "default", False),
+    ("sm100", "fp8e4nv", 32, 64, 64, 4, None, "default", False),
+    ("sm120", "fp8e4nv", 64, 64, 64, 4, None, "default", False),
+    ("sm120", "fp16", 64, 64, 64, 4, None, "default", False),
+    ("gfx942", "fp16", 64, 64, 64, 4, None, "default", False),
+    ("gfx942", "fp16", 16, 64, 64, 4, None, "default", False),
+    ("gfx942", "fp16", 32, 32, 64, 4, None, "default", True),
+    ("gfx942", "bf16", 64, 64, 64, 4, None, "default", False),
+    ("gfx942", "fp32", 64, 64, 32, 4, None, "default", False),
+    ("gfx942", "fp32", 64, 64, 32, 4, None, "ieee", False),
+    ("gfx942", "fp32", 64, 64, 32, 4, None, "bf16x3", False),
+    ("gfx942", "fp8e4nv", 64, 64, 64, 4, None, "default", False),
+    ("gfx942", "fp8e4b8", 64, 64, 64, 4, None, "default", False),
+    ("gfx942", "fp8e4b8", 16, 64, 16, 4, None, "default", False),
+    ("gfx90a", "fp16", 64, 64, 64, 4, None, "default", False),
+    ("gfx90a", "fp32", 64, 64, 32, 4, None, "default", False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=["-".join(map(str, c)) for c in CASES])
+def test_choose_is_what_triton_compiles(case):
+    import triton_dot_cases as dc
+    arch, ty, BM, BN, BK, nw, imp, prec, out16 = case
+    sig = {"a_ptr": "*" + ty, "b_ptr": "*" + ty, "c_ptr": "*fp32", "BM": "constexpr",
+           "BN": "constexpr", "BK": "constexpr", "IMP": "constexpr", "PREC": "constexpr",
+           "OUT16": "constexpr"}
+    text = tt.ttgir(dc.dot_kernel, sig, dict(BM=BM, BN=BN, BK=BK, IMP=imp, PREC=prec,
+                                             OUT16=out16), arch, nw)
+    assert tt.dots(text) == modelled(*case)
+
+
+def test_amd_4x4_tiles_are_refused_not_guessed():
+    with pytest.raises(NotImplementedError, match="4x4 MFMA"):
+        choose("gfx942", "fp16", "fp16", "fp32", "ieee", 0, (8, 64, 64))
+
+
+def _launches(monkeypatch, fn):
+    """(JITFunction, args, kwargs) of the launches ``fn`` makes (none runs)."""
+    from triton.runtime.jit import JITFunction
+    calls = []
+    monkeypatch.setattr(JITFunction, "run", lambda self, *a, grid, warmup, **kw:
+                        calls.append((self, a, kw)))
+    fn()
+    monkeypatch.undo()
+    return calls
+
+
+def _kernels():
+    from torch_mma_emu import triton_kernels as K
+    from helpers import rnd
+    q, k, v = (rnd(1, n, 64, dtype=torch.float16, seed=s) for n, s in ((128, 1), (128, 2),
+                                                                       (128, 3)))
+    a8, b8 = rnd(2, 64, 64, dtype=torch.float8_e4m3fn), rnd(2, 64, 32, dtype=torch.float8_e4m3fn)
+    a4 = torch.randint(0, 256, (128, 64), dtype=torch.uint8)
+    b4 = torch.randint(0, 256, (64, 128), dtype=torch.uint8)
+    s = torch.full((128, 4), 127, dtype=torch.uint8)
+    return [("attention", lambda: K.attention(q, k, v)),
+            ("bmm fp8", lambda: K.bmm(a8, b8)),
+            ("mxfp4", lambda: K.scaled_matmul(a4, s, b4, s, "e2m1"))]
+
+
+@pytest.mark.parametrize("arch", ["sm90", "sm100", "gfx942"])
+def test_project_kernels_emulate_the_instructions_triton_compiles(arch, monkeypatch):
+    """End to end: the paths an emulate block records are the compiled kernel's dots."""
+    for name, run in _kernels():
+        if name == "mxfp4" and arch == "gfx942":
+            continue                             # AMD tl.dot_scaled is not modelled
+        [(jitfn, args, kw)] = _launches(monkeypatch, run)
+        sig, const = tt.signature_of(jitfn, args, kw)
+        compiled = [d[0].replace(" scaled", "") for d in tt.dots(tt.ttgir(
+            jitfn, sig, const, arch, kw.get("num_warps", 4)))]
+        with tmt.emulate(arch) as em:
+            run()
+        emulated = {k.split()[0] for k in em.counts}
+        assert emulated == set(compiled), (name, compiled, dict(em.counts))

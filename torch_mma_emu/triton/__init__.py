@@ -1,0 +1,31 @@
+"""Triton kernels on the CPU with a GPU's bits (docs/triton.md).
+
+    import torch_mma_emu.triton as tmt
+    with tmt.emulate("H100") as em:        # or "A100", "MI300X", "B200", a Spec, ...
+        my_kernel[grid](a, b, c, ...)      # CPU tensors; every tl.dot as an H100 computes it
+    print(em.summary())
+
+``emulate(arch)`` runs every Triton launch of the calling thread in Triton's interpreter and
+computes ``tl.dot`` / ``tl.dot_scaled`` with the emulator, modelling which instruction Triton
+picks on ``arch`` (:func:`choose`); ``interpret()`` runs the plain interpreter (NumPy
+arithmetic) without ``TRITON_INTERPRET``.  ``torch_mma_emu.emulate(arch)`` opens an
+``emulate(arch)`` block too.  Importing this package does not import Triton; opening a block
+does (and raises a clear error without it or with an interpreter of another layout).
+"""
+from .choice import PATHS, DotPlan, choose
+from .context import TritonEmulation, emulate, interpret
+from .hook import current
+
+__all__ = ["emulate", "interpret", "choose", "DotPlan", "PATHS", "TritonEmulation", "active",
+           "emulating"]
+
+
+def active() -> bool:
+    """True when the calling thread has an ``emulate`` / ``interpret`` block open."""
+    return current() is not None
+
+
+def emulating() -> bool:
+    """True when the calling thread's innermost block emulates an arch (not ``interpret()``)."""
+    b = current()
+    return b is not None and (b.arch is not None or b.spec is not None)

@@ -1,0 +1,205 @@
+"""Which matrix instruction Triton makes of one ``tl.dot``, per arch: a :class:`DotPlan`.
+
+The rules follow Triton 3.6's compiler (AccelerateMatmul.cpp and supportMMA for NVIDIA,
+AccelerateAMDMatmul.cpp for AMD, F32DotTC.cpp for the fp32 splits) and are checked against
+the TTGIR that the installed Triton compiles for each target (tests/test_triton_choice.py,
+no GPU needed).  docs/triton.md has the table.  Pure Python: importing this module does not
+import Triton.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..registry import ARCHS, canonical_arch
+
+# Triton's scalar type names -> the project's format names (triton.language dtype.name)
+TL_FORMATS = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp64": "fp64",
+              "fp8e4nv": "fp8_e4m3", "fp8e5": "fp8_e5m2", "fp8e4b8": "fp8_e4m3fnuz",
+              "fp8e5b16": "fp8_e5m2fnuz"}
+OCP_FP8 = ("fp8_e4m3", "fp8_e5m2")
+FNUZ_FP8 = ("fp8_e4m3fnuz", "fp8_e5m2fnuz")
+PATHS = ("wgmma", "mma.sync", "tcgen05", "mfma", "fma")
+PRECISIONS = ("tf32", "tf32x3", "ieee", "bf16x3", "bf16x6")
+NV_CC = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90,
+         "sm100": 100, "sm120": 120}
+CDNA = {"gfx908": 1, "gfx90a": 2, "gfx942": 3}
+_BITS = {"fp16": 16, "bf16": 16, "fp32": 32, "tf32": 32, "fp64": 64}
+
+
+@dataclass(frozen=True)
+class DotPlan:
+    """How one ``tl.dot`` runs on the target: ``path`` (the instruction family),
+    ``fmt_a``/``fmt_b`` (what the instruction multiplies, after Triton's conversions),
+    ``out`` (the accumulator format of the instruction chain), ``convert`` (Triton converts
+    both operands to this format first, exactly: fp8 -> fp16, or to the accumulator type on
+    the FMA path), ``promote_every`` (Hopper fp8: K elements per partial accumulator added
+    in fp32), ``round_result`` (the fp32 chain is rounded to this format after the dot: AMD
+    keeps fp16 accumulators in fp32), ``instruction`` (a registry variant; None: the arch's
+    default row) and ``note`` (assumptions)."""
+
+    path: str
+    fmt_a: str
+    fmt_b: str
+    out: str
+    convert: Optional[str] = None
+    promote_every: Optional[int] = None
+    round_result: Optional[str] = None
+    instruction: Optional[str] = None
+    note: str = ""
+
+    @property
+    def in_format(self) -> str:
+        return self.fmt_a if self.fmt_a == self.fmt_b else f"{self.fmt_a},{self.fmt_b}"
+
+    def describe(self) -> str:
+        s = f"{self.path} {self.in_format}->{self.out}"
+        if self.convert:
+            s += f" (operands converted to {self.convert})"
+        if self.promote_every:
+            s += f", fp32 promotion every {self.promote_every}"
+        if self.round_result:
+            s += f", rounded to {self.round_result}"
+        if self.instruction:
+            s += f" [{self.instruction}]"
+        return s
+
+
+def _nv_path(cc, fmt, out, imp, M, N, K, batched, num_warps):
+    """Triton's getMMAVersionSafe + supportMMA: wgmma / tcgen05 where they apply."""
+    bits = _BITS.get(fmt, 8)
+    ok_type = fmt in ("fp16", "bf16", "tf32") or fmt in OCP_FP8
+    if cc == 90:
+        if (ok_type and not batched and num_warps % 4 == 0 and M % 64 == 0 and N % 16 == 0
+                and K >= 256 // bits
+                and not (fmt in OCP_FP8 and out == "fp32" and imp < 32)):
+            return "wgmma"
+    elif 100 <= cc < 110:
+        if ok_type and not batched and num_warps in (4, 8) and M % 64 == 0 and N % 16 == 0:
+            return "tcgen05"
+    return "mma.sync"
+
+
+def _nv_plan(arch, fa, fb, out, precision, imp, M, N, K, batched, num_warps, force):
+    cc = NV_CC[arch]
+    for f in (fa, fb):
+        if f in FNUZ_FP8:
+            raise TypeError(f"torch_mma_emu.triton: {f} (AMD fnuz fp8) has no tl.dot on NVIDIA "
+                            f"{arch}; Triton's CUDA backend takes float8e4nv / float8e5")
+        if f == "fp8_e4m3" and cc < 89:
+            raise TypeError(f"torch_mma_emu.triton: Triton does not support float8e4nv "
+                            f"(torch.float8_e4m3fn) on {arch} (it needs sm89 or newer); "
+                            "float8e5 (torch.float8_e5m2) is upcast to fp16 there")
+    if fa == "fp64":
+        return DotPlan(force or "fma", "fp64", "fp64", "fp64",
+                       note="fp64: FMA chain (DMMA on sm80/sm90 computes the same)")
+    if fa == "fp32" and (precision == "ieee" or cc < 80):
+        if force not in (None, "fma"):
+            raise ValueError(f"torch_mma_emu.triton: fp32 tl.dot with input_precision="
+                             f"{precision!r} runs on the FMA path, not {force}")
+        return DotPlan("fma", "fp32", "fp32", "fp32")
+    fmt = "tf32" if fa == "fp32" else fa
+    if cc < 80 or force == "fma":        # Triton: MMA below sm80 is deprecated -> FMA path
+        if out != "fp32":
+            raise NotImplementedError(f"torch_mma_emu.triton: the FMA path with a {out} "
+                                      "accumulator (an fp16 FMA chain) is not modelled")
+        return DotPlan("fma", "fp32", "fp32", "fp32", convert="fp32",
+                       note="Triton's FMA path: operands converted to fp32, FMA chain along K")
+    path = force or _nv_path(cc, fmt, out, imp, M, N, K, batched, num_warps)
+    if path not in ("wgmma", "mma.sync", "tcgen05"):
+        raise ValueError(f"torch_mma_emu.triton: {arch} has no {path} path")
+    if path == "wgmma" and cc != 90 or path == "tcgen05" and not 100 <= cc < 110:
+        raise ValueError(f"torch_mma_emu.triton: {path} does not exist on {arch}")
+    fmt_b = "tf32" if fb == "fp32" else fb
+    note = ""
+    if path == "mma.sync" and cc in (90, 100):
+        note = ("mma.sync computes like the registry row (the sm90 rows were recorded through "
+                "mma.sync; on sm100 this is assumed)")
+    if fmt in OCP_FP8:
+        native = path in ("wgmma", "tcgen05") or cc == 89 or cc // 10 == 12
+        if not native:   # Triton upcasts fp8 to fp16 for mma.sync where SASS would anyway
+            return DotPlan(path, "fp16", "fp16", out, convert="fp16",
+                           note="fp8 operands converted to fp16 (exact), fp16 mma.sync")
+        P = None
+        if path == "wgmma" and out == "fp32" and imp <= K:
+            P = max(1, -(-imp // 32)) * 32       # each wgmma is k32; promote at >= imp
+        return DotPlan(path, fmt, fmt_b, out, promote_every=P, note=note)
+    return DotPlan(path, fmt, fmt_b, out, note=note)
+
+
+def _mfma_kdim(version, fmt, non_k):
+    """K of one MFMA instruction (Triton's MfmaGroup), for the 32x32 and 16x16 variants."""
+    if fmt == "fp32":
+        return 2 if non_k == 32 else 4
+    if fmt == "xf32":
+        return 4 if non_k == 32 else 8
+    if fmt in FNUZ_FP8:
+        return 16 if non_k == 32 else 32
+    if fmt == "bf16" and version == 1:
+        return 4 if non_k == 32 else 8
+    return 8 if non_k == 32 else 16
+
+
+def _amd_plan(arch, fa, fb, out, precision, imp, M, N, K, batched, num_warps, force):
+    v = CDNA[arch]
+    if fa == "fp64":
+        return DotPlan(force or ("fma" if v == 1 else "mfma"), "fp64", "fp64", "fp64",
+                       note="fp64: FMA chain (the fp64 MFMA computes the same)")
+    if fa == "fp32":
+        if precision == "tf32" and v != 3:
+            raise ValueError(f"torch_mma_emu.triton: input_precision='tf32' needs CDNA3 "
+                             f"(gfx942) on AMD, not {arch}")
+        fmt = "xf32" if precision == "tf32" else "fp32"
+    else:
+        fmt = fa
+    convert = None
+    fmt_b = fmt if fa == "fp32" else fb
+    if {fa, fb} & set(OCP_FP8) or ({fa, fb} & set(FNUZ_FP8) and v != 3):
+        fmt = fmt_b = convert = "fp16"     # no MFMA for them: Triton converts to fp16
+    non_k = 32 if min(M, N) >= 32 else (16 if min(M, N) >= 16 else 0)
+    path = force
+    if path is None:
+        if non_k == 0:
+            raise NotImplementedError(
+                f"torch_mma_emu.triton: a tl.dot of {M}x{N} on {arch}: Triton picks a 4x4 "
+                "MFMA for tiles under 16 rows or columns, which is not modelled; use tiles of "
+                "16 or more (or instruction='fma' for the FMA path)")
+        path = "mfma" if K % _mfma_kdim(v, fmt, non_k) == 0 else "fma"
+    if path not in ("mfma", "fma"):
+        raise ValueError(f"torch_mma_emu.triton: {arch} has no {path} path")
+    if path == "fma":
+        if out != "fp32":
+            raise NotImplementedError("torch_mma_emu.triton: the FMA path with an fp16 "
+                                      "accumulator is not modelled")
+        return DotPlan("fma", "fp32", "fp32", "fp32", convert="fp32",
+                       note=f"K = {K} is not a multiple of the MFMA's K: Triton's FMA path")
+    rnd = "fp16" if out == "fp16" else None    # MFMA accumulates in fp32 only
+    note = "MFMA 16x16 computes like the registry's 32x32 row (L_max per seed 003 Table 7)" \
+        if non_k == 16 else ""
+    return DotPlan("mfma", fmt, fmt_b, "fp32", convert=convert, round_result=rnd, note=note)
+
+
+def choose(arch: str, fmt_a: str, fmt_b: str, out: str, precision: str = "tf32",
+           max_num_imprecise_acc: int = 0, shape=(64, 64, 64), batched: bool = False,
+           num_warps: int = 4, instruction: Optional[str] = None) -> DotPlan:
+    """The plan of one ``tl.dot`` of ``shape = (M, N, K)`` on ``arch``.
+
+    ``fmt_a``/``fmt_b``: project format names of the operands (``TL_FORMATS``); ``out``:
+    the dot's result type (fp32 / fp16 / fp64); ``precision``: the tf32 / ieee choice for fp32
+    operands (tf32x3 / bf16x3 / bf16x6 are split into several dots by the caller);
+    ``instruction``: a path in ``PATHS`` to override Triton's choice."""
+    arch = canonical_arch(arch)
+    if instruction is not None and instruction not in PATHS:
+        raise ValueError(f"torch_mma_emu.triton: instruction={instruction!r} is not a path; "
+                         f"paths: {', '.join(PATHS)} (registry instruction names go through "
+                         "emulate(..., instruction=...) as variants)")
+    M, N, K = shape
+    if fmt_a != fmt_b and not (fmt_a in OCP_FP8 + FNUZ_FP8 and fmt_b in OCP_FP8 + FNUZ_FP8):
+        raise TypeError(f"torch_mma_emu.triton: tl.dot of {fmt_a} x {fmt_b}: Triton takes "
+                        "equal types (fp8 types mix)")
+    vendor = ARCHS[arch].vendor
+    if vendor == "nvidia":
+        return _nv_plan(arch, fmt_a, fmt_b, out, precision, max_num_imprecise_acc, M, N, K,
+                        batched, num_warps, instruction)
+    return _amd_plan(arch, fmt_a, fmt_b, out, precision, max_num_imprecise_acc, M, N, K,
+                     batched, num_warps, instruction)

@@ -1,0 +1,271 @@
+"""The ``with`` blocks: :class:`TritonEmulation` behind :func:`emulate` and
+:func:`interpret`."""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections import Counter
+from typing import Callable, Optional, Union
+
+import torch
+
+from ..ops import emulated_mm
+from ..registry import ARCHS, canonical_arch
+from ..spec import Spec
+from . import hook
+from .choice import NV_CC, PATHS, DotPlan, choose
+from .dot import format_of, run_plan, split_fp32, to_numpy, to_torch
+
+SPLITS = ("tf32x3", "bf16x3", "bf16x6")
+
+
+def _nv_min_dot_size(lhs, rhs):       # the CUDA backend's min_dot_size
+    return (1, 1, 32) if lhs.scalar.primitive_bitwidth == 8 else (1, 1, 16)
+
+
+def _precision(p) -> str:
+    name = getattr(p, "name", str(p)).split(".")[-1]
+    return name.lower()
+
+
+class TritonEmulation:
+    """An open block: Triton kernels launched in it run in Triton's interpreter, with
+    ``tl.dot`` / ``tl.dot_scaled`` computed as ``arch``'s matrix units do (``arch=None``:
+    the interpreter's own NumPy arithmetic).  ``counts`` says which plans ran how often."""
+
+    def __init__(self, arch, instruction: Optional[str] = None, *,
+                 autotune: Union[str, Callable] = "first"):
+        self.spec = arch if isinstance(arch, Spec) else None
+        self.arch = None if arch is None or self.spec is not None else canonical_arch(arch)
+        if instruction is not None and not isinstance(instruction, str):
+            raise TypeError("torch_mma_emu.triton.emulate: instruction must be a path "
+                            f"({', '.join(PATHS)}) or a registry instruction name, "
+                            f"got {type(instruction).__name__}")
+        self.path = instruction if instruction in PATHS else None
+        self.variant = instruction if instruction is not None and self.path is None else None
+        if self.spec is not None and instruction is not None:
+            raise ValueError("torch_mma_emu.triton.emulate: a Spec is one instruction already; "
+                             "leave instruction out")
+        if not (autotune == "first" or callable(autotune)):
+            raise ValueError("torch_mma_emu.triton.emulate: autotune must be 'first' or a "
+                             "function (list of triton.Config) -> triton.Config")
+        self.autotune = autotune
+        self.counts: Counter = Counter()
+        self._num_warps = 4
+        self._warned: set = set()
+
+    # -- the block -----------------------------------------------------------------------
+    def __enter__(self):
+        hook.enter(self)
+        return self
+
+    def __exit__(self, *exc):
+        hook.leave(self)
+        return False
+
+    def __repr__(self):
+        what = self.spec.describe() if self.spec else (self.arch or "interpreter")
+        return f"<torch_mma_emu.triton block: {what}>"
+
+    def summary(self) -> str:
+        if not self.counts:
+            return "no tl.dot ran"
+        return "\n".join(f"{n:8d}  {k}" for k, n in self.counts.most_common())
+
+    # -- what the hook asks ------------------------------------------------------------
+    @property
+    def vendor(self) -> Optional[str]:
+        return ARCHS[self.arch].vendor if self.arch else None
+
+    def interpreter_options(self, opts):
+        """The interpreter's options with the target backend's dot defaults (Triton 3.6
+        third_party/{nvidia,amd}/backend/compiler.py)."""
+        if self.arch is None:
+            return opts
+        if self.vendor == "nvidia":
+            cc = NV_CC[self.arch]
+            new = dict(default_dot_input_precision="tf32",
+                       allowed_dot_input_precisions=("tf32", "tf32x3", "ieee", "bf16x3",
+                                                     "bf16x6"),
+                       max_num_imprecise_acc_default=2**30 if cc == 90 else 0,
+                       supported_fp8_dtypes=("fp8e4b15", "fp8e5")
+                       + (("fp8e4nv",) if cc >= 89 else ()),
+                       deprecated_fp8_dot_operand_dtypes=("fp8e4b15",) if cc >= 90 else ())
+        else:
+            new = dict(default_dot_input_precision="ieee",
+                       allowed_dot_input_precisions=("bf16x3", "bf16x6", "ieee")
+                       + (("tf32",) if self.arch == "gfx942" else ()),
+                       max_num_imprecise_acc_default=0,
+                       supported_fp8_dtypes=("fp8e4b8", "fp8e4nv", "fp8e5", "fp8e5b16"),
+                       deprecated_fp8_dot_operand_dtypes=())
+        names = {f.name for f in dataclasses.fields(opts)}
+        return dataclasses.replace(opts, **{k: v for k, v in new.items() if k in names})
+
+    @property
+    def min_dot_size(self):
+        if self.vendor == "nvidia":
+            return _nv_min_dot_size
+        if self.vendor == "amd":
+            return lambda lhs, rhs: (1, 1, 1)
+        return None
+
+    def begin_launch(self, kwargs):
+        self._num_warps = int(kwargs.get("num_warps") or 4)
+
+    def end_launch(self):
+        self._num_warps = 4
+
+    def run_autotuned(self, tuner, args, kwargs):
+        """An autotuned kernel: the GPU picks a config by timing, which the CPU cannot;
+        the block's ``autotune`` picks one (the first after Triton's early pruning)."""
+        tuner.nargs = dict(zip(tuner.arg_names, args))
+        try:
+            configs = list(tuner.configs)
+            prune = getattr(tuner, "early_config_prune", None)
+            if prune and len(configs) > 1:
+                configs = list(prune(configs, tuner.nargs, **kwargs))
+            config = configs[0] if self.autotune == "first" else self.autotune(configs)
+            name = getattr(getattr(tuner, "base_fn", None), "__name__", "kernel")
+            if len(configs) > 1 and self.autotune == "first" and name not in self._warned:
+                self._warned.add(name)
+                warnings.warn(f"torch_mma_emu.triton: {name} is autotuned over {len(configs)} "
+                              f"configs; a GPU picks one by timing, the emulation runs {config}"
+                              " (the first); emulate(..., autotune=fn) chooses another",
+                              stacklevel=3)
+            full = {**tuner.nargs, **kwargs, **config.all_kwargs()}
+            if config.pre_hook is not None:
+                config.pre_hook(full)
+            return tuner.fn.run(*args, **kwargs, **config.all_kwargs())
+        finally:
+            tuner.nargs = None
+
+    # -- the arithmetic ----------------------------------------------------------------
+    def single_dot(self, A, B, C, fa, fb, out, precision, imp) -> torch.Tensor:
+        M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
+        if self.variant is not None:
+            f = lambda x: "tf32" if x == "fp32" and precision == "tf32" else x  # noqa: E731
+            plan = DotPlan("registry", f(fa), f(fb), out, instruction=self.variant)
+        else:
+            plan = choose(self.arch, fa, fb, out, precision, imp, (M, N, K), A.dim() == 3,
+                          self._num_warps, self.path)
+        self.counts[plan.describe()] += 1
+        return run_plan(plan, self.arch, A, B, C, self.variant)
+
+    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        """``d + a @ b`` of the interpreter (None: leave it to the interpreter)."""
+        if self.arch is None and self.spec is None:
+            return None
+        fa, fb, out = format_of(a.dtype), format_of(b.dtype), format_of(d.dtype)
+        if fa is None or fb is None or out is None:
+            self.counts["integer dot (exact; NumPy)"] += 1
+            return None
+        A, B, C = to_torch(a.data, fa), to_torch(b.data, fb), to_torch(d.data, out)
+        prec = _precision(input_precision)
+        imp = int(max_num_imprecise_acc or 0)
+        if self.spec is not None:
+            self.counts[f"spec {self.spec.describe()}"] += 1
+            fmt = None if A.dtype != torch.float32 else self.spec.in_format
+            D = emulated_mm(A, B, C.to(torch.float16 if self.spec.out_format == "fp16"
+                                       else C.dtype), arch=self.spec, in_format=fmt)
+        elif fa == "fp32" and prec in SPLITS:
+            sub = "tf32" if prec == "tf32x3" else "ieee"
+            D = split_fp32(A, B, C, prec, lambda x, y, acc, f: self.single_dot(
+                x, y, acc, "fp32" if f == "tf32" else f, "fp32" if f == "tf32" else f,
+                "fp32", sub, imp))
+        else:
+            D = self.single_dot(A, B, C, fa, fb, out, prec, imp)
+        from triton.runtime.interpreter import TensorHandle
+        return TensorHandle(to_numpy(D.to(C.dtype)), d.dtype)
+
+    def convert(self, src, dst_type, rounding_mode):
+        """A float conversion as the GPU rounds it (None: the interpreter's is right)."""
+        if self.arch is None and self.spec is None:
+            return None
+        from triton.runtime.interpreter import TensorHandle
+        from .convert import convert
+        rtz = getattr(rounding_mode, "name", "") == "RTZ"
+        out = convert(self.arch, self.vendor, src.data, src.dtype.scalar, dst_type.scalar, rtz)
+        return None if out is None else TensorHandle(out, dst_type.scalar)
+
+    def dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, fast_math,
+                   lhs_k_pack, rhs_k_pack, acc):
+        from triton.runtime.interpreter import TensorHandle
+        from . import scaled
+        if self.arch is None and self.spec is None:
+            raise NotImplementedError("Triton's interpreter has no tl.dot_scaled; run the "
+                                      "kernel inside torch_mma_emu.triton.emulate(arch)")
+        if self.arch is None or self.vendor != "nvidia":
+            where = self.arch or "a Spec"
+            raise NotImplementedError(f"torch_mma_emu.triton: tl.dot_scaled on {where} is not "
+                                      "modelled (NVIDIA archs are)")
+        fa, fb = scaled._elem(lhs_format), scaled._elem(rhs_format)
+        cc = NV_CC[self.arch]
+        M, N = lhs.data.shape[-2], rhs.data.shape[-1]
+        tc_ok = 100 <= cc < 110 and self._num_warps in (4, 8) and M % 64 == 0 \
+            and lhs.data.ndim == 2
+        if (tc_ok or cc // 10 == 12) and "bf16" not in (fa, fb) and "fp16" not in (fa, fb):
+            self.counts[f"{'tcgen05' if tc_ok else 'mma.sync'} block_scale {fa},{fb}"] += 1
+            D = scaled.native(self.arch, lhs, lhs_scale, fa, rhs, rhs_scale, fb, lhs_k_pack,
+                              rhs_k_pack, acc)
+        else:
+            D = scaled.decomposed(lambda *a: self.single_dot(*a), lhs, lhs_scale, fa, rhs,
+                                  rhs_scale, fb, fast_math, lhs_k_pack, rhs_k_pack, acc)
+        return TensorHandle(to_numpy(D.float()), acc.dtype)
+
+
+def emulate(arch, instruction: Optional[str] = None, *,
+            autotune: Union[str, Callable] = "first") -> TritonEmulation:
+    """Run Triton kernels as ``arch``'s matrix units compute them (docs/triton.md).
+
+    ::
+
+        with torch_mma_emu.triton.emulate("H100") as em:
+            my_kernel[grid](a_cpu, b_cpu, c_cpu, ...)   # a @jit kernel, CPU tensors
+        print(em.summary())                            # which instructions ran
+
+    Inside the block every Triton launch of the calling thread runs in Triton's interpreter
+    (``TRITON_INTERPRET`` need not be set, before or after importing Triton; CUDA tensors
+    are copied to the host and back), and each ``tl.dot`` is one chain step of the
+    instruction Triton would pick on ``arch`` for that dot's dtypes, tile and ``num_warps``
+    (``choice.choose``), with the accumulator as C; ``tl.dot_scaled`` takes the MX / NVFP4
+    rows.  ``instruction``: force a path (``"wgmma"``, ``"mma.sync"``, ``"tcgen05"``,
+    ``"mfma"``, ``"fma"``) or name a registry instruction variant (``tme.instructions``).
+    ``arch`` may be a :class:`~torch_mma_emu.Spec`: every dot then uses it.  ``autotune``:
+    which config an autotuned kernel runs ("first", or a function of the config list).
+    Everything else (loads, ``tl.exp``, ``tl.sum``, atomics) is the interpreter's NumPy
+    arithmetic: docs/triton.md lists what is and is not emulated."""
+    if arch is None:
+        raise ValueError("torch_mma_emu.triton.emulate: give an arch (tme.archs()) or a Spec; "
+                         "torch_mma_emu.triton.interpret() runs the plain interpreter")
+    return TritonEmulation(arch, instruction, autotune=autotune)
+
+
+def interpret(*, autotune: Union[str, Callable] = "first") -> TritonEmulation:
+    """Run Triton kernels in Triton's plain interpreter (NumPy arithmetic for ``tl.dot``)
+    without setting ``TRITON_INTERPRET``: the reference the emulation differs from."""
+    return TritonEmulation(None, autotune=autotune)
+
+
+def open_for(policy) -> Optional[TritonEmulation]:
+    """The block ``torch_mma_emu.emulate`` opens for its policy's arch (None without
+    Triton).  An interpreter this cannot hook into is reported loudly, not fatal."""
+    import importlib.util
+    if importlib.util.find_spec("triton") is None:
+        return None
+    arch = policy.spec if policy.spec is not None else policy.arch
+    try:
+        return emulate(arch).__enter__()
+    except (RuntimeError, ImportError) as e:
+        warnings.warn(f"torch_mma_emu.emulate: Triton kernels inside this block are NOT "
+                      f"emulated: {e}", stacklevel=3)
+        return None
+
+
+def close(block: Optional[TritonEmulation]) -> None:
+    if block is not None:
+        block.__exit__(None, None, None)
+
+
+def adopt(block: Optional[TritonEmulation]) -> None:
+    if block is not None:
+        hook.adopt(block)

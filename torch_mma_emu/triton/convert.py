@@ -1,0 +1,72 @@
+"""Float conversions inside an emulate block, as the GPU rounds them.
+
+Triton's interpreter converts fp32 to bf16 by truncation and to fp8 with a round-half-up that
+ignores ties and the carry into the exponent; the GPU rounds to nearest even.  What the
+compiled kernel does (read from the PTX Triton 3.6 emits for sm89, sm90, sm100):
+
+* to bf16: ``cvt.rn.bf16.f32``: nearest even;
+* fp32 -> fp8 (e4m3 / e5m2): ``cvt.rn.satfinite``: nearest even, finite values beyond the
+  format's range (and infinities) saturate to the largest finite value, NaN stays NaN;
+  on sm89 through fp16 first with ``cvt.rz.f16.f32`` (toward zero), then as above;
+* explicit ``fp_downcast_rounding="rtz"``: toward zero;
+* widening conversions are exact.
+
+AMD conversions to fp8 are left to the interpreter (not modelled; docs/triton.md).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .dot import TORCH_OF, format_of, to_numpy, to_torch
+
+_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+_FP8 = ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz")
+
+
+def toward_zero(x: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+    """``x`` rounded toward zero to ``dt`` (nearest even, then one code down in magnitude
+    where that overshot)."""
+    y = x.to(dt)
+    over = y.double().abs() > x.double().abs()
+    if not bool(over.any()):
+        return y
+    bits = y.view(_INT[y.element_size()])
+    return torch.where(over, bits - 1, bits).view(dt)   # same sign, magnitude one code less
+
+
+def satfinite(x: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+    big = torch.finfo(dt).max
+    return x.clamp(-big, big).to(dt)        # clamp keeps NaN; RNE is monotone
+
+
+def convert(arch: Optional[str], vendor: Optional[str], data, src_ty, dst_ty,
+            rtz: bool = False):
+    """The converted NumPy array, or None where the interpreter's own conversion is right
+    (or the case is not modelled)."""
+    fs, fd = format_of(src_ty), format_of(dst_ty)
+    if fs is None or fd is None or fs == fd:
+        return None
+    widen = torch.finfo(TORCH_OF[fd]).bits > torch.finfo(TORCH_OF[fs]).bits
+    if fd in _FP8 and vendor != "nvidia":
+        return None
+    if fd not in _FP8 and fd != "bf16" and fs not in _FP8 and fs != "bf16" and not rtz:
+        return None                          # NumPy's fp16 / fp32 / fp64 casts are RNE
+    x = to_torch(data, fs)
+    dt = TORCH_OF[fd]
+    if widen:
+        y = x.to(dt)
+    elif rtz:
+        y = toward_zero(x, dt)
+    elif fd in _FP8:
+        if arch == "sm89" and fs == "fp32":
+            x = toward_zero(x, torch.float16)
+        y = satfinite(x, dt)
+    else:
+        y = x.to(dt)
+    if y.element_size() == 1:
+        return y.view(torch.uint8).numpy()
+    if y.dtype == torch.bfloat16:
+        return y.view(torch.int16).numpy().view("uint16")
+    return to_numpy(y)

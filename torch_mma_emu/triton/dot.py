@@ -1,0 +1,100 @@
+"""One ``tl.dot`` of the interpreter computed by the emulator: operands from the
+interpreter's NumPy arrays (bit patterns: bf16 and fp8 arrive as unsigned integers) to
+tensors, the plan of :mod:`.choice`, ``emulated_mm`` with the accumulator as C (one chain
+step per dot: the dot's K consumed in the instruction's chunks, in order), and Triton's
+splits of fp32 operands (tf32x3, bf16x3, bf16x6) as the sequence of dots its F32DotTC pass
+emits."""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import numpy as np
+import torch
+
+from ..ops import emulated_mm
+from ..schedule import Schedule, _tf32_round
+from .choice import TL_FORMATS, DotPlan
+
+TORCH_OF = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
+            "fp64": torch.float64, "fp8_e4m3": torch.float8_e4m3fn,
+            "fp8_e5m2": torch.float8_e5m2, "fp8_e4m3fnuz": torch.float8_e4m3fnuz,
+            "fp8_e5m2fnuz": torch.float8_e5m2fnuz}
+_NP_CONTAINER = {1: np.uint8, 2: np.int16, 4: np.float32, 8: np.float64}
+
+
+def format_of(tl_dtype) -> Optional[str]:
+    """Project format name of a Triton scalar type (None: integers and others)."""
+    return TL_FORMATS.get(getattr(tl_dtype, "name", ""))
+
+
+def to_torch(data: np.ndarray, fmt: str) -> torch.Tensor:
+    """The interpreter's array as a tensor of ``fmt`` (bits unchanged)."""
+    dt = TORCH_OF[fmt]
+    arr = np.ascontiguousarray(data)
+    if arr.dtype.kind == "f":
+        t = torch.from_numpy(arr)
+    else:
+        size = torch.empty((), dtype=dt).element_size()
+        if arr.dtype.itemsize != size:
+            raise TypeError(f"torch_mma_emu.triton: a {fmt} operand arrived as {arr.dtype}")
+        t = torch.from_numpy(arr.view(_NP_CONTAINER[size])).view(dt)
+    if t.dtype != dt:
+        raise TypeError(f"torch_mma_emu.triton: a {fmt} operand arrived as {arr.dtype}")
+    return t
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    return t.contiguous().numpy()
+
+
+def nan_to_zero(x: torch.Tensor) -> torch.Tensor:
+    return torch.where(torch.isnan(x), torch.zeros_like(x), x)
+
+
+def run_plan(plan: DotPlan, arch, A, B, C, variant: Optional[str] = None) -> torch.Tensor:
+    """``C + A @ B`` as the plan says, with ``emulated_mm`` on ``arch``."""
+    if plan.convert:
+        A, B = A.to(TORCH_OF[plan.convert]), B.to(TORCH_OF[plan.convert])
+    out = TORCH_OF[plan.out]
+    Cin = C.to(out)
+    fmt = plan.in_format
+    in_format = fmt if ("fp32" in fmt or "tf32" in fmt or "xf32" in fmt) else None
+    sched = Schedule(promote_every=plan.promote_every) if plan.promote_every else None
+    D = emulated_mm(A, B, Cin, arch=arch, in_format=in_format, out_dtype=out,
+                    instruction=variant or plan.instruction, schedule=sched)
+    return D.to(TORCH_OF[plan.round_result]) if plan.round_result else D
+
+
+def split_fp32(A, B, C, precision: str, dot: Callable) -> torch.Tensor:
+    """Triton's F32DotTC decompositions of an fp32 dot (``dot(a, b, acc, fmt)`` runs one
+    sub-dot): the small products first from +0, NaNs of the partial sum replaced by 0, the
+    big product last, then C added with one fp32 addition."""
+    zero = torch.zeros(C.shape, dtype=torch.float32)
+    if precision == "tf32x3":
+        ah, bh = _tf32_round(A, "rna"), _tf32_round(B, "rna")     # cvt.rna.tf32.f32
+        al, bl = A - ah, B - bh                                   # exact in fp32
+        r = dot(al, bh, zero, "tf32")
+        r = nan_to_zero(dot(ah, bl, r, "tf32"))
+        r = dot(ah, bh, r, "tf32")
+        return r + C
+    n = {"bf16x3": 2, "bf16x6": 3}[precision]
+
+    def parts(x):
+        out = []
+        for i in range(n):
+            h = x.to(torch.bfloat16)                              # arith.truncf: nearest even
+            if i != n - 1:
+                x = x - h.float()
+            out.append(h)
+        return out
+    a, b = parts(A), parts(B)
+    hi, mid, lo = 0, 1, 2
+    r = zero
+    if n == 3:
+        r = dot(a[mid], b[mid], r, "bf16")
+        r = dot(a[lo], b[hi], r, "bf16")
+        r = dot(a[hi], b[lo], r, "bf16")
+    r = dot(a[mid], b[hi], r, "bf16")
+    r = nan_to_zero(dot(a[hi], b[mid], r, "bf16"))
+    r = dot(a[hi], b[hi], r, "bf16")
+    return r + C

@@ -1,0 +1,285 @@
+"""The seam into Triton's interpreter (triton/runtime/interpreter.py), installed while at
+least one :func:`~torch_mma_emu.triton.emulate` block is open in any thread.
+
+Triton decides between compiling and interpreting when ``@triton.jit`` decorates a function
+(``TRITON_INTERPRET`` is read there), so a kernel imported before the block is a
+``JITFunction`` that would compile for the GPU.  While installed, these class attributes are
+replaced; each replacement asks whether the *calling thread* has a block open and otherwise
+does exactly what the original does:
+
+* ``JITFunction.run`` (every ``kernel[grid](...)`` launch) and ``InterpretedFunction.run``:
+  the launch runs in Triton's interpreter, with the interpreter's options (default input
+  precision, fp8 defaults, minimum dot size) set to the target arch's for its duration;
+* ``JITFunction.__call__``: a ``@triton.jit`` helper called from a kernel is interpreted;
+* ``Autotuner.run``: no benchmarking on the CPU; the block picks the config;
+* ``InterpreterBuilder.create_dot`` / ``create_dot_scaled``: the block computes the dot;
+* ``InterpreterBuilder.cast_impl`` / ``create_fp_to_fp``: bf16 and fp8 conversions round as
+  the GPU does (convert.py; the interpreter truncates).
+
+The interpreter keeps its state in one global builder, so interpreted launches are
+serialised by a lock (a plain interpreted launch in another thread waits too).  Everything is
+restored when the last block closes.  An interpreter whose layout differs from the one this
+was written against (Triton 3.x) makes :func:`check_layout` raise and names what is missing.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import threading
+
+_LAUNCH = threading.RLock()     # one interpreted launch at a time (global builder state)
+_PATCH = threading.Lock()
+_TLS = threading.local()        # .stack: open blocks of this thread; .depth: launches running
+_saved: list = []               # (owner, name, previous value or _MISSING)
+_users = 0
+_MISSING = object()
+_orig: dict = {}
+_interpreted: dict = {}         # python function -> InterpretedFunction
+
+DOT_PARAMS = ["self", "a", "b", "d", "input_precision", "max_num_imprecise_acc"]
+
+
+def current():
+    """The innermost open block of the calling thread (None: Triton behaves as usual)."""
+    for block in reversed(getattr(_TLS, "stack", ())):
+        if getattr(block, "_open", 0) > 0:
+            return block
+    return None
+
+
+def check_layout():
+    """The interpreter's modules, after checking they have the layout the seam patches."""
+    try:
+        import triton
+        from triton.runtime import autotuner, interpreter as ti, jit
+    except ImportError as e:
+        raise ImportError("torch_mma_emu.triton needs Triton (pip install triton, pinned with "
+                          f"your torch): {e}") from None
+    need = [(ti, "InterpreterBuilder"), (ti, "InterpretedFunction"), (ti, "GridExecutor"),
+            (ti, "_patch_lang"),
+            (ti, "interpreter_builder"), (ti, "TensorHandle"), (ti, "_patch_lang_tensor"),
+            (jit, "JITFunction"), (autotuner, "Autotuner")]
+    missing = [f"{m.__name__}.{n}" for m, n in need if not hasattr(m, n)]
+    if not missing:
+        for owner, names in ((ti.InterpreterBuilder, ("create_dot", "set_grid_idx", "cast_impl",
+                                                       "create_fp_to_fp")),
+                             (ti.InterpretedFunction, ("run", "rewrite", "__call__")),
+                             (jit.JITFunction, ("run", "__call__")),
+                             (autotuner.Autotuner, ("run",))):
+            missing += [f"{owner.__name__}.{n}" for n in names if not hasattr(owner, n)]
+    if not missing:
+        params = list(inspect.signature(ti.InterpreterBuilder.create_dot).parameters)
+        if params != DOT_PARAMS:
+            missing.append(f"InterpreterBuilder.create_dot{tuple(DOT_PARAMS[1:])} (found "
+                           f"{tuple(params[1:])})")
+        b = ti.interpreter_builder
+        if not (dataclasses.is_dataclass(getattr(b, "options", None))
+                and isinstance(getattr(b, "codegen_fns", None), dict)):
+            missing.append("interpreter_builder.options / .codegen_fns")
+    if missing:
+        raise RuntimeError(
+            f"torch_mma_emu.triton: Triton {getattr(triton, '__version__', '?')}'s interpreter "
+            "does not have the layout this emulator hooks into (written for Triton 3.x, "
+            f"checked with 3.6); missing: {', '.join(missing)}")
+    return ti, jit, autotuner
+
+
+def _set(owner, name, value):
+    _saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
+    setattr(owner, name, value)
+
+
+def _install():
+    ti, jit, autotuner = check_layout()
+    _orig.update(jit_run=jit.JITFunction.run, jit_call=jit.JITFunction.__call__,
+                 interp_run=ti.InterpretedFunction.run, autotune_run=autotuner.Autotuner.run,
+                 create_dot=ti.InterpreterBuilder.create_dot,
+                 cast_impl=ti.InterpreterBuilder.cast_impl,
+                 fp_to_fp=ti.InterpreterBuilder.create_fp_to_fp,
+                 create_dot_scaled=getattr(ti.InterpreterBuilder, "create_dot_scaled", None),
+                 patch_tensor=ti._patch_lang_tensor)
+    _set(jit.JITFunction, "run", _jit_run)
+    _set(jit.JITFunction, "__call__", _jit_call)
+    _set(ti.InterpretedFunction, "run", _interp_run)
+    _set(ti.InterpretedFunction, "__call__", _interp_call)
+    _set(autotuner.Autotuner, "run", _autotune_run)
+    _set(ti.InterpreterBuilder, "create_dot", _create_dot)
+    _set(ti.InterpreterBuilder, "create_dot_scaled", _create_dot_scaled)
+    _set(ti.InterpreterBuilder, "cast_impl", _cast_impl)
+    _set(ti.InterpreterBuilder, "create_fp_to_fp", _create_fp_to_fp)
+    _set(ti, "_patch_lang_tensor", _patch_lang_tensor)
+
+
+def _uninstall():
+    while _saved:
+        owner, name, old = _saved.pop()
+        if old is _MISSING:
+            delattr(owner, name)
+        else:
+            setattr(owner, name, old)
+
+
+def enter(block) -> None:
+    global _users
+    with _PATCH:
+        if _users == 0:
+            try:
+                _install()
+            except BaseException:
+                _uninstall()
+                raise
+        _users += 1
+    block._open = getattr(block, "_open", 0) + 1
+    _TLS.stack = getattr(_TLS, "stack", []) + [block]
+
+
+def adopt(block) -> None:
+    """Make ``block`` the calling thread's block too (a thread started inside it, as
+    ``torch_mma_emu.emulate`` does with its threads); it counts while the block is open."""
+    _TLS.stack = getattr(_TLS, "stack", []) + [block]
+
+
+def leave(block) -> None:
+    global _users
+    block._open -= 1
+    stack = getattr(_TLS, "stack", [])
+    for i in range(len(stack) - 1, -1, -1):
+        if stack[i] is block:
+            _TLS.stack = stack[:i] + stack[i + 1:]
+            break
+    with _PATCH:
+        _users -= 1
+        if _users == 0:
+            _uninstall()
+
+
+def _interpreted_of(fn):
+    from triton.runtime.interpreter import InterpretedFunction
+    f = _interpreted.get(fn)
+    if f is None:
+        f = _interpreted[fn] = InterpretedFunction(fn)
+    return f
+
+
+def _launch(block, interp, args, grid, warmup, kwargs):
+    """One launch in the interpreter with the block's target options."""
+    from triton.runtime.interpreter import interpreter_builder as b
+    with _LAUNCH:
+        saved = (b.options, b.codegen_fns.get("min_dot_size", _MISSING))
+        _TLS.depth = getattr(_TLS, "depth", 0) + 1
+        try:
+            b.options = block.interpreter_options(b.options)
+            if block.min_dot_size is not None:
+                b.codegen_fns["min_dot_size"] = block.min_dot_size
+            block.begin_launch(kwargs)
+            return _orig["interp_run"](interp, *args, grid=grid, warmup=warmup, **kwargs)
+        finally:
+            _TLS.depth -= 1
+            b.options = saved[0]
+            if saved[1] is _MISSING:
+                b.codegen_fns.pop("min_dot_size", None)
+            else:
+                b.codegen_fns["min_dot_size"] = saved[1]
+            block.end_launch()
+
+
+def _jit_run(self, *args, grid, warmup, **kwargs):
+    block = current()
+    if block is None:
+        return _orig["jit_run"](self, *args, grid=grid, warmup=warmup, **kwargs)
+    interp = _interpreted_of(self.fn)
+    interp.pre_run_hooks = list(getattr(self, "pre_run_hooks", []))
+    return _launch(block, interp, args, grid, warmup, kwargs)
+
+
+def _interp_run(self, *args, grid, warmup, **kwargs):
+    block = current()
+    if block is None:
+        with _LAUNCH:
+            return _orig["interp_run"](self, *args, grid=grid, warmup=warmup, **kwargs)
+    return _launch(block, self, args, grid, warmup, kwargs)
+
+
+def _jit_call(self, *args, **kwargs):
+    if current() is None or not getattr(_TLS, "depth", 0):
+        return _orig["jit_call"](self, *args, **kwargs)
+    return _interp_call(_interpreted_of(self.fn), *args, **kwargs)
+
+
+def _interp_call(self, *args, **kwargs):
+    """A @jit helper called from an interpreted kernel.  Triton's own version patches the
+    helper module's triton.language and never restores it, which breaks compiling any
+    kernel afterwards; this one restores."""
+    from triton.runtime.errors import InterpreterError
+    from triton.runtime.interpreter import _patch_lang
+    scope = _patch_lang(self.fn)
+    try:
+        return self.rewrite()(*args, **kwargs)
+    except InterpreterError:
+        raise
+    except Exception as e:
+        raise InterpreterError(repr(e)) from e
+    finally:
+        scope.restore()
+
+
+def _autotune_run(self, *args, **kwargs):
+    block = current()
+    if block is None:
+        return _orig["autotune_run"](self, *args, **kwargs)
+    return block.run_autotuned(self, args, kwargs)
+
+
+def _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+    block = current()
+    out = None if block is None else block.dot(a, b, d, input_precision,
+                                               max_num_imprecise_acc)
+    if out is None:
+        return _orig["create_dot"](self, a, b, d, input_precision, max_num_imprecise_acc)
+    return out
+
+
+def _create_dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format,
+                       fast_math, lhs_k_pack, rhs_k_pack, acc):
+    block = current()
+    if block is None:
+        if _orig["create_dot_scaled"] is not None:
+            return _orig["create_dot_scaled"](self, lhs, lhs_scale, lhs_format, rhs, rhs_scale,
+                                              rhs_format, fast_math, lhs_k_pack, rhs_k_pack, acc)
+        raise NotImplementedError("Triton's interpreter has no tl.dot_scaled; run the kernel "
+                                  "inside torch_mma_emu.triton.emulate(arch)")
+    return block.dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format,
+                            fast_math, lhs_k_pack, rhs_k_pack, acc)
+
+
+def _cast_impl(self, src, dst_type):
+    block = current()
+    out = None if block is None else block.convert(src, dst_type, None)
+    return _orig["cast_impl"](self, src, dst_type) if out is None else out
+
+
+def _create_fp_to_fp(self, src, dst_type, rounding_mode):
+    block = current()
+    out = None if block is None else block.convert(src, dst_type, rounding_mode)
+    return _orig["fp_to_fp"](self, src, dst_type, rounding_mode) if out is None else out
+
+
+def _patch_lang_tensor(tensor, scope):
+    """Triton's own patch plus two gaps of its interpreter, filled while installed:
+    ``__index__`` on 1-element arrays (NumPy 2.4 refuses ``int()`` of a 1-D array, which
+    ``range(0, K, BLOCK)`` on a kernel argument needs), and ``tl.dot_scaled``'s format
+    strings, which its semantic reads as constexprs (``.value``)."""
+    import triton.language as tl
+    _orig["patch_tensor"](tensor, scope)
+    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+    for mod in (tl, tl.core):
+        cur = getattr(mod, "dot_scaled", None)
+        if cur is None or tl.core.is_builtin(cur) or getattr(cur, "_tme_formats", False):
+            continue
+
+        def dot_scaled(lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, *args,
+                       _cur=cur, **kwargs):
+            return _cur(lhs, lhs_scale, tl.constexpr(lhs_format), rhs, rhs_scale,
+                        tl.constexpr(rhs_format), *args, **kwargs)
+        dot_scaled._tme_formats = True
+        scope.set_attr(mod, "dot_scaled", dot_scaled)
