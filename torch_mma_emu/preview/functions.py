@@ -44,11 +44,14 @@ class _DropoutAttention(torch.autograd.Function):
     def backward(ctx, dO):
         q, k, v, out, lse, keep = ctx.saved_tensors
         p, is_causal, scale, mode, plan = ctx.args
-        dq, dk, dv, _ = attention_backward(dO, q, k, v, out, lse, ctx.mask, is_causal, scale,
-                                           mode._prod_fn(plan), keep, p)
+        dq, dk, dv, dS = attention_backward(dO, q, k, v, out, lse, ctx.mask, is_causal, scale,
+                                            mode._prod_fn(plan), keep, p)
         mode._note("scaled_dot_product_attention", "attention", plan.label,
                    [q.shape, k.shape, v.shape], f"flash form, dropout_p={p}")
-        return dq, dk, dv, None, None, None, None, None, None, None
+        dmask = None
+        if ctx.needs_input_grad[3]:       # an additive mask (T5's position bias): dS, summed
+            dmask = dS.sum_to_size(ctx.mask.shape).to(ctx.mask.dtype)   # over broadcasting
+        return dq, dk, dv, dmask, None, None, None, None, None, None
 
 
 def _sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
