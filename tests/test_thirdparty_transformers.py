@@ -145,10 +145,10 @@ def test_mixtral_experts(experts):
 
 @pytest.mark.parametrize("name,attn", [
     ("llama", "eager"), ("gpt2", "eager"), ("bert", "eager"), ("t5", "eager"),
-    pytest.param("llama", "flex_attention",
-                 marks=_needs(3, "flex attention is recorded native, not emulated")),
-    pytest.param("qwen2", "flex_attention",
-                 marks=_needs(3, "flex attention is recorded native, not emulated"))])
+    pytest.param("llama", "flex_attention", marks=[pytest.mark.slow, _needs(
+        3, "flex attention is recorded native, not emulated")]),
+    pytest.param("qwen2", "flex_attention", marks=[pytest.mark.slow, _needs(
+        3, "flex attention is recorded native, not emulated")])])
 def test_attention_implementations(name, attn):
     model, kw = _model(name, attn=attn)
     for mode in ("no_grad", "train"):
