@@ -536,6 +536,9 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
     for name, t in (("A", A), ("B", B), ("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"emulated_mm: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if type(A) is not torch.Tensor or type(B) is not torch.Tensor:
+        from .sharding import register          # a DTensor: its rule (sharding.py)
+        register()
     sched = as_schedule(schedule)
     kw = dict(arch=arch, in_format=in_format, out_dtype=out_dtype, instruction=instruction,
               c_mode=c_mode, schedule=None if sched is None else sched.to_string())
