@@ -6,7 +6,8 @@ emulated in the wrong form.
   ``nn.RNN`` call): on CPU in fp32 / bf16 PyTorch runs them as one oneDNN kernel
   (``mkldnn_rnn_layer``, backward ``mkldnn_rnn_layer_backward``) whose products never reach
   a dispatch mode.  The call runs with oneDNN off (``torch.backends.mkldnn``, for the call
-  only), so PyTorch's cell-by-cell code issues ``addmm`` / ``mm`` that are routed, forward
+  only; a shared count restores it when the last overlapping call in any thread ends), so
+  PyTorch's cell-by-cell code issues ``addmm`` / ``mm`` that are routed, forward
   and backward (the backward nodes are those of that code).
 * ``F.scaled_dot_product_attention`` with ``dropout_p > 0``: PyTorch's CPU flash kernel has
   no dropout, so it would run the math path (products upcast to fp32 on CPU, unlike a
@@ -16,6 +17,7 @@ emulated in the wrong form.
 """
 from __future__ import annotations
 
+import threading
 from typing import Optional
 
 import torch
@@ -27,6 +29,35 @@ __all__ = ["FunctionRouter"]
 
 _RNNS = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
 _SDPA = torch._C._nn.scaled_dot_product_attention
+
+
+class SharedOff:
+    """A process-wide boolean setting held off while at least one call (in any thread)
+    needs it off: the first to enter saves it, the last to leave restores it.  (Saving and
+    restoring per call would let two overlapping calls leave it off for good.)"""
+
+    def __init__(self, get, put):
+        self.get, self.put = get, put
+        self.depth = 0
+        self.saved = None
+        self.lock = threading.Lock()
+
+    def __enter__(self):
+        with self.lock:
+            if self.depth == 0:
+                self.saved = self.get()
+                self.put(False)
+            self.depth += 1
+
+    def __exit__(self, *exc):
+        with self.lock:
+            self.depth -= 1
+            if self.depth == 0:
+                self.put(self.saved)
+
+
+# (torch.backends.mkldnn.flags would also set oneDNN's TF32 flag, with a warning)
+ONEDNN_OFF = SharedOff(torch._C._get_mkldnn_enabled, torch._C._set_mkldnn_enabled)
 
 
 class _DropoutAttention(torch.autograd.Function):
@@ -72,13 +103,8 @@ class FunctionRouter(TorchFunctionMode):
             if out is not None:
                 return out
         elif getattr(func, "__name__", "") in _RNNS and _on_cpu(args):
-            # (torch.backends.mkldnn.flags would also set oneDNN's TF32 flag, with a warning)
-            saved = torch._C._get_mkldnn_enabled()
-            torch._C._set_mkldnn_enabled(False)
-            try:
+            with ONEDNN_OFF:
                 return func(*args, **kwargs)
-            finally:
-                torch._C._set_mkldnn_enabled(saved)
         return func(*args, **kwargs)
 
     def _sdpa(self, args, kwargs) -> Optional[torch.Tensor]:

@@ -311,6 +311,9 @@ def _restride(result, func, args, kwargs):
     return outs[0] if single else tuple(outs)
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
 class EmulateMode(TorchDispatchMode):
     """The mode behind :func:`emulate`.  ``counts`` / ``records`` / ``summary()`` say
     which ops were emulated, in which format, in which phase."""
@@ -378,6 +381,8 @@ class EmulateMode(TorchDispatchMode):
         """Called in a thread started inside the block: run it under this mode (until the
         thread ends; its mode stacks are its own)."""
         self._router.__enter__()
+        if self.layer_tracker is not None:
+            self.layer_tracker.adopt()
         from torch.utils._python_dispatch import _push_mode
         _push_mode(self)
 
@@ -450,6 +455,11 @@ class EmulateMode(TorchDispatchMode):
     # -- dispatch -------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if any(t not in _PLAIN for t in types):
+            # a tensor subclass (torchao's Float8TrainingTensor / MXTensor, DTensor, ...):
+            # it unwraps itself, and the plain-tensor ops it runs on its contents
+            # (_scaled_mm, mm on local shards) come back here
+            return NotImplemented
         handler = _HANDLERS.get(func)
         if isinstance(func, torch._ops.HigherOrderOperator):
             self._note_native(func, args, "higher-order operator: products inside it are "
