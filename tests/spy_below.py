@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_mma_emu as tme
@@ -41,6 +42,9 @@ class BelowSpy(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if any(isinstance(a, torch.Tensor) and (isinstance(a, FakeTensor) or a.is_meta)
+               for a in args):
+            return func(*args, **kwargs)      # shape propagation (the mode's _restride)
         if isinstance(func, torch._ops.HigherOrderOperator):
             name = func.name()
         else:

@@ -333,9 +333,11 @@ def reference_outputs(cap: Capture, reference: Any, mode_factory) -> tuple[dict,
         return other.outputs, reference.policy.arch_name
     model = cap.model
     if reference in ("fp64", "float64", torch.float64):
+        from .grouped import Float64Groups
         m = copy.deepcopy(model).to(torch.float64)
-        return run_captured(m, _to(cap.args, torch.float64),
-                            _to(cap.kwargs, torch.float64)), "fp64 (native)"
+        with Float64Groups():        # grouped products have no float64 kernel in PyTorch
+            out = run_captured(m, _to(cap.args, torch.float64), _to(cap.kwargs, torch.float64))
+        return out, "fp64 (native)"
     if reference == "native":
         return run_captured(model, cap.args, cap.kwargs), "native (this machine)"
     with mode_factory(reference) as ref_mode:

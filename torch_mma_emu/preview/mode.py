@@ -35,10 +35,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..ops import emulated_mm
-from . import scaled
+from . import grouped, scaled
 from .attention import attention_backward, attention_forward
 from .attribution import LayerTracker
 from .conv import conv_backward, conv_forward, conv_transpose
+from .dispatch_args import bind, phase
 from .functions import FunctionRouter
 from .gemm import run_product
 from .policy import Plan, Policy
@@ -64,7 +65,7 @@ _GEMM_KINDS = {"mm": ("self", "mat2", None), "addmm": ("mat1", "mat2", "self"),
 # out of the block): each is recorded and warned about once per block, by name.
 _WATCH_NATIVE = {"mv", "dot", "vdot", "addmv", "addbmm", "addr", "_int_mm", "_weight_int8pack_mm",
                  "linalg_vecdot", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
-                 "_grouped_mm", "_scaled_grouped_mm", "_trilinear",
+                 "_trilinear",
                  "_cdist_forward", "_cdist_backward",
                  "mkldnn_rnn_layer", "mkldnn_rnn_layer_backward", "_cudnn_rnn",
                  "_cudnn_rnn_backward", "miopen_rnn", "miopen_rnn_backward",
@@ -266,22 +267,7 @@ class _Reentered:
         TorchDispatchMode.__exit__(self.mode, *exc)
 
 
-def _bind(func, args, kwargs) -> dict:
-    out = {}
-    for i, a in enumerate(func._schema.arguments):
-        if i < len(args):
-            out[a.name] = args[i]
-        elif a.name in kwargs:
-            out[a.name] = kwargs[a.name]
-        elif a.has_default_value():
-            out[a.name] = a.default_value
-        else:
-            out[a.name] = None
-    return out
-
-
-def _phase() -> str:
-    return "backward" if torch._C._current_autograd_node() is not None else "forward"
+_bind, _phase = bind, phase
 
 
 def _fake(fm, t):
@@ -777,6 +763,10 @@ for _k in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_f
 for _k in ("_scaled_mm", "_scaled_mm_v2"):
     for _f in _overloads(_k, ("default", "out")):
         _HANDLERS[_f] = EmulateMode._scaled_mm
+for _f in _overloads("_grouped_mm", ("default",)):
+    _HANDLERS[_f] = grouped.handle_grouped_mm
+for _f in _overloads("_scaled_grouped_mm", ("default",)):
+    _HANDLERS[_f] = grouped.handle_scaled_grouped_mm
 
 ROUTED_OPS = tuple(sorted(str(f) for f in _HANDLERS))
 
