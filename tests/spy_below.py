@@ -40,6 +40,10 @@ class BelowSpy(TorchDispatchMode):
         self.emulated = 0
         self.other: Counter = Counter()        # non-aten ops that got here
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:     # sees the compiled code's calls only
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if any(isinstance(a, torch.Tensor) and (isinstance(a, FakeTensor) or a.is_meta)

@@ -35,7 +35,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..ops import emulated_mm
-from . import grouped, scaled
+from . import custom_ops, grouped, scaled
 from .attention import attention_backward, attention_forward
 from .attribution import LayerTracker
 from .conv import conv_backward, conv_forward, conv_transpose
@@ -457,10 +457,25 @@ class EmulateMode(TorchDispatchMode):
                     out = func.decompose(*args, **kwargs)
                 if out is not NotImplemented:
                     return out
+            if func.namespace not in custom_ops.OWN:
+                return self._foreign(func, args, kwargs)
             if func.overloadpacket.__name__ in _WATCH_NATIVE:
                 self._note_native(func, args, "no emulation of this op")
             return func(*args, **kwargs)
         return handler(self, func, args, kwargs)
+
+    def _foreign(self, func, args, kwargs):
+        """An op of another library (custom_ops.py): its Python kernel runs with the mode
+        on; a compiled one runs natively, recorded and warned about unless its library
+        multiplies no matrices."""
+        key = custom_ops.kernel_is_python(func, args, kwargs)
+        if key is not None:
+            with _Reentered(self):
+                return custom_ops.run_own_kernel(func, key, args, kwargs)
+        if custom_ops.is_opaque_and_unknown(func):
+            self._note_native(func, args, "a compiled kernel of another library: products "
+                                          "inside it, if any, are not seen")
+        return func(*args, **kwargs)
 
     def _plan(self, kind, a, b, phase) -> Plan:
         return self.policy.plan(kind, a.dtype, b.dtype, backward=phase == "backward")
