@@ -118,7 +118,7 @@ def test_sdpa_with_dropout_is_emulated_in_the_flash_form(causal):
         torch.manual_seed(7)
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal)
     assert same(out, _dropout_reference(q, k, v, 0.25, 7, "sm90", causal))
-    assert [r.note for r in em.records] == ["flash form, dropout_p=0.25"]
+    assert [r.note for r in em.records] == ["flash form, dropout_p=0.25 (flash on sm90)"]
     assert not any(r.op == "aten.bmm.default" for r in em.records)  # not the fp32 math path
 
 
