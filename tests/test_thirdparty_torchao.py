@@ -20,10 +20,6 @@ from torchao.quantization import quantize_  # noqa: E402
 
 import torch_mma_emu as tme  # noqa: E402
 
-FIX1 = pytest.mark.xfail(strict=True, reason="needs 21a fix 1: a torchao tensor subclass "
-                                             "reaches emulated_mm instead of unwrapping")
-
-
 def _mlp():
     torch.manual_seed(0)
     return nn.Sequential(nn.Linear(64, 64, bias=False), nn.ReLU(),
@@ -53,8 +49,7 @@ def _scaled_counts(em):
 
 
 # --------------------------------------------------------------- float8 training
-@pytest.mark.parametrize("recipe", [pytest.param("tensorwise", marks=FIX1),
-                                    pytest.param("rowwise", marks=FIX1)])
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_float8_training(recipe):
     from torchao.float8 import Float8LinearConfig, convert_to_float8_training
     model = convert_to_float8_training(_mlp(),
@@ -116,9 +111,8 @@ def test_mx_qat_cannot_run_natively_on_this_cpu():
 
 
 # --------------------------------------------------------------- quantize_ inference
-@pytest.mark.parametrize("dtype", [pytest.param(torch.float8_e4m3fn, marks=FIX1, id="mxfp8"),
-                                   pytest.param(torch.float4_e2m1fn_x2, marks=FIX1,
-                                                id="mxfp4")])
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float8_e4m3fn, id="mxfp8"),
+                                   pytest.param(torch.float4_e2m1fn_x2, id="mxfp4")])
 def test_mx_quantize_inference(dtype):
     model = _mlp()
     quantize_(model, _mx_config(dtype))
@@ -146,7 +140,6 @@ def test_float8_inference_with_gpu_checks_passed(granularity):
         assert differs(out, native)
 
 
-@FIX1
 def test_nvfp4_inference_with_gpu_checks_passed():
     with pytest.raises(AssertionError, match="sm100"):
         quantize_(_mlp(), _nvfp4_config())

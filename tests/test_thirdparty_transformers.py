@@ -26,9 +26,6 @@ def _needs(fix: int, what: str):
     return pytest.mark.xfail(strict=True, reason=f"needs 21a fix {fix}: {what}")
 
 
-GROUPED = _needs(4, "aten._grouped_mm (Mixtral's default experts) runs natively")
-
-
 def _model(name, **kw):
     model = M.FACTORIES[name](**kw)
     return model, M.inputs(name)
@@ -60,8 +57,7 @@ def _grads(model):
 def _cases():
     for name in M.FACTORIES:
         for mode in MODES:
-            marks = [GROUPED] if name == "mixtral" else []
-            yield pytest.param(name, mode, marks=marks, id=f"{name}-{mode}")
+            yield pytest.param(name, mode, id=f"{name}-{mode}")
 
 
 @pytest.mark.parametrize("name,mode", list(_cases()))
@@ -87,11 +83,7 @@ def test_every_product_emulated(name, mode):
 
 def _bf16_cases():
     for name in M.FACTORIES:
-        marks = [GROUPED] if name == "mixtral" else []
-        if name == "t5":
-            marks.append(_needs(5, "T5's position bias requires grad: CPU SDPA takes its math "
-                                   "path and upcasts the products to fp32"))
-        yield pytest.param(name, marks=marks, id=name)
+        yield pytest.param(name, id=name)
 
 
 @pytest.mark.parametrize("name", list(_bf16_cases()))
@@ -111,8 +103,7 @@ def test_bf16_model_in_bf16_in_every_mode(name):
     assert same(outs["eval"], outs["no_grad"])
 
 
-@pytest.mark.parametrize("name", [n for n in LMS if n != "mixtral"] + [
-    pytest.param("mixtral", marks=GROUPED)])
+@pytest.mark.parametrize("name", LMS)
 def test_generate(name):
     model, kw = _model(name)
     kw = dict(kw)
@@ -127,8 +118,7 @@ def test_generate(name):
     check(em2, spy2, what=f"{name} generate scores")
 
 
-@pytest.mark.parametrize("experts", ["eager", "batched_mm",
-                                     pytest.param("grouped_mm", marks=GROUPED)])
+@pytest.mark.parametrize("experts", ["eager", "batched_mm", "grouped_mm"])
 def test_mixtral_experts(experts):
     """Mixtral's experts implementations: a loop of Linear products, one batched product,
     and ``aten._grouped_mm`` (the default)."""
@@ -194,16 +184,19 @@ def test_compile_mixtral(experts):
     _compiled_case("mixtral", "aot_eager", experts=experts)
 
 
-def test_native_records_are_what_the_spy_saw():
-    """The check itself: Mixtral's grouped products run natively today; the spy sees them,
-    and emulate records every one (no silent product), which ``check`` turns into a failure
-    unless native products are allowed."""
-    model, kw = _model("mixtral")
-    out, em, spy = run_spied(lambda: _call(model, "mixtral", kw, "no_grad"))
+def test_the_check_fails_on_native_and_unrecorded_products():
+    """The check itself: products left native on purpose (``formats``) are recorded, seen by
+    the spy and rejected unless allowed; a product run under the spy but outside emulate is
+    an unrecorded escape."""
+    model, kw = _model("llama")
+    out, em, spy = run_spied(lambda: _call(model, "llama", kw, "no_grad"),
+                             formats={"mm": "native"})
     nat = native_calls(em)
-    if not nat:
-        pytest.skip("grouped products are emulated (21a fix 4): nothing native to compare")
-    assert dict(spy.seen) == dict(nat)
+    assert nat and dict(spy.seen) == dict(nat)
     check(em, spy, allow_native=True)
     with pytest.raises(AssertionError, match="ran natively"):
         check(em, spy)
+    with spy:
+        torch.randn(3, 4) @ torch.randn(4, 2)
+    with pytest.raises(AssertionError, match="without a record"):
+        check(em, spy, allow_native=True)
