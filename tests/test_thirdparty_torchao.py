@@ -175,3 +175,22 @@ def test_qat_compiled():
     out, em, spy = run_spied(lambda: _run(compiled, "no_grad"), arch="B200")
     check(em, spy, what="MX QAT compiled")
     assert torch.equal(out, eager)
+
+
+def test_mxfp8_linear_needs_torchaos_triton_cast():
+    """torchao's MXFP8Linear (moe_training) casts to MXFP8 with its own Triton kernel in the
+    forward (kernel_preference AUTO): it refuses before any product, and no check can be
+    passed for it.  Its EMULATED preference dequantizes first: bf16 products, emulated as
+    such (not as the MX instruction)."""
+    from torchao.prototype.moe_training.mxfp8_linear import MXFP8Linear
+    from torchao.quantization.quantize_.common.kernel_preference import KernelPreference
+    x = _x()
+    torch.manual_seed(0)
+    auto = MXFP8Linear(64, 32, bias=False).to(torch.bfloat16)
+    with pytest.raises(AssertionError, match="needs triton"):
+        run_spied(lambda: auto(x), arch="B200")
+    emu = MXFP8Linear(64, 32, bias=False,
+                      kernel_preference=KernelPreference.EMULATED).to(torch.bfloat16)
+    out, em, spy = run_spied(lambda: emu(x), arch="B200")
+    check(em, spy, what="MXFP8Linear EMULATED")
+    assert {fmt for (_op, _ph, fmt) in em.counts} == {"bf16"}
