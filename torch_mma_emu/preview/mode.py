@@ -32,6 +32,7 @@ import warnings
 from typing import Any, Optional
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..ops import emulated_mm
@@ -471,6 +472,10 @@ class EmulateMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if any(t not in _PLAIN for t in types):
+            if any(issubclass(t, FakeTensor) for t in types):
+                # no numbers: DTensor's sharding propagation runs the op on fake tensors
+                # (a NotImplemented here would fail it: FakeTensor defers to the modes)
+                return func(*args, **kwargs)
             # a tensor subclass (torchao's Float8TrainingTensor / MXTensor, DTensor, ...):
             # it unwraps itself, and the plain-tensor ops it runs on its contents
             # (_scaled_mm, mm on local shards) come back here
