@@ -547,7 +547,7 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
         register()
     if scale_a is not None or scale_b is not None or A.dtype == _FP4 or B.dtype == _FP4:
         from .packed_layouts import adapt       # torchao / cuBLAS layouts
-        A, B, in_format = adapt(A, B, scale_a, scale_b, in_format)
+        A, B, in_format = adapt(A, B, scale_a, scale_b, in_format, arch)
     sched = as_schedule(schedule)
     kw = dict(arch=arch, in_format=in_format, out_dtype=out_dtype, instruction=instruction,
               c_mode=c_mode, schedule=None if sched is None else sched.to_string())

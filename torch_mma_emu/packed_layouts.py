@@ -30,7 +30,7 @@ __all__ = ["adapt"]
 _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 
 
-def adapt(A, B, scale_a, scale_b, in_format: Optional[str]):
+def adapt(A, B, scale_a, scale_b, in_format: Optional[str], arch: str = ""):
     """``(A, B, in_format)`` with packed fp4 operands unpacked; raises a ``ValueError`` /
     ``TypeError`` saying what to pass for the other foreign layouts."""
     from .preview.scaled import ceil_div, swizzled_numel, unpack_fp4
@@ -49,7 +49,10 @@ def adapt(A, B, scale_a, scale_b, in_format: Optional[str]):
         B = unpack_fp4(B, -2) if packed[1] else B
         in_format = fa if fa == fb else f"{fa},{fb}"
     bs = 16 if scale_a is not None and scale_a.dtype == torch.float8_e4m3fn else 32
-    if (in_format is None and scale_a is not None and A.dtype == torch.uint8 and A.dim() >= 1
+    # uint8 codes without in_format and a named arch cannot run (no format): if the scales
+    # cover twice their K, they are most likely packed bytes
+    if (in_format is None and not arch.startswith("spec:") and scale_a is not None
+            and A.dtype == torch.uint8 and A.dim() >= 1
             and scale_a.dim() >= 1 and scale_a.shape[-1] == ceil_div(2 * A.shape[-1], bs)
             and scale_a.shape[-1] != ceil_div(A.shape[-1], bs)):
         raise TypeError(
