@@ -92,7 +92,28 @@ def fsdp2(mesh, rank, world):
     return dict(y=y, grads=[p.grad.full_tensor() for p in model.parameters()], **info)
 
 
-SCENARIOS = {"tp_convert": tp_convert, "tp_emulate": tp_emulate, "ddp": ddp, "fsdp2": fsdp2}
+def dtensor_rule(mesh, rank, world):
+    """``tme.emulated_mm`` on DTensors directly: a K split (without and with C) and a batch
+    split."""
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    g = torch.Generator().manual_seed(3)
+    A, B = torch.randn(4, 16, generator=g).bfloat16(), torch.randn(16, 6, generator=g).bfloat16()
+    C = torch.randn(4, 6, generator=g)
+    dA, dB = distribute_tensor(A, mesh, [Shard(1)]), distribute_tensor(B, mesh, [Shard(0)])
+    dC = distribute_tensor(C, mesh, [Replicate()])
+    ksplit = tme.emulated_mm(dA, dB, arch=COARSE)
+    with_c = tme.emulated_mm(dA, dB, dC, arch=COARSE)
+    bA = torch.randn(4, 3, 8, generator=g).bfloat16()
+    bB = torch.randn(4, 8, 5, generator=g).bfloat16()
+    batch = tme.emulated_mm(distribute_tensor(bA, mesh, [Shard(0)]),
+                            distribute_tensor(bB, mesh, [Shard(0)]), arch=COARSE)
+    return dict(ksplit_placement=str(ksplit.placements), ksplit=ksplit.full_tensor(),
+                with_c=with_c.full_tensor(),
+                batch_placement=str(batch.placements), batch=batch.full_tensor(),
+                inputs=(A, B, C, bA, bB))
+
+
+SCENARIOS = {"dtensor_rule": dtensor_rule, "tp_convert": tp_convert, "tp_emulate": tp_emulate, "ddp": ddp, "fsdp2": fsdp2}
 
 
 def main(rank: int, world: int, port: int, outdir: str, names: list) -> None:

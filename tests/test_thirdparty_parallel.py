@@ -72,6 +72,22 @@ def test_tensor_parallel_convert_route_gives_the_partial_products_bits(ranks):
     assert res[0]["w0_grad"].shape == (n, W.D_IN)
 
 
+def test_sharding_rule_k_split_and_batch_split(ranks):
+    res = _result(ranks, "dtensor_rule")
+    A, B, C, bA, bB = res[0]["inputs"]
+    h = A.shape[1] // WORLD
+    parts = [tme.emulated_mm(A[:, r * h:(r + 1) * h], B[r * h:(r + 1) * h], arch=COARSE)
+             for r in range(WORLD)]
+    whole = tme.emulated_mm(A, B, C, arch=COARSE)
+    for r in range(WORLD):
+        assert res[r]["ksplit_placement"] == "(Partial(sum),)"
+        assert same(res[r]["ksplit"], parts[0] + parts[1])    # partials, then all-reduce
+        assert same(res[r]["with_c"], whole)                   # with C: gathered, one product
+        assert res[r]["batch_placement"] == "(Shard(dim=0),)"
+        assert same(res[r]["batch"], tme.emulated_mm(bA, bB, arch=COARSE))
+    assert not same(res[0]["ksplit"], tme.emulated_mm(A, B, arch=COARSE))
+
+
 def test_tensor_parallel_emulate_route(ranks):
     """DTensor's aten.mm reaches the mode, whose emulated_mm on DTensors then takes the rule
     (or, once the mode steps aside for tensor subclasses, DTensor's local products come

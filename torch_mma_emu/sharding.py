@@ -12,8 +12,10 @@ GEMMs on its shards:
 * A replicated, B sharded along N (its columns; ``ColwiseParallel``'s weight) -> the output
   sharded along N (C likewise);
 * A sharded along K, B sharded along K (``RowwiseParallel``) -> a partial sum: each rank's
-  emulated partial product, which DTensor then all-reduces (a sum in the output dtype).  A C
-  joins one rank's partial product (DTensor makes it a Partial tensor: zeros elsewhere);
+  emulated partial product, which DTensor then all-reduces (a sum in the output dtype).  Only
+  without C: with C (``c_mode="chain"``) DTensor gathers the operands and each rank computes
+  the whole product, C in its accumulator (``convert``'s default bias is an epilogue added
+  after the product, so a Linear bias never reaches the op);
 * A and B sharded along a common batch dimension (no C) -> the output sharded along it.
 
 Block-scaled products (scales given) only take the replicated strategy: DTensor gathers the
@@ -58,11 +60,11 @@ def _rule(A, B, C=None, scale_a=None, scale_b=None, *rest, **kwargs):
         return out
     out.append(([Shard(o - 2)], [Shard(a - 2), Replicate(), c_place(2), None, None] + tail))
     out.append(([Shard(o - 1)], [Replicate(), Shard(b - 1), c_place(1), None, None] + tail))
-    # K split: a partial sum per rank; C (c_mode="chain") joins one rank's accumulator only
-    # (DTensor turns a replicated C into a Partial one: C on one rank, zeros elsewhere)
-    out.append(([Partial()], [Shard(a - 1), Shard(b - 2), None if C is None else Partial(),
-                              None, None] + tail))
     if C is None:
+        # K split: each rank's partial product, summed by DTensor's all-reduce.  Not with C:
+        # DTensor would hand each rank C / n to chain into its accumulator, a sum no GPU
+        # library computes; with C the operands are gathered and A@B+C is one product.
+        out.append(([Partial()], [Shard(a - 1), Shard(b - 2), None, None, None] + tail))
         if a == b and a > 2:
             out.append(([Shard(0)], [Shard(0), Shard(0), None, None, None] + tail))
     return out
