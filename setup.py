@@ -101,6 +101,15 @@ def get_extensions():
 PACKAGES = find_packages(include=["torch_mma_emu", "torch_mma_emu.*"]) + [
     "torch_mma_emu.triton_kernels"]
 
+def _requirements(name: str) -> list:
+    """The requirement lines of a file beside setup.py (none where it is absent)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name)
+    if not os.path.exists(path):
+        return []
+    with open(path) as fh:
+        return [ln.strip() for ln in fh if ln.strip() and not ln.startswith("#")]
+
+
 SETUP = dict(
     name="torch-mma-emu",
     version="0.1.0",
@@ -112,7 +121,8 @@ SETUP = dict(
     python_requires=">=3.10",
     # the extension is compiled against this torch's C++ ABI: keep pip from swapping it
     install_requires=[f"torch>={MAJOR}.{MINOR},<{MAJOR}.{MINOR + 1}", "numpy", "tqdm"],
-    extras_require={"test": ["pytest", "hypothesis"], "viz": ["matplotlib", "graphviz", "rich"]},
+    extras_require={"test": ["pytest", "hypothesis"], "viz": ["matplotlib", "graphviz", "rich"],
+                    "thirdparty": _requirements("requirements-thirdparty.txt")},
     entry_points={"console_scripts": ["mma-emu=torch_mma_emu.cli:main"]},
 )
 

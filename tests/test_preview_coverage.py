@@ -118,7 +118,7 @@ def test_sdpa_with_dropout_is_emulated_in_the_flash_form(causal):
         torch.manual_seed(7)
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal)
     assert same(out, _dropout_reference(q, k, v, 0.25, 7, "sm90", causal))
-    assert [r.note for r in em.records] == ["flash form, dropout_p=0.25"]
+    assert [r.note for r in em.records] == ["flash form, dropout_p=0.25 (flash on sm90)"]
     assert not any(r.op == "aten.bmm.default" for r in em.records)  # not the fp32 math path
 
 
@@ -135,6 +135,23 @@ def test_sdpa_dropout_gradients_match_finite_differences_on_the_fp64_path():
         torch.manual_seed(3)
         F.scaled_dot_product_attention(q, k, v, dropout_p=0.3).sum().backward()
     assert [r.phase for r in em.records] == ["forward", "backward"]
+
+
+@pytest.mark.parametrize("mask_shape", [(1, 2, 3, 3), (3, 3), (2, 1, 3)])
+def test_sdpa_dropout_gives_the_additive_mask_its_gradient(mask_shape):
+    """T5's position bias is an additive mask that requires grad: with dropout in training
+    its gradient used to be dropped silently (None), so the bias never learned."""
+    q, k, v = (torch.randn(1, 2, 3, 4, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    mask = torch.randn(mask_shape, dtype=torch.float64, requires_grad=True)
+
+    def f(q, k, v, mask):
+        with emulate("sm90"):
+            torch.manual_seed(5)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.3)
+    assert torch.autograd.gradcheck(f, (q, k, v, mask))
+    f(q, k, v, mask).sum().backward()
+    assert mask.grad is not None and mask.grad.shape == mask.shape and mask.grad.abs().sum() > 0
 
 
 def test_sdpa_dropout_bad_probability_is_a_clear_error():

@@ -231,9 +231,11 @@ def test_sdpa_float_mask_scale_and_gqa():
     q = rnd(1, 4, 6, 8, dtype=torch.float16)
     k, v = rnd(1, 2, 7, 8, dtype=torch.float16, seed=1), rnd(1, 2, 7, 8, dtype=torch.float16, seed=2)
     mask = rnd(6, 7, dtype=torch.float16, seed=3)
-    with emulate("gfx942"):
+    # (sm90: cuDNN attention takes GQA with a mask; ROCm's fused kernels do not, so on
+    # gfx942 PyTorch runs its math path: test_preview_sdpa_target.py)
+    with emulate("sm90"):
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.3, enable_gqa=True)
-    ref = _attn_ref(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), 0.3, "gfx942",
+    ref = _attn_ref(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), 0.3, "sm90",
                     mask=mask)
     assert same(o, ref)
 
@@ -553,13 +555,14 @@ def test_convolution_out_and_scaled_mm_out_overloads():
 
 
 @pytest.mark.filterwarnings("ignore")
-def test_higher_order_ops_run_natively_and_are_recorded():
+def test_flex_attention_higher_order_op_is_emulated_and_recorded():
+    # (test_preview_flex.py checks its bits; other higher-order ops stay native, recorded)
     from torch.nn.attention.flex_attention import flex_attention
     q = rnd(1, 2, 8, 16, dtype=torch.float32)
     with emulate("sm90", record=True) as em:
         o = flex_attention(q, q, q)
-    assert same(o, flex_attention(q, q, q))
-    assert [(r.op, r.format) for r in em.records] == [("flex_attention", "native")]
+    torch.testing.assert_close(o, flex_attention(q, q, q), rtol=1e-5, atol=1e-5)
+    assert [(r.op, r.format) for r in em.records] == [("flex_attention", "fp32")]
 
 
 def test_addmm_activation_epilogue():

@@ -22,6 +22,7 @@ if hasattr(torch, "float8_e8m0fnu"):
 if hasattr(torch, "float8_e4m3fn"):
     _SCALE_DTYPES[torch.float8_e4m3fn] = "ue4m3"
 
+_FP4 = getattr(torch, "float4_e2m1fn_x2", None)
 _CODE_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
 _AMBIGUOUS = {torch.float32: ("fp32", "tf32", "xf32"),
               torch.uint8: ("fp6_e2m3", "fp6_e3m2", "fp4_e2m1", "fp8_e4m3", "fp8_e5m2",
@@ -30,6 +31,11 @@ _AMBIGUOUS = {torch.float32: ("fp32", "tf32", "xf32"),
 
 def _operand_format(t: torch.Tensor, in_format: Optional[str], which: str) -> Format:
     """Input format of an operand: its dtype, or ``in_format`` where the dtype is ambiguous."""
+    if t.dtype == _FP4 and _FP4 is not None:
+        raise TypeError(f"emulated_mm: {which} is packed float4_e2m1fn_x2: tme.emulated_mm "
+                        "unpacks it; the op takes one uint8 code per element "
+                        "(torch_mma_emu.preview.scaled.unpack_fp4(t, dim of K)) with "
+                        "in_format='fp4_e2m1'")
     if not t.dtype.is_floating_point and t.dtype != torch.uint8:
         raise TypeError(f"emulated_mm: {which} has dtype {t.dtype}; allowed: float64, float32, "
                         "float16, bfloat16, float8 dtypes, or uint8 codes with in_format")
@@ -536,6 +542,12 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
     for name, t in (("A", A), ("B", B), ("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"emulated_mm: {name} must be a torch.Tensor, got {type(t).__name__}")
+    if type(A) is not torch.Tensor or type(B) is not torch.Tensor:
+        from .sharding import register          # a DTensor: its rule (sharding.py)
+        register()
+    if scale_a is not None or scale_b is not None or A.dtype == _FP4 or B.dtype == _FP4:
+        from .packed_layouts import adapt       # torchao / cuBLAS layouts
+        A, B, in_format = adapt(A, B, scale_a, scale_b, in_format, arch)
     sched = as_schedule(schedule)
     kw = dict(arch=arch, in_format=in_format, out_dtype=out_dtype, instruction=instruction,
               c_mode=c_mode, schedule=None if sched is None else sched.to_string())

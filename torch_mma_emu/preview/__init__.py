@@ -17,9 +17,10 @@ from .modules import (EmulatedConv, EmulatedConv1d, EmulatedConv2d, EmulatedConv
                       EmulatedConvTranspose3d, EmulatedLinear, convert, revert)
 from .policy import FORMAT_CHOICES, OP_KINDS, Plan, Policy
 from .records import Record
+from .torchao_checks import gpu_checks_pass
 
 __all__ = ["emulate", "convert", "revert", "EmulateMode", "EmulatedLinear", "EmulatedConv",
            "EmulatedConv1d", "EmulatedConv2d", "EmulatedConv3d", "EmulatedConvTranspose1d",
            "EmulatedConvTranspose2d", "EmulatedConvTranspose3d", "preview_model",
            "PreviewResult", "Report", "LayerRow",
-           "Policy", "Plan", "Record", "OP_KINDS", "FORMAT_CHOICES", "ROUTED_OPS"]
+           "Policy", "Plan", "Record", "gpu_checks_pass", "OP_KINDS", "FORMAT_CHOICES", "ROUTED_OPS"]

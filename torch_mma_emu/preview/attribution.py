@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import copy
 import math
+import threading
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
 import torch.nn as nn
-from torch.nn.modules.module import (register_module_forward_hook,
-                                     register_module_forward_pre_hook)
 from torch.autograd.graph import register_multi_grad_hook
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
+from . import module_hooks
 from .compare import divergence
 
 __all__ = ["LayerTracker", "Capture", "Report", "LayerRow", "run_captured"]
@@ -82,8 +82,9 @@ class Capture:
 
 
 class _Tracker(ModuleTracker):
-    """ModuleTracker whose hooks do nothing while Dynamo traces (global module hooks are
-    traced into compiled code; under ``torch.compile`` records carry no module path)."""
+    """ModuleTracker driven by :mod:`.module_hooks` (its own ``__enter__`` would install
+    process-wide hooks per block) and doing nothing while Dynamo traces (under
+    ``torch.compile`` records carry no module path)."""
 
     def _fw_pre_hook(self, mod, input):
         # as ModuleTracker's, but the backward "leave" hook goes on non-leaf inputs only:
@@ -102,30 +103,20 @@ class _Tracker(ModuleTracker):
         if not torch.compiler.is_compiling():
             super()._fw_post_hook(mod, input, output)
 
+    def clear(self):
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+
 
 class _OutputHooks:
-    """Global forward hooks that store every module's (first) floating output by path."""
+    """Stores every module's (first) floating output by path, for the first top-level call
+    (the root)."""
 
     def __init__(self, tracker: ModuleTracker, cap: Capture, root_hook: bool):
         self.tracker, self.cap, self.root_hook = tracker, cap, root_hook
         self.depth = 0
         self.root = None
-        self.handles = []
-
-    def install(self):
-        # registered before the tracker's hooks: the tracker's parents still hold the
-        # module when the post hook runs
-        self.handles = [register_module_forward_pre_hook(self._pre),
-                        register_module_forward_hook(self._post, with_kwargs=True)]
-
-    def remove(self):
-        from torch.nn.modules import module as nn_module
-        for h in self.handles:
-            h.remove()
-            # the handle of a global with_kwargs hook leaves its flag behind (torch 2.13),
-            # which makes torch.compile(module) warn about global hooks ever after
-            getattr(nn_module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
-        self.handles = []
 
     def _pre(self, mod, args):
         if torch.compiler.is_compiling() or self.cap.done:
@@ -159,30 +150,64 @@ class _OutputHooks:
             self.cap.done = True
 
 
+class _Listener:
+    """The module-hook listener of one tracker (and its capture): output hooks first, so
+    that the tracker's parents still hold the module when its output is stored."""
+
+    def __init__(self, tracker: _Tracker, out_hooks: Optional[_OutputHooks]):
+        self.tracker, self.out_hooks = tracker, out_hooks
+
+    def pre(self, mod, args):
+        if self.out_hooks is not None:
+            self.out_hooks._pre(mod, args)
+        self.tracker._fw_pre_hook(mod, args)
+
+    def post(self, mod, args, kwargs, out):
+        if self.out_hooks is not None:
+            self.out_hooks._post(mod, args, kwargs, out)
+        self.tracker._fw_post_hook(mod, args, out)
+
+
 class LayerTracker:
-    """Module paths for records and, when asked, the capture of the first top-level call."""
+    """Module paths for records and, when asked, the capture of the first top-level call,
+    for the module calls of the threads of one block (the one that entered it and those
+    it adopted: :meth:`adopt`)."""
 
     def __init__(self, capture: bool):
         self.tracker = _Tracker()
         self.capture = Capture() if capture else None
-        self._hooks = None
+        self._listener = None
+        self._threads: list[int] = []
+        self._lock = threading.Lock()
         self.depth = 0
 
     def enter(self):
         if self.depth == 0:
+            hooks = None
             if self.capture is not None and not self.capture.done:
-                self._hooks = _OutputHooks(self.tracker, self.capture, root_hook=True)
-                self._hooks.install()
-            self.tracker.__enter__()
+                hooks = _OutputHooks(self.tracker, self.capture, root_hook=True)
+            self._listener = _Listener(self.tracker, hooks)
+            self.adopt()
         self.depth += 1
+
+    def adopt(self):
+        """Track the module calls of the calling thread too (until the block closes)."""
+        with self._lock:
+            if self._listener is None:
+                return
+            tid = threading.get_ident()
+            if tid not in self._threads:
+                self._threads.append(tid)
+                module_hooks.add_listener(self._listener, tid)
 
     def leave(self):
         self.depth -= 1
         if self.depth == 0:
-            self.tracker.__exit__(None, None, None)
-            if self._hooks is not None:
-                self._hooks.remove()
-                self._hooks = None
+            with self._lock:
+                for tid in self._threads:
+                    module_hooks.remove_listener(self._listener, tid)
+                self._threads, self._listener = [], None
+            self.tracker.clear()
 
     def path(self) -> str:
         return _innermost(self.tracker.parents)
@@ -193,13 +218,14 @@ def run_captured(model: nn.Module, args: tuple, kwargs: dict) -> dict:
     same paths as a capture inside a block."""
     cap = Capture()
     tracker = _Tracker()
-    hooks = _OutputHooks(tracker, cap, root_hook=False)
-    hooks.install()
+    listener = _Listener(tracker, _OutputHooks(tracker, cap, root_hook=False))
+    module_hooks.add_listener(listener)
     try:
-        with tracker, torch.no_grad():
+        with torch.no_grad():
             model(*args, **kwargs)
     finally:
-        hooks.remove()
+        module_hooks.remove_listener(listener)
+        tracker.clear()
     return cap.outputs
 
 
@@ -307,9 +333,11 @@ def reference_outputs(cap: Capture, reference: Any, mode_factory) -> tuple[dict,
         return other.outputs, reference.policy.arch_name
     model = cap.model
     if reference in ("fp64", "float64", torch.float64):
+        from .grouped import Float64Groups
         m = copy.deepcopy(model).to(torch.float64)
-        return run_captured(m, _to(cap.args, torch.float64),
-                            _to(cap.kwargs, torch.float64)), "fp64 (native)"
+        with Float64Groups():        # grouped products have no float64 kernel in PyTorch
+            out = run_captured(m, _to(cap.args, torch.float64), _to(cap.kwargs, torch.float64))
+        return out, "fp64 (native)"
     if reference == "native":
         return run_captured(model, cap.args, cap.kwargs), "native (this machine)"
     with mode_factory(reference) as ref_mode:

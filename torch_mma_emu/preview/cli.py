@@ -329,8 +329,14 @@ def run(args) -> int:
     with open(js, "w") as fh:
         json.dump(dump, fh, indent=1, default=lambda x: None if x != x else x)
     if not args.no_plot:
-        plot(res, names, png, f"{args.model}: emulated GPUs against fp64")
-        print(f"\nwrote {png}")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            print("\nno plot: matplotlib is not installed (pip install matplotlib); the table "
+                  "above and the JSON hold the same numbers")
+        else:
+            plot(res, names, png, f"{args.model}: emulated GPUs against fp64")
+            print(f"\nwrote {png}")
     print(f"wrote {js}  (total {wall:.1f} s)")
     return 0
 

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 
 __all__ = ["ulp_of", "ulps_from_reference", "ulp_distance", "divergence", "top1_agreement",
-           "capture"]
+           "capture", "main_tensor"]
 
 _INT = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -78,7 +78,7 @@ def capture(model: nn.Module, layers: Sequence[str], *inputs) -> dict:
     hooks = []
     for name in layers:
         def hook(_m, _i, out, name=name):
-            got[name] = (out[0] if isinstance(out, (tuple, list)) else out).detach()
+            got[name] = main_tensor(out, f"layer {name}").detach()
         hooks.append(mods[name].register_forward_hook(hook))
     try:
         with torch.no_grad():
@@ -86,5 +86,33 @@ def capture(model: nn.Module, layers: Sequence[str], *inputs) -> dict:
     finally:
         for h in hooks:
             h.remove()
-    got["output"] = (out[0] if isinstance(out, (tuple, list)) else out).detach()
+    got["output"] = main_tensor(out, "the model").detach()
     return got
+
+
+_MAIN_KEYS = ("logits", "last_hidden_state", "prediction_logits", "sample")
+
+
+def main_tensor(out, what: str = "output") -> torch.Tensor:
+    """The tensor a layer or model output stands for: the tensor itself; of a tuple / list,
+    the first tensor; of a dict (transformers' ``ModelOutput`` is one), ``logits``, else
+    ``last_hidden_state``, else its first tensor value."""
+    if isinstance(out, torch.Tensor):
+        return out
+    if isinstance(out, dict):
+        for key in _MAIN_KEYS:
+            if isinstance(out.get(key), torch.Tensor):
+                return out[key]
+        items = list(out.values())
+    elif isinstance(out, (tuple, list)):
+        items = list(out)
+    else:
+        items = []
+    for v in items:
+        if isinstance(v, (torch.Tensor, dict, tuple, list)):
+            try:
+                return main_tensor(v, what)
+            except TypeError:
+                continue
+    raise TypeError(f"capture: {what} returned {type(out).__name__}, which holds no tensor "
+                    "to compare")

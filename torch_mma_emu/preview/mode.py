@@ -32,14 +32,16 @@ import warnings
 from typing import Any, Optional
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..ops import emulated_mm
 from ..triton import context as _triton
-from . import scaled
+from . import custom_ops, flex, grouped, scaled
 from .attention import attention_backward, attention_forward
 from .attribution import LayerTracker
 from .conv import conv_backward, conv_forward, conv_transpose
+from .dispatch_args import bind, phase
 from .functions import FunctionRouter
 from .gemm import run_product
 from .policy import Plan, Policy
@@ -65,7 +67,7 @@ _GEMM_KINDS = {"mm": ("self", "mat2", None), "addmm": ("mat1", "mat2", "self"),
 # out of the block): each is recorded and warned about once per block, by name.
 _WATCH_NATIVE = {"mv", "dot", "vdot", "addmv", "addbmm", "addr", "_int_mm", "_weight_int8pack_mm",
                  "linalg_vecdot", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
-                 "_grouped_mm", "_scaled_grouped_mm", "_trilinear",
+                 "_trilinear",
                  "_cdist_forward", "_cdist_backward",
                  "mkldnn_rnn_layer", "mkldnn_rnn_layer_backward", "_cudnn_rnn",
                  "_cudnn_rnn_backward", "miopen_rnn", "miopen_rnn_backward",
@@ -167,6 +169,7 @@ def _keep_inductor_products() -> None:
     tables = [dec.decompositions]
     if hasattr(dec, "fast_random_decomps"):
         tables.append(dec.fast_random_decomps())      # a cached copy of the table
+    _wrap_flex_lowering()
     for table in tables:
         for op, fn in list(table.items()):
             pkt = getattr(op, "overloadpacket", None)
@@ -174,6 +177,34 @@ def _keep_inductor_products() -> None:
                     not getattr(fn, "_mma_emu_keeps", False):
                 table[op] = _stepping_aside(fn)
     _KEEP_INSTALLED = True
+
+
+def _wrap_flex_lowering() -> None:
+    """Inductor compiles flex_attention into its own kernel (a C++ / Triton template) whose
+    products never reach the mode: while a block is open, compiling it records a native
+    call in every open block and warns, by name."""
+    try:
+        import torch._inductor.kernel.flex.flex_attention  # noqa: F401 (registers it)
+        from torch._inductor.lowering import lowerings
+    except Exception:  # no Inductor / flex lowering in this build
+        return
+    for hop in (torch.ops.higher_order.flex_attention,
+                torch.ops.higher_order.flex_attention_backward):
+        fn = lowerings.get(hop)
+        if fn is None or getattr(fn, "_mma_emu_keeps", False):
+            continue
+
+        def lower(*args, _fn=fn, _hop=hop, **kwargs):
+            if _SWITCHES.depth > 0:
+                with _THREADS.lock:
+                    modes = list(_THREADS.open)
+                for m in modes:
+                    m._note_native(_hop, (), "compiled by Inductor into its own kernel: "
+                                   "its products are not emulated (compile with "
+                                   "backend='aot_eager', or call it eagerly)")
+            return _fn(*args, **kwargs)
+        lower._mma_emu_keeps = True
+        lowerings[hop] = lower
 
 
 def _stepping_aside(fn):
@@ -267,22 +298,7 @@ class _Reentered:
         TorchDispatchMode.__exit__(self.mode, *exc)
 
 
-def _bind(func, args, kwargs) -> dict:
-    out = {}
-    for i, a in enumerate(func._schema.arguments):
-        if i < len(args):
-            out[a.name] = args[i]
-        elif a.name in kwargs:
-            out[a.name] = kwargs[a.name]
-        elif a.has_default_value():
-            out[a.name] = a.default_value
-        else:
-            out[a.name] = None
-    return out
-
-
-def _phase() -> str:
-    return "backward" if torch._C._current_autograd_node() is not None else "forward"
+_bind, _phase = bind, phase
 
 
 def _fake(fm, t):
@@ -310,6 +326,9 @@ def _restride(result, func, args, kwargs):
             outs[i] = torch.empty_strided(r.shape, r.stride(), dtype=o.dtype,
                                           device=o.device).copy_(o)
     return outs[0] if single else tuple(outs)
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 class EmulateMode(TorchDispatchMode):
@@ -382,6 +401,8 @@ class EmulateMode(TorchDispatchMode):
         """Called in a thread started inside the block: run it under this mode (until the
         thread ends; its mode stacks are its own)."""
         self._router.__enter__()
+        if self.layer_tracker is not None:
+            self.layer_tracker.adopt()
         from torch.utils._python_dispatch import _push_mode
         _push_mode(self)
         _triton.adopt(self._triton)
@@ -455,10 +476,23 @@ class EmulateMode(TorchDispatchMode):
     # -- dispatch -------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if any(t not in _PLAIN for t in types):
+            if any(issubclass(t, FakeTensor) for t in types):
+                # no numbers: DTensor's sharding propagation runs the op on fake tensors
+                # (a NotImplemented here would fail it: FakeTensor defers to the modes)
+                return func(*args, **kwargs)
+            # a tensor subclass (torchao's Float8TrainingTensor / MXTensor, DTensor, ...):
+            # it unwraps itself, and the plain-tensor ops it runs on its contents
+            # (_scaled_mm, mm on local shards) come back here
+            return NotImplemented
         handler = _HANDLERS.get(func)
         if isinstance(func, torch._ops.HigherOrderOperator):
-            self._note_native(func, args, "higher-order operator: products inside it are "
-                                          "not emulated")
+            if func.name() == "flex_attention":
+                return self._flex(func, args, kwargs)
+            why = ("its backward runs natively (not emulated yet)"
+                   if func.name() == "flex_attention_backward" else
+                   "higher-order operator: products inside it are not emulated")
+            self._note_native(func, args, why)
             return func(*args, **kwargs)
         if handler is None:
             if _decomposes(func):
@@ -466,10 +500,44 @@ class EmulateMode(TorchDispatchMode):
                     out = func.decompose(*args, **kwargs)
                 if out is not NotImplemented:
                     return out
+            if func.namespace not in custom_ops.OWN:
+                return self._foreign(func, args, kwargs)
             if func.overloadpacket.__name__ in _WATCH_NATIVE:
                 self._note_native(func, args, "no emulation of this op")
             return func(*args, **kwargs)
         return handler(self, func, args, kwargs)
+
+    def _flex(self, func, args, kwargs):
+        """flex_attention's forward in the GPU kernel's form (flex.py)."""
+        names = ("query", "key", "value", "score_mod", "block_mask", "scale",
+                 "kernel_options", "score_mod_other_buffers", "mask_mod_other_buffers")
+        a = dict(zip(names, args), **kwargs)
+        q, k, v = a["query"], a["key"], a["value"]
+        shapes = [q.shape, k.shape, v.shape]
+        plan = self._plan("attention", q, k, _phase())
+        if plan.native or not (q.dtype == k.dtype == v.dtype):
+            self._note(func, "attention", "native", shapes, "policy: native")
+            return func(*args, **kwargs)
+        out = flex.flex_forward(q, k, v, a["score_mod"], a["block_mask"], a["scale"],
+                                a.get("kernel_options") or {},
+                                tuple(a.get("score_mod_other_buffers") or ()),
+                                tuple(a.get("mask_mod_other_buffers") or ()),
+                                self._prod_fn(plan))
+        self._note(func, "attention", plan.label, shapes, "flex attention (Triton form)")
+        return out
+
+    def _foreign(self, func, args, kwargs):
+        """An op of another library (custom_ops.py): its Python kernel runs with the mode
+        on; a compiled one runs natively, recorded and warned about unless its library
+        multiplies no matrices."""
+        key = custom_ops.kernel_is_python(func, args, kwargs)
+        if key is not None:
+            with _Reentered(self):
+                return custom_ops.run_own_kernel(func, key, args, kwargs)
+        if custom_ops.is_opaque_and_unknown(func):
+            self._note_native(func, args, "a compiled kernel of another library: products "
+                                          "inside it, if any, are not seen")
+        return func(*args, **kwargs)
 
     def _plan(self, kind, a, b, phase) -> Plan:
         return self.policy.plan(kind, a.dtype, b.dtype, backward=phase == "backward")
@@ -772,6 +840,10 @@ for _k in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_f
 for _k in ("_scaled_mm", "_scaled_mm_v2"):
     for _f in _overloads(_k, ("default", "out")):
         _HANDLERS[_f] = EmulateMode._scaled_mm
+for _f in _overloads("_grouped_mm", ("default",)):
+    _HANDLERS[_f] = grouped.handle_grouped_mm
+for _f in _overloads("_scaled_grouped_mm", ("default",)):
+    _HANDLERS[_f] = grouped.handle_scaled_grouped_mm
 
 ROUTED_OPS = tuple(sorted(str(f) for f in _HANDLERS))
 

@@ -22,6 +22,7 @@ cast to the autocast dtype first, as ``F.linear`` / ``F.conv*d`` do.
 """
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Callable, Optional
 
@@ -181,6 +182,40 @@ class EmulatedLinear(_Emulated, nn.Linear):
         return y if fused else y + b
 
 
+class _EmulatedHFConv1D(_Emulated):
+    """transformers' ``Conv1D`` (GPT-2's Linear with a transposed ``(in, out)`` weight:
+    ``addmm(bias, x, weight)``) on emulated products: the same ``addmm`` / ``mm`` plans and
+    the same products as :class:`EmulatedLinear` with ``weight.t()``, which are the products
+    ``emulate`` runs for its ``addmm`` (each output element the same dot product)."""
+
+    def __init__(self, original: nn.Module, policy: Policy):
+        self._setup(original, policy, "addmm" if original.bias is not None else "mm", "mm")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x, w, b = _autocast(x, self.weight, self.bias)
+        fwd, bwd = self._plans.get(x.dtype)
+        if x.dtype != w.dtype:
+            raise TypeError(f"EmulatedConv1D: input dtype {x.dtype} != weight dtype {w.dtype}")
+        x2 = x.reshape(-1, x.shape[-1])
+        if fwd.native:
+            y = torch.addmm(b, x2, w) if b is not None else x2 @ w
+        else:
+            y = _LinearFn.apply(x2, w.t(), b, fwd, bwd, self.policy.bias)
+        return y.reshape(*x.shape[:-1], y.shape[-1])
+
+
+_HF_CLASSES: dict = {}
+
+
+def _hf_conv1d_class(cls: type):
+    """The emulated subclass of transformers' ``Conv1D`` (made once, without importing
+    transformers: the class comes from the model)."""
+    if cls not in _HF_CLASSES:
+        _HF_CLASSES[cls] = type("EmulatedConv1D", (_EmulatedHFConv1D, cls),
+                                {"__module__": __name__, "__doc__": _EmulatedHFConv1D.__doc__})
+    return _HF_CLASSES[cls]
+
+
 def _conv_pads(o: nn.modules.conv._ConvNd):
     """(left, right) zero padding per spatial dim of a (non-transposed) convolution."""
     nd = len(o.kernel_size)
@@ -307,7 +342,7 @@ def convert(model: nn.Module, arch, *, formats=None, fp32_format: str = "auto",
             m = _restore(m)
         if filter_fn is not None and not filter_fn(m, fqn):
             return m if again else None
-        cls = _SWAPS.get(type(m))
+        cls = _swap_class(type(m))
         why = _not_swapped(m, cls)
         if why:
             skipped.append(f"{fqn or type(m).__name__} ({type(m).__name__}: {why})")
@@ -326,6 +361,16 @@ def convert(model: nn.Module, arch, *, formats=None, fp32_format: str = "auto",
                 new = swap(child, f"{fqn}.{name}" if fqn else name)
                 if new is not None:
                     setattr(parent, name, new)
+    found = {fqn: m for fqn, m in model.named_modules()
+             if _ATTENTION.search(type(m).__name__) and not isinstance(m, nn.MultiheadAttention)}
+    attn = [f"{fqn} ({type(m).__name__})" for fqn, m in found.items()   # the innermost ones
+            if not any(o.startswith(fqn + ".") for o in found if fqn)]
+    if attn:
+        warnings.warn("convert swaps Linear / Conv modules only: the attention products "
+                      "(scaled_dot_product_attention, matmul, ...) in the forward of "
+                      + ", ".join(attn[:8]) + (f", ... {len(attn) - 8} more" if len(attn) > 8
+                                               else "")
+                      + " keep running natively. emulate() routes them too.", stacklevel=2)
     if skipped:
         warnings.warn("convert: these matrix-product modules keep running natively: "
                       + "; ".join(skipped[:12]) + (f"; ... {len(skipped) - 12} more"
@@ -333,6 +378,20 @@ def convert(model: nn.Module, arch, *, formats=None, fp32_format: str = "auto",
                       + ". emulate() routes every product instead.", stacklevel=2)
     return model
 
+
+def _swap_class(cls: type):
+    """The emulated class for modules of class ``cls`` (None: not swapped)."""
+    if cls in _SWAPS:
+        return _SWAPS[cls]
+    if cls.__name__ == "Conv1D" and cls.__module__ == "transformers.pytorch_utils":
+        return _hf_conv1d_class(cls)
+    return None
+
+
+# modules whose own forward multiplies attention matrices (by class name: transformers'
+# LlamaAttention, GPT2Attention, T5Attention, BertSelfAttention, ViTSelfAttention, timm's
+# Attention, ...): convert cannot swap them, so it names them
+_ATTENTION = re.compile(r"attention|attn", re.IGNORECASE)
 
 _MATRIX_MODULES = (nn.Linear, nn.modules.conv._ConvNd, nn.MultiheadAttention, nn.Bilinear,
                    nn.RNNBase)

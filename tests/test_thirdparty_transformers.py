@@ -1,0 +1,202 @@
+"""Third-party zoo, transformers: tiny Llama, Qwen2, GPT-2, BERT, T5 (encoder-decoder),
+Mixtral (MoE) and ViT (vision) built from configs with random weights, run under ``emulate``
+with the coarse spec and the spy outside it (tests/thirdparty.py), in eval (grad enabled),
+``no_grad``, ``inference_mode``, train (forward + backward of the model's own loss),
+``generate`` and ``torch.compile``.  Every case fails on an error, on a product that reached
+the spy without a native record, on a native product at all, and on an output equal to the
+native one (the spec did not show).
+
+Cases that need a fix of issue 21 part A are strict xfails naming it: they flip to failures
+(XPASS) when the fix lands, and the mark goes."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+import thirdparty_models as M  # noqa: E402
+from helpers import same  # noqa: E402
+from thirdparty import check, differs, first_tensor, native_calls, run_spied  # noqa: E402
+
+MODES = ("eval", "no_grad", "inference_mode", "train")
+LMS = ("llama", "qwen2", "gpt2", "t5", "mixtral")
+
+
+def _needs(fix: int, what: str):
+    return pytest.mark.xfail(strict=True, reason=f"needs 21a fix {fix}: {what}")
+
+
+def _model(name, **kw):
+    model = M.FACTORIES[name](**kw)
+    return model, M.inputs(name)
+
+
+def _call(model, name, kw, mode):
+    """One forward (and backward, in train) in ``mode``; returns the main output tensor."""
+    if mode == "no_grad":
+        with torch.no_grad():
+            return first_tensor(model(**kw))
+    if mode == "inference_mode":
+        with torch.inference_mode():
+            return first_tensor(model(**kw)).clone()
+    if mode == "train":
+        model.train()
+        try:
+            out = model(**kw, **M.labels_for(name, kw))
+            out.loss.backward()
+        finally:
+            model.eval()
+        return first_tensor(out).detach()
+    return first_tensor(model(**kw)).detach()
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _cases():
+    for name in M.FACTORIES:
+        for mode in MODES:
+            yield pytest.param(name, mode, id=f"{name}-{mode}")
+
+
+@pytest.mark.parametrize("name,mode", list(_cases()))
+def test_every_product_emulated(name, mode):
+    model, kw = _model(name)
+    with torch.no_grad():
+        native = first_tensor(model(**kw))
+    if mode == "train":
+        model.train()
+        model(**kw, **M.labels_for(name, kw)).loss.backward()
+        model.eval()
+        native_grads = _grads(model)
+        model.zero_grad(set_to_none=True)
+    out, em, spy = run_spied(lambda: _call(model, name, kw, mode))
+    check(em, spy, what=f"{name} {mode}")
+    if mode == "train":     # dropout draws other masks than the native run: gradients only
+        grads = _grads(model)
+        assert grads.keys() == native_grads.keys()
+        assert any(differs(grads[k], native_grads[k]) for k in grads)
+    else:
+        assert differs(out, native), f"{name} {mode}: the emulated output is the native one"
+
+
+def _bf16_cases():
+    for name in M.FACTORIES:
+        yield pytest.param(name, id=name)
+
+
+@pytest.mark.parametrize("name", list(_bf16_cases()))
+def test_bf16_model_in_bf16_in_every_mode(name):
+    """A bf16 model on a real arch: every product emulated as bf16, and the eval forward
+    (grad enabled), no_grad and inference_mode give the same bits."""
+    model, kw = _model(name)
+    model = model.to(torch.bfloat16)
+    kw = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in kw.items()}
+    outs = {}
+    for mode in ("eval", "no_grad", "inference_mode"):
+        outs[mode], em, spy = run_spied(lambda: _call(model, name, kw, mode), arch="sm90")
+        check(em, spy, what=f"{name} bf16 {mode}")
+        formats = {fmt for (_op, _ph, fmt) in em.counts}
+        assert formats == {"bf16"}, f"{name} {mode}: products in {formats}\n{em.summary()}"
+    assert same(outs["no_grad"], outs["inference_mode"])
+    assert same(outs["eval"], outs["no_grad"])
+
+
+@pytest.mark.parametrize("name", LMS)
+def test_generate(name):
+    model, kw = _model(name)
+    kw = dict(kw)
+    kw.pop("decoder_input_ids", None)
+    gen = dict(max_new_tokens=3, do_sample=False)
+    native = model.generate(**kw, **gen)
+    out, em, spy = run_spied(lambda: model.generate(**kw, **gen))
+    check(em, spy, what=f"{name} generate")
+    assert out.shape == native.shape
+    scores, em2, spy2 = run_spied(lambda: model.generate(**kw, **gen, output_scores=True,
+                                                         return_dict_in_generate=True))
+    check(em2, spy2, what=f"{name} generate scores")
+
+
+@pytest.mark.parametrize("experts", ["eager", "batched_mm", "grouped_mm"])
+def test_mixtral_experts(experts):
+    """Mixtral's experts implementations: a loop of Linear products, one batched product,
+    and ``aten._grouped_mm`` (the default)."""
+    model, kw = _model("mixtral", experts=experts)
+    assert model.config._experts_implementation == experts
+    with torch.no_grad():
+        native = first_tensor(model(**kw))
+    for mode in MODES:
+        out, em, spy = run_spied(lambda: _call(model, "mixtral", kw, mode))
+        check(em, spy, what=f"mixtral experts={experts} {mode}")
+        if mode != "train":
+            assert differs(out, native)
+
+
+FLEX = _needs(3, "transformers runs flex_attention compiled with Inductor: recorded native "
+                 "and warned, not emulated; with grad enabled the call raises 'Expected query, "
+                 "key, and value to all be at least 2 dimensional'")
+
+
+@pytest.mark.parametrize("name,attn", [
+    ("llama", "eager"), ("gpt2", "eager"), ("bert", "eager"), ("t5", "eager"),
+    pytest.param("llama", "flex_attention", marks=[pytest.mark.slow, FLEX]),
+    pytest.param("qwen2", "flex_attention", marks=[pytest.mark.slow, FLEX])])
+def test_attention_implementations(name, attn):
+    model, kw = _model(name, attn=attn)
+    for mode in ("no_grad", "train"):
+        out, em, spy = run_spied(lambda: _call(model, name, kw, mode))
+        check(em, spy, what=f"{name} attn={attn} {mode}")
+
+
+# ------------------------------------------------------------------ torch.compile
+
+def _compiled_case(name, backend, experts=None, mode="no_grad"):
+    torch._dynamo.reset()
+    model, kw = _model(name) if experts is None else _model(name, experts=experts)
+    with torch.no_grad():
+        eager, em0, _ = run_spied(lambda: first_tensor(model(**kw)))
+    compiled = torch.compile(model, backend=backend)
+    out, em, spy = run_spied(lambda: _call(compiled, name, kw, mode))
+    check(em, spy, what=f"{name} compiled {backend} {mode}")
+    return out, eager
+
+
+def test_compile_aot_eager_gives_eager_bits():
+    out, eager = _compiled_case("llama", "aot_eager")
+    assert same(out, eager)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,backend,mode", [
+    ("llama", "inductor", "no_grad"), ("gpt2", "inductor", "no_grad"),
+    ("t5", "aot_eager", "no_grad"), ("bert", "aot_eager", "train"),
+    ("llama", "aot_eager", "train"), ("vit", "inductor", "no_grad")])
+def test_compile(name, backend, mode):
+    _compiled_case(name, backend, mode=mode)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("experts", ["grouped_mm", "batched_mm"])
+def test_compile_mixtral(experts):
+    """Compiled fp32 Mixtral: transformers replaces ``_grouped_mm`` by its own custom op
+    ``transformers::grouped_mm_fallback`` (fp32 under Dynamo), whose products must be seen."""
+    _compiled_case("mixtral", "aot_eager", experts=experts)
+
+
+def test_the_check_fails_on_native_and_unrecorded_products():
+    """The check itself: products left native on purpose (``formats``) are recorded, seen by
+    the spy and rejected unless allowed; a product run under the spy but outside emulate is
+    an unrecorded escape."""
+    model, kw = _model("llama")
+    out, em, spy = run_spied(lambda: _call(model, "llama", kw, "no_grad"),
+                             formats={"mm": "native"})
+    nat = native_calls(em)
+    assert nat and dict(spy.seen) == dict(nat)
+    check(em, spy, allow_native=True)
+    with pytest.raises(AssertionError, match="ran natively"):
+        check(em, spy)
+    with spy:
+        torch.randn(3, 4) @ torch.randn(4, 2)
+    with pytest.raises(AssertionError, match="without a record"):
+        check(em, spy, allow_native=True)
