@@ -111,11 +111,15 @@ def _install():
                  patch_tensor=ti._patch_lang_tensor, fadd=IB.create_fadd, fmul=IB.create_fmul,
                  expand_dims=IB.create_expand_dims, broadcast=IB.create_broadcast,
                  reduce_sum=ti.ReduceOps.sum)
-    _set(jit.JITFunction, "run", _jit_run)
+    # launches run eagerly under torch.compile: without a GPU, Dynamo does not know Triton
+    # kernels and would trace into the interpreter (its NumPy as torch ops), and fail
+    import torch
+    eager = torch.compiler.disable
+    _set(jit.JITFunction, "run", eager(_jit_run))
     _set(jit.JITFunction, "__call__", _jit_call)
-    _set(ti.InterpretedFunction, "run", _interp_run)
+    _set(ti.InterpretedFunction, "run", eager(_interp_run))
     _set(ti.InterpretedFunction, "__call__", _interp_call)
-    _set(autotuner.Autotuner, "run", _autotune_run)
+    _set(autotuner.Autotuner, "run", eager(_autotune_run))
     _set(ti.InterpreterBuilder, "create_dot", _create_dot)
     _set(ti.InterpreterBuilder, "create_dot_scaled", _create_dot_scaled)
     _set(ti.InterpreterBuilder, "cast_impl", _cast_impl)
