@@ -66,3 +66,36 @@ def test_kernel_launched_from_torch_compile_is_emulated(backend):
         C = f(A, B)
     assert same(C, chain_ref(A, B, "sm90") * 2)
     assert list(em.counts) == ["wgmma fp16->fp32"]
+
+
+@triton.jit
+def fp8_dot_kernel(a_ptr, b_ptr, c_ptr, up_ptr, BM: tl.constexpr, BN: tl.constexpr,
+                   BK: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * BN + rn[None, :])
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], tl.dot(a, b))
+    tl.store(up_ptr + rm[:, None] * BK + rk[None, :], a.to(tl.float32))
+
+
+@pytest.mark.parametrize("dt", [torch.float8_e4m3fnuz, torch.float8_e5m2fnuz])
+def test_amd_fnuz_fp8_kernel_runs_on_the_fp8_mfma(dt):
+    """MI300X's fp8 (torch.float8_e4m3fnuz / e5m2fnuz, Triton's float8e4b8 / float8e5b16):
+    Triton's interpreter could not type them at all; inside a block they load, convert
+    (0x80 is NaN) and multiply on the CDNA3 fp8 row."""
+    A, B = rnd(32, 64, dtype=dt, seed=1), rnd(64, 32, dtype=dt, seed=2)
+    A.view(torch.uint8)[0, 0] = 0x80
+    C, up = torch.empty(32, 32), torch.empty(32, 64)
+    with tmt.emulate("gfx942") as em:
+        fp8_dot_kernel[(1,)](A, B, C, up, BM=32, BN=32, BK=64)
+    assert same(C, tme.emulated_mm(A, B, torch.zeros(32, 32), arch="gfx942"))
+    assert same(up[1:], A[1:].float()) and up[0, 0].isnan()
+    fmt = {torch.float8_e4m3fnuz: "fp8_e4m3fnuz", torch.float8_e5m2fnuz: "fp8_e5m2fnuz"}[dt]
+    assert list(em.counts) == [f"mfma {fmt}->fp32"]
+    with tmt.emulate("gfx90a"):             # no fnuz MFMA on CDNA2: Triton's FMA path
+        fp8_dot_kernel[(1,)](A, B, C, up, BM=32, BN=32, BK=64)
+    assert same(C, tme.emulated_mm(A.float(), B.float(), torch.zeros(32, 32), arch="gfx90a",
+                                   in_format="fp32"))
+    with tmt.emulate("sm90"):
+        with pytest.raises(Exception, match="fnuz.*no tl.dot on NVIDIA"):
+            fp8_dot_kernel[(1,)](A, B, C, up, BM=32, BN=32, BK=64)

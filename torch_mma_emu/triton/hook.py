@@ -63,7 +63,7 @@ def check_layout():
         raise ImportError("torch_mma_emu.triton needs Triton (pip install triton, pinned with "
                           f"your torch): {e}") from None
     need = [(ti, "InterpreterBuilder"), (ti, "InterpretedFunction"), (ti, "GridExecutor"),
-            (ti, "_patch_lang"),
+            (ti, "_patch_lang"), (ti, "_patch_lang_core"),
             (ti, "interpreter_builder"), (ti, "TensorHandle"), (ti, "_patch_lang_tensor"),
             (ti, "ReduceOps"), (semantic, "TritonSemantic"),
             (jit, "JITFunction"), (autotuner, "Autotuner")]
@@ -108,7 +108,8 @@ def _install():
                  interp_run=ti.InterpretedFunction.run, autotune_run=autotuner.Autotuner.run,
                  create_dot=IB.create_dot, cast_impl=IB.cast_impl, fp_to_fp=IB.create_fp_to_fp,
                  create_dot_scaled=getattr(IB, "create_dot_scaled", None),
-                 patch_tensor=ti._patch_lang_tensor, fadd=IB.create_fadd, fmul=IB.create_fmul,
+                 patch_tensor=ti._patch_lang_tensor, patch_core=ti._patch_lang_core,
+                 fadd=IB.create_fadd, fmul=IB.create_fmul,
                  expand_dims=IB.create_expand_dims, broadcast=IB.create_broadcast,
                  reduce_sum=ti.ReduceOps.sum)
     # launches run eagerly under torch.compile: without a GPU, Dynamo does not know Triton
@@ -125,6 +126,7 @@ def _install():
     _set(ti.InterpreterBuilder, "cast_impl", _cast_impl)
     _set(ti.InterpreterBuilder, "create_fp_to_fp", _create_fp_to_fp)
     _set(ti, "_patch_lang_tensor", _patch_lang_tensor)
+    _set(ti, "_patch_lang_core", _patch_lang_core)
     _set(TritonSemantic, "dot", combine.semantic_dot(TritonSemantic.dot))
     _set(IB, "create_fadd", _create_fadd)
     _set(IB, "create_fmul", _create_fmul)
@@ -328,3 +330,19 @@ def _patch_lang_tensor(tensor, scope):
                         tl.constexpr(rhs_format), *args, **kwargs)
         dot_scaled._tme_formats = True
         scope.set_attr(mod, "dot_scaled", dot_scaled)
+
+
+def _patch_lang_core(lang, scope):
+    """Triton's own patch, plus the AMD fnuz fp8 types (float8e4b8 / float8e5b16, i.e.
+    torch.float8_e4m3fnuz / e5m2fnuz), which its ``dtype.to_ir`` does not know: a kernel
+    taking such tensors could not even load them."""
+    _orig["patch_core"](lang, scope)
+    to_ir = lang.dtype.to_ir
+
+    def fnuz_to_ir(self, builder, _to_ir=to_ir):
+        if self.name == "fp8e4b8":
+            return builder.get_fp8e4b8_ty()
+        if self.name == "fp8e5b16":
+            return builder.get_fp8e5b16_ty()
+        return _to_ir(self, builder)
+    scope.set_attr(lang.dtype, "to_ir", fnuz_to_ir)
