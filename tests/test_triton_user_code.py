@@ -99,3 +99,44 @@ def test_amd_fnuz_fp8_kernel_runs_on_the_fp8_mfma(dt):
     with tmt.emulate("sm90"):
         with pytest.raises(Exception, match="fnuz.*no tl.dot on NVIDIA"):
             fp8_dot_kernel[(1,)](A, B, C, up, BM=32, BN=32, BK=64)
+
+
+@triton.jit
+def scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def test_inductor_launch_of_a_dot_kernel_raises_inside_a_block(monkeypatch):
+    """On a GPU, torch.compile with Inductor launches a user kernel through its own
+    CachingAutotuner (USER_AUTOTUNE), not JITFunction.run: inside a block a kernel with a
+    tl.dot (here through a @jit helper) must not run natively.  No GPU here, so the launcher
+    is driven directly; kernels without a dot and Inductor's own kernels pass through."""
+    th = pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+    from torch._inductor.runtime.hints import HeuristicType
+    from torch_mma_emu.triton import inductor
+
+    assert inductor.calls_dot(block_ptr_mm_kernel) and not inductor.calls_dot(scale_kernel)
+    ran = []
+    original = th.CachingAutotuner.run
+    monkeypatch.setattr(th.CachingAutotuner, "run", lambda self, *a, **k: ran.append(self.fn))
+
+    def launcher(fn, kind):
+        t = th.CachingAutotuner.__new__(th.CachingAutotuner)
+        t.fn, t.heuristic_type, t.inductor_meta = fn, kind, {"kernel_name": "k0"}
+        return t
+    user = HeuristicType.USER_AUTOTUNE
+    with tmt.emulate("sm90"):
+        with pytest.raises(RuntimeError, match="k0 and launches it natively.*NOT be emulated"):
+            launcher(block_ptr_mm_kernel, user).run(stream=0)
+        launcher(scale_kernel, user).run(stream=0)
+        launcher(block_ptr_mm_kernel, HeuristicType.POINTWISE).run(stream=0)
+        import threading          # another thread without a block: untouched
+        t = threading.Thread(target=lambda: launcher(block_ptr_mm_kernel, user).run(stream=0))
+        t.start()
+        t.join()
+    assert ran == [scale_kernel, block_ptr_mm_kernel, block_ptr_mm_kernel]
+    launcher(block_ptr_mm_kernel, user).run(stream=0)          # after the block: untouched
+    assert len(ran) == 4
+    monkeypatch.undo()
+    assert th.CachingAutotuner.run is original

@@ -19,6 +19,8 @@ does exactly what the original does:
   / create_broadcast`` and ``ReduceOps.sum``: the compiler's rewrites into and of dots
   (combine.py: ``acc += tl.dot(a, b)`` is ``tl.dot(a, b, acc)``; a broadcast
   multiply-and-sum is a tf32 dot).
+* Inductor's ``CachingAutotuner.run``: a user kernel with a dot that torch.compile compiled
+  and would launch natively raises (inductor.py).
 
 The interpreter keeps its state in one global builder, so interpreted launches are
 serialised by a lock (a plain interpreted launch in another thread waits too).  Everything is
@@ -133,6 +135,13 @@ def _install():
     _set(IB, "create_expand_dims", _create_expand_dims)
     _set(IB, "create_broadcast", _create_broadcast)
     _set(ti.ReduceOps, "sum", _reduce_sum)
+    try:      # user kernels torch.compile hands to Inductor (inductor.py)
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:
+        CachingAutotuner = None
+    if CachingAutotuner is not None and hasattr(CachingAutotuner, "run"):
+        from . import inductor
+        _set(CachingAutotuner, "run", inductor.guard(CachingAutotuner.run, current))
 
 
 def _uninstall():
