@@ -140,3 +140,28 @@ def test_inductor_launch_of_a_dot_kernel_raises_inside_a_block(monkeypatch):
     assert len(ran) == 4
     monkeypatch.undo()
     assert th.CachingAutotuner.run is original
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2),
+                          triton.Config({"BLOCK": 128}, num_warps=4)], key=["n"])
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def tuned_scale_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        x = tl.load(x_ptr + offs)
+    else:
+        x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(y_ptr + offs, x.to(tl.bfloat16), mask=offs < n)
+
+
+def test_autotune_with_heuristics_records_the_config_it_ran():
+    """kernel.best_config is what the run used, as after a GPU run (the tutorial prints it);
+    heuristics see the chosen config; the bf16 store rounds to nearest even."""
+    x = torch.randn(300) * 3
+    y = torch.empty(300, dtype=torch.bfloat16)
+    grid = lambda meta: (triton.cdiv(300, meta["BLOCK"]),)  # noqa: E731
+    with tmt.emulate("sm90", autotune=lambda cfgs: cfgs[1]):
+        tuned_scale_kernel[grid](x, y, 300)
+    assert tuned_scale_kernel.best_config.kwargs == {"BLOCK": 128}
+    assert same(y, x.to(torch.bfloat16))

@@ -125,6 +125,7 @@ class TritonEmulation:
             if prune and len(configs) > 1:
                 configs = list(prune(configs, tuner.nargs, **kwargs))
             config = configs[0] if self.autotune == "first" else self.autotune(configs)
+            tuner.best_config = config          # as Triton's run sets it (users read it)
             name = getattr(getattr(tuner, "base_fn", None), "__name__", "kernel")
             if len(configs) > 1 and self.autotune == "first" and name not in self._warned:
                 self._warned.add(name)
