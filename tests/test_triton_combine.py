@@ -181,3 +181,23 @@ def test_small_broadcast_multiply_and_sum_stays_a_sum():
     with tmt.interpret():
         sum_of_products_kernel[(1,)](A, B, P, BM=8, BN=32, BK=16, ADD=False)
     assert same(C, P) and not em.counts
+
+
+def test_the_rewrites_are_undone_after_the_block():
+    """Plain Triton afterwards: the semantic, the builder and the reduction are Triton's own
+    again, and the compiler still compiles the kernels (it goes through TritonSemantic.dot)."""
+    from triton.language.semantic import TritonSemantic
+    from triton.runtime import interpreter as ti
+    before = (TritonSemantic.dot, ti.InterpreterBuilder.create_fadd, ti.ReduceOps.sum,
+              ti.InterpreterBuilder.create_broadcast, ti._patch_lang_core)
+    A, B = rnd(64, 64, dtype=torch.float16, seed=1), rnd(64, 64, dtype=torch.float16, seed=2)
+    with pytest.raises(Exception, match="boom"):
+        with tmt.emulate("sm90"):
+            _plus_eq("sm90", A, B, torch.zeros(64, 64), "plus_eq")
+            raise RuntimeError("boom")
+    assert before == (TritonSemantic.dot, ti.InterpreterBuilder.create_fadd, ti.ReduceOps.sum,
+                      ti.InterpreterBuilder.create_broadcast, ti._patch_lang_core)
+    sig = {**_ptrs("fp16"), "K": "i32", "BM": "constexpr", "BN": "constexpr",
+           "BK": "constexpr", "STYLE": "constexpr"}
+    text = tt.ttgir(plus_eq_kernel, sig, dict(BM=64, BN=64, BK=64, STYLE="plus_eq"), "sm90")
+    assert [d[0] for d in tt.dots(text)] == ["wgmma"]
