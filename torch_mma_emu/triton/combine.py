@@ -14,7 +14,8 @@ against the TTGIR the installed Triton compiles: tests/test_triton_combine.py):
 
 What the interpreter cannot know is left out: the GPU fuses only a dot result with one use
 (a dot result also used elsewhere is fused here all the same), and a dot given
-``acc=tl.zeros(...)`` explicitly, or a loop the compiler unrolls away, is not fused here.
+``acc=tl.zeros(...)`` explicitly, or the last dot of a loop the compiler removes (a trip
+count of 1 known when compiling), is not fused here.
 Tags ride on the interpreter's ``TensorHandle.attr``; nothing is tagged outside a block.
 """
 from __future__ import annotations
@@ -47,7 +48,7 @@ def semantic_dot(orig):
     return dot
 
 
-def tag_dot(out, a, b, input_precision, max_num_imprecise_acc) -> None:
+def tag_dot(out, a, b, input_precision, max_num_imprecise_acc):
     """Mark a dot result computed from the constant zero as able to absorb an addition."""
     if getattr(_TLS, "no_acc", False) and not int(max_num_imprecise_acc or 0):
         out.attr[DOT] = (a, b, input_precision, 0)
