@@ -82,6 +82,8 @@ CASES = [
     ("gfx942", "fp8e4b8", 64, 64, 64, 4, None, "default", False),
     ("gfx942", "fp8e4b8", 16, 64, 16, 4, None, "default", False),
     ("gfx90a", "fp16", 64, 64, 64, 4, None, "default", False),
+    ("gfx90a", "fp8e5", 64, 64, 64, 4, None, "default", False),
+    ("gfx90a", "fp8e4b8", 64, 64, 64, 4, None, "default", False),
     ("gfx90a", "fp32", 64, 64, 32, 4, None, "default", False),
 ]
 

@@ -154,7 +154,9 @@ def _amd_plan(arch, fa, fb, out, precision, imp, M, N, K, batched, num_warps, fo
         fmt = fa
     convert = None
     fmt_b = fmt if fa == "fp32" else fb
-    if {fa, fb} & set(OCP_FP8) or ({fa, fb} & set(FNUZ_FP8) and v != 3):
+    if {fa, fb} & set(FNUZ_FP8) and v != 3:
+        force = force or "fma"             # no fnuz MFMA before CDNA3: the FMA path (TTGIR)
+    elif {fa, fb} & set(OCP_FP8):
         fmt = fmt_b = convert = "fp16"     # no MFMA for them: Triton converts to fp16
     non_k = 32 if min(M, N) >= 32 else (16 if min(M, N) >= 16 else 0)
     path = force

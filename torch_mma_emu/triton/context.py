@@ -125,6 +125,7 @@ class TritonEmulation:
             if prune and len(configs) > 1:
                 configs = list(prune(configs, tuner.nargs, **kwargs))
             config = configs[0] if self.autotune == "first" else self.autotune(configs)
+            tuner.best_config = config          # as Triton's run sets it (users read it)
             name = getattr(getattr(tuner, "base_fn", None), "__name__", "kernel")
             if len(configs) > 1 and self.autotune == "first" and name not in self._warned:
                 self._warned.add(name)
@@ -140,7 +141,7 @@ class TritonEmulation:
             tuner.nargs = None
 
     # -- the arithmetic ----------------------------------------------------------------
-    def single_dot(self, A, B, C, fa, fb, out, precision, imp) -> torch.Tensor:
+    def single_dot(self, A, B, C, fa, fb, out, precision, imp, count=True) -> torch.Tensor:
         M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
         if self.variant is not None:
             f = lambda x: "tf32" if x == "fp32" and precision == "tf32" else x  # noqa: E731
@@ -148,11 +149,18 @@ class TritonEmulation:
         else:
             plan = choose(self.arch, fa, fb, out, precision, imp, (M, N, K), A.dim() == 3,
                           self._num_warps, self.path)
-        self.counts[plan.describe()] += 1
+        if count:
+            self.counts[plan.describe()] += 1
         return run_plan(plan, self.arch, A, B, C, self.variant)
 
-    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        """``d + a @ b`` of the interpreter (None: leave it to the interpreter)."""
+    def reduce_dot_precision(self) -> str:
+        """The precision of the dot Triton makes of ``tl.sum(x[:, :, None] * y[None, :, :],
+        1)`` (combine.py): "tf32", which CDNA1 / CDNA2 run as fp32 MFMA."""
+        return "ieee" if self.vendor == "amd" and self.arch != "gfx942" else "tf32"
+
+    def dot(self, a, b, d, input_precision, max_num_imprecise_acc, count=True):
+        """``d + a @ b`` of the interpreter (None: leave it to the interpreter).
+        ``count=False``: a dot already counted, computed again with another C (combine.py)."""
         if self.arch is None and self.spec is None:
             return None
         fa, fb, out = format_of(a.dtype), format_of(b.dtype), format_of(d.dtype)
@@ -163,7 +171,8 @@ class TritonEmulation:
         prec = _precision(input_precision)
         imp = int(max_num_imprecise_acc or 0)
         if self.spec is not None:
-            self.counts[f"spec {self.spec.describe()}"] += 1
+            if count:
+                self.counts[f"spec {self.spec.describe()}"] += 1
             fmt = None if A.dtype != torch.float32 else self.spec.in_format
             D = emulated_mm(A, B, C.to(torch.float16 if self.spec.out_format == "fp16"
                                        else C.dtype), arch=self.spec, in_format=fmt)
@@ -171,9 +180,9 @@ class TritonEmulation:
             sub = "tf32" if prec == "tf32x3" else "ieee"
             D = split_fp32(A, B, C, prec, lambda x, y, acc, f: self.single_dot(
                 x, y, acc, "fp32" if f == "tf32" else f, "fp32" if f == "tf32" else f,
-                "fp32", sub, imp))
+                "fp32", sub, imp, count))
         else:
-            D = self.single_dot(A, B, C, fa, fb, out, prec, imp)
+            D = self.single_dot(A, B, C, fa, fb, out, prec, imp, count)
         from triton.runtime.interpreter import TensorHandle
         return TensorHandle(to_numpy(D.to(C.dtype)), d.dtype)
 

@@ -14,7 +14,13 @@ does exactly what the original does:
 * ``Autotuner.run``: no benchmarking on the CPU; the block picks the config;
 * ``InterpreterBuilder.create_dot`` / ``create_dot_scaled``: the block computes the dot;
 * ``InterpreterBuilder.cast_impl`` / ``create_fp_to_fp``: bf16 and fp8 conversions round as
-  the GPU does (convert.py; the interpreter truncates).
+  the GPU does (convert.py; the interpreter truncates);
+* ``TritonSemantic.dot``, ``InterpreterBuilder.create_fadd / create_fmul / create_expand_dims
+  / create_broadcast`` and ``ReduceOps.sum``: the compiler's rewrites into and of dots
+  (combine.py: ``acc += tl.dot(a, b)`` is ``tl.dot(a, b, acc)``; a broadcast
+  multiply-and-sum is a tf32 dot).
+* Inductor's ``CachingAutotuner.run``: a user kernel with a dot that torch.compile compiled
+  and would launch natively raises (inductor.py).
 
 The interpreter keeps its state in one global builder, so interpreted launches are
 serialised by a lock (a plain interpreted launch in another thread waits too).  Everything is
@@ -26,6 +32,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import threading
+
+from . import combine
 
 _LAUNCH = threading.RLock()     # one interpreted launch at a time (global builder state)
 _PATCH = threading.Lock()
@@ -51,18 +59,23 @@ def check_layout():
     """The interpreter's modules, after checking they have the layout the seam patches."""
     try:
         import triton
+        from triton.language import semantic
         from triton.runtime import autotuner, interpreter as ti, jit
     except ImportError as e:
         raise ImportError("torch_mma_emu.triton needs Triton (pip install triton, pinned with "
                           f"your torch): {e}") from None
     need = [(ti, "InterpreterBuilder"), (ti, "InterpretedFunction"), (ti, "GridExecutor"),
-            (ti, "_patch_lang"),
+            (ti, "_patch_lang"), (ti, "_patch_lang_core"),
             (ti, "interpreter_builder"), (ti, "TensorHandle"), (ti, "_patch_lang_tensor"),
+            (ti, "ReduceOps"), (semantic, "TritonSemantic"),
             (jit, "JITFunction"), (autotuner, "Autotuner")]
     missing = [f"{m.__name__}.{n}" for m, n in need if not hasattr(m, n)]
     if not missing:
         for owner, names in ((ti.InterpreterBuilder, ("create_dot", "set_grid_idx", "cast_impl",
-                                                       "create_fp_to_fp")),
+                                                       "create_fp_to_fp", "create_fadd",
+                                                       "create_fmul", "create_expand_dims",
+                                                       "create_broadcast")),
+                             (ti.ReduceOps, ("sum",)), (semantic.TritonSemantic, ("dot",)),
                              (ti.InterpretedFunction, ("run", "rewrite", "__call__")),
                              (jit.JITFunction, ("run", "__call__")),
                              (autotuner.Autotuner, ("run",))):
@@ -91,23 +104,44 @@ def _set(owner, name, value):
 
 def _install():
     ti, jit, autotuner = check_layout()
+    from triton.language.semantic import TritonSemantic
+    IB = ti.InterpreterBuilder
     _orig.update(jit_run=jit.JITFunction.run, jit_call=jit.JITFunction.__call__,
                  interp_run=ti.InterpretedFunction.run, autotune_run=autotuner.Autotuner.run,
-                 create_dot=ti.InterpreterBuilder.create_dot,
-                 cast_impl=ti.InterpreterBuilder.cast_impl,
-                 fp_to_fp=ti.InterpreterBuilder.create_fp_to_fp,
-                 create_dot_scaled=getattr(ti.InterpreterBuilder, "create_dot_scaled", None),
-                 patch_tensor=ti._patch_lang_tensor)
-    _set(jit.JITFunction, "run", _jit_run)
+                 create_dot=IB.create_dot, cast_impl=IB.cast_impl, fp_to_fp=IB.create_fp_to_fp,
+                 create_dot_scaled=getattr(IB, "create_dot_scaled", None),
+                 patch_tensor=ti._patch_lang_tensor, patch_core=ti._patch_lang_core,
+                 fadd=IB.create_fadd, fmul=IB.create_fmul,
+                 expand_dims=IB.create_expand_dims, broadcast=IB.create_broadcast,
+                 reduce_sum=ti.ReduceOps.sum)
+    # launches run eagerly under torch.compile: without a GPU, Dynamo does not know Triton
+    # kernels and would trace into the interpreter (its NumPy as torch ops), and fail
+    import torch
+    eager = torch.compiler.disable
+    _set(jit.JITFunction, "run", eager(_jit_run))
     _set(jit.JITFunction, "__call__", _jit_call)
-    _set(ti.InterpretedFunction, "run", _interp_run)
+    _set(ti.InterpretedFunction, "run", eager(_interp_run))
     _set(ti.InterpretedFunction, "__call__", _interp_call)
-    _set(autotuner.Autotuner, "run", _autotune_run)
+    _set(autotuner.Autotuner, "run", eager(_autotune_run))
     _set(ti.InterpreterBuilder, "create_dot", _create_dot)
     _set(ti.InterpreterBuilder, "create_dot_scaled", _create_dot_scaled)
     _set(ti.InterpreterBuilder, "cast_impl", _cast_impl)
     _set(ti.InterpreterBuilder, "create_fp_to_fp", _create_fp_to_fp)
     _set(ti, "_patch_lang_tensor", _patch_lang_tensor)
+    _set(ti, "_patch_lang_core", _patch_lang_core)
+    _set(TritonSemantic, "dot", combine.semantic_dot(TritonSemantic.dot))
+    _set(IB, "create_fadd", _create_fadd)
+    _set(IB, "create_fmul", _create_fmul)
+    _set(IB, "create_expand_dims", _create_expand_dims)
+    _set(IB, "create_broadcast", _create_broadcast)
+    _set(ti.ReduceOps, "sum", _reduce_sum)
+    try:      # user kernels torch.compile hands to Inductor (inductor.py)
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:
+        CachingAutotuner = None
+    if CachingAutotuner is not None and hasattr(CachingAutotuner, "run"):
+        from . import inductor
+        _set(CachingAutotuner, "run", inductor.guard(CachingAutotuner.run, current))
 
 
 def _uninstall():
@@ -236,7 +270,29 @@ def _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
                                                max_num_imprecise_acc)
     if out is None:
         return _orig["create_dot"](self, a, b, d, input_precision, max_num_imprecise_acc)
-    return out
+    return combine.tag_dot(out, a, b, input_precision, max_num_imprecise_acc)
+
+
+def _create_fadd(self, lhs, rhs):
+    out = combine.fadd(current(), lhs, rhs)
+    return _orig["fadd"](self, lhs, rhs) if out is None else out
+
+
+def _create_fmul(self, lhs, rhs):
+    return combine.fmul(current(), _orig["fmul"](self, lhs, rhs), lhs, rhs)
+
+
+def _create_expand_dims(self, arg, axis):
+    return combine.expand_dims(current(), _orig["expand_dims"](self, arg, axis), arg, axis)
+
+
+def _create_broadcast(self, arg, shape):
+    return combine.broadcast(current(), _orig["broadcast"](self, arg, shape), arg)
+
+
+def _reduce_sum(self, input):
+    out = combine.reduce_sum(current(), self, input)
+    return _orig["reduce_sum"](self, input) if out is None else out
 
 
 def _create_dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format,
@@ -283,3 +339,19 @@ def _patch_lang_tensor(tensor, scope):
                         tl.constexpr(rhs_format), *args, **kwargs)
         dot_scaled._tme_formats = True
         scope.set_attr(mod, "dot_scaled", dot_scaled)
+
+
+def _patch_lang_core(lang, scope):
+    """Triton's own patch, plus the AMD fnuz fp8 types (float8e4b8 / float8e5b16, i.e.
+    torch.float8_e4m3fnuz / e5m2fnuz), which its ``dtype.to_ir`` does not know: a kernel
+    taking such tensors could not even load them."""
+    _orig["patch_core"](lang, scope)
+    to_ir = lang.dtype.to_ir
+
+    def fnuz_to_ir(self, builder, _to_ir=to_ir):
+        if self.name == "fp8e4b8":
+            return builder.get_fp8e4b8_ty()
+        if self.name == "fp8e5b16":
+            return builder.get_fp8e5b16_ty()
+        return _to_ir(self, builder)
+    scope.set_attr(lang.dtype, "to_ir", fnuz_to_ir)
