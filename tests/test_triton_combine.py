@@ -201,3 +201,32 @@ def test_the_rewrites_are_undone_after_the_block():
            "BK": "constexpr", "STYLE": "constexpr"}
     text = tt.ttgir(plus_eq_kernel, sig, dict(BM=64, BN=64, BK=64, STYLE="plus_eq"), "sm90")
     assert [d[0] for d in tt.dots(text)] == ["wgmma"]
+
+
+@pytest.mark.parametrize("arch,tile,dot", [("sm90", 32, "mma.sync"), ("sm90", 64, "wgmma"),
+                                           ("gfx942", 32, "mfma")])
+def test_project_kernels_compile_to_the_folded_dots(arch, tile, dot):
+    """What the GPU step (scripts/gpu/triton_emulate.py) expects of triton_kernels: the
+    sum-of-products GEMM's K loop is one tf32 dot with acc as C, and matmul's
+    ``dot_form="plus_eq"`` loop has no addition left (fp8 on sm90: the addition stays)."""
+    from torch_mma_emu.triton_kernels import gemm, sum_gemm
+    A, B, D = torch.zeros(100, 70), torch.zeros(70, 90), torch.zeros(100, 90)
+    args = (A, B, D, D, 100, 90, 70, *A.stride(), *B.stride(), *D.stride(), *D.stride())
+    sig, const = tt.signature_of(sum_gemm._sum_gemm_kernel, args,
+                                 dict(HAS_C=True, BLOCK_M=tile, BLOCK_N=tile, BLOCK_K=16))
+    text = tt.ttgir(sum_gemm._sum_gemm_kernel, sig, const, arch)
+    loop = text.split("scf.for")[1].split("scf.yield")[0]
+    assert {d[0] for d in tt.dots(text)} == {dot} and "arith.addf" not in loop
+    assert "inputPrecision = tf32" in text or "inputPrecision = 0" in text
+    for dt, fused in ((torch.float16, True), (torch.float8_e4m3fn, False)):
+        if dt != torch.float16 and arch != "sm90":
+            continue
+        A8, B8 = A.to(dt), B.to(dt)
+        args = (A8, B8, D, D, 100, 90, 70) + (0, *A.stride(), 0, *B.stride(), 0, *D.stride(),
+                                              0, *D.stride())
+        sig, const = tt.signature_of(gemm._gemm_kernel, args, dict(
+            HAS_C=True, C_IN_ACC=True, ACC_FP16=False, PRECISION=None, BLOCK_M=64,
+            BLOCK_N=64, BLOCK_K=64, INTERP_UPCAST=False, PLUS_EQ=True))
+        text = tt.ttgir(gemm._gemm_kernel, sig, const, arch)
+        loop = text.split("scf.for")[1].split("scf.yield")[0]
+        assert ("arith.addf" not in loop) == fused, (arch, dt)
