@@ -230,3 +230,33 @@ def test_project_kernels_compile_to_the_folded_dots(arch, tile, dot):
         text = tt.ttgir(gemm._gemm_kernel, sig, const, arch)
         loop = text.split("scf.for")[1].split("scf.yield")[0]
         assert ("arith.addf" not in loop) == fused, (arch, dt)
+
+
+def test_a_folded_dot_is_computed_once(monkeypatch):
+    """The dot an addition folds into runs once, with the addend as C (not first from 0 and
+    then again): the arithmetic runs once per dot; a result read and also folded (two uses)
+    runs twice.  The bits are the chain's (test above)."""
+    from torch_mma_emu.triton import context
+    calls = []
+    orig = context.run_plan
+    monkeypatch.setattr(context, "run_plan", lambda *a: calls.append(1) or orig(*a))
+    A, B = rnd(64, 96, dtype=torch.float16, seed=1), rnd(96, 64, dtype=torch.float16, seed=2)
+    C = rnd(64, 64, dtype=torch.float32, seed=3)
+    for style in ("chain", "plus_eq", "dot_plus"):
+        calls.clear()
+        _plus_eq("sm90", A, B, C, style)
+        assert len(calls) == 3, style
+    A32, B32 = rnd(32, 16, dtype=torch.float32, seed=1), rnd(16, 32, dtype=torch.float32, seed=2)
+    for add in (False, True):
+        calls.clear()
+        with tmt.emulate("sm90"):
+            sum_of_products_kernel[(1,)](A32, B32, torch.zeros(32, 32), BM=32, BN=32, BK=16,
+                                         ADD=add)
+        assert len(calls) == 1, add
+    A, B = A[:, :64], B[:64]
+    for two, n in ((False, 2), (True, 2)):
+        calls.clear()
+        with tmt.emulate("sm90"):
+            two_dots_kernel[(1,)](A, B, torch.empty(64, 64), torch.empty(64, 64), BM=64,
+                                  BN=64, BK=64, TWO_USES=two)
+        assert len(calls) == n, two

@@ -70,7 +70,7 @@ def test_the_bits_come_from_the_hook(monkeypatch):
     """With the dot hook off (the interpreter's NumPy dot) the bit test above fails."""
     A, B = operands(torch.float16, M=64, K=96, N=64)
     ref = tme.emulated_mm(A, B, arch="sm90")
-    monkeypatch.setattr(tmt.TritonEmulation, "dot", lambda self, *a: None)
+    monkeypatch.setattr(tmt.TritonEmulation, "prepare", lambda self, *a: None)
     with tmt.emulate("sm90"):
         C = user_mm(A, B, out_dtype=torch.float32)
     assert not same(C, ref)

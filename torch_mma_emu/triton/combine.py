@@ -16,7 +16,9 @@ What the interpreter cannot know is left out: the GPU fuses only a dot result wi
 (a dot result also used elsewhere is fused here all the same), and a dot given
 ``acc=tl.zeros(...)`` explicitly, or the last dot of a loop the compiler removes (a trip
 count of 1 known when compiling), is not fused here.
-Tags ride on the interpreter's ``TensorHandle.attr``; nothing is tagged outside a block.
+Tags ride on the interpreter's ``TensorHandle.attr``; nothing is tagged outside a block.  A
+dot that may absorb an addition is computed lazily (``LazyDot``): once, from zero when its
+result is read, or with the addend as C when folded.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ import threading
 import numpy as np
 
 _TLS = threading.local()      # .no_acc: the tl.dot being built has acc=None
-DOT = "tme_dot"               # on a dot result that may absorb an addition
+DOT = "tme_dot"               # on a (lazy) dot result that may absorb an addition
 EXPAND = "tme_expand"         # (2-D fp32 source, axis) on expand_dims results
 BCAST = "tme_bcast"           # the same, on broadcasts of such expand_dims results
 BMR = "tme_bmr"               # (x, y) on x[:, :, None] * y[None, :, :]
@@ -48,11 +50,50 @@ def semantic_dot(orig):
     return dot
 
 
-def tag_dot(out, a, b, input_precision, max_num_imprecise_acc):
-    """Mark a dot result computed from the constant zero as able to absorb an addition."""
+_Lazy = None
+
+
+def _lazy_class():
+    """``TensorHandle`` whose ``data`` is computed when first read (made on first use:
+    importing this module does not import Triton)."""
+    global _Lazy
+    if _Lazy is None:
+        from triton.runtime.interpreter import TensorHandle
+
+        class LazyDot(TensorHandle):
+            """A dot result with no accumulator: computed from its zero C when read, or,
+            when an addition folds into it (:func:`fadd`), computed with the addend as C
+            instead, so the dot runs once either way.  Read and folded both (a result with
+            two uses), it runs twice, as before."""
+
+            def __init__(self, compute, zero):
+                self._compute, self._zero, self._data = compute, zero, None
+                self.dtype, self.attr = zero.dtype, {DOT: True}
+                self.shape = zero.data.shape
+
+            @property
+            def data(self):
+                if self._data is None:
+                    self._data = self._compute(self._zero).data
+                    self._zero = None
+                return self._data
+
+            @data.setter
+            def data(self, value):
+                self._data = value
+
+            def fold(self, c):
+                return self._compute(c)
+        _Lazy = LazyDot
+    return _Lazy
+
+
+def dot_result(compute, d, max_num_imprecise_acc):
+    """The result of a ``tl.dot`` whose arithmetic ``compute(C)`` runs: lazy (foldable)
+    when it has no accumulator and ``max_num_imprecise_acc`` is 0, else computed now."""
     if getattr(_TLS, "no_acc", False) and not int(max_num_imprecise_acc or 0):
-        out.attr[DOT] = (a, b, input_precision, 0)
-    return out
+        return _lazy_class()(compute, d)
+    return compute(d)
 
 
 def fadd(block, lhs, rhs):
@@ -61,10 +102,8 @@ def fadd(block, lhs, rhs):
     if not _emulating(block):
         return None
     for dot, other in ((rhs, lhs), (lhs, rhs)):
-        tag = dot.attr.get(DOT)
-        if tag and other.data.shape == dot.data.shape and other.dtype == dot.dtype:
-            a, b, prec, imp = tag
-            return block.dot(a, b, other, prec, imp, count=False)
+        if dot.attr.get(DOT) and other.data.shape == dot.shape and other.dtype == dot.dtype:
+            return dot.fold(other)
     return None
 
 
@@ -102,11 +141,12 @@ def reduce_sum(block, ops, input):
     import triton.language as tl
     from triton.runtime.interpreter import TensorHandle
     x, y = tag
-    zero = TensorHandle(np.zeros((x.data.shape[0], y.data.shape[1]), np.float32), tl.float32)
-    prec = block.reduce_dot_precision()
-    h = block.dot(x, y, zero, prec, 0)
+    shape = [x.data.shape[0], y.data.shape[1]]
+    zero = TensorHandle(np.zeros(shape, np.float32), tl.float32)
+    compute = block.prepare(x, y, zero, block.reduce_dot_precision(), 0)
     if ops.keep_dims:                   # an expand_dims follows the dot: nothing to fuse
-        h = TensorHandle(np.expand_dims(h.data, 1), tl.float32)
+        h = TensorHandle(np.expand_dims(compute(zero).data, 1), tl.float32)
+        shape = [shape[0], 1, shape[1]]
     else:
-        h.attr[DOT] = (x, y, prec, 0)
-    return tl.core.tensor(h, tl.block_type(tl.float32, list(h.data.shape)))
+        h = _lazy_class()(compute, zero)
+    return tl.core.tensor(h, tl.block_type(tl.float32, shape))

@@ -266,11 +266,11 @@ def _autotune_run(self, *args, **kwargs):
 
 def _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     block = current()
-    out = None if block is None else block.dot(a, b, d, input_precision,
-                                               max_num_imprecise_acc)
-    if out is None:
+    compute = None if block is None else block.prepare(a, b, d, input_precision,
+                                                       max_num_imprecise_acc)
+    if compute is None:
         return _orig["create_dot"](self, a, b, d, input_precision, max_num_imprecise_acc)
-    return combine.tag_dot(out, a, b, input_precision, max_num_imprecise_acc)
+    return combine.dot_result(compute, d, max_num_imprecise_acc)
 
 
 def _create_fadd(self, lhs, rhs):
