@@ -295,8 +295,3 @@ def open_for(policy) -> Optional[TritonEmulation]:
 def close(block: Optional[TritonEmulation]) -> None:
     if block is not None:
         block.__exit__(None, None, None)
-
-
-def adopt(block: Optional[TritonEmulation]) -> None:
-    if block is not None:
-        hook.adopt(block)
