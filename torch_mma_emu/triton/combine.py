@@ -63,16 +63,18 @@ def _lazy_class():
         class LazyDot(TensorHandle):
             """A dot result with no accumulator: computed from its zero C when read, or,
             when an addition folds into it (:func:`fadd`), computed with the addend as C
-            instead, so the dot runs once either way.  Read and folded both (a result with
-            two uses), it runs twice, as before."""
+            instead, so the dot runs once either way.  ``used``: read or folded already,
+            i.e. the result has another use, which the compiler's pattern refuses."""
 
             def __init__(self, compute, zero):
                 self._compute, self._zero, self._data = compute, zero, None
                 self.dtype, self.attr = zero.dtype, {DOT: True}
                 self.shape = zero.data.shape
+                self.used = False
 
             @property
             def data(self):
+                self.used = True
                 if self._data is None:
                     self._data = self._compute(self._zero).data
                     self._zero = None
@@ -83,6 +85,7 @@ def _lazy_class():
                 self._data = value
 
             def fold(self, c):
+                self.used = True
                 return self._compute(c)
         _Lazy = LazyDot
     return _Lazy
@@ -96,20 +99,28 @@ def dot_result(compute, d, max_num_imprecise_acc):
     return compute(d)
 
 
+def _shape(h):
+    return h.shape if h.attr.get(DOT) else h.data.shape     # a lazy dot: without computing
+
+
 def fadd(block, lhs, rhs):
     """``lhs + rhs`` as one dot with the other operand as C, where the pattern applies
-    (None: an ordinary addition).  Triton's pattern looks at the right operand first."""
-    if not _emulating(block):
+    (None: an ordinary addition).  Triton's pattern looks at the right operand first, and
+    wants the dot's result to have no other use: not ``x + x``, not a result read (stored,
+    computed with) or folded before; a use that comes only after the addition is not seen
+    (docs/triton.md)."""
+    if not _emulating(block) or lhs is rhs:
         return None
     for dot, other in ((rhs, lhs), (lhs, rhs)):
-        if dot.attr.get(DOT) and other.data.shape == dot.shape and other.dtype == dot.dtype:
+        if dot.attr.get(DOT) and not dot.used and _shape(other) == dot.shape \
+                and other.dtype == dot.dtype:
             return dot.fold(other)
     return None
 
 
 def expand_dims(block, out, arg, axis):
     if _emulating(block) and axis in (0, 2) and arg.data.ndim == 2 \
-            and getattr(arg.dtype, "name", "") == "fp32":
+            and getattr(arg.dtype, "name", "") in ("fp32", "fp16", "bf16"):
         out.attr[EXPAND] = (arg, axis)
     return out
 
@@ -133,14 +144,30 @@ def fmul(block, out, lhs, rhs):
 
 def reduce_sum(block, ops, input):
     """``tl.sum(x[:, :, None] * y[None, :, :], axis=1)`` as the tf32 dot it compiles to
-    (None: NumPy's sum).  The pattern does not look at the axis; the other axes are left to
-    NumPy (they would not be a matrix product)."""
+    (None: NumPy's sum).  Where Triton 3.6's compiler matches the pattern but cannot compile
+    it (fp16 / bf16 operands), or compiles it into a dot that is not this sum (the pattern
+    does not look at the axis), the GPU does not run the source's sum: raise, saying so."""
     tag = input.handle.attr.get(BMR) if _emulating(block) else None
-    if tag is None or ops.axis != 1:
+    if tag is None or ops.axis is None:
         return None
+    x, y = tag
+    axis = ops.axis % 3
+    kinds = sorted({x.dtype.name, y.dtype.name})
+    what = "tl.sum(x[:, :, None] * y[None, :, :], axis=%s)" % ops.axis
+    if kinds != ["fp32"]:
+        raise RuntimeError(
+            f"torch_mma_emu.triton: {what} on {' / '.join(kinds)} operands: Triton's compiler "
+            "rewrites this sum into tl.dot(x, y) and fails on non-fp32 operands (its combine "
+            "pass asserts: 'PassManager::run failed'), so this kernel does not compile for a "
+            "GPU (checked with Triton 3.6); compute the product in fp32 or with tl.dot")
+    if axis != 1:
+        raise RuntimeError(
+            f"torch_mma_emu.triton: {what}: Triton's compiler rewrites this sum into "
+            "tl.dot(x, y) whatever the axis, so on a GPU the kernel fails to compile (result "
+            "shape mismatch) or, where the shapes agree, computes x @ y instead (checked with "
+            "Triton 3.6); only axis=1 is a matrix product")
     import triton.language as tl
     from triton.runtime.interpreter import TensorHandle
-    x, y = tag
     shape = [x.data.shape[0], y.data.shape[1]]
     zero = TensorHandle(np.zeros(shape, np.float32), tl.float32)
     compute = block.prepare(x, y, zero, block.reduce_dot_precision(), 0)
