@@ -230,6 +230,8 @@ def test_triton_step_compares_bit_for_bit_and_archives_mismatches(tmp_path):
            "x8 | 7680 | 0 | 0 | exact | ok |" in text
     assert "| attention integer scores causal |" in text and "MISMATCH" not in text
     assert text.count("| ok |") == 30 and not tar.exists()
+    assert "| torch.compile (inductor) launch inside emulate | - | - | - | - | refused | " \
+           "skipped (no GPU) |" in text
     assert mod.main(["--stand-in", "--quick", "--out", str(out), "--archive", str(tar),
                      "--perturb", "bmm fp16 (3-D dots)"]) == 1
     assert "| bmm fp16 (3-D dots) | mma.sync fp16->fp32 x24 | 7680 | 1 |" in out.read_text()

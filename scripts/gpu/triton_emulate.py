@@ -251,11 +251,46 @@ def main(argv=None) -> int:
                      f"{status} |")
         print(lines[-1], flush=True)
         write(args.out, lines)               # after every case: a cut-off run keeps its rows
+    row, bad = inductor_row(arch, args.stand_in)
+    lines.append(row)
+    print(row, flush=True)
+    failures += bad
     lines += ["", f"{time.time() - t0:.0f} s."]
     write(args.out, lines)
-    print(f"triton_emulate.py: {len(lines) - 8} cases, report {args.out}, exit "
+    print(f"triton_emulate.py: {len(lines) - 8} rows, report {args.out}, exit "
           f"{int(bool(failures))}")
     return 1 if failures else 0
+
+
+def inductor_row(arch: str, stand_in: bool):
+    """torch.compile(backend="inductor") of a function that launches a dot kernel on CUDA
+    tensors: on a GPU Inductor compiles the kernel and launches it itself, which inside a
+    block must raise (torch_mma_emu/triton/inductor.py), never run natively.  Inferred from
+    torch's source and tested on the launcher only, so checked here.  (row, failures)"""
+    name = "torch.compile (inductor) launch inside emulate"
+    if stand_in:
+        return f"| {name} | - | - | - | - | refused | skipped (no GPU) |", 0
+    from torch_mma_emu import triton_kernels as K
+    a, b = (torch.randn(64, 128, device="cuda").half(), torch.randn(128, 64, device="cuda")
+            .half())
+    try:
+        torch._dynamo.reset()
+        f = torch.compile(lambda x, y: K.matmul(x, y), backend="inductor")
+        ref = K.matmul(a, b)
+        same = bool(torch.equal(f(a, b), ref))          # outside a block: native, compiled
+        with tmt.emulate(arch) as em:
+            f(a, b)
+        status = ("emulated (the launch ran eagerly)" if em.counts else
+                  "MISMATCH: ran natively inside the block")
+    except RuntimeError as e:
+        status = ("ok: refused" if "NOT be emulated" in str(e) else
+                  f"ERROR RuntimeError: {str(e).splitlines()[0][:160]}")
+    except Exception as e:
+        status = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        traceback.print_exc()
+    else:
+        status += "" if same else " (compiled != eager outside the block)"
+    return f"| {name} | - | - | - | - | refused | {status} |", int(status.startswith("ERROR"))
 
 
 def write(path, lines):
