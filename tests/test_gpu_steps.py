@@ -229,10 +229,54 @@ def test_triton_step_compares_bit_for_bit_and_archives_mismatches(tmp_path):
     assert "| matmul fp8_e4m3 imprecise=32 | wgmma fp8_e4m3->fp32, fp32 promotion every 32 " \
            "x8 | 7680 | 0 | 0 | exact | ok |" in text
     assert "| attention integer scores causal |" in text and "MISMATCH" not in text
-    assert text.count("| ok |") == 22 and not tar.exists()
+    assert text.count("| ok |") == 30 and not tar.exists()
+    assert "| torch.compile (inductor) launch inside emulate | - | - | - | - | refused | " \
+           "skipped (no GPU) |" in text
     assert mod.main(["--stand-in", "--quick", "--out", str(out), "--archive", str(tar),
                      "--perturb", "bmm fp16 (3-D dots)"]) == 1
     assert "| bmm fp16 (3-D dots) | mma.sync fp16->fp32 x24 | 7680 | 1 |" in out.read_text()
     saved = read_archive(str(tar))["bmm_fp16_(3-D_dots).pt"]
     assert saved["arch"] == "sm90" and (saved["native"] != saved["emulated"]).sum() == 1
     assert mod.main(["--out", str(out)]) == 2 or torch.cuda.is_available()
+
+
+def test_triton_step_cases_exercise_the_compiler_rewrites():
+    """The step's `acc += tl.dot` and sum-of-products cases reach the replayed rewrites
+    (torch_mma_emu/triton/combine.py): under emulate("sm90") the `+=` GEMM has the chain's
+    bits (fp8 on sm90: the dot from 0, then an addition), the sum-of-products GEMM is a chain
+    of tf32 dots, and both differ from the plain interpreter; so on a GPU these rows check
+    the rewrites against the hardware, not the interpreter's NumPy."""
+    pytest.importorskip("triton")
+    import torch_mma_emu.triton as tmt
+    from helpers import same
+    mod = _load("scripts/gpu/triton_emulate.py")
+    cases = {name: (make, run) for name, _, make, run in mod.cases("sm90", quick=True)}
+
+    def go(name, block):
+        make, run = cases[name]
+        x = make(torch.Generator().manual_seed(0))
+        with block:
+            return run(tuple(t.clone() for t in x), True), x
+    for chain, plus in (("matmul fp16", "matmul fp16, acc += tl.dot"),
+                        ("matmul tf32", "matmul tf32, acc += tl.dot"),
+                        ("matmul fp16 -> fp16 acc", "matmul fp16 -> fp16 acc, acc += tl.dot")):
+        ref, x = go(chain, tmt.emulate("sm90"))
+        got, y = go(plus, tmt.emulate("sm90"))
+        assert all(same(u, v) for u, v in zip(x, y)) and same(got, ref), plus
+        assert not same(go(plus, tmt.interpret())[0], got), plus
+    got, (A, B, C) = go("matmul fp8_e4m3, acc += tl.dot", tmt.emulate("sm90"))
+    K = A.shape[1]
+    pad = -K % 128           # block_k = 128, zero-padded tail
+    A = torch.cat([A.float(), torch.zeros(A.shape[0], pad)], 1).to(A.dtype)
+    B = torch.cat([B.float(), torch.zeros(pad, B.shape[1])], 0).to(B.dtype)
+    apart = C
+    for k in range(0, K + pad, 128):
+        apart = apart + tme.emulated_mm(A[:, k:k + 128], B[k:k + 128], torch.zeros_like(C),
+                                        arch="sm90")
+    assert same(got, apart)
+    assert not same(got, go("matmul fp8_e4m3 imprecise=None", tmt.emulate("sm90"))[0])
+    for tile in (32, 64):
+        name = f"sum_matmul fp32 {tile}x{tile} (sum of products)"
+        got, (A, B, C) = go(name, tmt.emulate("sm90"))
+        assert same(got, tme.emulated_mm(A, B, C, arch="sm90", in_format="tf32")), tile
+        assert not same(go(name, tmt.interpret())[0], got), tile

@@ -60,6 +60,44 @@ def sum_of_products_kernel(a_ptr, b_ptr, c_ptr, BM: tl.constexpr, BN: tl.constex
     tl.store(c_ptr + rm[:, None] * BN + rn[None, :], c)
 
 
+@triton.jit
+def reused_dot_kernel(a_ptr, b_ptr, e_ptr, c_ptr, d_ptr, BM: tl.constexpr, BN: tl.constexpr,
+                      BK: tl.constexpr, MODE: tl.constexpr):
+    """A dot result with another use besides an addition: the compiler does not fold."""
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * BN + rn[None, :])
+    e = tl.load(e_ptr + rm[:, None] * BN + rn[None, :])
+    out = rm[:, None] * BN + rn[None, :]
+    x = tl.dot(a, b)
+    if MODE == "self_add":
+        tl.store(c_ptr + out, x + x)
+    elif MODE == "store_then_add":
+        tl.store(d_ptr + out, x)
+        tl.store(c_ptr + out, x + e)
+    elif MODE == "add_then_store":
+        tl.store(c_ptr + out, x + e)
+        tl.store(d_ptr + out, x)
+    else:                                      # "add_twice"
+        tl.store(c_ptr + out, x + e)
+        tl.store(d_ptr + out, e + x)
+
+
+@triton.jit
+def sum_axis_kernel(a_ptr, b_ptr, c_ptr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                    AX: tl.constexpr):
+    rm, rn, rk = tl.arange(0, BM), tl.arange(0, BN), tl.arange(0, BK)
+    a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * BN + rn[None, :])
+    c = tl.sum(a[:, :, None] * b[None, :, :], axis=AX)
+    if AX == 0:
+        tl.store(c_ptr + rk[:, None] * BN + rn[None, :], c)
+    elif AX == 2:
+        tl.store(c_ptr + rm[:, None] * BK + rk[None, :], c)
+    else:
+        tl.store(c_ptr + rm[:, None] * BN + rn[None, :], c)
+
+
 def _ptrs(ty, out="fp32", n=3):
     return {name: "*" + (ty if i < 2 else out) for i, name in
             enumerate(["a_ptr", "b_ptr", "c_ptr", "d_ptr"][:n])}
@@ -201,3 +239,153 @@ def test_the_rewrites_are_undone_after_the_block():
            "BK": "constexpr", "STYLE": "constexpr"}
     text = tt.ttgir(plus_eq_kernel, sig, dict(BM=64, BN=64, BK=64, STYLE="plus_eq"), "sm90")
     assert [d[0] for d in tt.dots(text)] == ["wgmma"]
+
+
+@pytest.mark.parametrize("arch,tile,dot", [("sm90", 32, "mma.sync"), ("sm90", 64, "wgmma"),
+                                           ("gfx942", 32, "mfma")])
+def test_project_kernels_compile_to_the_folded_dots(arch, tile, dot):
+    """What the GPU step (scripts/gpu/triton_emulate.py) expects of triton_kernels: the
+    sum-of-products GEMM's K loop is one tf32 dot with acc as C, and matmul's
+    ``dot_form="plus_eq"`` loop has no addition left (fp8 on sm90: the addition stays)."""
+    from torch_mma_emu.triton_kernels import gemm, sum_gemm
+    A, B, D = torch.zeros(100, 70), torch.zeros(70, 90), torch.zeros(100, 90)
+    args = (A, B, D, D, 100, 90, 70, *A.stride(), *B.stride(), *D.stride(), *D.stride())
+    sig, const = tt.signature_of(sum_gemm._sum_gemm_kernel, args,
+                                 dict(HAS_C=True, BLOCK_M=tile, BLOCK_N=tile, BLOCK_K=16))
+    text = tt.ttgir(sum_gemm._sum_gemm_kernel, sig, const, arch)
+    loop = text.split("scf.for")[1].split("scf.yield")[0]
+    assert {d[0] for d in tt.dots(text)} == {dot} and "arith.addf" not in loop
+    assert "inputPrecision = tf32" in text or "inputPrecision = 0" in text
+    for dt, fused in ((torch.float16, True), (torch.float8_e4m3fn, False)):
+        if dt != torch.float16 and arch != "sm90":
+            continue
+        A8, B8 = A.to(dt), B.to(dt)
+        args = (A8, B8, D, D, 100, 90, 70) + (0, *A.stride(), 0, *B.stride(), 0, *D.stride(),
+                                              0, *D.stride())
+        sig, const = tt.signature_of(gemm._gemm_kernel, args, dict(
+            HAS_C=True, C_IN_ACC=True, ACC_FP16=False, PRECISION=None, BLOCK_M=64,
+            BLOCK_N=64, BLOCK_K=64, INTERP_UPCAST=False, PLUS_EQ=True))
+        text = tt.ttgir(gemm._gemm_kernel, sig, const, arch)
+        loop = text.split("scf.for")[1].split("scf.yield")[0]
+        assert ("arith.addf" not in loop) == fused, (arch, dt)
+
+
+def test_a_folded_dot_is_computed_once(monkeypatch):
+    """The dot an addition folds into runs once, with the addend as C (not first from 0 and
+    then again): the arithmetic runs once per dot; a result read and also folded (two uses)
+    runs twice.  The bits are the chain's (test above)."""
+    from torch_mma_emu.triton import context
+    calls = []
+    orig = context.run_plan
+    monkeypatch.setattr(context, "run_plan", lambda *a: calls.append(1) or orig(*a))
+    A, B = rnd(64, 96, dtype=torch.float16, seed=1), rnd(96, 64, dtype=torch.float16, seed=2)
+    C = rnd(64, 64, dtype=torch.float32, seed=3)
+    for style in ("chain", "plus_eq", "dot_plus"):
+        calls.clear()
+        _plus_eq("sm90", A, B, C, style)
+        assert len(calls) == 3, style
+    A32, B32 = rnd(32, 16, dtype=torch.float32, seed=1), rnd(16, 32, dtype=torch.float32, seed=2)
+    for add in (False, True):
+        calls.clear()
+        with tmt.emulate("sm90"):
+            sum_of_products_kernel[(1,)](A32, B32, torch.zeros(32, 32), BM=32, BN=32, BK=16,
+                                         ADD=add)
+        assert len(calls) == 1, add
+    A, B = A[:, :64], B[:64]
+    for two, n in ((False, 2), (True, 1)):
+        calls.clear()
+        with tmt.emulate("sm90"):
+            two_dots_kernel[(1,)](A, B, torch.empty(64, 64), torch.empty(64, 64), BM=64,
+                                  BN=64, BK=64, TWO_USES=two)
+        assert len(calls) == n, two
+
+
+# --- a dot result with other uses; sums the compiler cannot make a dot of ----------------
+
+REUSE = ["self_add", "store_then_add", "add_then_store", "add_twice"]
+
+
+@pytest.mark.parametrize("mode", REUSE)
+def test_compiler_does_not_fold_a_dot_with_other_uses(mode):
+    sig = {"a_ptr": "*fp16", "b_ptr": "*fp16", "e_ptr": "*fp32", "c_ptr": "*fp32",
+           "d_ptr": "*fp32", "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
+           "MODE": "constexpr"}
+    text = tt.ttgir(reused_dot_kernel, sig, dict(BM=64, BN=64, BK=64, MODE=mode), "sm90")
+    assert "arith.addf" in text and len(tt.dots(text)) == 1
+
+
+def _reused(mode):
+    A, B = rnd(64, 64, dtype=torch.float16, seed=1), rnd(64, 64, dtype=torch.float16, seed=2)
+    E = rnd(64, 64, dtype=torch.float32, seed=3)
+    C, D = torch.zeros(64, 64), torch.zeros(64, 64)
+    with tmt.emulate("sm90"):
+        reused_dot_kernel[(1,)](A, B, E, C, D, BM=64, BN=64, BK=64, MODE=mode)
+    x = tme.emulated_mm(A, B, torch.zeros(64, 64), arch="sm90")
+    return C, D, x, E, tme.emulated_mm(A, B, E, arch="sm90")
+
+
+@pytest.mark.parametrize("mode", ["self_add", "store_then_add", "add_twice"])
+def test_a_dot_with_an_earlier_use_is_not_folded(mode):
+    """``x + x``, and ``x + e`` after x was stored or folded once: the GPU adds apart."""
+    C, D, x, E, folded = _reused(mode)
+    if mode == "self_add":
+        assert same(C, x + x)
+    elif mode == "store_then_add":
+        assert same(D, x) and same(C, x + E) and not same(C, folded)
+    else:               # the first addition is folded (a use after it is not seen) ...
+        assert same(C, folded) and same(D, E + x)     # ... the second one is not
+
+
+@pytest.mark.xfail(strict=True, reason="a use of the dot result after the addition is not "
+                   "seen when the addition comes: folded here, apart on the GPU (documented)")
+def test_a_dot_used_after_the_addition_is_not_folded():
+    C, D, x, E, folded = _reused("add_then_store")
+    assert same(D, x) and same(C, x + E)
+
+
+@pytest.mark.parametrize("ty", ["fp16", "bf16"])
+def test_compiler_cannot_compile_a_half_precision_sum_of_products(ty):
+    """Triton 3.6's combine pass matches the pattern for fp16 / bf16 and then fails (an
+    fp32 zero for a 16-bit accumulator): the kernel does not compile for any target; the
+    emulation says so instead of summing with NumPy."""
+    sig = {**_ptrs(ty, out=ty), "BM": "constexpr", "BN": "constexpr", "BK": "constexpr",
+           "ADD": "constexpr"}
+    with pytest.raises(RuntimeError, match="PassManager::run failed"):
+        tt.ttgir(sum_of_products_kernel, sig, dict(BM=32, BN=32, BK=16, ADD=False), "sm90")
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}[ty]
+    A, B = rnd(32, 16, dtype=dt, seed=1), rnd(16, 32, dtype=dt, seed=2)
+    with pytest.raises(Exception, match="does not compile for a GPU"):
+        with tmt.emulate("sm90"):
+            sum_of_products_kernel[(1,)](A, B, torch.zeros(32, 32, dtype=dt), BM=32, BN=32,
+                                         BK=16, ADD=False)
+    small = torch.zeros(8, 32, dtype=dt)             # M < 16: no pattern, NumPy's sum
+    with tmt.emulate("sm90") as em:
+        sum_of_products_kernel[(1,)](A[:8], B, small, BM=8, BN=32, BK=16, ADD=False)
+    assert not em.counts and small.abs().sum() > 0
+
+
+def test_sum_of_products_over_another_axis():
+    """The pattern ignores the axis: axis=-2 is axis 1 (a dot); axes 0 and 2 fail to compile
+    (shapes differ) or silently compute x @ y (shapes agree): the emulation raises."""
+    sig = {"a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "BM": "constexpr",
+           "BN": "constexpr", "BK": "constexpr", "AX": "constexpr"}
+    for ax, shape, dots in ((0, (32, 32, 16), None), (0, (16, 16, 16), ["mma.sync"]),
+                            (2, (16, 16, 16), ["mma.sync"]), (-2, (32, 32, 16), ["mma.sync"])):
+        const = dict(zip(("BM", "BN", "BK"), shape), AX=ax)
+        if dots is None:
+            with pytest.raises(RuntimeError, match="PassManager::run failed"):
+                tt.ttgir(sum_axis_kernel, sig, const, "sm90")
+        else:
+            assert [d[0] for d in tt.dots(tt.ttgir(sum_axis_kernel, sig, const, "sm90"))] \
+                == dots
+    A, B = rnd(32, 16, dtype=torch.float32, seed=1), rnd(16, 32, dtype=torch.float32, seed=2)
+    C = torch.zeros(32, 32)
+    with tmt.emulate("sm90") as em:
+        sum_axis_kernel[(1,)](A, B, C, BM=32, BN=32, BK=16, AX=-2)
+    assert same(C, tme.emulated_mm(A, B, torch.zeros(32, 32), arch="sm90", in_format="tf32"))
+    assert sum(em.counts.values()) == 1
+    for ax in (0, 2):
+        with pytest.raises(Exception, match="whatever the axis"):
+            with tmt.emulate("sm90"):
+                sum_axis_kernel[(1,)](A[:16], B[:, :16].contiguous(), torch.zeros(16, 16),
+                                      BM=16, BN=16, BK=16, AX=ax)

@@ -70,7 +70,7 @@ def test_the_bits_come_from_the_hook(monkeypatch):
     """With the dot hook off (the interpreter's NumPy dot) the bit test above fails."""
     A, B = operands(torch.float16, M=64, K=96, N=64)
     ref = tme.emulated_mm(A, B, arch="sm90")
-    monkeypatch.setattr(tmt.TritonEmulation, "dot", lambda self, *a: None)
+    monkeypatch.setattr(tmt.TritonEmulation, "prepare", lambda self, *a: None)
     with tmt.emulate("sm90"):
         C = user_mm(A, B, out_dtype=torch.float32)
     assert not same(C, ref)
@@ -142,11 +142,14 @@ def test_blocks_are_per_thread():
     assert same(out["emu"], tme.emulated_mm(A, B, arch="sm80"))
     assert not same(out["plain"], out["emu"])
     seen = []
-    with tmt.emulate("sm90"):
+    with tmt.emulate("sm90"):       # a thread started inside the block adopts it
         t = threading.Thread(target=lambda: seen.append(tmt.active()))
         t.start()
         t.join()
-    assert seen == [False]
+    t = threading.Thread(target=lambda: seen.append(tmt.active()))     # and after: not
+    t.start()
+    t.join()
+    assert seen == [True, False]
 
 
 def test_kernel_decorated_under_triton_interpret_is_emulated_too():
@@ -268,6 +271,73 @@ def test_a_coarse_spec_reaches_every_dot():
     assert same(C, tme.emulated_mm(A, B, arch=coarse))
     assert not torch.allclose(C, tme.emulated_mm(A, B, arch="sm90"), rtol=1e-2, atol=1e-2)
     assert sum(em.counts.values()) == 3 and all(k.startswith("spec ") for k in em.counts)
+
+
+def _in_thread(fn):
+    out, errs = [], []
+
+    def run():
+        try:
+            out.append(fn())
+        except Exception as e:            # pragma: no cover - reported below
+            errs.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert not errs, errs
+    return out[0]
+
+
+def test_threads_started_inside_tmt_emulate_are_covered():
+    """A thread started inside a triton.emulate block runs its kernels emulated (not
+    natively, not in the plain interpreter); a pool started inside one too."""
+    from concurrent.futures import ThreadPoolExecutor
+    A, B = operands(torch.float16, M=64, K=64, N=64)
+    ref = tme.emulated_mm(A, B, arch="sm80")
+    with tmt.emulate("sm80") as em:
+        C = _in_thread(lambda: user_mm(A, B, out_dtype=torch.float32))
+        with ThreadPoolExecutor(2) as pool:
+            D = pool.submit(user_mm, A, B, out_dtype=torch.float32).result()
+    assert same(C, ref) and same(D, ref) and sum(em.counts.values()) == 4
+    with tmt.interpret():
+        assert not same(_in_thread(lambda: user_mm(A, B, out_dtype=torch.float32)), ref)
+    assert not tmt.active() and threading.getprofile() is None
+
+
+def _mm_counts(em):
+    return em.recorder.emulated_count
+
+
+def test_threads_adopt_the_innermost_mode_and_triton_block_apart():
+    """tmt.emulate nested in tme.emulate: a thread's torch ops run under the mode, its
+    Triton kernels under the inner Triton block; the other nesting: the mode's own Triton
+    block is the innermost one.  The calling thread sees the same."""
+    A, B = operands(torch.float16, M=64, K=64, N=64)
+    X, Y = torch.randn(8, 16), torch.randn(16, 8)
+    kern = lambda: (user_mm(A, B, out_dtype=torch.float32), tmt.emulating())  # noqa: E731
+    with tme.emulate("sm90") as em:
+        with tmt.emulate("gfx942"):
+            n = _mm_counts(em)
+            C, emu = _in_thread(kern)
+            _in_thread(lambda: X @ Y)
+            assert _mm_counts(em) == n + 1          # the thread's torch matmul: emulated
+            assert same(C, tme.emulated_mm(A, B, arch="gfx942")) and emu
+            assert same(kern()[0], C)               # as in the calling thread
+        C, _ = _in_thread(kern)                     # the inner block closed: the mode's
+    assert same(C, tme.emulated_mm(A, B, arch="sm90"))
+    with tmt.emulate("gfx942"):
+        with tme.emulate("sm80") as em:
+            n = _mm_counts(em)
+            C, _ = _in_thread(kern)
+            _in_thread(lambda: X @ Y)
+            assert _mm_counts(em) == n + 1
+            assert same(C, tme.emulated_mm(A, B, arch="sm80"))
+            assert same(kern()[0], C)
+        C, _ = _in_thread(kern)                     # the mode closed: gfx942's block
+        assert same(C, tme.emulated_mm(A, B, arch="gfx942"))
+        with tmt.interpret():                       # an inner interpret() block
+            assert not _in_thread(kern)[1]
+    assert not tmt.active() and threading.getprofile() is None
 
 
 def test_threads_started_inside_tme_emulate_are_covered():

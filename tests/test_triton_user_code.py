@@ -126,16 +126,28 @@ def test_inductor_launch_of_a_dot_kernel_raises_inside_a_block(monkeypatch):
         t.fn, t.heuristic_type, t.inductor_meta = fn, kind, {"kernel_name": "k0"}
         return t
     user = HeuristicType.USER_AUTOTUNE
+    import threading
+    go, errs = threading.Event(), []
+
+    def launch():
+        try:
+            launcher(block_ptr_mm_kernel, user).run(stream=0)
+        except RuntimeError as e:
+            errs.append(e)
+    before = threading.Thread(target=lambda: go.wait(10) and launch())
+    before.start()                # a thread started before the block: untouched
     with tmt.emulate("sm90"):
         with pytest.raises(RuntimeError, match="k0 and launches it natively.*NOT be emulated"):
             launcher(block_ptr_mm_kernel, user).run(stream=0)
         launcher(scale_kernel, user).run(stream=0)
         launcher(block_ptr_mm_kernel, HeuristicType.POINTWISE).run(stream=0)
-        import threading          # another thread without a block: untouched
-        t = threading.Thread(target=lambda: launcher(block_ptr_mm_kernel, user).run(stream=0))
-        t.start()
-        t.join()
+        go.set()
+        before.join()
+        inside = threading.Thread(target=launch)      # one started inside: covered
+        inside.start()
+        inside.join()
     assert ran == [scale_kernel, block_ptr_mm_kernel, block_ptr_mm_kernel]
+    assert len(errs) == 1 and "NOT be emulated" in str(errs[0])
     launcher(block_ptr_mm_kernel, user).run(stream=0)          # after the block: untouched
     assert len(ran) == 4
     monkeypatch.undo()

@@ -6,7 +6,9 @@
   ``max_num_imprecise_acc``), batches on the grid (docs/gpu.md);
 * :func:`bmm` (bmm.py): a batched GEMM with 3-D ``tl.dot`` calls;
 * :func:`attention` (attention.py): fused attention forward with an online softmax;
-* :func:`scaled_matmul` (scaled_gemm.py): MXFP8 / MXFP4 through ``tl.dot_scaled``.
+* :func:`scaled_matmul` (scaled_gemm.py): MXFP8 / MXFP4 through ``tl.dot_scaled``;
+* :func:`sum_matmul` (sum_gemm.py): fp32, ``tl.sum(a[:, :, None] * b[None, :, :], 1)`` per K
+  block, which Triton's compiler turns into tf32 dots.
 
 Importing this package needs ``triton``; running a kernel needs a CUDA device, an emulate /
 interpret block, or ``TRITON_INTERPRET=1`` (whose ``tl.dot`` is NumPy's, not a GPU's).
@@ -15,5 +17,6 @@ from .attention import attention
 from .bmm import bmm
 from .gemm import FORMATS, block_k_for, matmul, run_k
 from .scaled_gemm import scaled_matmul
+from .sum_gemm import sum_matmul
 
-__all__ = ["matmul", "bmm", "attention", "scaled_matmul", "FORMATS", "block_k_for", "run_k"]
+__all__ = ["matmul", "bmm", "attention", "scaled_matmul", "sum_matmul", "FORMATS", "block_k_for", "run_k"]

@@ -71,7 +71,7 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, d_ptr, M, N, K,
                  HAS_C: tl.constexpr, C_IN_ACC: tl.constexpr, ACC_FP16: tl.constexpr,
                  PRECISION: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, INTERP_UPCAST: tl.constexpr,
-                 MAX_IMPRECISE: tl.constexpr = None):
+                 MAX_IMPRECISE: tl.constexpr = None, PLUS_EQ: tl.constexpr = False):
     pid = tl.program_id(0)
     bat = tl.program_id(1).to(tl.int64)
     n_tiles = (N + BLOCK_N - 1) // BLOCK_N
@@ -98,8 +98,12 @@ def _gemm_kernel(a_ptr, b_ptr, c_ptr, d_ptr, M, N, K,
         if INTERP_UPCAST:  # Triton's interpreter multiplies bf16 bit patterns as integers
             a = a.to(tl.float32)
             b = b.to(tl.float32)
-        acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=acc_ty,
-                     max_num_imprecise_acc=MAX_IMPRECISE)
+        if PLUS_EQ:       # Triton's compiler folds the addition into the dot (acc as C)
+            acc += tl.dot(a, b, input_precision=PRECISION, out_dtype=acc_ty,
+                          max_num_imprecise_acc=MAX_IMPRECISE)
+        else:
+            acc = tl.dot(a, b, acc, input_precision=PRECISION, out_dtype=acc_ty,
+                         max_num_imprecise_acc=MAX_IMPRECISE)
         a_ptrs += BLOCK_K * s_ak
         b_ptrs += BLOCK_K * s_bk
     if HAS_C and not C_IN_ACC:
@@ -132,7 +136,8 @@ def matmul(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *
            in_format: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
            c_mode: str = "chain", block_m: int = 64, block_n: int = 64,
            block_k: Optional[int] = None, num_warps: int = 4, num_stages: int = 3,
-           max_num_imprecise_acc: Optional[int] = None) -> torch.Tensor:
+           max_num_imprecise_acc: Optional[int] = None,
+           dot_form: str = "chain") -> torch.Tensor:
     """``D = C + A @ B`` on the tensor cores through one Triton kernel (no split-K).
 
     A (Bt, M, K) or (M, K); B (Bt, K, N) or (K, N); C None or broadcastable to (Bt, M, N)
@@ -143,10 +148,16 @@ def matmul(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *
     (C is the initial accumulator) or "epilogue" (accumulate from 0, add C at the end).
     ``max_num_imprecise_acc``: Triton's fp8 option (Hopper: products summed in the wgmma
     accumulator before each fp32 promotion; None: Triton's default, no promotion); the
-    presets ``triton_fp8_hopper_imprecise_acc_*`` model it.
+    presets ``triton_fp8_hopper_imprecise_acc_*`` model it.  ``dot_form``: how the K loop is
+    written, "chain" (``acc = tl.dot(a, b, acc)``) or "plus_eq" (``acc += tl.dot(a, b)``,
+    which Triton's compiler turns into the chain, except for fp8 on Hopper with
+    ``max_num_imprecise_acc`` not 0: there the dot starts from 0 and is added to acc).
     """
     if c_mode not in ("chain", "epilogue"):
         raise ValueError(f"triton_kernels.matmul: c_mode must be 'chain' or 'epilogue', got {c_mode!r}")
+    if dot_form not in ("chain", "plus_eq"):
+        raise ValueError("triton_kernels.matmul: dot_form must be 'chain' or 'plus_eq', got "
+                         f"{dot_form!r}")
     fa_name, _, fb_name = (in_format or "").partition(",")
     fa = _fmt_of(A, fa_name or None)
     fb = _fmt_of(B, (fb_name or fa_name) or None)
@@ -191,6 +202,7 @@ def matmul(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *
         HAS_C=C is not None, C_IN_ACC=c_mode == "chain", ACC_FP16=odt == torch.float16,
         PRECISION=precision, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=bk,
         INTERP_UPCAST=_plain_interpreter() and fa == "bf16", MAX_IMPRECISE=max_num_imprecise_acc,
+        PLUS_EQ=dot_form == "plus_eq",
         num_warps=num_warps, num_stages=num_stages)
     return D[0] if squeeze else D
 

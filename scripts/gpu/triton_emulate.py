@@ -9,7 +9,9 @@ arch>)``, compared bit for bit (docs/triton.md, GPU step ``triton``).
 Kernels: a GEMM nobody in the project wrote (tests/triton_user_matmul.py, after Triton's
 tutorial; the emulation runs the config the GPU's autotuner picked), triton_kernels.matmul
 in every format this GPU's Triton takes (fp8 with max_num_imprecise_acc None / 32 / 128,
-fp16 accumulators, the fp32 splits), the 3-D-dot batched GEMM, the fused attention (launched
+fp16 accumulators, the fp32 splits; and written ``acc += tl.dot(a, b)``, which the compiler
+folds into the chain), an fp32 GEMM by broadcast multiply-and-sum (compiled to tf32 dots),
+the 3-D-dot batched GEMM, the fused attention (launched
 with enable_fp_fusion=False, as the interpreter does not contract a * b + c), and the
 tl.dot_scaled MX GEMM.  Expected: every case bit-exact except attention on random inputs,
 where the GPU's ex2.approx and its reduction order differ from NumPy's exp2 and sum (reported,
@@ -90,6 +92,31 @@ def cases(arch: str, quick: bool):
                               max_num_imprecise_acc=imp)))
         out.append(("matmul fp8_e5m2 block 32x64", "exact",
                     *gemm("fp8_e5m2", torch.float8_e5m2, block_m=32)))
+
+    # the compiler's rewrites the interpreter replays (torch_mma_emu/triton/combine.py):
+    # acc += tl.dot(a, b) is the chain tl.dot(a, b, acc) (not for fp8 on sm90 unless
+    # max_num_imprecise_acc=0), and an fp32 broadcast multiply-and-sum is a tf32 dot
+    plus = [("fp16", torch.float16, {}), ("bf16", torch.bfloat16, {}),
+            ("fp16", torch.float16, dict(out_dtype=torch.float16))]
+    if nv and cc >= 80:
+        plus.append(("tf32", torch.float32, {}))
+    if nv and cc >= 89:
+        plus += [("fp8_e4m3", torch.float8_e4m3fn, dict(block_k=128)),
+                 ("fp8_e4m3", torch.float8_e4m3fn, dict(block_k=128, max_num_imprecise_acc=0))]
+    for fmt, dt, kw in plus:
+        what = "".join([" -> fp16 acc" if kw.get("out_dtype") else "",
+                        " imprecise=0" if "max_num_imprecise_acc" in kw else ""])
+        out.append((f"matmul {fmt}{what}, acc += tl.dot", "exact",
+                    *gemm(fmt, dt, dot_form="plus_eq", **kw)))
+
+    def by_sum(tile):
+        def make(g):
+            return (rnd(g, (M, Kd), torch.float32), rnd(g, (Kd, N), torch.float32),
+                    rnd(g, (M, N), torch.float32))
+        return make, lambda x, emu: K.sum_matmul(*x, block_m=tile, block_n=tile)
+    for tile in (32, 64):
+        out.append((f"sum_matmul fp32 {tile}x{tile} (sum of products)", "exact",
+                    *by_sum(tile)))
 
     def bmm(dt):
         def make(g):
@@ -224,11 +251,46 @@ def main(argv=None) -> int:
                      f"{status} |")
         print(lines[-1], flush=True)
         write(args.out, lines)               # after every case: a cut-off run keeps its rows
+    row, bad = inductor_row(arch, args.stand_in)
+    lines.append(row)
+    print(row, flush=True)
+    failures += bad
     lines += ["", f"{time.time() - t0:.0f} s."]
     write(args.out, lines)
-    print(f"triton_emulate.py: {len(lines) - 8} cases, report {args.out}, exit "
+    print(f"triton_emulate.py: {len(lines) - 8} rows, report {args.out}, exit "
           f"{int(bool(failures))}")
     return 1 if failures else 0
+
+
+def inductor_row(arch: str, stand_in: bool):
+    """torch.compile(backend="inductor") of a function that launches a dot kernel on CUDA
+    tensors: on a GPU Inductor compiles the kernel and launches it itself, which inside a
+    block must raise (torch_mma_emu/triton/inductor.py), never run natively.  Inferred from
+    torch's source and tested on the launcher only, so checked here.  (row, failures)"""
+    name = "torch.compile (inductor) launch inside emulate"
+    if stand_in:
+        return f"| {name} | - | - | - | - | refused | skipped (no GPU) |", 0
+    from torch_mma_emu import triton_kernels as K
+    a, b = (torch.randn(64, 128, device="cuda").half(), torch.randn(128, 64, device="cuda")
+            .half())
+    try:
+        torch._dynamo.reset()
+        f = torch.compile(lambda x, y: K.matmul(x, y), backend="inductor")
+        ref = K.matmul(a, b)
+        same = bool(torch.equal(f(a, b), ref))          # outside a block: native, compiled
+        with tmt.emulate(arch) as em:
+            f(a, b)
+        status = ("emulated (the launch ran eagerly)" if em.counts else
+                  "MISMATCH: ran natively inside the block")
+    except RuntimeError as e:
+        status = ("ok: refused" if "NOT be emulated" in str(e) else
+                  f"ERROR RuntimeError: {str(e).splitlines()[0][:160]}")
+    except Exception as e:
+        status = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+        traceback.print_exc()
+    else:
+        status += "" if same else " (compiled != eager outside the block)"
+    return f"| {name} | - | - | - | - | refused | {status} |", int(status.startswith("ERROR"))
 
 
 def write(path, lines):

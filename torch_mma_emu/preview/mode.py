@@ -26,7 +26,6 @@ docs/preview.md, "torch.compile")
 """
 from __future__ import annotations
 
-import sys
 import threading
 import warnings
 from typing import Any, Optional
@@ -35,6 +34,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from .. import threads as _threads
 from ..ops import emulated_mm
 from ..triton import context as _triton
 from . import custom_ops, flex, grouped, scaled
@@ -196,9 +196,7 @@ def _wrap_flex_lowering() -> None:
 
         def lower(*args, _fn=fn, _hop=hop, **kwargs):
             if _SWITCHES.depth > 0:
-                with _THREADS.lock:
-                    modes = list(_THREADS.open)
-                for m in modes:
+                for m in _THREADS.blocks("mode"):
                     m._note_native(_hop, (), "compiled by Inductor into its own kernel: "
                                    "its products are not emulated (compile with "
                                    "backend='aot_eager', or call it eagerly)")
@@ -239,49 +237,8 @@ def _inductor_settings() -> dict:
     return out
 
 
-class _ThreadHook:
-    """Threads started while a block is open run under that block's mode (the mode stack
-    is per thread, and Python threads do not inherit it).  ``threading.setprofile`` installs
-    a function that the threading module runs in each new thread before its ``run()``: it
-    pushes the innermost open mode there and removes itself.  Pools whose threads were
-    started before the block keep running natively (docs/preview.md, "Threads")."""
-
-    def __init__(self):
-        self.open: list = []          # open modes, most recent last (any thread)
-        self.saved = None
-        self.lock = threading.Lock()
-        self.hook = self._start       # one bound method, compared by identity
-
-    def enter(self, mode) -> None:
-        with self.lock:
-            if not self.open:
-                self.saved = threading.getprofile()
-                threading.setprofile(self.hook)
-            self.open.append(mode)
-
-    def leave(self, mode) -> None:
-        with self.lock:
-            for i in range(len(self.open) - 1, -1, -1):
-                if self.open[i] is mode:
-                    del self.open[i]
-                    break
-            if not self.open and threading.getprofile() is self.hook:
-                threading.setprofile(self.saved)
-                self.saved = None
-
-    def _start(self, frame, event, arg):
-        prev = self.saved
-        sys.setprofile(prev)          # runs once per thread
-        with self.lock:
-            mode = self.open[-1] if self.open else None
-        if mode is not None:
-            mode._adopt_thread()
-        if prev is not None:
-            return prev(frame, event, arg)
-        return None
-
-
-_THREADS = _ThreadHook()
+# threads started inside a block run under its mode (and its Triton block), ../threads.py
+_THREADS = _threads.HOOK
 
 
 class _Reentered:
@@ -358,7 +315,7 @@ class EmulateMode(TorchDispatchMode):
     # Entering the block also (1) switches off the PyTorch settings that would hide
     # products from the mode (_ProcessSwitches), (2) enters the function-level router
     # (functions.py: RNNs, attention with dropout), (3) makes threads started inside it run
-    # under it (_ThreadHook), (4) with record=True, tracks module paths and captures the
+    # under it (threads.py), (4) with record=True, tracks module paths and captures the
     # first top-level module call (attribution.py).  Leaving undoes them, also when the
     # body raises.
     def __enter__(self):
@@ -366,7 +323,7 @@ class EmulateMode(TorchDispatchMode):
         entered = []
         try:
             self._triton = _triton.open_for(self.policy)    # Triton kernels too (triton.md)
-            _THREADS.enter(self)
+            _THREADS.enter("mode", self, EmulateMode._adopt_thread)
             entered.append(_THREADS)
             if self.layer_tracker is not None:
                 self.layer_tracker.enter()
@@ -404,8 +361,7 @@ class EmulateMode(TorchDispatchMode):
         if self.layer_tracker is not None:
             self.layer_tracker.adopt()
         from torch.utils._python_dispatch import _push_mode
-        _push_mode(self)
-        _triton.adopt(self._triton)
+        _push_mode(self)        # its Triton block: the innermost one is adopted (threads.py)
 
     # -- records ------------------------------------------------------------------------
     @property

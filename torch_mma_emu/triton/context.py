@@ -141,16 +141,18 @@ class TritonEmulation:
             tuner.nargs = None
 
     # -- the arithmetic ----------------------------------------------------------------
-    def single_dot(self, A, B, C, fa, fb, out, precision, imp, count=True) -> torch.Tensor:
+    def plan(self, A, B, fa, fb, out, precision, imp) -> DotPlan:
+        """The instruction plan of one dot of ``A`` (..., M, K) and ``B`` (..., K, N)."""
         M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
         if self.variant is not None:
             f = lambda x: "tf32" if x == "fp32" and precision == "tf32" else x  # noqa: E731
-            plan = DotPlan("registry", f(fa), f(fb), out, instruction=self.variant)
-        else:
-            plan = choose(self.arch, fa, fb, out, precision, imp, (M, N, K), A.dim() == 3,
-                          self._num_warps, self.path)
-        if count:
-            self.counts[plan.describe()] += 1
+            return DotPlan("registry", f(fa), f(fb), out, instruction=self.variant)
+        return choose(self.arch, fa, fb, out, precision, imp, (M, N, K), A.dim() == 3,
+                      self._num_warps, self.path)
+
+    def single_dot(self, A, B, C, fa, fb, out, precision, imp) -> torch.Tensor:
+        plan = self.plan(A, B, fa, fb, out, precision, imp)
+        self.counts[plan.describe()] += 1
         return run_plan(plan, self.arch, A, B, C, self.variant)
 
     def reduce_dot_precision(self) -> str:
@@ -158,33 +160,53 @@ class TritonEmulation:
         1)`` (combine.py): "tf32", which CDNA1 / CDNA2 run as fp32 MFMA."""
         return "ieee" if self.vendor == "amd" and self.arch != "gfx942" else "tf32"
 
-    def dot(self, a, b, d, input_precision, max_num_imprecise_acc, count=True):
-        """``d + a @ b`` of the interpreter (None: leave it to the interpreter).
-        ``count=False``: a dot already counted, computed again with another C (combine.py)."""
+    def prepare(self, a, b, d, input_precision, max_num_imprecise_acc):
+        """The interpreter's dot ``d + a @ b``, planned and counted now; the returned
+        function computes it with a given C handle (of ``d``'s shape and type), so that a
+        dot the compiler folds an addition into (combine.py) is computed once, with the
+        addend as C.  None: leave the dot to the interpreter."""
         if self.arch is None and self.spec is None:
             return None
         fa, fb, out = format_of(a.dtype), format_of(b.dtype), format_of(d.dtype)
         if fa is None or fb is None or out is None:
             self.counts["integer dot (exact; NumPy)"] += 1
             return None
-        A, B, C = to_torch(a.data, fa), to_torch(b.data, fb), to_torch(d.data, out)
+        A, B = to_torch(a.data, fa), to_torch(b.data, fb)
         prec = _precision(input_precision)
         imp = int(max_num_imprecise_acc or 0)
         if self.spec is not None:
-            if count:
-                self.counts[f"spec {self.spec.describe()}"] += 1
+            self.counts[f"spec {self.spec.describe()}"] += 1
             fmt = None if A.dtype != torch.float32 else self.spec.in_format
-            D = emulated_mm(A, B, C.to(torch.float16 if self.spec.out_format == "fp16"
-                                       else C.dtype), arch=self.spec, in_format=fmt)
-        elif fa == "fp32" and prec in SPLITS:
-            sub = "tf32" if prec == "tf32x3" else "ieee"
-            D = split_fp32(A, B, C, prec, lambda x, y, acc, f: self.single_dot(
-                x, y, acc, "fp32" if f == "tf32" else f, "fp32" if f == "tf32" else f,
-                "fp32", sub, imp, count))
+            spec = self.spec
+
+            def run(C):
+                return emulated_mm(A, B, C.to(torch.float16 if spec.out_format == "fp16"
+                                               else C.dtype), arch=spec, in_format=fmt)
+        elif fa == "fp32" and prec in SPLITS:      # one plan for all sub-dots of the split
+            sub, f = ("tf32", "fp32") if prec == "tf32x3" else ("ieee", "bf16")
+            plan = self.plan(A, B, f, f, "fp32", sub, imp)
+            self.counts[plan.describe()] += {"tf32x3": 3, "bf16x3": 3, "bf16x6": 6}[prec]
+
+            def run(C):
+                return split_fp32(A, B, C, prec, lambda x, y, acc, _f: run_plan(
+                    plan, self.arch, x, y, acc, self.variant))
         else:
-            D = self.single_dot(A, B, C, fa, fb, out, prec, imp, count)
+            plan = self.plan(A, B, fa, fb, out, prec, imp)
+            self.counts[plan.describe()] += 1
+
+            def run(C):
+                return run_plan(plan, self.arch, A, B, C, self.variant)
         from triton.runtime.interpreter import TensorHandle
-        return TensorHandle(to_numpy(D.to(C.dtype)), d.dtype)
+
+        def compute(c):
+            C = to_torch(c.data, out)
+            return TensorHandle(to_numpy(run(C).to(C.dtype)), d.dtype)
+        return compute
+
+    def dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        """``d + a @ b`` of the interpreter (None: leave it to the interpreter)."""
+        compute = self.prepare(a, b, d, input_precision, max_num_imprecise_acc)
+        return None if compute is None else compute(d)
 
     def convert(self, src, dst_type, rounding_mode):
         """A float conversion as the GPU rounds it (None: the interpreter's is right)."""
@@ -273,8 +295,3 @@ def open_for(policy) -> Optional[TritonEmulation]:
 def close(block: Optional[TritonEmulation]) -> None:
     if block is not None:
         block.__exit__(None, None, None)
-
-
-def adopt(block: Optional[TritonEmulation]) -> None:
-    if block is not None:
-        hook.adopt(block)

@@ -22,6 +22,7 @@ does exactly what the original does:
 * Inductor's ``CachingAutotuner.run``: a user kernel with a dot that torch.compile compiled
   and would launch natively raises (inductor.py).
 
+Threads started while a block is open adopt the innermost open block (``threads.py``).
 The interpreter keeps its state in one global builder, so interpreted launches are
 serialised by a lock (a plain interpreted launch in another thread waits too).  Everything is
 restored when the last block closes.  An interpreter whose layout differs from the one this
@@ -33,6 +34,7 @@ import dataclasses
 import inspect
 import threading
 
+from .. import threads
 from . import combine
 
 _LAUNCH = threading.RLock()     # one interpreted launch at a time (global builder state)
@@ -165,16 +167,18 @@ def enter(block) -> None:
         _users += 1
     block._open = getattr(block, "_open", 0) + 1
     _TLS.stack = getattr(_TLS, "stack", []) + [block]
+    threads.HOOK.enter("triton", block, adopt)     # threads started inside it adopt it
 
 
 def adopt(block) -> None:
-    """Make ``block`` the calling thread's block too (a thread started inside it, as
-    ``torch_mma_emu.emulate`` does with its threads); it counts while the block is open."""
+    """Make ``block`` the calling thread's block too (a thread started inside it:
+    threads.py); it counts while the block is open."""
     _TLS.stack = getattr(_TLS, "stack", []) + [block]
 
 
 def leave(block) -> None:
     global _users
+    threads.HOOK.leave(block)
     block._open -= 1
     stack = getattr(_TLS, "stack", [])
     for i in range(len(stack) - 1, -1, -1):
@@ -266,11 +270,11 @@ def _autotune_run(self, *args, **kwargs):
 
 def _create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
     block = current()
-    out = None if block is None else block.dot(a, b, d, input_precision,
-                                               max_num_imprecise_acc)
-    if out is None:
+    compute = None if block is None else block.prepare(a, b, d, input_precision,
+                                                       max_num_imprecise_acc)
+    if compute is None:
         return _orig["create_dot"](self, a, b, d, input_precision, max_num_imprecise_acc)
-    return combine.tag_dot(out, a, b, input_precision, max_num_imprecise_acc)
+    return combine.dot_result(compute, d, max_num_imprecise_acc)
 
 
 def _create_fadd(self, lhs, rhs):
