@@ -1,0 +1,26 @@
+// The FDPA kernels of kern/ compiled for x86 AVX2 (+ FMA, F16C).
+#include "fdpa_engine.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
+#include "simd/avx2.h"
+
+namespace mma {
+namespace k_avx2 {
+using V = simd::Avx2;
+#define MMA_K MMA_KT
+#include "kern/common.inc"
+#include "kern/t_fdpa.inc"
+#include "kern/tr_fdpa.inc"
+#include "kern/e_fdpa.inc"
+#include "kern/gst_fdpa.inc"
+#undef MMA_K
+}  // namespace k_avx2
+FdpaKernels fdpa_kernels_avx2() {
+  return {k_avx2::t_panel, k_avx2::tr_panel, k_avx2::e_panel, k_avx2::gst_panel};
+}
+}  // namespace mma
+#else
+namespace mma {
+FdpaKernels fdpa_kernels_avx2() { return {nullptr, nullptr, nullptr, nullptr}; }
+}  // namespace mma
+#endif
