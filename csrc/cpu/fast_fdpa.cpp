@@ -87,15 +87,16 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
   const int64_t per_k = (M + N) * 9 + (fast ? (M + W) * 5 : 0);
   int64_t KB = std::max<int64_t>(1, kBlockBytes / std::max<int64_t>(per_k, 1) / align) * align;
   if (KB >= K) KB = K;
-  std::vector<uint32_t> acc(size_t(M * W), 0u);
-  if (!P.epilogue)
-    at::parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
-      for (int64_t i = lo; i < hi; ++i)
-        for (int64_t j = 0; j < N; ++j) {
-          const uint64_t c = vc.at(bi, i, j);
-          acc[size_t(i * W + j)] = half ? f32_bits_of_f16(uint32_t(c)) : uint32_t(c);
-        }
-    });
+  // the accumulators (kept between calls: no page faults; padding columns are never read)
+  thread_local std::vector<uint32_t> acc;
+  acc.resize(size_t(M * W));
+  at::parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        const uint64_t c = P.epilogue ? 0 : vc.at(bi, i, j);
+        acc[size_t(i * W + j)] = half ? f32_bits_of_f16(uint32_t(c)) : uint32_t(c);
+      }
+  });
   const ParFor par = aten_par();
   for (int64_t kb0 = 0; kb0 < K && !interrupted(); kb0 += KB) {
     const int64_t kl = std::min(KB, K - kb0);

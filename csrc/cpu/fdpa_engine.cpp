@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "fpenv.h"
+#include "values_engine.h"
 
 namespace mma {
 
@@ -86,6 +87,15 @@ bool isa_has_kernels(Isa isa) {
     case Isa::kAvx512: return fdpa_kernels_avx512().t != nullptr;
     case Isa::kNeon: return fdpa_kernels_neon().t != nullptr;
     default: return false;
+  }
+}
+
+ValueKernels value_kernels(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2: return value_kernels_avx2();
+    case Isa::kAvx512: return value_kernels_avx512();
+    case Isa::kNeon: return value_kernels_neon();
+    default: return ValueKernels{};
   }
 }
 

@@ -74,14 +74,23 @@ struct Avx2 {
   MMA_VT F asf(I a) { return _mm256_castsi256_ps(a); }
   MMA_VT I asi(F a) { return _mm256_castps_si256(a); }
   MMA_VT I cvtt(F a) { return _mm256_cvttps_epi32(a); }  // toward zero
-  // int32 -> fp32 rounded toward zero: the nearest conversion, one step back where it rounded
-  // away from zero (i - back has the other sign then; exact mod 2^32, also at 2^31)
-  MMA_VT F cvt_rz(I i) {
+  // int32 -> fp32 rounded toward zero.  Inside an RzScope (MXCSR round toward zero) one
+  // conversion; elsewhere the nearest conversion, one step back where it rounded away from
+  // zero (i - back has the other sign then; exact mod 2^32, also at 2^31).
+  template <bool kInRzScope> MMA_VT F cvt_rz(I i) {
     const __m256 f = _mm256_cvtepi32_ps(i);
+    if (kInRzScope) return f;
     const __m256i d = _mm256_sub_epi32(i, _mm256_cvttps_epi32(f));
     const __m256i away = _mm256_andnot_si256(_mm256_cmpeq_epi32(d, zero()), sign(_mm256_xor_si256(d, i)));
     return asf(_mm256_add_epi32(asi(f), away));  // bits - 1: one step toward zero
   }
+  // MXCSR round toward zero for the kernels' scope (no other rounding happens inside it:
+  // products and scalings are exact, conversions to fp16 name their rounding)
+  struct RzScope {
+    unsigned saved;
+    RzScope() : saved(_mm_getcsr()) { _mm_setcsr(saved | 0x6000u); }
+    ~RzScope() { _mm_setcsr(saved); }
+  };
   // an fp32 value rounded to fp16 (nearest even, overflow to infinity) and back
   MMA_VT F f16_round(F a) { return _mm256_cvtph_ps(_mm256_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)); }
   MMA_VT M f_eq(F a, F b) { return _mm256_castps_si256(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)); }

@@ -68,7 +68,10 @@ struct Avx512 {
   MMA_VT512 F asf(I a) { return _mm512_castsi512_ps(a); }
   MMA_VT512 I asi(F a) { return _mm512_castps_si512(a); }
   MMA_VT512 I cvtt(F a) { return _mm512_cvttps_epi32(a); }
-  MMA_VT512 F cvt_rz(I i) { return _mm512_cvt_roundepi32_ps(i, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
+  template <bool kInRzScope> MMA_VT512 F cvt_rz(I i) {  // embedded rounding: no scope needed
+    return _mm512_cvt_roundepi32_ps(i, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  }
+  struct RzScope {};
   MMA_VT512 F f16_round(F a) { return _mm512_cvtph_ps(_mm512_cvtps_ph(a, _MM_FROUND_TO_NEAREST_INT)); }
   MMA_VT512 M f_eq(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
   MMA_VT512 M f_lt(F a, F b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }

@@ -74,7 +74,7 @@ struct Neon {
   MMA_VTN I asi(F a) { return vreinterpretq_s32_f32(a); }
   MMA_VTN I cvtt(F a) { return vcvtq_s32_f32(a); }  // toward zero (the kernels stay in range)
   // int32 -> fp32 toward zero: keep the top 24 bits of |i| (exact conversion), then the sign
-  MMA_VTN F cvt_rz(I i) {
+  template <bool kInRzScope> MMA_VTN F cvt_rz(I i) {  // exact integer steps: no scope needed
     const uint32x4_t mag = vreinterpretq_u32_s32(vabsq_s32(i));  // |INT_MIN| = 2^31 unsigned
     const int32x4_t n = vsubq_s32(vdupq_n_s32(32), vclzq_s32(vreinterpretq_s32_u32(mag)));
     const int32x4_t sh = vmaxq_s32(vsubq_s32(n, vdupq_n_s32(24)), vdupq_n_s32(0));
@@ -82,6 +82,7 @@ struct Neon {
     const uint32x4_t f = vreinterpretq_u32_f32(vcvtq_f32_u32(top));
     return vreinterpretq_f32_u32(vorrq_u32(f, vandq_u32(vreinterpretq_u32_s32(i), vdupq_n_u32(0x80000000u))));
   }
+  struct RzScope {};
   MMA_VTN F f16_round(F a) { return vcvt_f32_f16(vcvt_f16_f32(a)); }
   MMA_VTN M f_eq(F a, F b) { return vceqq_f32(a, b); }
   MMA_VTN M f_lt(F a, F b) { return vcltq_f32(a, b); }
