@@ -37,6 +37,12 @@ Isa cpu_isa() {
   return best;
 }
 
+int64_t block_bytes() {
+  const char* s = std::getenv("MMA_EMU_CPU_BLOCK_BYTES");
+  const long long v = s ? std::atoll(s) : 0;
+  return v > 0 ? int64_t(v) : int64_t(32) << 20;
+}
+
 // For tests and benchmarks: "<isa>:<path>" the CPU kernel takes for this parameter vector
 // now ("scalar" when none), e.g. "avx512:fdpa".
 static std::string cpu_fast_path(at::IntArrayRef params) {

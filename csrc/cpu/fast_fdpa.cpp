@@ -17,7 +17,6 @@ namespace mma {
 
 namespace {
 constexpr int64_t kRowBlock = 16;
-constexpr int64_t kBlockBytes = int64_t(32) << 20;  // a K block's decoded operands and planes
 
 ParFor aten_par() {
   return [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
@@ -85,7 +84,7 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
   int64_t align = int64_t(P.L) * (P.multipass() ? P.passes : 1);
   if (scaled) align = align / gcd64(align, P.block) * P.block;
   const int64_t per_k = (M + N) * 9 + (fast ? (M + W) * 5 : 0);
-  int64_t KB = std::max<int64_t>(1, kBlockBytes / std::max<int64_t>(per_k, 1) / align) * align;
+  int64_t KB = std::max<int64_t>(1, block_bytes() / std::max<int64_t>(per_k, 1) / align) * align;
   if (KB >= K) KB = K;
   // the accumulators (kept between calls: no page faults; padding columns are never read)
   thread_local std::vector<uint32_t> acc;

@@ -71,6 +71,10 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
 bool fast_values(const Params& P, const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
                  at::Tensor& out);
 
+// Working-memory budget of one K block (decoded operands, planes, packed values): 32 MiB, or
+// MMA_EMU_CPU_BLOCK_BYTES (read per call; tests force tiny blocks with it).
+int64_t block_bytes();
+
 // Ctrl-C: true once the user interrupted the current call (checked between work blocks).
 bool interrupted();
 void check_interrupt_main();  // on the calling thread: polls Python's signal handlers
