@@ -190,7 +190,7 @@ void check_values(const Params& P0, Isa isa, Family fam, Gen& g, Result& res) {
     }
     eng.run(0, M, 0, eng.Kp, acc.data(), eng.Np);
   }
-  std::vector<T> bt(size_t(K));
+  std::vector<T> bt(static_cast<size_t>(K));
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       for (int64_t k = 0; k < K; ++k) bt[size_t(k)] = b[size_t(k * N + j)];
@@ -248,7 +248,7 @@ int main(int argc, char** argv) {
     Result res;
     Gen g{std::mt19937_64(seed * 1000003u + std::hash<std::string>{}(name))};
     for (int f = 0; f < kNumFamilies; ++f)
-      for (int rep = 0; rep < 2; ++rep) {
+      for (int rep = 0; rep < 6; ++rep) {
         if (kind == FastKind::kFma || kind == FastKind::kFtz) {
           if (P.rho == kRneFp64) check_values<double>(P, isa, Family(f), g, res);
           else check_values<float>(P, isa, Family(f), g, res);
