@@ -24,6 +24,7 @@ inline float plane_value(int32_t sig, int32_t e, int32_t mbits) {
 
 // One operand row (A row i or B column j): true when it can use the planes.  kmap: plane
 // position -> k (multi-pass), or null (identity).
+// store(q, value, exponent (max side), exponent (min side)).
 template <class Store>
 bool fill_row(const Operand& r, int64_t K, int64_t Kp, const int32_t* kmap, int32_t mbits,
               const Dec* sc, int32_t block, uint8_t flags, bool window, Store store) {
@@ -35,9 +36,10 @@ bool fill_row(const Operand& r, int64_t K, int64_t Kp, const int32_t* kmap, int3
     }
   for (int64_t q = 0; q < Kp; ++q) {
     const int64_t k = kmap ? kmap[q] : q;
-    if (k < 0 || k >= K || r.sig[k] == 0) { store(q, 0.0f, int8_t(-128)); continue; }
+    if (k < 0 || k >= K || r.sig[k] == 0) { store(q, 0.0f, int8_t(-128), int8_t(127)); continue; }
     const int32_t e = r.exp[k] + (sc ? sc[k / block].exp : 0);
-    store(q, plane_value(r.sig[k], e, mbits), int8_t(window ? e : 0));
+    const bool in = e >= -kWindow && e <= kWindow;  // E-FDPA (no window): outside fails its check
+    store(q, plane_value(r.sig[k], e, mbits), int8_t(in ? e : 100), int8_t(in ? e : -100));
   }
   return true;
 }
@@ -134,6 +136,9 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
   pl.ae.assign(size_t(M * Kp), int8_t(-128));
   pl.bv.assign(size_t(pl.NP * Kp * kW), 0.0f);
   pl.be.assign(size_t(pl.NP * Kp * kW), int8_t(-128));
+  const bool two = P.op == kEFdpa;  // E-FDPA: the minimum-side planes too
+  pl.ae2.assign(two ? size_t(M * Kp) : 0, int8_t(127));
+  pl.be2.assign(two ? size_t(pl.NP * Kp * kW) : 0, int8_t(127));
   pl.row_ok.assign(size_t(M), 0);
   pl.col_ok.assign(size_t(pl.NP * kW), 0);
   pl.kmap.clear();
@@ -172,23 +177,40 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
     for (int64_t i = lo; i < hi; ++i) {
       float* v = pl.av.data() + i * Kp;
       int8_t* e = pl.ae.data() + i * Kp;
+      int8_t* e2 = two ? pl.ae2.data() + i * Kp : nullptr;
       const bool ok = fill_row(A.row(i, K), K, Kp, kmap, P.fa.mbits, scaled ? SA + i * nblk : nullptr,
                                P.block, A.row_flags[size_t(i)] | (SA ? fsa[i] : 0), window,
-                               [&](int64_t k, float x, int8_t ex) { v[k] = x; e[k] = ex; });
+                               [&](int64_t k, float x, int8_t ex, int8_t ex2) {
+                                 v[k] = x; e[k] = ex;
+                                 if (e2) e2[k] = ex2;
+                               });
       pl.row_ok[size_t(i)] = ok;
-      if (!ok) { std::fill(v, v + Kp, 0.0f); std::fill(e, e + Kp, int8_t(-128)); }
+      if (!ok) {
+        std::fill(v, v + Kp, 0.0f);
+        std::fill(e, e + Kp, int8_t(-128));
+        if (e2) std::fill(e2, e2 + Kp, int8_t(127));
+      }
     }
   });
   par(N, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j) {
-      float* v = pl.bv.data() + (j / kW) * Kp * kW + j % kW;
-      int8_t* e = pl.be.data() + (j / kW) * Kp * kW + j % kW;
+      const int64_t at = (j / kW) * Kp * kW + j % kW;
+      float* v = pl.bv.data() + at;
+      int8_t* e = pl.be.data() + at;
+      int8_t* e2 = two ? pl.be2.data() + at : nullptr;
       const bool ok = fill_row(B.row(j, K), K, Kp, kmap, P.fb.mbits, scaled ? SB + j * nblk : nullptr,
                                P.block, B.row_flags[size_t(j)] | (SB ? fsb[j] : 0), window,
-                               [&](int64_t k, float x, int8_t ex) { v[k * kW] = x; e[k * kW] = ex; });
+                               [&](int64_t k, float x, int8_t ex, int8_t ex2) {
+                                 v[k * kW] = x; e[k * kW] = ex;
+                                 if (e2) e2[k * kW] = ex2;
+                               });
       pl.col_ok[size_t(j)] = ok;
       if (!ok)
-        for (int64_t k = 0; k < Kp; ++k) { v[k * kW] = 0.0f; e[k * kW] = int8_t(-128); }
+        for (int64_t k = 0; k < Kp; ++k) {
+          v[k * kW] = 0.0f;
+          e[k * kW] = int8_t(-128);
+          if (e2) e2[k * kW] = int8_t(127);
+        }
     }
   });
   fb_ = Fallback{&P_, &pl_, &A, &B, SA, SB};

@@ -79,6 +79,9 @@ struct Planes {
   int64_t M = 0, N = 0, K = 0, Kp = 0, NP = 0, nblk = 0;
   std::vector<float> av, bv;
   std::vector<int8_t> ae, be;
+  // E-FDPA only: exponents for the span check, minimum side (zero operands 127); ae / be hold
+  // the maximum side (zero -128); exponents outside [-31, 31] are 100 / -100 (check fails)
+  std::vector<int8_t> ae2, be2;
   std::vector<uint8_t> row_ok, col_ok;
   std::vector<int32_t> kmap;  // multi-pass: plane position -> k (-1: padding)
   // GST-FDPA only: scale values sig * 2^(exp - mbits) and exponents, A as (M, nblk), B as

@@ -104,6 +104,7 @@ struct Avx2 {
   MMA_VT B b_load(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   MMA_VT B b_adds(B a, B b) { return _mm256_adds_epi8(a, b); }
   MMA_VT B b_max(B a, B b) { return _mm256_max_epi8(a, b); }
+  MMA_VT B b_min(B a, B b) { return _mm256_min_epi8(a, b); }
   MMA_VT void b_widen(B b, I* out) {  // 32 int8 -> 4 x 8 int32
     const __m128i lo = _mm256_castsi256_si128(b), hi = _mm256_extracti128_si256(b, 1);
     out[0] = _mm256_cvtepi8_epi32(lo);

@@ -84,6 +84,7 @@ struct Avx512 {
   MMA_VT512 B b_load(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   MMA_VT512 B b_adds(B a, B b) { return _mm256_adds_epi8(a, b); }
   MMA_VT512 B b_max(B a, B b) { return _mm256_max_epi8(a, b); }
+  MMA_VT512 B b_min(B a, B b) { return _mm256_min_epi8(a, b); }
   MMA_VT512 void b_widen(B b, I* out) {
     out[0] = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(b));
     out[1] = _mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1));

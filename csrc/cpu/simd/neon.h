@@ -95,6 +95,7 @@ struct Neon {
   MMA_VTN B b_load(const int8_t* p) { return B{vld1q_s8(p), vld1q_s8(p + 16)}; }
   MMA_VTN B b_adds(B a, B b) { return B{vqaddq_s8(a.lo, b.lo), vqaddq_s8(a.hi, b.hi)}; }
   MMA_VTN B b_max(B a, B b) { return B{vmaxq_s8(a.lo, b.lo), vmaxq_s8(a.hi, b.hi)}; }
+  MMA_VTN B b_min(B a, B b) { return B{vminq_s8(a.lo, b.lo), vminq_s8(a.hi, b.hi)}; }
   MMA_VTN void b_widen(B b, I* out) {
     const int8x16_t h[2] = {b.lo, b.hi};
     for (int t = 0; t < 2; ++t) {
