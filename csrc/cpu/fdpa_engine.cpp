@@ -213,6 +213,19 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
         }
     }
   });
+  if (two) {  // E-FDPA: fp64 copies of the value planes
+    pl.avd.resize(pl.av.size());
+    pl.bvd.resize(pl.bv.size());
+    par(M, 64, [&](int64_t lo, int64_t hi) {
+      for (int64_t q = lo * Kp; q < hi * Kp; ++q) pl.avd[size_t(q)] = double(pl.av[size_t(q)]);
+    });
+    par(pl.NP, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t q = lo * Kp * kW; q < hi * Kp * kW; ++q) pl.bvd[size_t(q)] = double(pl.bv[size_t(q)]);
+    });
+  } else {
+    pl.avd.clear();
+    pl.bvd.clear();
+  }
   fb_ = Fallback{&P_, &pl_, &A, &B, SA, SB};
 }
 

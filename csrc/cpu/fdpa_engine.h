@@ -82,6 +82,7 @@ struct Planes {
   // E-FDPA only: exponents for the span check, minimum side (zero operands 127); ae / be hold
   // the maximum side (zero -128); exponents outside [-31, 31] are 100 / -100 (check fails)
   std::vector<int8_t> ae2, be2;
+  std::vector<double> avd, bvd;  // E-FDPA only: the value planes in fp64 (no conversions in the loop)
   std::vector<uint8_t> row_ok, col_ok;
   std::vector<int32_t> kmap;  // multi-pass: plane position -> k (-1: padding)
   // GST-FDPA only: scale values sig * 2^(exp - mbits) and exponents, A as (M, nblk), B as
