@@ -71,6 +71,8 @@ struct Avx2 {
   MMA_VT F mul(F a, F b) { return _mm256_mul_ps(a, b); }
   MMA_VT F addf(F a, F b) { return _mm256_add_ps(a, b); }
   MMA_VT F fmadd(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+  MMA_VT F floorf(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+  MMA_VT F truncf(F a) { return _mm256_round_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
   MMA_VT F asf(I a) { return _mm256_castsi256_ps(a); }
   MMA_VT I asi(F a) { return _mm256_castps_si256(a); }
   MMA_VT I cvtt(F a) { return _mm256_cvttps_epi32(a); }  // toward zero

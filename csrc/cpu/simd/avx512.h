@@ -65,6 +65,8 @@ struct Avx512 {
   MMA_VT512 F mul(F a, F b) { return _mm512_mul_ps(a, b); }
   MMA_VT512 F addf(F a, F b) { return _mm512_add_ps(a, b); }
   MMA_VT512 F fmadd(F a, F b, F c) { return _mm512_fmadd_ps(a, b, c); }
+  MMA_VT512 F floorf(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC); }
+  MMA_VT512 F truncf(F a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC); }
   MMA_VT512 F asf(I a) { return _mm512_castsi512_ps(a); }
   MMA_VT512 I asi(F a) { return _mm512_castps_si512(a); }
   MMA_VT512 I cvtt(F a) { return _mm512_cvttps_epi32(a); }

@@ -70,6 +70,8 @@ struct Neon {
   MMA_VTN F mul(F a, F b) { return vmulq_f32(a, b); }
   MMA_VTN F addf(F a, F b) { return vaddq_f32(a, b); }
   MMA_VTN F fmadd(F a, F b, F c) { return vfmaq_f32(c, a, b); }
+  MMA_VTN F floorf(F a) { return vrndmq_f32(a); }
+  MMA_VTN F truncf(F a) { return vrndq_f32(a); }
   MMA_VTN F asf(I a) { return vreinterpretq_f32_s32(a); }
   MMA_VTN I asi(F a) { return vreinterpretq_s32_f32(a); }
   MMA_VTN I cvtt(F a) { return vcvtq_s32_f32(a); }  // toward zero (the kernels stay in range)
