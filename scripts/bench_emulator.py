@@ -88,6 +88,7 @@ def main():
     p.add_argument("--size", type=int, default=512)
     p.add_argument("--device", default="cpu")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.add_argument("--all", action="store_true", help="one line per registry row")
     p.add_argument("--only", default=None, help="with --all: rows whose 'arch input op' "
                    "contains one of these comma-separated strings")
@@ -96,8 +97,10 @@ def main():
     p.add_argument("--schedule", action="append", help="also time these schedules (preset "
                    "or 'schedule:...') against the plain chain (repeatable)")
     args = p.parse_args()
-    if args.size < 1 or args.reps < 0:
-        p.error("--size must be >= 1 and --reps >= 0")
+    if args.size < 1 or args.reps < 0 or args.threads < 0:
+        p.error("--size must be >= 1, --reps and --threads >= 0")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         print("bench_emulator: --device cuda but torch sees no CUDA device", file=sys.stderr)
