@@ -51,11 +51,13 @@ inline void decode_scales(const View3& v, int64_t bi, int64_t M, int64_t b0, int
                           std::vector<uint8_t>& flags) {
   out.resize(size_t(M * nb));
   flags.assign(size_t(M), 0);
-  for (int64_t i = 0; i < M; ++i)
-    for (int64_t k = 0; k < nb; ++k) {
-      out[size_t(i * nb + k)] = decode(f, transposed ? v.at(bi, b0 + k, i) : v.at(bi, i, b0 + k));
-      flags[size_t(i)] |= out[size_t(i * nb + k)].cls;
-    }
+  at::parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      for (int64_t k = 0; k < nb; ++k) {
+        out[size_t(i * nb + k)] = decode(f, transposed ? v.at(bi, b0 + k, i) : v.at(bi, i, b0 + k));
+        flags[size_t(i)] |= out[size_t(i * nb + k)].cls;
+      }
+  });
 }
 inline void decode_scales(const View3& v, int64_t bi, int64_t M, int64_t nb, bool transposed,
                           const FormatDesc& f, std::vector<Dec>& out,

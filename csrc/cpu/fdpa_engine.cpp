@@ -165,13 +165,17 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
     pl.sae.resize(size_t(M * nblk));
     pl.sbv.assign(size_t(pl.NP * nblk * kW), 0.0);
     pl.sbe.assign(size_t(pl.NP * nblk * kW), kZeroScaleExp);
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t b = 0; b < nblk; ++b) put(SA[i * nblk + b], pl.sav[size_t(i * nblk + b)], pl.sae[size_t(i * nblk + b)]);
-    for (int64_t j = 0; j < N; ++j)
-      for (int64_t b = 0; b < nblk; ++b) {
-        const size_t at = size_t(((j / kW) * nblk + b) * kW + j % kW);
-        put(SB[j * nblk + b], pl.sbv[at], pl.sbe[at]);
-      }
+    par(M, 64, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        for (int64_t b = 0; b < nblk; ++b) put(SA[i * nblk + b], pl.sav[size_t(i * nblk + b)], pl.sae[size_t(i * nblk + b)]);
+    });
+    par(N, 64, [&](int64_t lo, int64_t hi) {
+      for (int64_t j = lo; j < hi; ++j)
+        for (int64_t b = 0; b < nblk; ++b) {
+          const size_t at = size_t(((j / kW) * nblk + b) * kW + j % kW);
+          put(SB[j * nblk + b], pl.sbv[at], pl.sbe[at]);
+        }
+    });
   }
   par(M, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
