@@ -1,5 +1,6 @@
-// Run-time choice of the CPU fast paths (ISA, MMA_EMU_SCALAR), their single eligibility
-// test, and Ctrl-C handling for long calls.
+// Run-time choice of the CPU fast paths (ISA, MMA_EMU_SCALAR, MMA_EMU_CPU_ISA), the K block
+// budget, the _cpu_fast_path op, and Ctrl-C handling for long calls (the eligibility test
+// itself is eligible.cpp).
 #include <Python.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/library.h>
