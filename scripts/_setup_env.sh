@@ -65,6 +65,15 @@ if online && ! command -v dot >/dev/null 2>&1 && command -v apt-get >/dev/null 2
     || echo "[setup] warning: graphviz tools unavailable; rendering tests will skip"
 fi
 
+# aarch64 cross compiler and qemu-user: the NEON kernels' exactness test
+# (tests/test_cpu_fast_native.py skips without them)
+if online && { ! command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || ! command -v qemu-aarch64 >/dev/null 2>&1; } \
+    && command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  echo "[setup] installing g++-aarch64-linux-gnu and qemu-user (NEON exactness test)"
+  (timeout "$NET_TIMEOUT" apt-get install -y -qq g++-aarch64-linux-gnu qemu-user >/dev/null 2>&1 || (timeout "$NET_TIMEOUT" apt-get update -qq >/dev/null 2>&1 && timeout "$((NET_TIMEOUT * 3))" apt-get install -y -qq g++-aarch64-linux-gnu qemu-user >/dev/null 2>&1)) \
+    || echo "[setup] warning: aarch64 cross tools unavailable; the NEON test will skip"
+fi
+
 # the build needs Python.h (a python without its -dev package has none)
 if ! "$VPY" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
   if [ -z "${CPATH:-}" ]; then

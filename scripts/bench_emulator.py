@@ -6,8 +6,10 @@
     python scripts/bench_emulator.py --all --vs-scalar    # ... and the scalar path (MMA_EMU_SCALAR=1)
     python scripts/bench_emulator.py --size 1024 --arch gfx942 --format bf16
 
-The CPU kernel picks a vectorised fast path (AVX-512 / AVX2) where one serves the row; the
-"path" column says which (scalar = the per-element core chain).  --vs-scalar also times the
+The CPU kernel picks a vectorised fast path (AVX-512 / AVX2 / NEON) where one serves the row;
+the "path" column says which (scalar = the per-element core chain).  --all also prints each
+row's speed over the sm90 fp16 -> fp32 row's, timed in the same run ("/ sm90"), and
+MMA_EMU_CPU_ISA=avx2 measures an AVX2-only CPU on an AVX-512 one.  --vs-scalar also times the
 scalar path in the same run and prints the speed-up.  Timings on a shared machine are noisy:
 compare the ratios, which are measured in the same run, and take the best of --reps.
 
@@ -86,14 +88,19 @@ def main():
     p.add_argument("--size", type=int, default=512)
     p.add_argument("--device", default="cpu")
     p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
     p.add_argument("--all", action="store_true", help="one line per registry row")
+    p.add_argument("--only", default=None, help="with --all: rows whose 'arch input op' "
+                   "contains one of these comma-separated strings")
     p.add_argument("--vs-scalar", action="store_true",
                    help="also time the scalar CPU path (MMA_EMU_SCALAR=1) in the same run")
     p.add_argument("--schedule", action="append", help="also time these schedules (preset "
                    "or 'schedule:...') against the plain chain (repeatable)")
     args = p.parse_args()
-    if args.size < 1 or args.reps < 0:
-        p.error("--size must be >= 1 and --reps >= 0")
+    if args.size < 1 or args.reps < 0 or args.threads < 0:
+        p.error("--size must be >= 1, --reps and --threads >= 0")
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         print("bench_emulator: --device cuda but torch sees no CUDA device", file=sys.stderr)
@@ -108,6 +115,10 @@ def main():
     print(f"torch {torch.__version__}, {where}, {n}^3, best of {args.reps}")
     if args.all:
         specs = [row_spec(r) for r in ROWS]
+        if args.only:
+            keys = args.only.split(",")
+            specs = [s for s in specs
+                     if any(k in f"{s.arch} {s.in_format} {s.op}" for k in keys)]
     else:
         try:
             specs = [tme.spec(args.arch, args.format, args.out)]
@@ -120,7 +131,14 @@ def main():
     t_ref = best_time(lambda: torch.matmul(A32, B32), max(args.reps, 3), sync)
     ref = n ** 3 / t_ref
     print(f"fp32 torch.matmul: {ref:.3g} MAC/s")
+    base = None
+    if args.all and not cuda:   # the sm90 fp16 row, the yardstick of the other rows
+        kw = operands(tme.spec("sm90", "fp16"), n, n, n, "normal", torch.Generator().manual_seed(1))
+        base = n ** 3 / best_time(lambda: tme.emulated_mm(**kw), max(args.reps, 3), sync)
+        print(f"sm90 fp16 -> fp32 (the '/ sm90' yardstick): {base:.3g} MAC/s")
     head = f"{'arch':7} {'input':13} {'out':5} {'model':42} {'path':13} {'emulated MAC/s':>14} {'ratio':>8}"
+    if base:
+        head += f" {'/ sm90':>7}"
     if args.vs_scalar:
         head += f" {'scalar MAC/s':>13} {'speed-up':>9}"
     print(head)
@@ -129,8 +147,13 @@ def main():
         kw = {k: (v.to(args.device) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
         emu = n ** 3 / best_time(lambda: tme.emulated_mm(**kw), args.reps, sync)
         path = "cuda" if cuda else cpu_path(s)
-        line = (f"{s.arch:7} {s.in_format:13} {s.out_format:5} {s.describe()[:42]:42} {path:13} "
+        model = s.describe()
+        if s.passes > 1 or s.c_join == "final":
+            model = f"{s.passes}-pass " + model
+        line = (f"{s.arch:7} {s.in_format:13} {s.out_format:5} {model[:42]:42} {path:13} "
                 f"{emu:14.3g} {ref / emu:7.1f}x")
+        if base:
+            line += f" {emu / base:7.2f}"
         if args.vs_scalar and not cuda:
             with scalar_path(True):
                 sc = n ** 3 / best_time(lambda: tme.emulated_mm(**kw), 1, sync, budget=0.5)

@@ -41,7 +41,8 @@ needs_fast = pytest.mark.skipif(not ISAS, reason="no AVX2 on this CPU: only the 
 def _id(s):
     b = f"x{s.in_format_b}" if s.in_format_b else ""
     sc = f"-{s.scale_format}{s.block_size}" if s.scaled else ""
-    return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}{sc}-L{s.L}"
+    mp = f"-{s.passes}pass{'-cfinal' if s.c_join == 'final' else ''}" if s.multipass else ""
+    return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}{sc}-L{s.L}{mp}"
 
 
 def run(kw, mode, c_mode="chain"):
@@ -76,14 +77,13 @@ def gen(*key):
 
 @needs_fast
 def test_fast_paths_serve_the_expected_rows():
-    """Eligibility does not silently drop rows: which ops take which path."""
-    expect = {"t_fdpa": "fdpa", "st_fdpa": "fdpa", "fma": "fma", "ftz_addmul": "ftz"}
-    if ISAS[0] == "avx512":  # TR/GTR-FDPA have an AVX-512 kernel only
-        expect.update(tr_fdpa="tr", gtr_fdpa="tr", e_fdpa="e", gst_fdpa="gst")
-    for s in ROW_SPECS:
-        got = fast_path(s)
-        want = expect.get(s.op) if s.passes == 1 and s.c_join == "first" else None  # multi-pass: core
-        assert got == (f"{ISAS[0]}:{want}" if want else "scalar"), (_id(s), got)
+    """Eligibility does not silently drop rows: every registry row (multi-pass instructions
+    included) takes its vector kernel on every instruction set this CPU has."""
+    expect = {"t_fdpa": "fdpa", "st_fdpa": "fdpa", "fma": "fma", "ftz_addmul": "ftz",
+              "tr_fdpa": "tr", "gtr_fdpa": "tr", "e_fdpa": "e", "gst_fdpa": "gst"}
+    for isa in ISAS:
+        for s in ROW_SPECS:
+            assert fast_path(s, isa) == f"{isa}:{expect[s.op]}", (_id(s), isa, fast_path(s, isa))
     with cpu_path("scalar"):
         assert all(torch.ops.mma_emu._cpu_fast_path(s.to_params()) == "scalar" for s in ROW_SPECS)
     with pytest.raises(ValueError, match="parameters"):

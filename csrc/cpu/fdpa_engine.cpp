@@ -1,0 +1,252 @@
+// The FDPA engine (fdpa_engine.h): planes of one K block, the core's chunk for handed-back
+// lanes, and the choice of kernel.  No torch here.
+#include "fdpa_engine.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "fpenv.h"
+#include "values_engine.h"
+
+namespace mma {
+
+namespace {
+
+constexpr int kWindow = 31;  // plane window: |decoded exponent (+ scale exponent)| <= 31
+constexpr int32_t kZeroScaleExp = -100000;  // GST: a zero scale never enters emax
+
+// sig * 2^(e - mbits) as an fp32 (exact: |sig| < 2^11, e - mbits in [-41, 31]).
+inline float plane_value(int32_t sig, int32_t e, int32_t mbits) {
+  if (e - mbits < -120)  // E-FDPA planes (no window): two normal scalings, exact result
+    return float(sig) * f32_of(uint32_t(e - mbits + 64 + 127) << 23) * f32_of(uint32_t(127 - 64) << 23);
+  return float(sig) * f32_of(uint32_t(e - mbits + 127) << 23);
+}
+
+// One operand row (A row i or B column j): true when it can use the planes.  kmap: plane
+// position -> k (multi-pass), or null (identity).
+// store(q, value, exponent (max side), exponent (min side)).
+template <class Store>
+bool fill_row(const Operand& r, int64_t K, int64_t Kp, const int32_t* kmap, int32_t mbits,
+              const Dec* sc, int32_t block, uint8_t flags, bool window, Store store) {
+  if (flags) return false;
+  for (int64_t k = 0; k < K && window; ++k)
+    if (r.sig[k] != 0) {
+      const int32_t e = r.exp[k] + (sc ? sc[k / block].exp : 0);
+      if (e < -kWindow || e > kWindow) return false;
+    }
+  for (int64_t q = 0; q < Kp; ++q) {
+    const int64_t k = kmap ? kmap[q] : q;
+    if (k < 0 || k >= K || r.sig[k] == 0) { store(q, 0.0f, int8_t(-128), int8_t(127)); continue; }
+    const int32_t e = r.exp[k] + (sc ? sc[k / block].exp : 0);
+    const bool in = e >= -kWindow && e <= kWindow;  // E-FDPA (no window): outside fails its check
+    store(q, plane_value(r.sig[k], e, mbits), int8_t(in ? e : 100), int8_t(in ? e : -100));
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---- Fallback ------------------------------------------------------------------------------
+uint32_t Fallback::chunk(int64_t i, int64_t j, int64_t k0, uint32_t acc) const {
+  const Params& Pr = *P;
+  const OutFmt o = out_fmt(Pr.rho);
+  const bool half = Pr.rho == kRneFp16;
+  const uint64_t a = half ? f16_bits_of_f32(acc) : acc;
+  const int64_t K = pl->K;
+  uint64_t r;
+  if (pl->kmap.empty()) {
+    const Chunk ch{A->row(i, K).shifted(int(k0)), B->row(j, K).shifted(int(k0)),
+                   int(std::min<int64_t>(Pr.L, K - k0)), int(k0),
+                   SA ? SA + i * pl->nblk : nullptr, SB ? SB + j * pl->nblk : nullptr};
+    r = fused_op(Pr, o, ch, a, false);
+  } else {  // a pass of a multi-pass instruction: its k gathered (padding left out)
+    int32_t as[kMaxPassL], ae[kMaxPassL], bs[kMaxPassL], be[kMaxPassL];
+    uint8_t ac[kMaxPassL], bc[kMaxPassL];
+    const Operand ra = A->row(i, K), rb = B->row(j, K);
+    int n = 0;
+    for (int q = 0; q < Pr.L; ++q) {
+      const int32_t k = pl->kmap[size_t(k0 + q)];
+      if (k < 0) continue;
+      as[n] = ra.sig[k]; ae[n] = ra.exp[k]; ac[n] = ra.cls[k];
+      bs[n] = rb.sig[k]; be[n] = rb.exp[k]; bc[n] = rb.cls[k];
+      ++n;
+    }
+    const Chunk ch{Operand{as, ae, ac}, Operand{bs, be, bc}, n, int(k0), nullptr, nullptr};
+    r = fused_op(Pr, o, ch, a, false);
+  }
+  return half ? f32_bits_of_f16(uint32_t(r)) : uint32_t(r);
+}
+
+uint32_t Fallback::join(uint32_t t, uint32_t c) const {
+  if (P->rho != kRneFp16) return uint32_t(epilogue_add(*P, t, c));
+  return f32_bits_of_f16(uint32_t(epilogue_add(*P, f16_bits_of_f32(t), f16_bits_of_f32(c))));
+}
+
+// ---- FdpaEngine ----------------------------------------------------------------------------
+bool isa_has_kernels(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2: return fdpa_kernels_avx2().t != nullptr;
+    case Isa::kAvx512: return fdpa_kernels_avx512().t != nullptr;
+    case Isa::kNeon: return fdpa_kernels_neon().t != nullptr;
+    default: return false;
+  }
+}
+
+ValueKernels value_kernels(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2: return value_kernels_avx2();
+    case Isa::kAvx512: return value_kernels_avx512();
+    case Isa::kNeon: return value_kernels_neon();
+    default: return ValueKernels{};
+  }
+}
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+    case Isa::kNeon: return "neon";
+    default: return "scalar";
+  }
+}
+
+bool FdpaEngine::setup(const Params& P, Isa isa) {
+  FdpaKernels ks{nullptr, nullptr, nullptr, nullptr};
+  if (isa == Isa::kAvx2) ks = fdpa_kernels_avx2();
+  else if (isa == Isa::kAvx512) ks = fdpa_kernels_avx512();
+  else if (isa == Isa::kNeon) ks = fdpa_kernels_neon();
+  kind_ = fast_eligible(P);
+  fn_ = kind_ == FastKind::kFdpa ? ks.t : kind_ == FastKind::kTr ? ks.tr
+        : kind_ == FastKind::kE ? ks.e : kind_ == FastKind::kGst ? ks.gst : nullptr;
+  P_ = P;
+  return fn_ != nullptr;
+}
+
+void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const Dec* SB,
+                       const uint8_t* fsa, const uint8_t* fsb, int64_t nblk, int64_t M, int64_t N,
+                       int64_t K, const ParFor& par) {
+  const Params& P = P_;
+  Planes& pl = pl_;
+  const int64_t instr = int64_t(P.L) * P.passes;
+  pl.M = M; pl.N = N; pl.K = K; pl.nblk = nblk;
+  pl.Kp = (K + instr - 1) / instr * instr;
+  pl.NP = (N + kW - 1) / kW;
+  const int64_t Kp = pl.Kp;
+  pl.av.assign(size_t(M * Kp), 0.0f);
+  pl.ae.assign(size_t(M * Kp), int8_t(-128));
+  pl.bv.assign(size_t(pl.NP * Kp * kW), 0.0f);
+  pl.be.assign(size_t(pl.NP * Kp * kW), int8_t(-128));
+  const bool two = P.op == kEFdpa;  // E-FDPA: the minimum-side planes too
+  pl.ae2.assign(two ? size_t(M * Kp) : 0, int8_t(127));
+  pl.be2.assign(two ? size_t(pl.NP * Kp * kW) : 0, int8_t(127));
+  pl.row_ok.assign(size_t(M), 0);
+  pl.col_ok.assign(size_t(pl.NP * kW), 0);
+  pl.kmap.clear();
+  if (P.passes > 1) {  // each instruction's k pass by pass
+    pl.kmap.assign(size_t(Kp), -1);
+    for (int64_t k0 = 0; k0 < Kp; k0 += instr)
+      for (int p = 0; p < P.passes; ++p)
+        for (int q = 0; q < P.L; ++q) {
+          const int64_t k = k0 + pass_k(P, p, q);
+          if (k < K) pl.kmap[size_t(k0 + p * P.L + q)] = int32_t(k);
+        }
+  }
+  const int32_t* kmap = pl.kmap.empty() ? nullptr : pl.kmap.data();
+  const bool gst = P.op == kGstFdpa;
+  const bool scaled = SA != nullptr && !gst;  // ST-FDPA folds the scale exponents in
+  const bool window = P.op != kEFdpa;  // E-FDPA reads values only (exponent plane unused)
+  if (gst) {
+    auto sval = [&](const Dec& d) { return double(d.sig) * std::ldexp(1.0, d.exp - P.fs.mbits); };
+    auto put = [&](const Dec& d, double& v, int32_t& e) {
+      v = d.cls == kFinite ? sval(d) : 0.0;
+      e = v != 0.0 ? d.exp : kZeroScaleExp;
+    };
+    pl.sav.resize(size_t(M * nblk));
+    pl.sae.resize(size_t(M * nblk));
+    pl.sbv.assign(size_t(pl.NP * nblk * kW), 0.0);
+    pl.sbe.assign(size_t(pl.NP * nblk * kW), kZeroScaleExp);
+    par(M, 64, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        for (int64_t b = 0; b < nblk; ++b) put(SA[i * nblk + b], pl.sav[size_t(i * nblk + b)], pl.sae[size_t(i * nblk + b)]);
+    });
+    par(N, 64, [&](int64_t lo, int64_t hi) {
+      for (int64_t j = lo; j < hi; ++j)
+        for (int64_t b = 0; b < nblk; ++b) {
+          const size_t at = size_t(((j / kW) * nblk + b) * kW + j % kW);
+          put(SB[j * nblk + b], pl.sbv[at], pl.sbe[at]);
+        }
+    });
+  }
+  par(M, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) {
+      float* v = pl.av.data() + i * Kp;
+      int8_t* e = pl.ae.data() + i * Kp;
+      int8_t* e2 = two ? pl.ae2.data() + i * Kp : nullptr;
+      const bool ok = fill_row(A.row(i, K), K, Kp, kmap, P.fa.mbits, scaled ? SA + i * nblk : nullptr,
+                               P.block, A.row_flags[size_t(i)] | (SA ? fsa[i] : 0), window,
+                               [&](int64_t k, float x, int8_t ex, int8_t ex2) {
+                                 v[k] = x; e[k] = ex;
+                                 if (e2) e2[k] = ex2;
+                               });
+      pl.row_ok[size_t(i)] = ok;
+      if (!ok) {
+        std::fill(v, v + Kp, 0.0f);
+        std::fill(e, e + Kp, int8_t(-128));
+        if (e2) std::fill(e2, e2 + Kp, int8_t(127));
+      }
+    }
+  });
+  par(N, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t j = lo; j < hi; ++j) {
+      const int64_t at = (j / kW) * Kp * kW + j % kW;
+      float* v = pl.bv.data() + at;
+      int8_t* e = pl.be.data() + at;
+      int8_t* e2 = two ? pl.be2.data() + at : nullptr;
+      const bool ok = fill_row(B.row(j, K), K, Kp, kmap, P.fb.mbits, scaled ? SB + j * nblk : nullptr,
+                               P.block, B.row_flags[size_t(j)] | (SB ? fsb[j] : 0), window,
+                               [&](int64_t k, float x, int8_t ex, int8_t ex2) {
+                                 v[k * kW] = x; e[k * kW] = ex;
+                                 if (e2) e2[k * kW] = ex2;
+                               });
+      pl.col_ok[size_t(j)] = ok;
+      if (!ok)
+        for (int64_t k = 0; k < Kp; ++k) {
+          v[k * kW] = 0.0f;
+          e[k * kW] = int8_t(-128);
+          if (e2) e2[k * kW] = int8_t(127);
+        }
+    }
+  });
+  if (two) {  // E-FDPA: fp64 copies of the value planes
+    pl.avd.resize(pl.av.size());
+    pl.bvd.resize(pl.bv.size());
+    par(M, 64, [&](int64_t lo, int64_t hi) {
+      for (int64_t q = lo * Kp; q < hi * Kp; ++q) pl.avd[size_t(q)] = double(pl.av[size_t(q)]);
+    });
+    par(pl.NP, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t q = lo * Kp * kW; q < hi * Kp * kW; ++q) pl.bvd[size_t(q)] = double(pl.bv[size_t(q)]);
+    });
+  } else {
+    pl.avd.clear();
+    pl.bvd.clear();
+  }
+  fb_ = Fallback{&P_, &pl_, &A, &B, SA, SB};
+}
+
+void FdpaEngine::run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, uint32_t* acc,
+                     int64_t ld) const {
+  if (k1 <= k0 || i1 <= i0) return;  // an empty range leaves the accumulators as they are
+  const Params& P = P_;
+  const int64_t instr = int64_t(P.L) * P.passes;
+  // the planes are zero-padded to Kp: a range ending at K ends at Kp
+  const int64_t kend = std::min(pl_.Kp, (k1 + instr - 1) / instr * instr);
+  // K blocks of about 128 keep a panel slice in L1 while the row block sweeps it; whole
+  // instructions (the c_join = "final" value lives in registers across a block's passes)
+  const int64_t KB = std::max<int64_t>(1, 128 / instr) * instr;
+  FpEnvGuard env;  // round to nearest, no FTZ / DAZ
+  for (int64_t kb = k0; kb < kend; kb += KB)
+    for (int64_t p = 0; p < pl_.NP; ++p)
+      fn_(P, pl_, fb_, i0, i1, p, kb, std::min(kend, kb + KB), acc, ld);
+}
+
+}  // namespace mma

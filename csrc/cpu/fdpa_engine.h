@@ -1,0 +1,157 @@
+// The vectorised FDPA kernels' data and driver, without torch (so the exactness harness of
+// tests/native builds it for aarch64 too): decoded operands of one K block, their planes,
+// the core's chunk for the lanes the vector code hands back, and the kernel table of each
+// instruction set (kern_*.cpp, one source in kern/ compiled per ISA).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "../core/chain.h"
+
+namespace mma {
+
+enum class Isa : int { kScalar = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3 };
+enum class FastKind : int { kNone = 0, kFdpa, kFma, kFtz, kTr, kE, kGst };
+
+// The one eligibility test: which fast path serves this parameter vector, checking every
+// Params field the fast paths rely on.  Anything unknown falls back to the scalar path.
+FastKind fast_eligible(const Params& P);
+// The instruction sets this build has vector kernels for (best first), and whether isa has
+// one for kind.
+bool isa_has_kernels(Isa isa);
+const char* isa_name(Isa isa);
+
+// Decoded operands (the core's Operand as structure of arrays): rows of K codes.
+struct Decoded {
+  std::vector<int32_t> sig, exp;
+  std::vector<uint8_t> cls;
+  std::vector<uint8_t> row_flags;  // row i holds a NaN or an infinity
+  Operand row(int64_t i, int64_t K) const {
+    return Operand{sig.data() + i * K, exp.data() + i * K, cls.data() + i * K};
+  }
+  void resize(int64_t rows, int64_t K) {
+    sig.resize(size_t(rows * K));
+    exp.resize(size_t(rows * K));
+    cls.resize(size_t(rows * K));
+    row_flags.assign(size_t(rows), 0);
+  }
+  // row i, k in [0, K): the codes get(k) in format f
+  template <class Get>
+  void decode_row(int64_t i, int64_t K, const FormatDesc& f, Get get) {
+    uint8_t fl = 0;
+    for (int64_t k = 0; k < K; ++k) {
+      const Dec d = decode(f, get(k));
+      const size_t at = size_t(i * K + k);
+      sig[at] = d.sig;
+      exp[at] = d.exp;
+      cls[at] = d.cls;
+      fl |= d.cls;
+    }
+    row_flags[size_t(i)] = fl;
+  }
+};
+
+// fp16 accumulators live in the fast kernels as the fp32 word of the same value; these two
+// conversions are exact for every fp16 code (NaN payloads included).
+inline uint32_t f32_bits_of_f16(uint32_t h) {
+  const uint32_t s = (h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023;
+  if (e == 31) return s | 0x7F800000u | (m << 13);
+  if (e == 0) return m ? (s | bits_of(float(m) * f32_of(uint32_t(127 - 24) << 23))) : s;
+  return s | ((e + 112) << 23) | (m << 13);
+}
+inline uint32_t f16_bits_of_f32(uint32_t f) {  // f holds an fp16 value (or NaN / Inf)
+  const uint32_t s = (f >> 31) << 15, E = (f >> 23) & 255, m = f & 0x7FFFFF;
+  if (E == 255) return s | 0x7C00u | (m >> 13);
+  if (E == 0) return s;
+  const int32_t e = int32_t(E) - 127;
+  if (e >= -14) return s | (uint32_t(e + 15) << 10) | (m >> 13);
+  return s | ((0x800000u | m) >> (13 - 14 - e));
+}
+
+constexpr int kW = 32;  // output columns per panel
+
+// A as value + int8 exponent planes (M, Kp); B as panels [NP][Kp][32].  Zero operands and
+// rows/columns outside the window hold value 0 and exponent -128.  Multi-pass instructions
+// store each instruction's k pass by pass (position p * L + q holds the pass's q-th k), so
+// every pass is one contiguous chunk of L.
+struct Planes {
+  int64_t M = 0, N = 0, K = 0, Kp = 0, NP = 0, nblk = 0;
+  std::vector<float> av, bv;
+  std::vector<int8_t> ae, be;
+  // E-FDPA only: exponents for the span check, minimum side (zero operands 127); ae / be hold
+  // the maximum side (zero -128); exponents outside [-31, 31] are 100 / -100 (check fails)
+  std::vector<int8_t> ae2, be2;
+  std::vector<double> avd, bvd;  // E-FDPA only: the value planes in fp64 (no conversions in the loop)
+  std::vector<uint8_t> row_ok, col_ok;
+  std::vector<int32_t> kmap;  // multi-pass: plane position -> k (-1: padding)
+  // GST-FDPA only: scale values sig * 2^(exp - mbits) and exponents, A as (M, nblk), B as
+  // panels [NP][nblk][32]
+  std::vector<double> sav, sbv;
+  std::vector<int32_t> sae, sbe;
+  uint32_t okmask(int64_t p) const {
+    uint32_t m = 0;
+    for (int l = 0; l < kW; ++l) m |= uint32_t(col_ok[size_t(p * kW + l)]) << l;
+    return m;
+  }
+};
+
+// The core's chunk, for the lanes the vector code hands back (out of line: cold).
+struct Fallback {
+  const Params* P;
+  const Planes* pl;
+  const Decoded* A;
+  const Decoded* B;
+  const Dec* SA;  // scale decodes (M | N, nblk) or null
+  const Dec* SB;
+  // the chunk at plane position k0 from the accumulator acc (fp32 word; fp16 values too)
+  uint32_t chunk(int64_t i, int64_t j, int64_t k0, uint32_t acc) const;
+  // multi-pass c_join = "final": t + c in one IEEE addition of the output format
+  uint32_t join(uint32_t t, uint32_t c) const;
+};
+
+// One kernel: chunks [kc0, kc1) (plane positions, on instruction boundaries) of rows
+// [i0, i1) x panel p; acc: fp32 words, row stride ld.  Lanes of columns that are not ok are
+// left as they were.
+using PanelFn = void (*)(const Params&, const Planes&, const Fallback&, int64_t i0, int64_t i1,
+                         int64_t p, int64_t kc0, int64_t kc1, uint32_t* acc, int64_t ld);
+struct FdpaKernels {
+  PanelFn t, tr, e, gst;
+};
+FdpaKernels fdpa_kernels_avx2();
+FdpaKernels fdpa_kernels_avx512();
+FdpaKernels fdpa_kernels_neon();
+
+// How the caller runs loops in parallel: body(lo, hi) over [0, n) in pieces of >= grain.
+using ParFor = std::function<void(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body)>;
+inline void serial_for(int64_t n, int64_t, const std::function<void(int64_t, int64_t)>& body) {
+  if (n > 0) body(0, n);
+}
+
+// The FDPA kernels over one K block: planes from decoded operands, then any chunk range.
+class FdpaEngine {
+ public:
+  // false when isa / P has no vector kernel (nothing prepared)
+  bool setup(const Params& P, Isa isa);
+  // operands of K (a block), SA / SB: scale decodes (M | N, nblk) or null, fsa / fsb their
+  // NaN flags.  The decoded operands must live as long as the engine runs.
+  void build(const Decoded& A, const Decoded& B, const Dec* SA, const Dec* SB,
+             const uint8_t* fsa, const uint8_t* fsb, int64_t nblk, int64_t M, int64_t N,
+             int64_t K, const ParFor& par);
+  int64_t width() const { return pl_.NP * kW; }
+  bool row_ok(int64_t i) const { return pl_.row_ok[size_t(i)] != 0; }
+  bool col_ok(int64_t j) const { return pl_.col_ok[size_t(j)] != 0; }
+  const Planes& planes() const { return pl_; }
+  // acc rows [i0, i1) (stride ld, fp32 words) over the products [k0, k1) (k0 on an
+  // instruction boundary); lanes with !row_ok || !col_ok are left as they were
+  void run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, uint32_t* acc, int64_t ld) const;
+
+ private:
+  Params P_{};
+  FastKind kind_ = FastKind::kNone;
+  PanelFn fn_ = nullptr;
+  Planes pl_;
+  Fallback fb_{};
+};
+
+}  // namespace mma

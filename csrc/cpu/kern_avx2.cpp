@@ -1,0 +1,38 @@
+// The FDPA and IEEE-value kernels of kern/ compiled for x86 AVX2 (+ FMA, F16C).
+#include "fdpa_engine.h"
+#include "values_engine.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
+#include "simd/avx2.h"
+
+namespace mma {
+namespace k_avx2 {
+using V = simd::Avx2;
+#define MMA_K MMA_KT
+#include "kern/common.inc"
+#include "kern/t_fdpa.inc"
+#include "kern/tr_fdpa.inc"
+#include "kern/e_fdpa.inc"
+#include "kern/gst_fdpa.inc"
+#include "kern/values.inc"
+#undef MMA_K
+}  // namespace k_avx2
+ValueKernels value_kernels_avx2() {
+  ValueKernels k;
+  k.wf = 2 * k_avx2::V::kN;
+  k.wd = 2 * k_avx2::V::kND;
+  k.f32 = k_avx2::fma_rows_f32;
+  k.f64 = k_avx2::fma_rows_f64;
+  k.ftz = k_avx2::ftz_rows;
+  return k;
+}
+FdpaKernels fdpa_kernels_avx2() {
+  return {k_avx2::t_panel, k_avx2::tr_panel, k_avx2::e_panel, k_avx2::gst_panel};
+}
+}  // namespace mma
+#else
+namespace mma {
+FdpaKernels fdpa_kernels_avx2() { return {nullptr, nullptr, nullptr, nullptr}; }
+ValueKernels value_kernels_avx2() { return ValueKernels{}; }
+}  // namespace mma
+#endif

@@ -1,0 +1,114 @@
+// The FMA-chain / FTZ-AddMul kernels (kern/values.inc, one source per ISA) and their packed
+// operands, without torch (the aarch64 harness of tests/native builds it too).  B is packed
+// into panels [NP][Kp][W] (W = two registers of columns), A into rows (M, Kp); FTZ-AddMul
+// flushes input subnormals (of the input format) while packing.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "fdpa_engine.h"
+
+namespace mma {
+
+struct ValueKernels {
+  int wf = 0, wd = 0;  // panel widths (columns) for fp32 and fp64
+  void (*f32)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) = nullptr;
+  void (*f64)(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t) = nullptr;
+  void (*ftz)(int, const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) = nullptr;
+};
+ValueKernels value_kernels_avx2();
+ValueKernels value_kernels_avx512();
+ValueKernels value_kernels_neon();
+ValueKernels value_kernels(Isa isa);
+
+template <class T>
+struct ValuesEngine {
+  ValueKernels ks;
+  FastKind kind = FastKind::kNone;
+  int PP = 1, W = 0;
+  int64_t M = 0, K = 0, Kp = 0, NP = 0, Np = 0;
+  std::vector<T> Ap, Bp;
+
+  // false when isa has no kernel for P (FMA chain fp32 / fp64, FTZ-AddMul fp32)
+  bool setup(const Params& P, Isa isa) {
+    kind = fast_eligible(P);
+    ks = value_kernels(isa);
+    const bool f64 = sizeof(T) == 8;
+    if (kind == FastKind::kFma) {
+      if (f64 ? (P.rho != kRneFp64 || !ks.f64) : (P.rho != kRneFp32 || !ks.f32)) return false;
+    } else if (kind == FastKind::kFtz) {
+      if (f64 || !ks.ftz) return false;
+    } else {
+      return false;
+    }
+    PP = kind == FastKind::kFtz ? P.P : 1;
+    W = f64 ? ks.wd : ks.wf;
+    return W > 0;
+  }
+
+  // a(i, k) = a[i * as0 + k * as1] for k in [k0, k0 + Kb), b(k, j) = b[k * bs0 + j * bs1]
+  void pack(const Params& P, const T* a, int64_t as0, int64_t as1, const T* b, int64_t bs0,
+            int64_t bs1, int64_t M_, int64_t N, int64_t k0, int64_t Kb, const ParFor& par) {
+    M = M_;
+    K = Kb;
+    Kp = (K + PP - 1) / PP * PP;  // FTZ chunks are zero padded
+    NP = (N + W - 1) / W;
+    Np = NP * W;
+    const T tha = T(f32_of(uint32_t(P.fa.emin() + 127) << 23));
+    const T thb = T(f32_of(uint32_t(P.fb.emin() + 127) << 23));
+    const bool ftz = kind == FastKind::kFtz;
+    Ap.resize(size_t(M * Kp));
+    Bp.resize(size_t(NP * Kp * W));
+    // locals, not members, in the loops (the compiler cannot hoist members past the stores)
+    T* const Ad = Ap.data();
+    T* const Bd = Bp.data();
+    const int64_t Kl = K, Kpl = Kp, NPl = NP, Wl = W;
+    par(M, 64, [=](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i) {
+        T* dst = Ad + i * Kpl;
+        const T* src = a + i * as0 + k0 * as1;
+        if (ftz)
+          for (int64_t k = 0; k < Kl; ++k) {
+            const T x = src[k * as1];
+            dst[k] = (x < tha && x > -tha) ? T(0) : x;
+          }
+        else
+          for (int64_t k = 0; k < Kl; ++k) dst[k] = src[k * as1];
+        for (int64_t k = Kl; k < Kpl; ++k) dst[k] = T(0);
+      }
+    });
+    par(Kpl, 64, [=](int64_t lo, int64_t hi) {
+      for (int64_t k = lo; k < hi; ++k)
+        for (int64_t p = 0; p < NPl; ++p) {
+          T* dst = Bd + (p * Kpl + k) * Wl;
+          const T* src = b + (k0 + k) * bs0;
+          for (int64_t l = 0, j = p * Wl; l < Wl; ++l, ++j) {
+            const T x = (k < Kl && j < N) ? src[j * bs1] : T(0);
+            dst[l] = (ftz && x < thb && x > -thb) ? T(0) : x;
+          }
+        }
+    });
+  }
+
+  // acc rows [i0, i0 + rows) (stride ld) advanced over the packed products [k0, k1).
+  void run(int64_t i0, int64_t rows, int64_t k0, int64_t k1, T* acc, int64_t ld) const {
+    const int64_t kend = std::min(Kp, (k1 + PP - 1) / PP * PP);
+    const int64_t KB = std::max<int64_t>(PP, (kind == FastKind::kFtz ? 256 : 512) / PP * PP);
+    const T* arow = Ap.data() + i0 * Kp;
+    for (int64_t kb = k0; kb < kend; kb += KB) {
+      const int64_t ke = std::min(kend, kb + KB);
+      for (int64_t p = 0; p < NP; ++p) {
+        const T* bp = Bp.data() + p * Kp * W;
+        if constexpr (sizeof(T) == 4) {
+          if (kind == FastKind::kFtz) ks.ftz(PP, arow, Kp, rows, bp, kb, ke, acc + p * W, ld);
+          else ks.f32(arow, Kp, rows, bp, kb, ke, acc + p * W, ld);
+        } else {
+          ks.f64(arow, Kp, rows, bp, kb, ke, acc + p * W, ld);
+        }
+      }
+    }
+  }
+};
+
+}  // namespace mma

@@ -1,0 +1,126 @@
+"""The vector kernels without torch: tests/native/fast_exact.cpp (the header-only core plus the
+FDPA / IEEE-value kernels of csrc/cpu) built natively for AVX2 and AVX-512, and with an aarch64
+cross compiler for NEON, run under qemu-user.  For every registry row it compares the vector
+kernel with the scalar core on random, bit-stream, exponent-spread, cancelling and
+NaN/Inf-sprinkled inputs (zero mismatches allowed).  Speed under qemu is not measured.
+
+Skips where the tools are missing (scripts/_setup_env.sh installs g++-aarch64-linux-gnu and
+qemu-user where it can).  A deliberately broken build (-DMMA_TEST_BREAK flips bit 13 (an fp16 ulp) of
+every vector result) must fail on every FDPA row: the harness can fail.
+"""
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from torch_mma_emu.registry import ROWS, all_specs
+from helpers import fast_path
+import torch_mma_emu as tme
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = [ROOT / "tests/native/fast_exact.cpp"] + [
+    ROOT / "csrc/cpu" / f for f in ("fdpa_engine.cpp", "eligible.cpp", "kern_avx2.cpp",
+                                    "kern_avx512.cpp", "kern_neon.cpp")]
+FLAGS = ["-std=c++20", "-O2", "-ffp-contract=off", "-fno-fast-math"]
+BREAK = "-DMMA_TEST_BREAK(x)=V::xor_(x, V::set1(1 << 13))"
+X86 = platform.machine() in ("x86_64", "AMD64")
+
+
+def _name(s):
+    sc = f"-{s.scale_format}{s.block_size}" if s.scaled else ""
+    b = f"x{s.in_format_b}" if s.in_format_b else ""
+    mp = f"-{s.passes}pass" if s.multipass else ""
+    return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}{sc}-L{s.L}{mp}"
+
+
+def _rows(specs):
+    return "".join(f"{_name(s)} {' '.join(map(str, s.to_params()))}\n" for s in specs)
+
+
+ROW_SPECS = [r.make_spec(r.formats[0], r.formats[0], r.block_sizes[0] if r.block_sizes else 0)
+             for r in ROWS]
+
+
+def _build(cxx, out_name, extra=()):
+    """Compile the harness (cached under build/native by a hash of compiler, flags, sources)."""
+    srcs = SOURCES + sorted((ROOT / "csrc/core").glob("*.h")) + sorted(
+        (ROOT / "csrc/cpu").glob("*.h")) + sorted((ROOT / "csrc/cpu/simd").glob("*.h")) + sorted(
+        (ROOT / "csrc/cpu/kern").glob("*.inc"))
+    h = hashlib.sha256(" ".join([cxx, *FLAGS, *extra]).encode())
+    for p in srcs:
+        h.update(p.read_bytes())
+    exe = ROOT / "build/native" / f"{out_name}-{h.hexdigest()[:16]}"
+    if exe.exists():
+        return exe
+    exe.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [cxx, *FLAGS, *extra, "-o", str(exe) + ".tmp", *map(str, SOURCES)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-4000:]}"
+    os.replace(str(exe) + ".tmp", exe)
+    return exe
+
+
+def _run(cmd, specs, seed=1, timeout=600):
+    r = subprocess.run([*cmd, str(seed)], input=_rows(specs), capture_output=True, text=True,
+                       timeout=timeout)
+    lines = r.stdout.strip().splitlines()
+    return r.returncode, lines
+
+
+def _check(cmd, isa, specs, seed=1):
+    rc, lines = _run(cmd, specs, seed)
+    bad = [ln for ln in lines[:-1] if not ln.startswith("ok ")]
+    assert not bad and rc == 0, "\n".join(bad[:20] or lines[-5:])
+    assert lines[-1] == f"{len(specs)} passed, 0 failed", lines[-1]
+    # every row ran its vector kernel on this ISA
+    assert all(f" {isa}:" in ln for ln in lines[:-1])
+
+
+def _x86_isas():
+    if not X86:
+        return []
+    probe = tme.spec("sm90", "fp16")
+    return [i for i in ("avx512", "avx2") if fast_path(probe, i).startswith(i + ":")]
+
+
+@pytest.mark.skipif(not X86 or shutil.which("g++") is None, reason="needs g++ on x86-64")
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_native_kernels_equal_the_core(isa):
+    if isa not in _x86_isas():
+        pytest.skip(f"this CPU has no {isa}")
+    _check([str(_build("g++", "fast_exact")), isa], isa, ROW_SPECS)
+
+
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or
+                    shutil.which("qemu-aarch64") is None,
+                    reason="needs g++-aarch64-linux-gnu and qemu-user (scripts/_setup_env.sh "
+                           "installs them where it can)")
+def test_neon_kernels_equal_the_core_under_qemu():
+    exe = _build("aarch64-linux-gnu-g++", "fast_exact_aarch64", ["-static"])
+    _check(["qemu-aarch64", str(exe), "neon"], "neon", ROW_SPECS)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or
+                    shutil.which("qemu-aarch64") is None, reason="needs the aarch64 tools")
+@pytest.mark.parametrize("seed", [2, 3])
+def test_neon_every_format_pair_under_qemu(seed):
+    exe = _build("aarch64-linux-gnu-g++", "fast_exact_aarch64", ["-static"])
+    specs = [s for s in all_specs()]
+    _check(["qemu-aarch64", str(exe), "neon"], "neon", specs, seed)
+
+
+@pytest.mark.skipif(not X86 or shutil.which("g++") is None, reason="needs g++ on x86-64")
+def test_harness_catches_a_broken_kernel():
+    isas = _x86_isas()
+    if not isas:
+        pytest.skip("no AVX2 on this CPU")
+    exe = _build("g++", "fast_exact_broken", [BREAK])
+    rc, lines = _run([str(exe), isas[-1]], ROW_SPECS)
+    fdpa = [s for s in ROW_SPECS if s.op not in ("fma", "ftz_addmul")]
+    mism = [ln for ln in lines if ln.startswith("MISMATCH")]
+    assert rc == 1 and len(mism) == len(fdpa), lines[-3:]
