@@ -94,8 +94,7 @@ def _decomposes(func) -> bool:
     the mode on gives the ops that ``no_grad`` code would have sent."""
     d = _DECOMPOSES.get(func)
     if d is None:
-        d = _DECOMPOSES[func] = isinstance(func, torch._ops.OpOverload) and \
-            torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), _CIA)
+        d = _DECOMPOSES[func] = custom_ops.has_kernel(func, _CIA)
     return d
 
 
