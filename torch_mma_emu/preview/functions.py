@@ -106,6 +106,23 @@ def _sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     return query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
 
 
+def _never_a_dynamo_frame(fn):
+    """Keep Dynamo from compiling ``fn`` as a frame of its own (it still inlines it when it
+    traces a caller).  Where Dynamo runs a frame eagerly with its callback on (a frame it
+    gave up on, PyTorch code it skips), it would compile the router's ``__torch_function__``
+    called from there and cache it without a guard on ``func``: the constant answer of one
+    call (``q.is_nested`` -> False) was served to the next (``q.dim()`` -> False; seen as
+    flex attention's "Expected query, key, and value to all be at least 2 dimensional, but
+    got query.dim: False")."""
+    try:
+        from torch._dynamo.eval_frame import set_code_exec_strategy
+        from torch._dynamo.types import FrameAction, FrameExecStrategy
+    except ImportError:  # an older Dynamo: nothing to set
+        return fn
+    set_code_exec_strategy(fn.__code__, FrameExecStrategy(FrameAction.SKIP, FrameAction.SKIP))
+    return fn
+
+
 class FunctionRouter(TorchFunctionMode):
     """The function-level half of an :class:`~.mode.EmulateMode` (see the module doc)."""
 
@@ -113,6 +130,7 @@ class FunctionRouter(TorchFunctionMode):
         super().__init__()
         self.mode = mode
 
+    @_never_a_dynamo_frame
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if torch.compiler.is_compiling():

@@ -37,7 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..ops import emulated_mm
 from ..triton import context as _triton
-from . import custom_ops, flex, grouped, scaled
+from . import custom_ops, flex, flex_hooks, grouped, scaled
 from .attention import attention_backward, attention_forward
 from .attribution import LayerTracker
 from .conv import conv_backward, conv_forward, conv_transpose
@@ -160,6 +160,7 @@ def _keep_inductor_products() -> None:
     global _KEEP_INSTALLED
     if _KEEP_INSTALLED:
         return
+    flex_hooks.install(_SWITCHES, _flex_lowered)      # flex attention: compile and CPU grad
     try:
         from torch._inductor import decomposition as dec
     except Exception:  # no Inductor in this build: nothing to keep
@@ -168,7 +169,6 @@ def _keep_inductor_products() -> None:
     tables = [dec.decompositions]
     if hasattr(dec, "fast_random_decomps"):
         tables.append(dec.fast_random_decomps())      # a cached copy of the table
-    _wrap_flex_lowering()
     for table in tables:
         for op, fn in list(table.items()):
             pkt = getattr(op, "overloadpacket", None)
@@ -178,32 +178,15 @@ def _keep_inductor_products() -> None:
     _KEEP_INSTALLED = True
 
 
-def _wrap_flex_lowering() -> None:
-    """Inductor compiles flex_attention into its own kernel (a C++ / Triton template) whose
-    products never reach the mode: while a block is open, compiling it records a native
-    call in every open block and warns, by name."""
-    try:
-        import torch._inductor.kernel.flex.flex_attention  # noqa: F401 (registers it)
-        from torch._inductor.lowering import lowerings
-    except Exception:  # no Inductor / flex lowering in this build
-        return
-    for hop in (torch.ops.higher_order.flex_attention,
-                torch.ops.higher_order.flex_attention_backward):
-        fn = lowerings.get(hop)
-        if fn is None or getattr(fn, "_mma_emu_keeps", False):
-            continue
-
-        def lower(*args, _fn=fn, _hop=hop, **kwargs):
-            if _SWITCHES.depth > 0:
-                with _THREADS.lock:
-                    modes = list(_THREADS.open)
-                for m in modes:
-                    m._note_native(_hop, (), "compiled by Inductor into its own kernel: "
-                                   "its products are not emulated (compile with "
-                                   "backend='aot_eager', or call it eagerly)")
-            return _fn(*args, **kwargs)
-        lower._mma_emu_keeps = True
-        lowerings[hop] = lower
+def _flex_lowered(hop) -> None:
+    """Inductor lowered a flex operator inside a block (flex_hooks.py): a native call in
+    every open block, warned about by name."""
+    with _THREADS.lock:
+        modes = list(_THREADS.open)
+    for m in modes:
+        m._note_native(hop, (), "compiled by Inductor into its own kernel: its products are "
+                                "not emulated (compile with backend='aot_eager', or call it "
+                                "eagerly)")
 
 
 def _stepping_aside(fn):
@@ -334,8 +317,8 @@ class EmulateMode(TorchDispatchMode):
     """The mode behind :func:`emulate`.  ``counts`` / ``records`` / ``summary()`` say
     which ops were emulated, in which format, in which phase."""
 
-    # Higher-order operators (flex_attention, ...) reach the mode; they run natively and
-    # are recorded instead of raising.
+    # Higher-order operators reach the mode: flex attention is emulated (flex.py), others
+    # run natively and are recorded instead of raising.
     supports_higher_order_operators = True
 
     def __init__(self, policy: Policy, *, record: bool = False,
@@ -486,12 +469,11 @@ class EmulateMode(TorchDispatchMode):
             return NotImplemented
         handler = _HANDLERS.get(func)
         if isinstance(func, torch._ops.HigherOrderOperator):
-            if func.name() == "flex_attention":
-                return self._flex(func, args, kwargs)
-            why = ("its backward runs natively (not emulated yet)"
-                   if func.name() == "flex_attention_backward" else
-                   "higher-order operator: products inside it are not emulated")
-            self._note_native(func, args, why)
+            hop = flex.HANDLERS.get(func.name())      # flex attention, forward and backward
+            if hop is not None:
+                return hop(self, func, args, kwargs)
+            self._note_native(func, args, "higher-order operator: products inside it are "
+                                          "not emulated")
             return func(*args, **kwargs)
         if handler is None:
             if _decomposes(func):
@@ -505,25 +487,6 @@ class EmulateMode(TorchDispatchMode):
                 self._note_native(func, args, "no emulation of this op")
             return func(*args, **kwargs)
         return handler(self, func, args, kwargs)
-
-    def _flex(self, func, args, kwargs):
-        """flex_attention's forward in the GPU kernel's form (flex.py)."""
-        names = ("query", "key", "value", "score_mod", "block_mask", "scale",
-                 "kernel_options", "score_mod_other_buffers", "mask_mod_other_buffers")
-        a = dict(zip(names, args), **kwargs)
-        q, k, v = a["query"], a["key"], a["value"]
-        shapes = [q.shape, k.shape, v.shape]
-        plan = self._plan("attention", q, k, _phase())
-        if plan.native or not (q.dtype == k.dtype == v.dtype):
-            self._note(func, "attention", "native", shapes, "policy: native")
-            return func(*args, **kwargs)
-        out = flex.flex_forward(q, k, v, a["score_mod"], a["block_mask"], a["scale"],
-                                a.get("kernel_options") or {},
-                                tuple(a.get("score_mod_other_buffers") or ()),
-                                tuple(a.get("mask_mod_other_buffers") or ()),
-                                self._prod_fn(plan))
-        self._note(func, "attention", plan.label, shapes, "flex attention (Triton form)")
-        return out
 
     def _foreign(self, func, args, kwargs):
         """An op of another library (custom_ops.py): its Python kernel runs with the mode
