@@ -37,7 +37,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..ops import emulated_mm
 from ..triton import context as _triton
-from . import custom_ops, flex, flex_hooks, grouped, scaled
+from . import custom_ops, flex, flex_hooks, grouped, scaled, sdpa_route
 from .attention import attention_backward, attention_forward
 from .attribution import LayerTracker
 from .conv import conv_backward, conv_forward, conv_transpose
@@ -630,8 +630,6 @@ class EmulateMode(TorchDispatchMode):
         if name == "_scaled_dot_product_flash_attention_for_cpu":
             return out, lse
         i64 = dict(dtype=torch.int64)
-        if name == "_scaled_dot_product_efficient_attention":
-            return out, lse, q.new_zeros((), **i64), q.new_zeros((), **i64)
         Lq, Lk = q.shape[-2], k.shape[-2]
         e_i = q.new_empty(0, dtype=torch.int32)
         if name == "_scaled_dot_product_flash_attention":
@@ -644,7 +642,6 @@ class EmulateMode(TorchDispatchMode):
     def _attn_bwd(self, func, args, kwargs):
         a = _bind(func, args, kwargs)
         q, k, v = a["query"], a["key"], a["value"]
-        name = func.overloadpacket.__name__
         mask = a.get("attn_mask", a.get("attn_bias"))
         if mask is not None and mask.numel() == 0:
             mask = None
@@ -653,24 +650,11 @@ class EmulateMode(TorchDispatchMode):
             return func(*args, **kwargs)
         dO = a.get("grad_out", a.get("grad_out_"))
         if dO is None:  # undefined output gradient (gradcheck's check_undefined_grad)
-            zeros = tuple(torch.zeros_like(t) for t in (q, k, v))
-            return zeros + ((None,) if name.startswith("_scaled_dot_product_efficient")
-                            else ())
-        dq, dk, dv, dS = attention_backward(dO, q, k, v, a["out"], a["logsumexp"], mask,
+            return tuple(torch.zeros_like(t) for t in (q, k, v))
+        dq, dk, dv, _ = attention_backward(dO, q, k, v, a["out"], a["logsumexp"], mask,
                                             bool(a.get("is_causal")), a.get("scale"),
                                             self._prod_fn(plan))
         self._note(func, "attention", plan.label, [q.shape, k.shape, v.shape])
-        if name == "_scaled_dot_product_efficient_attention_backward":
-            gmask = a.get("grad_input_mask") or [True] * 4
-            db = None
-            if len(gmask) > 3 and gmask[3] and mask is not None:
-                db = dS.to(mask.dtype)
-                while db.dim() > mask.dim():
-                    db = db.sum(0)
-                for i, n in enumerate(mask.shape):
-                    if n == 1 and db.shape[i] != 1:
-                        db = db.sum(i, keepdim=True)
-            return dq, dk, dv, db
         return _restride((dq, dk, dv), func, args, kwargs)
 
     # -- torch._scaled_mm / F.scaled_mm (fp8 and fp4 with scales) ---------------------------
@@ -794,11 +778,16 @@ for _f in _overloads("convolution", ("default", "out")):
 for _f in _overloads("convolution_backward", ("default",)):
     _HANDLERS[_f] = EmulateMode._conv_backward
 for _k in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
-           "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"):
+           "_scaled_dot_product_cudnn_attention"):
     for _f in _overloads(_k, ("default",)):
         _HANDLERS[_f] = EmulateMode._attn_fwd
     for _f in _overloads(_k + "_backward", ("default",)):
         _HANDLERS[_f] = EmulateMode._attn_bwd
+# (the op sdpa_route.py calls where the target GPU runs a fused kernel and the CPU would not)
+for _f in _overloads("_scaled_dot_product_efficient_attention", ("default",)):
+    _HANDLERS[_f] = sdpa_route.handle_forward
+for _f in _overloads("_scaled_dot_product_efficient_attention_backward", ("default",)):
+    _HANDLERS[_f] = sdpa_route.handle_backward
 for _k in ("_scaled_mm", "_scaled_mm_v2"):
     for _f in _overloads(_k, ("default", "out")):
         _HANDLERS[_f] = EmulateMode._scaled_mm
