@@ -266,3 +266,26 @@ def test_the_router_is_never_compiled_as_a_frame_of_its_own():
     torch._dynamo.reset()
     with emulate("sm90"):
         assert torch.compile(f, backend="eager")(q) == (False, 3, False, torch.float32)
+
+
+@pytest.mark.slow
+def test_flex_compiled_by_inductor_before_the_block_is_recompiled_inside_it(monkeypatch):
+    """Inductor's own flex kernel, compiled outside any block, is not reused inside one
+    (Dynamo guards on the router): it is recompiled as aot_eager and emulated.  Should
+    Inductor's flex lowering run inside a block all the same, it is recorded and warned."""
+    spec = coarse()
+    q, k, v = (rnd(1, 2, 16, 16, seed=s) for s in range(3))
+    f = _flex_fn("inductor")
+    with torch.no_grad():
+        native = _call(f, q, k, v)                      # Inductor's C++ flex kernel
+    with torch.no_grad(), emulate(spec, record=True) as em:
+        out = _call(f, q, k, v)
+    assert same(out, _reference(q, k, v, spec, 0.3)[0]) and not same(out, native)
+    assert em.recorder.native_count == 0 and em.recorder.emulated_count == 1
+    from torch_mma_emu.preview import flex_hooks
+    monkeypatch.setattr(flex_hooks, "holds_flex", lambda gm: False)
+    f = _flex_fn("inductor")
+    with pytest.warns(UserWarning, match="flex_attention.*not emulated"):
+        with torch.no_grad(), emulate(spec, record=True) as em:
+            f(q, k, v, score_mod=_bias)
+    assert any("flex_attention" in r.op and not r.emulated for r in em.records)
