@@ -3,16 +3,17 @@ as ``arch``'s matrix units compute them.
 
 What reaches a dispatch mode is the aten level below autograd: ``matmul`` / ``linear`` /
 ``einsum`` arrive as ``mm`` / ``addmm`` / ``bmm`` (+ views), convolutions as
-``aten.convolution`` (and ``convolution_backward``), ``scaled_dot_product_attention`` as a
-fused kernel (``_scaled_dot_product_flash_attention_for_cpu`` on CPU; flash / efficient /
-cuDNN variants on CUDA) and its backward op.  Autograd records the usual nodes above the
+``aten.convolution`` (and ``convolution_backward``), ``scaled_dot_product_attention`` as the
+op of the target GPU's choice (the memory-efficient attention op or the math path's ``bmm``:
+sdpa_route.py) and its backward op, flex attention as its higher-order operators (flex.py).
+Autograd records the usual nodes above the
 mode; their backward ops (``mm``, ``convolution_backward``, the attention backward) come
 back through the mode when ``.backward()`` runs inside the context, and are emulated too.
 
 Under ``torch.inference_mode`` composite ops (``linear``, ``matmul``, ``einsum``, ``lstm``,
 ``scaled_dot_product_attention``, ...) reach the mode un-split; it runs their decomposition
 with itself on, so it sees what ``no_grad`` code sends (same bits).  Two calls are routed one
-level up, by ``functions.FunctionRouter`` (CPU RNNs without oneDNN, attention with dropout).
+level up, by ``functions.FunctionRouter`` (CPU RNNs without oneDNN, attention).
 Ops that multiply matrices without an emulation are recorded and warned about once.
 
 Under ``torch.compile`` the mode asks to be ignored while compiling
