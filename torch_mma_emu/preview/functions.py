@@ -29,6 +29,7 @@ __all__ = ["FunctionRouter"]
 _RNNS = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
 _SDPA = torch._C._nn.scaled_dot_product_attention
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
 
 
 class SharedOff:
@@ -117,9 +118,9 @@ class FunctionRouter(TorchFunctionMode):
         """What the target GPU would run (sdpa_route.py); None: leave the call to PyTorch
         (its CPU choice agrees, or the arguments are PyTorch's to reject)."""
         q, k, v, mask, p, is_causal, scale, gqa = _sdpa_args(*args, **kwargs)
-        if not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or q.is_nested \
-                or q.dim() < 3:
-            return None
+        if not all(type(t) in _PLAIN for t in (q, k, v)) or q.is_nested or q.dim() < 3 \
+                or not (mask is None or type(mask) in _PLAIN):
+            return None         # (a tensor subclass unwraps itself: its parts come back)
         if q.shape[-3] != k.shape[-3] and not gqa:
             return None               # PyTorch's own shape error
         if p and not (0 <= p < 1):
