@@ -183,6 +183,22 @@ def test_compile_aot_eager_gives_eager_bits():
     assert same(out, eager)
 
 
+def test_compiled_bf16_t5_runs_the_targets_attention():
+    """T5's position bias requires grad in a grad-enabled forward: this CPU would take its
+    fp32 math path, the GPU a fused kernel.  Compiled code follows the target as eager code
+    does: bf16 products only, eager's bits."""
+    torch._dynamo.reset()
+    model, kw = _model("t5")
+    model = model.to(torch.bfloat16)
+    outs = {}
+    for backend in ("eager", "aot_eager"):
+        m = model if backend == "eager" else torch.compile(model, backend=backend)
+        outs[backend], em, spy = run_spied(lambda: _call(m, "t5", kw, "eval"), arch="sm90")
+        check(em, spy, what=f"t5 bf16 {backend}")
+        assert {fmt for (_op, _ph, fmt) in em.counts} == {"bf16"}, em.summary()
+    assert same(outs["eager"], outs["aot_eager"])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name,backend,mode", [
     ("llama", "inductor", "no_grad"), ("gpt2", "inductor", "no_grad"),
