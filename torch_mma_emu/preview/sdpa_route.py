@@ -61,9 +61,10 @@ def decide(arch: str, q, k, v, mask, p: float, is_causal: bool, gqa: bool) -> Op
 
 def route(arch: str, emulated: tuple, q, k, v, mask, p: float, is_causal: bool, scale,
           gqa: bool, mode=None) -> Optional[torch.Tensor]:
-    """The call as the target GPU would run it, or None where PyTorch's own choice agrees.
-    ``emulated``: the names of the dtypes whose attention the block emulates; ``mode``: the
-    emulating mode in eager code (None while traced)."""
+    """The call as the target GPU would run it, or None: leave it to PyTorch (fp64 without
+    dropout, a dtype the block does not emulate).  ``emulated``: the names of the dtypes
+    whose attention the block emulates; ``mode``: the emulating mode in eager code (None
+    while traced)."""
     if str(q.dtype) not in emulated or not (q.dtype == k.dtype == v.dtype):
         return None
     choice = decide(arch, q, k, v, mask, p, is_causal, gqa)
