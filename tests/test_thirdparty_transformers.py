@@ -140,8 +140,8 @@ def test_attention_implementations(name, attn):
 def test_flex_attention_in_every_mode(name):
     """attn_implementation="flex_attention": transformers calls ``torch.compile(
     flex_attention)`` (Inductor), in training too, with grad enabled on CPU (which PyTorch
-    alone refuses).  Emulated forward and backward; a bf16 model gives the same bits in
-    eval (grad enabled), no_grad and inference_mode."""
+    alone refuses).  Emulated forward and backward (a bf16 model gives the same bits in
+    eval, no_grad and inference_mode: the slow test below)."""
     model, kw = _model(name, attn="flex_attention")
     with torch.no_grad():
         native = first_tensor(_model(name)[0](**kw))        # the same weights, native SDPA
@@ -155,6 +155,12 @@ def test_flex_attention_in_every_mode(name):
         assert flex == want, (mode, em.summary())
         if mode != "train":
             assert differs(out, native), f"{name} flex {mode}: the native output"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_flex_attention_bf16_same_bits_in_every_mode(name):
+    model, kw = _model(name, attn="flex_attention")
     model = model.to(torch.bfloat16)
     outs = {}
     for mode in ("eval", "no_grad", "inference_mode"):
