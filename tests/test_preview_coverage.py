@@ -99,7 +99,9 @@ def test_threads_started_inside_the_block_are_emulated():
 def _dropout_reference(q, k, v, p, seed, arch, causal=False):
     torch.manual_seed(seed)
     L, S = q.shape[-2], k.shape[-2]
-    keep = torch.rand((*q.shape[:-1], S)) >= p
+    # the mask's generator is seeded from PyTorch's default generator (sdpa_route.py)
+    g = torch.Generator().manual_seed(int(torch.randint(0, 2 ** 62, ())))
+    keep = torch.rand((*q.shape[:-1], S), generator=g) >= p
     scale = 1 / math.sqrt(q.shape[-1])
     Sc = tme.emulated_mm(q, k.transpose(-2, -1), arch=arch) * scale
     if causal:
@@ -119,6 +121,7 @@ def test_sdpa_with_dropout_is_emulated_in_the_flash_form(causal):
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=causal)
     assert same(out, _dropout_reference(q, k, v, 0.25, 7, "sm90", causal))
     assert [r.note for r in em.records] == ["flash form, dropout_p=0.25 (flash on sm90)"]
+    assert [r.op for r in em.records] == ["aten._scaled_dot_product_efficient_attention.default"]
     assert not any(r.op == "aten.bmm.default" for r in em.records)  # not the fp32 math path
 
 

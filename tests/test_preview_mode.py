@@ -276,19 +276,24 @@ def test_sdpa_backward_products_are_emulated():
 
 def test_cuda_attention_handlers_bind_their_schemas():
     # the CUDA fused kernels cannot run here; their handlers are driven with CPU tensors
+    from torch_mma_emu.preview import sdpa_route
     from torch_mma_emu.preview.mode import EmulateMode
     em = emulate("sm90")
     q, k, v = (rnd(1, 2, 4, 8, seed=s) for s in range(3))
     go = rnd(1, 2, 4, 8, seed=4)
     ref = _attn_ref(q, k, v, 1 / math.sqrt(8), "sm90")
-    fwd = em._attn_fwd(aten._scaled_dot_product_efficient_attention.default,
-                       (q, k, v, None, True), {})
+    fwd = sdpa_route.handle_forward(em, aten._scaled_dot_product_efficient_attention.default,
+                                    (q, k, v, None, True), {})
     assert same(fwd[0], ref) and len(fwd) == 4
-    bwd = em._attn_bwd(aten._scaled_dot_product_efficient_attention_backward.default,
-                       (go, q, k, v, torch.empty(0), fwd[0], fwd[1], fwd[2], fwd[3], 0.0,
-                        [True, True, True, False]), {})
+    assert fwd[1].shape == (1, 2, 32) and fwd[1].dtype == torch.float32   # padded, as CUDA's
+    bwd = sdpa_route.handle_backward(
+        em, aten._scaled_dot_product_efficient_attention_backward.default,
+        (go, q, k, v, torch.empty(0), fwd[0], fwd[1], fwd[2], fwd[3], 0.0,
+         [True, True, True, False]), {})
+    assert bwd[3] is None
+    lse = fwd[1][..., :4]
     cpu = em._attn_bwd(aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
-                       (go, q, k, v, fwd[0], fwd[1], 0.0, False), {})
+                       (go, q, k, v, fwd[0], lse, 0.0, False), {})
     assert all(same(a, b) for a, b in zip(bwd[:3], cpu))
     fl = em._attn_fwd(aten._scaled_dot_product_flash_attention.default, (q, k, v), {})
     assert same(fl[0], ref) and len(fl) == 9

@@ -118,3 +118,87 @@ def test_selection_table_corner_cases():
     # the user's backend switches are respected
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
         assert not gpu_choice("sm90", q, k, v, None, 0.0, False, False).fused
+
+
+# ------------------------------------------------------------------ under torch.compile
+
+def _compiled_case(backend, arch, case, mode="train"):
+    """One SDPA call (+ backward in train) eager or compiled; (out, grads, em, spy)."""
+    dv, gqa, p = case.get("dv", 8), case.get("gqa", False), case.get("p", 0.0)
+    q, m = rnd(2, 2, 5, 8), rnd(1, 1, 5, 6, seed=3)
+    k, v = rnd(2, 1 if gqa else 2, 6, 8, seed=1), rnd(2, 1 if gqa else 2, 6, dv, seed=2)
+    ts = [q, k, v, m]
+    if mode == "train":
+        ts = [t.clone().requires_grad_() for t in ts]
+
+    def fn(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, dropout_p=p,
+                                              enable_gqa=gqa)
+    if backend != "eager":
+        torch._dynamo.reset()
+        fn = torch.compile(fn, backend=backend, fullgraph=True)
+    with BelowSpy() as spy, _ctx(mode), emulate(arch, record=True) as em:
+        torch.manual_seed(0)
+        out = fn(*ts)
+        if mode == "train":
+            out.backward(rnd(*out.shape, seed=9))
+    return out.detach(), [t.grad for t in ts if t.grad is not None], em, spy
+
+
+CASES = {"mask requiring grad": {}, "value head dim 16": {"dv": 16},
+         "gqa and mask grad": {"gqa": True}, "dropout": {"p": 0.25}}
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+@pytest.mark.parametrize("case", list(CASES))
+def test_compiled_sdpa_follows_the_target_with_eagers_bits(case, backend):
+    """Under torch.compile the call is routed as in eager code (the router, which Dynamo
+    traces, puts the target's op in the graph): the same bits, forward and backward (mask
+    gradient too), and no fp32 math-path product."""
+    spec = coarse()
+    ref, ref_grads, _, _ = _compiled_case("eager", spec, CASES[case])
+    out, grads, em, spy = _compiled_case(backend, spec, CASES[case])
+    assert same(out, ref) and len(grads) == len(ref_grads) == 4
+    assert all(same(a, b) for a, b in zip(grads, ref_grads))
+    assert not spy.escaped, spy.escaped
+    assert {r.kind for r in em.records} == {"attention"} and all(r.emulated for r in em.records)
+    assert all("flash form" in r.note for r in em.records)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_sdpa_without_a_fused_kernel_on_the_target_runs_the_math_path(backend):
+    """sm75 has no fused bf16 kernel: PyTorch's math path (fp32 bmm), though this CPU's flash
+    kernel takes the call; compiled as eager."""
+    ref, _, _, _ = _compiled_case("eager", "sm75", {}, mode="no_grad")
+    out, _, em, spy = _compiled_case(backend, "sm75", {}, mode="no_grad")
+    assert same(out, ref) and not spy.escaped
+    assert {(r.kind, r.format) for r in em.records} == {("bmm", "fp32")}
+
+
+def test_code_compiled_for_one_arch_is_recompiled_for_another():
+    q, k, v = _qkv(dv=16)
+    f = torch.compile(lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+                      backend="aot_eager")
+    torch._dynamo.reset()
+    for arch, kind in (("sm90", "attention"), ("sm75", "bmm"), ("sm90", "attention")):
+        with torch.no_grad(), emulate(arch, record=True) as em:
+            f(q, k, v)
+        assert {r.kind for r in em.records} == {kind}, (arch, em.summary())
+
+
+def test_backward_after_the_block_is_still_emulated():
+    """The routed op's backward has no CPU kernel: eager code carries the mode with the
+    autograd node, so a ``.backward()`` after the block closes is emulated too."""
+    spec = coarse()
+    q, k, v = _qkv(grad=True)
+    bias = rnd(5, 6, seed=3).requires_grad_()
+    g = rnd(2, 2, 5, 8, seed=4)
+    with emulate(spec):
+        F.scaled_dot_product_attention(q, k, v, attn_mask=bias).backward(g)
+    inside = [t.grad.clone() for t in (q, k, v, bias)]
+    for t in (q, k, v, bias):
+        t.grad = None
+    with emulate(spec):
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    out.backward(g)
+    assert all(same(a, t.grad) for a, t in zip(inside, (q, k, v, bias)))

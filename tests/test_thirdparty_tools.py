@@ -77,8 +77,8 @@ def test_converted_gpt2_is_emulated_except_its_attention():
         out, em, spy = run_spied(lambda: model(**kw).logits, arch="sm90")
     # every Linear product is emulated inside the modules; only attention reaches the modes
     assert set(spy.seen) == set()
-    assert {op for (op, _ph, _f) in em.counts} == {
-        "aten._scaled_dot_product_flash_attention_for_cpu.default"}
+    assert {op for (op, _ph, _f) in em.counts} == {        # the target's kernel (sdpa_route)
+        "aten._scaled_dot_product_efficient_attention.default"}
     assert not same(out, native)
 
 

@@ -4,10 +4,8 @@ with the coarse spec and the spy outside it (tests/thirdparty.py), in eval (grad
 ``no_grad``, ``inference_mode``, train (forward + backward of the model's own loss),
 ``generate`` and ``torch.compile``.  Every case fails on an error, on a product that reached
 the spy without a native record, on a native product at all, and on an output equal to the
-native one (the spec did not show).
-
-Cases that need a fix of issue 21 part A are strict xfails naming it: they flip to failures
-(XPASS) when the fix lands, and the mark goes."""
+native one (the spec did not show).  Attention implementations: sdpa (the default), eager
+and flex_attention (compiled by transformers with Inductor)."""
 from __future__ import annotations
 
 import pytest
@@ -20,10 +18,6 @@ from thirdparty import check, differs, first_tensor, native_calls, run_spied  # 
 
 MODES = ("eval", "no_grad", "inference_mode", "train")
 LMS = ("llama", "qwen2", "gpt2", "t5", "mixtral")
-
-
-def _needs(fix: int, what: str):
-    return pytest.mark.xfail(strict=True, reason=f"needs 21a fix {fix}: {what}")
 
 
 def _model(name, **kw):
@@ -133,20 +127,48 @@ def test_mixtral_experts(experts):
             assert differs(out, native)
 
 
-FLEX = _needs(3, "transformers runs flex_attention compiled with Inductor: recorded native "
-                 "and warned, not emulated; with grad enabled the call raises 'Expected query, "
-                 "key, and value to all be at least 2 dimensional'")
-
-
 @pytest.mark.parametrize("name,attn", [
-    ("llama", "eager"), ("gpt2", "eager"), ("bert", "eager"), ("t5", "eager"),
-    pytest.param("llama", "flex_attention", marks=[pytest.mark.slow, FLEX]),
-    pytest.param("qwen2", "flex_attention", marks=[pytest.mark.slow, FLEX])])
+    ("llama", "eager"), ("gpt2", "eager"), ("bert", "eager"), ("t5", "eager")])
 def test_attention_implementations(name, attn):
     model, kw = _model(name, attn=attn)
     for mode in ("no_grad", "train"):
         out, em, spy = run_spied(lambda: _call(model, name, kw, mode))
         check(em, spy, what=f"{name} attn={attn} {mode}")
+
+
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_flex_attention_in_every_mode(name):
+    """attn_implementation="flex_attention": transformers calls ``torch.compile(
+    flex_attention)`` (Inductor), in training too, with grad enabled on CPU (which PyTorch
+    alone refuses).  Emulated forward and backward (a bf16 model gives the same bits in
+    eval, no_grad and inference_mode: the slow test below)."""
+    model, kw = _model(name, attn="flex_attention")
+    with torch.no_grad():
+        native = first_tensor(_model(name)[0](**kw))        # the same weights, native SDPA
+    for mode in MODES:
+        out, em, spy = run_spied(lambda: _call(model, name, kw, mode))
+        check(em, spy, what=f"{name} flex {mode}")
+        flex = {(op, ph) for (op, ph, _fmt) in em.counts if op.startswith("flex")}
+        want = {("flex_attention", "forward")}
+        if mode == "train":
+            want.add(("flex_attention_backward", "backward"))
+        assert flex == want, (mode, em.summary())
+        if mode != "train":
+            assert differs(out, native), f"{name} flex {mode}: the native output"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_flex_attention_bf16_same_bits_in_every_mode(name):
+    model, kw = _model(name, attn="flex_attention")
+    model = model.to(torch.bfloat16)
+    outs = {}
+    for mode in ("eval", "no_grad", "inference_mode"):
+        outs[mode], em, spy = run_spied(lambda: _call(model, name, kw, mode), arch="sm90")
+        check(em, spy, what=f"{name} flex bf16 {mode}")
+        assert {fmt for (_op, _ph, fmt) in em.counts} == {"bf16"}, em.summary()
+    assert same(outs["eval"], outs["no_grad"]) and same(outs["no_grad"],
+                                                        outs["inference_mode"])
 
 
 # ------------------------------------------------------------------ torch.compile
@@ -165,6 +187,22 @@ def _compiled_case(name, backend, experts=None, mode="no_grad"):
 def test_compile_aot_eager_gives_eager_bits():
     out, eager = _compiled_case("llama", "aot_eager")
     assert same(out, eager)
+
+
+def test_compiled_bf16_t5_runs_the_targets_attention():
+    """T5's position bias requires grad in a grad-enabled forward: this CPU would take its
+    fp32 math path, the GPU a fused kernel.  Compiled code follows the target as eager code
+    does: bf16 products only, eager's bits."""
+    torch._dynamo.reset()
+    model, kw = _model("t5")
+    model = model.to(torch.bfloat16)
+    outs = {}
+    for backend in ("eager", "aot_eager"):
+        m = model if backend == "eager" else torch.compile(model, backend=backend)
+        outs[backend], em, spy = run_spied(lambda: _call(m, "t5", kw, "eval"), arch="sm90")
+        check(em, spy, what=f"t5 bf16 {backend}")
+        assert {fmt for (_op, _ph, fmt) in em.counts} == {"bf16"}, em.summary()
+    assert same(outs["eager"], outs["aot_eager"])
 
 
 @pytest.mark.slow

@@ -82,7 +82,7 @@ class Spy(TorchDispatchMode):
             self.seen[str(func)] += 1
             return func(*args, **kwargs)
         ns = func.namespace
-        if ns in ("mma_emu", "prim"):   # an emulated product; TorchScript prims (prim::device)
+        if ns == "mma_emu":             # an emulated product
             return func(*args, **kwargs)
         if _decomposes(func):
             with self:

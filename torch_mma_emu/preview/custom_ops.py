@@ -19,16 +19,30 @@ import re
 
 import torch
 
-__all__ = ["OWN", "kernel_is_python", "is_opaque_and_unknown"]
+__all__ = ["OWN", "kernel_is_python", "is_opaque_and_unknown", "has_kernel"]
 
 # namespaces the mode handles itself
 OWN = frozenset({"aten", "prims", "mma_emu"})
 # libraries whose compiled kernels multiply no matrices
+# (``prim``: TorchScript's prims, e.g. ``prim::device``, which a FakeTensor's ``.device``
+# dispatches; they are not in the dispatcher's table)
 _NO_PRODUCTS = frozenset({"_c10d_functional", "_c10d_functional_autograd", "c10d", "_dtensor",
                           "profiler", "inductor", "debugprims", "rngprims", "symm_mem",
-                          "fsdp", "streams"})
+                          "fsdp", "streams", "prim"})
 _CACHE: dict = {}
 _LINE = re.compile(r"^(\w+)(\[alias\])?: registered at (.*?) :: ")
+
+
+def has_kernel(func, key: str) -> bool:
+    """Whether the dispatcher holds a kernel of ``func`` for dispatch key ``key`` (False for
+    what is not an ``OpOverload`` in the dispatcher's table, e.g. TorchScript's
+    ``prim::device``, for which PyTorch's lookup raises)."""
+    if not isinstance(func, torch._ops.OpOverload):
+        return False
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
+    except RuntimeError:            # "operator prim::device does not exist"
+        return False
 
 
 def _kernels(func) -> dict:
@@ -36,7 +50,11 @@ def _kernels(func) -> dict:
     k = _CACHE.get(func)
     if k is None:
         k = {}
-        for line in torch._C._dispatch_dump(func.name()).splitlines():
+        try:
+            dump = torch._C._dispatch_dump(func.name())
+        except RuntimeError:        # not in the dispatcher's table
+            dump = ""
+        for line in dump.splitlines():
             m = _LINE.match(line)
             if m:
                 k[m.group(1)] = m.group(3)

@@ -3,16 +3,17 @@ as ``arch``'s matrix units compute them.
 
 What reaches a dispatch mode is the aten level below autograd: ``matmul`` / ``linear`` /
 ``einsum`` arrive as ``mm`` / ``addmm`` / ``bmm`` (+ views), convolutions as
-``aten.convolution`` (and ``convolution_backward``), ``scaled_dot_product_attention`` as a
-fused kernel (``_scaled_dot_product_flash_attention_for_cpu`` on CPU; flash / efficient /
-cuDNN variants on CUDA) and its backward op.  Autograd records the usual nodes above the
+``aten.convolution`` (and ``convolution_backward``), ``scaled_dot_product_attention`` as the
+op of the target GPU's choice (the memory-efficient attention op or the math path's ``bmm``:
+sdpa_route.py) and its backward op, flex attention as its higher-order operators (flex.py).
+Autograd records the usual nodes above the
 mode; their backward ops (``mm``, ``convolution_backward``, the attention backward) come
 back through the mode when ``.backward()`` runs inside the context, and are emulated too.
 
 Under ``torch.inference_mode`` composite ops (``linear``, ``matmul``, ``einsum``, ``lstm``,
 ``scaled_dot_product_attention``, ...) reach the mode un-split; it runs their decomposition
 with itself on, so it sees what ``no_grad`` code sends (same bits).  Two calls are routed one
-level up, by ``functions.FunctionRouter`` (CPU RNNs without oneDNN, attention with dropout).
+level up, by ``functions.FunctionRouter`` (CPU RNNs without oneDNN, attention).
 Ops that multiply matrices without an emulation are recorded and warned about once.
 
 Under ``torch.compile`` the mode asks to be ignored while compiling
@@ -37,7 +38,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from .. import threads as _threads
 from ..ops import emulated_mm
 from ..triton import context as _triton
-from . import custom_ops, flex, grouped, scaled
+from . import custom_ops, flex, flex_hooks, grouped, scaled, sdpa_route
 from .attention import attention_backward, attention_forward
 from .attribution import LayerTracker
 from .conv import conv_backward, conv_forward, conv_transpose
@@ -94,8 +95,7 @@ def _decomposes(func) -> bool:
     the mode on gives the ops that ``no_grad`` code would have sent."""
     d = _DECOMPOSES.get(func)
     if d is None:
-        d = _DECOMPOSES[func] = isinstance(func, torch._ops.OpOverload) and \
-            torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), _CIA)
+        d = _DECOMPOSES[func] = custom_ops.has_kernel(func, _CIA)
     return d
 
 
@@ -161,6 +161,7 @@ def _keep_inductor_products() -> None:
     global _KEEP_INSTALLED
     if _KEEP_INSTALLED:
         return
+    flex_hooks.install(_SWITCHES, _flex_lowered)      # flex attention: compile and CPU grad
     try:
         from torch._inductor import decomposition as dec
     except Exception:  # no Inductor in this build: nothing to keep
@@ -169,7 +170,6 @@ def _keep_inductor_products() -> None:
     tables = [dec.decompositions]
     if hasattr(dec, "fast_random_decomps"):
         tables.append(dec.fast_random_decomps())      # a cached copy of the table
-    _wrap_flex_lowering()
     for table in tables:
         for op, fn in list(table.items()):
             pkt = getattr(op, "overloadpacket", None)
@@ -179,30 +179,13 @@ def _keep_inductor_products() -> None:
     _KEEP_INSTALLED = True
 
 
-def _wrap_flex_lowering() -> None:
-    """Inductor compiles flex_attention into its own kernel (a C++ / Triton template) whose
-    products never reach the mode: while a block is open, compiling it records a native
-    call in every open block and warns, by name."""
-    try:
-        import torch._inductor.kernel.flex.flex_attention  # noqa: F401 (registers it)
-        from torch._inductor.lowering import lowerings
-    except Exception:  # no Inductor / flex lowering in this build
-        return
-    for hop in (torch.ops.higher_order.flex_attention,
-                torch.ops.higher_order.flex_attention_backward):
-        fn = lowerings.get(hop)
-        if fn is None or getattr(fn, "_mma_emu_keeps", False):
-            continue
-
-        def lower(*args, _fn=fn, _hop=hop, **kwargs):
-            if _SWITCHES.depth > 0:
-                for m in _THREADS.blocks("mode"):
-                    m._note_native(_hop, (), "compiled by Inductor into its own kernel: "
-                                   "its products are not emulated (compile with "
-                                   "backend='aot_eager', or call it eagerly)")
-            return _fn(*args, **kwargs)
-        lower._mma_emu_keeps = True
-        lowerings[hop] = lower
+def _flex_lowered(hop) -> None:
+    """Inductor lowered a flex operator inside a block (flex_hooks.py): a native call in
+    every open block, warned about by name."""
+    for m in _THREADS.blocks("mode"):
+        m._note_native(hop, (), "compiled by Inductor into its own kernel: its products are "
+                                "not emulated (compile with backend='aot_eager', or call it "
+                                "eagerly)")
 
 
 def _stepping_aside(fn):
@@ -292,8 +275,8 @@ class EmulateMode(TorchDispatchMode):
     """The mode behind :func:`emulate`.  ``counts`` / ``records`` / ``summary()`` say
     which ops were emulated, in which format, in which phase."""
 
-    # Higher-order operators (flex_attention, ...) reach the mode; they run natively and
-    # are recorded instead of raising.
+    # Higher-order operators reach the mode: flex attention is emulated (flex.py), others
+    # run natively and are recorded instead of raising.
     supports_higher_order_operators = True
 
     def __init__(self, policy: Policy, *, record: bool = False,
@@ -443,12 +426,11 @@ class EmulateMode(TorchDispatchMode):
             return NotImplemented
         handler = _HANDLERS.get(func)
         if isinstance(func, torch._ops.HigherOrderOperator):
-            if func.name() == "flex_attention":
-                return self._flex(func, args, kwargs)
-            why = ("its backward runs natively (not emulated yet)"
-                   if func.name() == "flex_attention_backward" else
-                   "higher-order operator: products inside it are not emulated")
-            self._note_native(func, args, why)
+            hop = flex.HANDLERS.get(func.name())      # flex attention, forward and backward
+            if hop is not None:
+                return hop(self, func, args, kwargs)
+            self._note_native(func, args, "higher-order operator: products inside it are "
+                                          "not emulated")
             return func(*args, **kwargs)
         if handler is None:
             if _decomposes(func):
@@ -462,25 +444,6 @@ class EmulateMode(TorchDispatchMode):
                 self._note_native(func, args, "no emulation of this op")
             return func(*args, **kwargs)
         return handler(self, func, args, kwargs)
-
-    def _flex(self, func, args, kwargs):
-        """flex_attention's forward in the GPU kernel's form (flex.py)."""
-        names = ("query", "key", "value", "score_mod", "block_mask", "scale",
-                 "kernel_options", "score_mod_other_buffers", "mask_mod_other_buffers")
-        a = dict(zip(names, args), **kwargs)
-        q, k, v = a["query"], a["key"], a["value"]
-        shapes = [q.shape, k.shape, v.shape]
-        plan = self._plan("attention", q, k, _phase())
-        if plan.native or not (q.dtype == k.dtype == v.dtype):
-            self._note(func, "attention", "native", shapes, "policy: native")
-            return func(*args, **kwargs)
-        out = flex.flex_forward(q, k, v, a["score_mod"], a["block_mask"], a["scale"],
-                                a.get("kernel_options") or {},
-                                tuple(a.get("score_mod_other_buffers") or ()),
-                                tuple(a.get("mask_mod_other_buffers") or ()),
-                                self._prod_fn(plan))
-        self._note(func, "attention", plan.label, shapes, "flex attention (Triton form)")
-        return out
 
     def _foreign(self, func, args, kwargs):
         """An op of another library (custom_ops.py): its Python kernel runs with the mode
@@ -624,8 +587,6 @@ class EmulateMode(TorchDispatchMode):
         if name == "_scaled_dot_product_flash_attention_for_cpu":
             return out, lse
         i64 = dict(dtype=torch.int64)
-        if name == "_scaled_dot_product_efficient_attention":
-            return out, lse, q.new_zeros((), **i64), q.new_zeros((), **i64)
         Lq, Lk = q.shape[-2], k.shape[-2]
         e_i = q.new_empty(0, dtype=torch.int32)
         if name == "_scaled_dot_product_flash_attention":
@@ -638,7 +599,6 @@ class EmulateMode(TorchDispatchMode):
     def _attn_bwd(self, func, args, kwargs):
         a = _bind(func, args, kwargs)
         q, k, v = a["query"], a["key"], a["value"]
-        name = func.overloadpacket.__name__
         mask = a.get("attn_mask", a.get("attn_bias"))
         if mask is not None and mask.numel() == 0:
             mask = None
@@ -647,24 +607,11 @@ class EmulateMode(TorchDispatchMode):
             return func(*args, **kwargs)
         dO = a.get("grad_out", a.get("grad_out_"))
         if dO is None:  # undefined output gradient (gradcheck's check_undefined_grad)
-            zeros = tuple(torch.zeros_like(t) for t in (q, k, v))
-            return zeros + ((None,) if name.startswith("_scaled_dot_product_efficient")
-                            else ())
-        dq, dk, dv, dS = attention_backward(dO, q, k, v, a["out"], a["logsumexp"], mask,
+            return tuple(torch.zeros_like(t) for t in (q, k, v))
+        dq, dk, dv, _ = attention_backward(dO, q, k, v, a["out"], a["logsumexp"], mask,
                                             bool(a.get("is_causal")), a.get("scale"),
                                             self._prod_fn(plan))
         self._note(func, "attention", plan.label, [q.shape, k.shape, v.shape])
-        if name == "_scaled_dot_product_efficient_attention_backward":
-            gmask = a.get("grad_input_mask") or [True] * 4
-            db = None
-            if len(gmask) > 3 and gmask[3] and mask is not None:
-                db = dS.to(mask.dtype)
-                while db.dim() > mask.dim():
-                    db = db.sum(0)
-                for i, n in enumerate(mask.shape):
-                    if n == 1 and db.shape[i] != 1:
-                        db = db.sum(i, keepdim=True)
-            return dq, dk, dv, db
         return _restride((dq, dk, dv), func, args, kwargs)
 
     # -- torch._scaled_mm / F.scaled_mm (fp8 and fp4 with scales) ---------------------------
@@ -788,11 +735,16 @@ for _f in _overloads("convolution", ("default", "out")):
 for _f in _overloads("convolution_backward", ("default",)):
     _HANDLERS[_f] = EmulateMode._conv_backward
 for _k in ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
-           "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention"):
+           "_scaled_dot_product_cudnn_attention"):
     for _f in _overloads(_k, ("default",)):
         _HANDLERS[_f] = EmulateMode._attn_fwd
     for _f in _overloads(_k + "_backward", ("default",)):
         _HANDLERS[_f] = EmulateMode._attn_bwd
+# (the op sdpa_route.py calls where the target GPU runs a fused kernel and the CPU would not)
+for _f in _overloads("_scaled_dot_product_efficient_attention", ("default",)):
+    _HANDLERS[_f] = sdpa_route.handle_forward
+for _f in _overloads("_scaled_dot_product_efficient_attention_backward", ("default",)):
+    _HANDLERS[_f] = sdpa_route.handle_backward
 for _k in ("_scaled_mm", "_scaled_mm_v2"):
     for _f in _overloads(_k, ("default", "out")):
         _HANDLERS[_f] = EmulateMode._scaled_mm
