@@ -56,6 +56,8 @@ sys.path.insert(0, ROOT)
 import torch_mma_emu as tme  # noqa: E402
 from torch_mma_emu import native  # noqa: E402
 from torch_mma_emu.inputs import FAMILIES, operands  # noqa: E402
+from torch_mma_emu import registry  # noqa: E402
+from torch_mma_emu.isa import KERNEL_TYPES  # noqa: E402
 from torch_mma_emu.registry import all_specs  # noqa: E402
 
 INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
@@ -348,7 +350,7 @@ def format_cases(cap):
 def paths_for(fa, fb, odt, dev, have_triton):
     """[(path, reason it is skipped or None)] for one format case."""
     paths = []
-    if fa in native._TYPE_CODE:
+    if fa in KERNEL_TYPES:
         for ins in native.instructions_for(fa, dev):
             if odt == torch.float16 and fa == "bf16":
                 continue
@@ -507,7 +509,7 @@ def diagnose(path, spec, kw, native_out, dev, c_mode, arch, odt):
             if same(spec, k, mode):
                 found.append(f"tf32 operands rounded (RNE), not truncated, c_mode={mode}")
                 break
-    if path == "mma:mma.m16n8k32" and native._is_group_level(tme.spec(arch, fa, odt, in_format_b=fb).instruction):
+    if path == "mma:mma.m16n8k32" and registry.row(arch, fa, odt, in_format_b=fb).instr.group:
         for chained in (True, False):
             try:
                 if compare(native_out, fp8_as_fp16_hmma(kw, dev, arch, odt, chained))[0] == 0:

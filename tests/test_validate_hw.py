@@ -53,7 +53,7 @@ def test_instruction_spec_per_instruction_on_sm90():
 
 
 def _variant_rows():
-    return [r for r in registry.rows_for("sm90") if "mma.sync.m16n8k32" in r.instruction.lower()]
+    return [r for r in registry.rows_for("sm90") if r.instr.kernel == "mma.m16n8k32"]
 
 
 def test_warp_level_fp8_mma_on_hopper_has_its_own_model_or_none():
@@ -65,17 +65,16 @@ def test_warp_level_fp8_mma_on_hopper_has_its_own_model_or_none():
         assert s is None and src.startswith("no model yet") and "sm90" in src
 
 
-def test_instruction_variant_rows_are_looked_up_by_name(monkeypatch):
-    """A registry row named with the PTX name wins over rules 2 and 3."""
-    row = registry.Row("sm90", registry.FP8, "fp32", "t_fdpa",
-                       "mma.sync.m16n8k32 (test variant)", dict(L=16, F=23, rho="rz_fp32"),
-                       default=False, source="test")
+def test_instruction_variant_rows_are_looked_up_by_kernel(monkeypatch):
+    """A registry row whose instruction the kernel issues wins over rules 2 and 3."""
+    row = registry.Row("sm90", registry.FP8, "fp32", "t_fdpa", "mma.sync.m16n8k32",
+                       dict(L=16, F=23, rho="rz_fp32"), default=False, source="test variant")
     others = [r for r in registry.ROWS
-              if not (r.arch == "sm90" and "mma.sync.m16n8k32" in r.instruction.lower())]
+              if not (r.arch == "sm90" and r.instr.kernel == "mma.m16n8k32")]
     monkeypatch.setattr(registry, "ROWS", others + [row])
     s, src = native.instruction_spec("sm90", "fp8_e5m2", torch.float32, "mma.m16n8k32")
-    assert (s.L, s.F, s.instruction) == (16, 23, "mma.sync.m16n8k32 (test variant)")
-    assert "test variant" in src
+    assert (s.L, s.F, s.notes) == (16, 23, "test variant")
+    assert src == "registry row 'mma.sync.m16n8k32 (fp8)'"
     # the default (wgmma) is unchanged
     assert native.instruction_spec("sm90", "fp8_e5m2", None, "wgmma.m64n8k32")[0].L == 32
 
