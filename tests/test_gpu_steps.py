@@ -222,7 +222,7 @@ def test_triton_step_compares_bit_for_bit_and_archives_mismatches(tmp_path):
     output is a MISMATCH (exit 1) whose inputs and outputs go into the archive."""
     pytest.importorskip("triton")
     mod = _load("scripts/gpu/triton_emulate.py")
-    from validate_hw import read_archive
+    from torch_mma_emu.hw.archive import read_archive
     out, tar = tmp_path / "triton.md", tmp_path / "t.tar"
     assert mod.main(["--stand-in", "--quick", "--out", str(out), "--archive", str(tar)]) == 0
     text = out.read_text()

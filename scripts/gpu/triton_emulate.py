@@ -17,8 +17,8 @@ tl.dot_scaled MX GEMM.  Expected: every case bit-exact except attention on rando
 where the GPU's ex2.approx and its reduction order differ from NumPy's exp2 and sum (reported,
 not counted as failures); attention on integer scores (exact powers of two) must be exact.
 
-Mismatching cases go into one tar (validate_hw.Archive: inputs, native and emulated outputs)
-for a re-run anywhere.  Exit 0 on the GPU whatever it finds, 1 if the harness fails.
+Mismatching cases go into one tar (torch_mma_emu.hw.archive.Archive: inputs, native and
+emulated outputs) for a re-run anywhere.  Exit 0 on the GPU whatever it finds, 1 if the harness fails.
 ``--stand-in``: no GPU; the "native" result is the emulation run again on fresh copies (a
 self-test of the harness; ``--perturb CASE`` flips one output bit there), exit 1 on any
 mismatch.
@@ -188,7 +188,7 @@ def main(argv=None) -> int:
     else:
         from torch_mma_emu.native import device_arch
         arch, dev = args.arch or device_arch(), "cuda"
-    from validate_hw import Archive
+    from torch_mma_emu.hw.archive import Archive
     arch_path = None if args.archive == "none" else (
         args.archive or os.path.join(os.path.dirname(os.path.abspath(args.out)),
                                      "triton_mismatches.tar"))
