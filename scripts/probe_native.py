@@ -20,15 +20,14 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from torch_mma_emu import native, registry
+from torch_mma_emu.probe import search
+from torch_mma_emu.probe.infer import infer
+from torch_mma_emu.probe.tables import summary, table3, table4
+from torch_mma_emu.probe.targets import NativeTarget, interface
+from torch_mma_emu.probe.verify import verify
 
-from torch_mma_emu import native, registry  # noqa: E402
-from torch_mma_emu.probe import search  # noqa: E402
-from torch_mma_emu.probe.infer import infer  # noqa: E402
-from torch_mma_emu.probe.tables import summary, table3, table4  # noqa: E402
-from torch_mma_emu.probe.targets import NativeTarget, interface  # noqa: E402
-from torch_mma_emu.probe.verify import verify  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 OUTS = {"fp16": ("fp32", "fp16"), "bf16": ("fp32",), "tf32": ("fp32",),
         "fp8_e4m3": ("fp32", "fp16"), "fp8_e5m2": ("fp32", "fp16")}

@@ -23,12 +23,10 @@ import time
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
+import torch_mma_emu as tme
+from torch_mma_emu.schedule import Schedule, preset
+from torch_mma_emu.schedule_search import candidate_schedules, match_schedules
 
-import torch_mma_emu as tme  # noqa: E402
-from torch_mma_emu.schedule import Schedule, preset  # noqa: E402
-from torch_mma_emu.schedule_search import candidate_schedules, match_schedules  # noqa: E402
 
 
 def cases(K_fp8, K_split):

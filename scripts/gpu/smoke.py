@@ -21,12 +21,10 @@ import zlib
 
 import torch
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, ROOT)
+import torch_mma_emu as tme
+from torch_mma_emu import native
+from torch_mma_emu.inputs import operands
 
-import torch_mma_emu as tme  # noqa: E402
-from torch_mma_emu import native  # noqa: E402
-from torch_mma_emu.inputs import operands  # noqa: E402
 
 INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 OUTS = {"fp16": (torch.float32, torch.float16), "bf16": (torch.float32,),

@@ -1,5 +1,5 @@
 """Run one model under many (arch, format) previews and measure how each diverges: the
-engine of ``scripts/preview_model.py``.
+engine of ``mma-emu preview``.
 
 For every format (fp32, tf32, xf32, fp16, bf16, fp8) and every arch with an instruction
 for it, the model runs a batch under :func:`emulate`; a native run of the same dtype on
