@@ -190,6 +190,9 @@ KERNELS: dict[str, Kernel] = {
 }
 # operand format -> enum Type of mma_instr.cu
 KERNEL_TYPES = {"fp16": 0, "bf16": 1, "tf32": 2, "fp8_e4m3": 3, "fp8_e5m2": 4}
+# operand format -> the accumulators the kernels (and cuBLAS, Triton) take for it, default first
+KERNEL_OUTPUTS = {"fp16": ("fp32", "fp16"), "bf16": ("fp32",), "tf32": ("fp32",),
+                  "fp8_e4m3": ("fp32", "fp16"), "fp8_e5m2": ("fp32", "fp16")}
 
 
 # --------------------------------------------------------------------------------------------

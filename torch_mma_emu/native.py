@@ -28,7 +28,7 @@ import torch
 
 from . import _C  # noqa: F401  (registers the CUDA ops where the build has them)
 from .formats import FLOAT_DTYPES, INT_OF_SIZE, OUT_DTYPES, default_out, out_format
-from .isa import KERNEL_TYPES, KERNELS, issued_by
+from .isa import KERNEL_OUTPUTS, KERNEL_TYPES, KERNELS, issued_by
 from .ops import _broadcast_shapes
 
 __all__ = ["native_mm", "mma_instruction", "device_arch", "instructions_for", "instruction_spec",
@@ -97,8 +97,7 @@ def _formats(A, B, in_format, fn):
 def _out_dtype(fa: str, out_dtype, fn) -> torch.dtype:
     odt = out_dtype or OUT_DTYPES[default_out(fa)]
     out = out_format(odt, f"{fn}: ")          # raises for a dtype that is no accumulator
-    # fp16 and fp8 products may also accumulate in fp16 (cuBLAS, Triton, the instructions)
-    ok = (default_out(fa), "fp16") if fa in ("fp16", "fp8_e4m3", "fp8_e5m2") else (default_out(fa),)
+    ok = KERNEL_OUTPUTS.get(fa, (default_out(fa),))     # fp16 and fp8 also accumulate in fp16
     if out not in ok:
         raise ValueError(f"{fn}: {fa} inputs accumulate in "
                          f"{' or '.join(str(OUT_DTYPES[o]) for o in ok)}, not {odt}")

@@ -12,7 +12,8 @@ from ..ops import emulated_mm
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(INT_OF_SIZE[t.element_size()])
+    """The bit patterns of ``t`` (on the CPU) as same-size integers."""
+    return t.detach().cpu().contiguous().view(INT_OF_SIZE[t.element_size()])
 
 
 def spec_id(s) -> str:
