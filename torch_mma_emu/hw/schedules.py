@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from ..formats import FLOAT_DTYPES
 from ..ops import emulated_mm
 from ..schedule import Schedule, preset
 from ..schedule_search import candidate_schedules, match_schedules
@@ -100,7 +101,7 @@ def main(argv=None) -> int:
     failed = 0
     t0 = time.time()
     for name, pre, fmt, L, M, K, N, kind, option in todo:
-        dt = {"fp8_e4m3": torch.float8_e4m3fn, "fp16": torch.float16}[fmt]
+        dt = FLOAT_DTYPES[fmt]
         A = torch.randn(M, K, generator=g).to(dt)
         B = torch.randn(K, N, generator=g).to(dt)
         cands = candidate_schedules(K, L, c_modes=("epilogue", "chain"))

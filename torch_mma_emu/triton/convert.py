@@ -19,10 +19,9 @@ from typing import Optional
 
 import torch
 
-from ..formats import FLOAT_DTYPES
+from ..formats import FLOAT_DTYPES, INT_OF_SIZE
 from .dot import format_of, to_numpy, to_torch
 
-_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _FP8 = ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz")
 
 
@@ -33,7 +32,7 @@ def toward_zero(x: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
     over = y.double().abs() > x.double().abs()
     if not bool(over.any()):
         return y
-    bits = y.view(_INT[y.element_size()])
+    bits = y.view(INT_OF_SIZE[y.element_size()])
     return torch.where(over, bits - 1, bits).view(dt)   # same sign, magnitude one code less
 
 
