@@ -15,7 +15,8 @@ import torch
 import torch_mma_emu as tme
 from torch_mma_emu import native, registry
 from torch_mma_emu.inputs import FAMILIES, operands
-from torch_mma_emu.hw import archive, diagnose, identity, paths, report, results, validate
+from torch_mma_emu.hw import (archive, common, diagnose, identity, paths, report, results,
+                              validate)
 from helpers import bits
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -312,7 +313,7 @@ def test_time_limit_and_a_lost_cuda_context(tmp_path, monkeypatch):
     def boom(path, *a):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(paths, "sticky_cuda_error", lambda dev: "AcceleratorError: illegal access")
+    monkeypatch.setattr(common, "sticky_cuda_error", lambda dev: "AcceleratorError: illegal access")
     monkeypatch.setattr(paths, "run_native", boom)
     args = _args(tmp_path, formats="fp16")
     rows = paths.part_native(args, "cpu", "sm90", 600, lambda m: None, None, None, None,
@@ -394,14 +395,14 @@ def test_identity_stops_on_a_lost_cuda_context_and_resumes(tmp_path, monkeypatch
         return real_to_dev(kw, dev)
 
     monkeypatch.setattr(identity, "to_dev", to_dev)
-    monkeypatch.setattr(identity, "sticky_cuda_error", lambda dev: "AcceleratorError: illegal access")
+    monkeypatch.setattr(common, "sticky_cuda_error", lambda dev: "AcceleratorError: illegal access")
     args = _args(tmp_path, extra=["--outputs", "30"])
     rows = identity.part_identity(args, torch.device("cpu"), 600, lambda m: None)
     st = [r["status"] for r in rows]
     assert st[0] == "ok" and st[1].startswith("error: RuntimeError: CUDA error")
     assert all(s.startswith("not run (CUDA context lost") for s in st[2:])
     # the next process resumes: the failed entry is kept (not re-run), the rest run
-    monkeypatch.setattr(identity, "sticky_cuda_error", lambda dev: None)
+    monkeypatch.setattr(common, "sticky_cuda_error", lambda dev: None)
     seen.clear()
     rows2 = identity.part_identity(args, torch.device("cpu"), 600, lambda m: None,
                                    previous={r["spec"]: r for r in rows})

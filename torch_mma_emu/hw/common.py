@@ -81,3 +81,27 @@ def emulate(spec, kw, dev, c_mode, C="given"):
     if C is None:
         k["C"] = None
     return emulated_mm(**k, c_mode=c_mode)
+
+
+def not_run(poisoned: str | None, clock: Clock) -> str | None:
+    """Why a row is not run (a lost CUDA context, the time spent), or None: run it."""
+    if poisoned:
+        return f"not run (CUDA context lost: {poisoned})"
+    if clock.left() <= 0:
+        return "not run (time limit)"
+    return None
+
+
+def error_status(e: Exception) -> str:
+    """The status of a row that raised ``e``."""
+    return f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+
+
+def lost_context(dev, log, part: str, rest: str) -> str | None:
+    """After an error: the sticky CUDA error that poisons the context (logged: the remaining
+    ``rest`` of ``part`` are not run), else None."""
+    poisoned = sticky_cuda_error(dev)
+    if poisoned:
+        log(f"[{part}] the CUDA context is lost ({poisoned}): the remaining {rest} are not "
+            "run; run them in a new process (--resume)")
+    return poisoned

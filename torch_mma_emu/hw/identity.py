@@ -11,7 +11,8 @@ from ..inputs import FAMILIES, operands
 from ..ops import emulated_mm
 from ..registry import all_specs
 from .archive import SAVE_OUTPUTS, Archive, samples
-from .common import Clock, compare, hexbits, safe_name, spec_id, sticky_cuda_error, to_dev
+from .common import (Clock, compare, error_status, hexbits, lost_context, not_run, safe_name,
+                     spec_id, to_dev)
 from .results import State, done
 
 
@@ -31,12 +32,9 @@ def part_identity(args, dev, budget: float, log, state: State | None = None,
             rows.append(previous[sid])
             continue
         row = dict(spec=sid, outputs=0, mismatches=0, first=None, status="ok")
-        if poisoned:
-            row["status"] = f"not run (CUDA context lost: {poisoned})"
-            rows.append(row)
-            continue
-        if clock.left() <= 0:
-            row["status"] = "not run (time limit)"
+        why = not_run(poisoned, clock)
+        if why:
+            row["status"] = why
             rows.append(row)
             continue
         try:
@@ -66,12 +64,9 @@ def part_identity(args, dev, budget: float, log, state: State | None = None,
                                    **samples(kw, where[:SAVE_OUTPUTS], cpu=cpu, cuda=gpu.cpu()))
                         row["saved"] = archive.add(f"identity_{idx:03d}_{safe_name(sid)}.pt", obj)
         except Exception as e:  # noqa: BLE001  (report, go on)
-            row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            row["status"] = error_status(e)
             log(traceback.format_exc())
-            poisoned = sticky_cuda_error(dev)
-            if poisoned:
-                log(f"[identity] the CUDA context is lost ({poisoned}): the remaining entries "
-                    "are not run; run them in a new process (--resume)")
+            poisoned = lost_context(dev, log, "identity", "entries")
         rows.append(row)
         if idx % 25 == 24:
             log(f"[identity] {idx + 1}/{len(specs)} entries, {clock.left():.0f} s left")

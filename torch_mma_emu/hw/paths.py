@@ -12,7 +12,8 @@ from ..inputs import FAMILIES, operands
 from ..isa import KERNEL_TYPES
 from ..registry import spec as registry_spec
 from .archive import SAVE_OUTPUTS, Archive, samples
-from .common import Clock, compare, emulate, hexbits, safe_name, sticky_cuda_error
+from .common import (Clock, compare, emulate, error_status, hexbits, lost_context, not_run,
+                     safe_name)
 from .diagnose import diagnose
 from .results import State, done
 
@@ -150,12 +151,9 @@ def part_native(args, dev, arch, budget: float, log, state: State | None = None,
                 row["model"] = f"(none; compared with the default {compare_spec.describe()})"
             else:
                 row["model"] = spec.describe()
-            if poisoned:
-                row["status"] = f"not run (CUDA context lost: {poisoned})"
-                rows.append(row)
-                continue
-            if clock.left() <= 0:
-                row["status"] = "not run (time limit)"
+            why = not_run(poisoned, clock)
+            if why:
+                row["status"] = why
                 rows.append(row)
                 continue
             calls = 0
@@ -186,12 +184,9 @@ def part_native(args, dev, arch, budget: float, log, state: State | None = None,
                                                                     default_model=want.cpu())))
                     calls += 1
             except Exception as e:  # noqa: BLE001
-                row["status"] = f"error: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                row["status"] = error_status(e)
                 log(f"[native] {fname} {path}: {row['status']}")
-                poisoned = sticky_cuda_error(dev)
-                if poisoned:
-                    log(f"[native] the CUDA context is lost ({poisoned}): the remaining rows "
-                        "are not run; run them in a new process (--resume)")
+                poisoned = lost_context(dev, log, "native", "rows")
             base = safe_name(f"{fname}_{path}")
             if collected and archive is not None:
                 row["samples_saved"] = archive.add(f"samples_{base}.pt", dict(
