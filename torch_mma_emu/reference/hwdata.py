@@ -70,14 +70,15 @@ def out_to_fp32_word(out_format: str, code: int) -> int:
 
 
 def instruction_for_entry(entry: dict) -> str | None:
-    """The registry instruction an index entry's ``instruction`` names: the variant whose
-    name contains it (``mma.sync.m16n8k32`` on Hopper / Blackwell), else None (the default;
-    ``wmma (mma.sync)`` names the API, not an instruction variant)."""
-    from ..registry import instructions
-    want = entry.get("instruction", "").replace(" ", "").lower()
-    names = instructions(entry["arch"], entry["in_format"], entry["out_dtype"])
-    hits = [n for n in names if want and want in n.replace(" ", "").lower()]
-    return hits[0] if hits else None
+    """The id of the instruction an index entry's ``instruction`` names (the variant
+    ``mma.sync.m16n8k32`` on Hopper / Blackwell), else None: the default (``wmma (mma.sync)``
+    names the API, not an instruction)."""
+    from ..registry import row
+    try:
+        return row(entry["arch"], entry["in_format"], entry["out_dtype"],
+                   instruction=entry.get("instruction", "")).instruction
+    except ValueError:
+        return None
 
 
 def spec_for_entry(entry: dict):
