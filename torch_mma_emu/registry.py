@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .formats import OUT_DTYPES, get_format
-from .spec import NVIDIA_NAN, Spec
+from .spec import NVIDIA_NAN, Spec, as_spec
 
 # --------------------------------------------------------------------------------------
 # Architectures
@@ -274,10 +274,9 @@ def spec(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instructio
     non-default instruction where an arch has several (``instructions(arch, fmt)`` lists them).
     Raises ``ValueError`` naming what is supported.
     """
-    if isinstance(arch, Spec):
-        return arch
-    if isinstance(arch, str) and arch.startswith("spec:"):
-        return Spec.from_string(arch)
+    sp = as_spec(arch)
+    if sp is not None:
+        return sp
     name = canonical_arch(arch)
     fa = get_format(in_format).name
     fb = get_format(in_format_b).name if in_format_b is not None else fa
