@@ -8,12 +8,12 @@ from typing import Optional
 
 import torch
 
-from . import _C  # noqa: F401  (registers torch.ops.mma_emu._gemm)
+from . import cpp
 from .formats import (INT_OF_SIZE, OPERAND_DTYPES, OUT_DTYPES, Format, format_of_dtype,
                       formats_of_dtype, get_format, out_format, scale_format_of_dtype)
 from .registry import spec as _registry_spec
 from .schedule import Schedule, _tf32_round, as_schedule, run_scheduled
-from .spec import Spec
+from .spec import Spec, as_spec
 
 __all__ = ["emulated_mm", "resolve_spec"]
 
@@ -71,8 +71,6 @@ def _scale_format(t: Optional[torch.Tensor]) -> Optional[str]:
 @lru_cache(maxsize=4096)
 def _cached_spec(arch: str, fa: str, fb: str, out: Optional[str], instruction: Optional[str],
                  scale_format: Optional[str], block: Optional[int]) -> Spec:
-    if arch.startswith("spec:"):
-        return Spec.from_string(arch)
     return _registry_spec(arch, fa, out, in_format_b=fb, instruction=instruction,
                           scale_format=scale_format, block_size=block)
 
@@ -85,13 +83,12 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
                  in_format: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
                  instruction: Optional[str] = None, scale_a: Optional[torch.Tensor] = None,
                  scale_b: Optional[torch.Tensor] = None) -> Spec:
-    """The :class:`Spec` ``emulated_mm`` uses for these operands (raises what is allowed)."""
-    if isinstance(arch, Spec):
-        arch = arch.to_string()
-    if not isinstance(arch, str):
+    """The :class:`Spec` ``emulated_mm`` uses for these operands (raises what is allowed).
+    ``arch``: a name or alias, a Spec, or its string (as the op receives it: parsed once)."""
+    if not isinstance(arch, (str, Spec)):
         raise TypeError(f"emulated_mm: arch must be an arch name or a Spec, got {type(arch)}")
-    if in_format is None and arch.startswith("spec:"):   # the Spec says the formats
-        sp = Spec.from_string(arch)
+    sp = as_spec(arch)
+    if in_format is None and sp is not None:   # the Spec says the formats
         fa = _spec_operand_format(A, sp.fmt_a.name, "A")
         fb = _spec_operand_format(B, sp.fmt_b.name, "B")
     else:
@@ -118,10 +115,10 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
             raise ValueError(f"emulated_mm: scale_a has {nblk} blocks along K = {K}; expected "
                              f"ceil(K / block) for a block size of 32 (MX) or 16 (NVFP4)")
         block = None if K == 0 else (cands[0] if sf == "ue8m0" else cands[-1])
-    s = _cached_spec(arch, fa.name, fb.name, _out_name(out_dtype), instruction, sf, block)
-    if arch.startswith("spec:"):
-        _check_custom(s, fa, fb, sf, out_dtype)
-    return s
+    if sp is not None:
+        _check_custom(sp, fa, fb, sf, out_dtype)
+        return sp
+    return _cached_spec(arch, fa.name, fb.name, _out_name(out_dtype), instruction, sf, block)
 
 
 def _scale_shapes_error(M, N, nblk, scale_a, scale_b, why: str) -> ValueError:
@@ -275,13 +272,10 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
         if lo is not None:
             lo = (_flat3(lo[0], batch, M, K).view(torch.int32),
                   _flat3(lo[1], batch, K, N).view(torch.int32))
-        chain_params = s.to_params("chain")
-        d = run_scheduled(sched, s, a3, b3, c3, C is not None,
-                          lambda a, b, c, sa=None, sb=None:
-                          torch.ops.mma_emu._gemm(a, b, c, sa, sb, chain_params), lo,
+        d = run_scheduled(sched, s, a3, b3, c3, C is not None, lo,
                           (sa3, sb3) if s.scaled else None)
         return d.reshape(out_shape)
-    d = torch.ops.mma_emu._gemm(a3, b3, c3, sa3, sb3, s.to_params(c_mode))
+    d = cpp.gemm(s, a3, b3, c3, sa3, sb3, c_mode)
     return d.reshape(out_shape)
 
 
@@ -452,16 +446,11 @@ class _EmulatedMM(torch.autograd.Function):
 
 @torch._dynamo.assume_constant_result
 def _spec_string(spec: Spec) -> str:
-    """``spec.to_string()`` as a constant while Dynamo traces (it cannot trace the
-    ``urllib.parse.quote`` inside; a Spec is frozen, so its string is fixed)."""
+    """``spec.to_string()`` as a constant while Dynamo traces: a Spec is frozen, so its
+    string is fixed, and traced, an int field that differs between calls would become a
+    symbolic int that cannot be written into a string."""
     return spec.to_string()
 
-
-def _fake_gemm(a, b, c, scale_a, scale_b, params):
-    return c.new_empty((a.shape[0], a.shape[1], b.shape[2]))
-
-
-torch.library.register_fake("mma_emu::_gemm")(_fake_gemm)
 
 _OP_DOC = """mma_emu::emulated_mm(A, B, C=None, scale_a=None, scale_b=None, *, arch="sm90",
 in_format=None, out_dtype=None, instruction=None, c_mode="chain", schedule=None) -> Tensor

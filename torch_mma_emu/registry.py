@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from .formats import default_out, get_format, out_format
 from .isa import (F8F6F4, FP8, FP8_FNUZ, INSTRUCTIONS, Instruction, answers_to,
                            norm)
-from .spec import NVIDIA_NAN, Spec
+from .spec import NVIDIA_NAN, Spec, as_spec
 
 # --------------------------------------------------------------------------------------
 # Architectures
@@ -288,10 +288,9 @@ def spec(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instructio
     its id, name, family, PTX / SASS / ISA name or an alias of isa.py.
     Raises ``ValueError`` naming what is supported.
     """
-    if isinstance(arch, Spec):
-        return arch
-    if isinstance(arch, str) and arch.startswith("spec:"):
-        return Spec.from_string(arch)
+    sp = as_spec(arch)
+    if sp is not None:
+        return sp
     row_ = row(arch, in_format, out_dtype, in_format_b=in_format_b, instruction=instruction,
                scale_format=scale_format)
     fa = get_format(in_format).name

@@ -30,7 +30,7 @@ import torch
 from ..formats import (FLOAT_DTYPES, FORMATS, OUT_DTYPES, default_out, format_of_dtype,
                        get_format)
 from ..registry import ARCHS, canonical_arch, spec as registry_spec
-from ..spec import Spec
+from ..spec import Spec, as_spec
 
 __all__ = ["Plan", "Policy", "OP_KINDS", "FORMAT_CHOICES", "tf32_settings"]
 
@@ -159,17 +159,12 @@ class Policy:
                  fp16_accumulation: Optional[bool] = None, fp16_alt_impl: str = "off",
                  schedule=None):
         self.schedules = _check_schedules(schedule)
-        if isinstance(arch, Spec):
-            self.spec: Optional[Spec] = arch
-            self.arch = arch.to_string()
-            self.arch_name = f"custom({arch.arch})"
+        self.spec: Optional[Spec] = as_spec(arch)
+        if self.spec is not None:   # the op's schema takes the arch as a string
+            self.arch = self.spec.to_string()
+            self.arch_name = f"custom({self.spec.arch})"
         elif isinstance(arch, str):
-            if arch.startswith("spec:"):
-                self.spec = Spec.from_string(arch)
-                self.arch, self.arch_name = arch, f"custom({self.spec.arch})"
-            else:
-                self.spec = None
-                self.arch = self.arch_name = canonical_arch(arch)
+            self.arch = self.arch_name = canonical_arch(arch)
         else:
             raise TypeError(f"arch must be an arch name ({', '.join(ARCHS)}) or a Spec, "
                             f"got {type(arch).__name__}")

@@ -18,7 +18,7 @@ import torch
 from ..formats import INT_OF_SIZE, formats_of_dtype, out_format
 from ..spec import Spec
 from . import search, space
-from .samples import Samples, from_arrays, load
+from .samples import Samples, check_bit_patterns, from_arrays, load
 from .targets import values_of
 
 
@@ -156,13 +156,15 @@ def _from_tensors(a, b, c, d, in_format, out_dtype):
             raise TypeError(f"samples: d has dtype {d.dtype}; the output is fp16, fp32 or "
                             "fp64") from None
 
-    def arr(t):
+    def arr(t, name):
         t = t.detach().cpu()
         if t.is_floating_point():
             return t.to(torch.float64).numpy()      # exact for every input/output dtype
-        return t.to(torch.int64).numpy() & 0xFFFFFFFF   # fp32 bit patterns
-    return from_arrays(arr(a), arr(b), arr(c), arr(d), in_format, out_dtype,
-                       source="tensors")
+        x = t.to(torch.int64).numpy()               # fp32 bit patterns (or their int32 view)
+        check_bit_patterns(x, name)
+        return x & 0xFFFFFFFF
+    return from_arrays(arr(a, "a"), arr(b, "b"), arr(c, "c"), arr(d, "d"), in_format,
+                       out_dtype, source="tensors")
 
 
 def _as_samples(samples, in_format, out_dtype) -> Samples:
