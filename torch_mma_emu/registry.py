@@ -31,6 +31,15 @@ class Arch:
     gpus: tuple[str, ...]
     aliases: tuple[str, ...] = ()
 
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """CUDA compute capability (major, minor) of an NVIDIA arch ("sm89" -> (8, 9)); None
+        for AMD.  The one place it is derived (SDPA selection, Triton's instruction choice)."""
+        if self.vendor != "nvidia":
+            return None
+        digits = self.name[2:]
+        return int(digits[:-1]), int(digits[-1])
+
 
 ARCHS: dict[str, Arch] = {a.name: a for a in [
     Arch("sm70", "nvidia", "Volta", ("V100",), ("volta",)),

@@ -23,8 +23,8 @@ OCP_FP8 = ("fp8_e4m3", "fp8_e5m2")
 FNUZ_FP8 = ("fp8_e4m3fnuz", "fp8_e5m2fnuz")
 PATHS = FAMILIES          # the instruction families of isa.py
 PRECISIONS = ("tf32", "tf32x3", "ieee", "bf16x3", "bf16x6")
-NV_CC = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90,
-         "sm100": 100, "sm120": 120}
+NV_CC = {a.name: 10 * a.capability[0] + a.capability[1] for a in ARCHS.values()
+         if a.capability}                # Triton's "cuda:90" form
 CDNA = {"gfx908": 1, "gfx90a": 2, "gfx942": 3}
 _BITS = {"fp16": 16, "bf16": 16, "fp32": 32, "tf32": 32, "fp64": 64}
 # the instruction families of each vendor's archs
