@@ -279,6 +279,7 @@ def inductor_row(arch: str, stand_in: bool):
     if stand_in:
         return f"| {name} | - | - | - | - | refused | skipped (no GPU) |", 0
     from .. import triton_kernels as K
+    from ..triton.inductor import NativeLaunchRefused
     a, b = (torch.randn(64, 128, device="cuda").half(), torch.randn(128, 64, device="cuda")
             .half())
     try:
@@ -290,9 +291,8 @@ def inductor_row(arch: str, stand_in: bool):
             f(a, b)
         status = ("emulated (the launch ran eagerly)" if em.counts else
                   "MISMATCH: ran natively inside the block")
-    except RuntimeError as e:
-        status = ("ok: refused" if "NOT be emulated" in str(e) else
-                  f"ERROR RuntimeError: {str(e).splitlines()[0][:160]}")
+    except NativeLaunchRefused:
+        status = "ok: refused"
     except Exception as e:
         status = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:160]}"
         traceback.print_exc()
