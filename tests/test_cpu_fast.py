@@ -22,7 +22,7 @@ from torch_mma_emu import reference as ref
 from torch_mma_emu.formats import FORMATS, value_table
 from torch_mma_emu.inputs import FAMILIES, operands, random_codes
 from torch_mma_emu.registry import ROWS, all_specs
-from helpers import assert_same_bits, bits, cpu_path, fast_path, mm_on_path, seeded
+from helpers import assert_same_bits, cpu_path, fast_path, mm_on_path, seeded
 
 INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 

@@ -23,7 +23,7 @@ import torch_mma_emu as tme
 from torch_mma_emu import reference as ref
 from torch_mma_emu.inputs import FAMILIES, operands
 from torch_mma_emu.registry import ROWS
-from helpers import assert_same_bits, bits, cpu_path, fast_path, mm_on_path, seeded
+from helpers import assert_same_bits, fast_path, mm_on_path, seeded
 
 ROOT = Path(__file__).resolve().parents[1]
 _probe = tme.spec("sm90", "fp16")
