@@ -66,10 +66,6 @@ def scalar_path(on):
             os.environ["MMA_EMU_SCALAR"] = old
 
 
-def row_spec(r):
-    return r.make_spec(r.formats[0], r.formats[0], r.block_sizes[0] if r.block_sizes else 0)
-
-
 def cpu_path(spec):
     try:
         return torch.ops.mma_emu._cpu_fast_path(spec.to_params())
@@ -111,7 +107,7 @@ def main():
     n = args.size
     print(f"torch {torch.__version__}, {where}, {n}^3, best of {args.reps}")
     if args.all:
-        specs = [row_spec(r) for r in ROWS]
+        specs = [r.first_spec() for r in ROWS]
         if args.only:
             keys = args.only.split(",")
             specs = [s for s in specs

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
+import timeit
 import warnings
 
 import torch
@@ -22,13 +22,9 @@ from torch_mma_emu import triton_kernels as K
 
 
 def best(fn, repeat):
+    """Best of ``repeat`` timed runs after a warm-up run."""
     fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+    return min(timeit.repeat(fn, repeat=repeat, number=1))
 
 
 def main(argv=None) -> int:

@@ -14,12 +14,11 @@ error is ~1e-16 relative, far below what is measured).  Schedules: the plain wgm
 (Triton's default, _scaled_mm(use_fast_accum=True)), Triton max_num_imprecise_acc=32,
 promotion every 128 (DeepSeek-V3, CUTLASS).
 """
-import argparse
-
 import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu.schedule import Schedule
+from exp_common import figure, norm_err, parser
 
 SCHEDULES = {"no promotion (wgmma chain)": None,
              "promote every 32 (Triton max_num_imprecise_acc=32)": Schedule(promote_every=32),
@@ -39,17 +38,13 @@ def measure(dist, K, size, arch, g):
         if dist == "uniform":
             out.append(((D - exact).abs() / exact.abs()).max().item())
         else:
-            out.append(((D - exact).norm() / exact.norm()).item())
+            out.append(norm_err(D, exact))
     return out
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", default="sm90")
-    p.add_argument("--size", type=int, default=32, help="M = N")
+    p = parser(__doc__, size=32)
     p.add_argument("--kmax", type=int, default=16384)
-    p.add_argument("--out", help="write the plot (png/svg/pdf)")
     args = p.parse_args()
     g = torch.Generator().manual_seed(0)
     ks = [2 ** e for e in range(7, args.kmax.bit_length())]
@@ -64,22 +59,16 @@ def main():
             res[d].append(errs)
             print(f"{K:6d} " + " ".join(f"{e:28.3e}" for e in errs))
     if args.out:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-        for ax, (d, what) in zip(axes, dists.items()):
-            for i, name in enumerate(SCHEDULES):
-                ax.loglog(ks, [r[i] for r in res[d]], "o-", label=name)
-            ax.axvline(4096, color="gray", ls=":", lw=1)
-            ax.axhline(0.02, color="gray", ls=":", lw=1)
-            ax.set_xscale("log", base=2)
-            ax.set_xlabel("K")
-            ax.set_title(f"{args.arch} fp8 e4m3, {what}", fontsize=9)
-        axes[0].legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(args.out, dpi=100)
-        print(f"wrote {args.out}")
+        with figure(args.out, 1, 2, figsize=(10, 4)) as axes:
+            for ax, (d, what) in zip(axes, dists.items()):
+                for i, name in enumerate(SCHEDULES):
+                    ax.loglog(ks, [r[i] for r in res[d]], "o-", label=name)
+                ax.axvline(4096, color="gray", ls=":", lw=1)
+                ax.axhline(0.02, color="gray", ls=":", lw=1)
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("K")
+                ax.set_title(f"{args.arch} fp8 e4m3, {what}", fontsize=9)
+            axes[0].legend(fontsize=7)
 
 
 if __name__ == "__main__":

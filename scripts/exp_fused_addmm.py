@@ -13,20 +13,15 @@ Three ways to compute ``A @ B + bias`` with fp16 tensors on one arch, emulated b
 
     python scripts/exp_fused_addmm.py --out docs/img/fused_addmm.png
 """
-import argparse
-
 import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu.schedule import Schedule
+from exp_common import figure, norm_err, parser
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", default="sm90")
-    p.add_argument("--size", type=int, default=64)
-    p.add_argument("--out", help="write the plot (png/svg/pdf)")
+    p = parser(__doc__, size=64)
     args = p.parse_args()
     g = torch.Generator().manual_seed(0)
     ks = [64, 256, 1024, 4096]
@@ -47,26 +42,19 @@ def main():
         mm_add = tme.emulated_mm(A, B, arch=args.arch).half() + bias
         d_chain = (chain.view(torch.int16) != fused.view(torch.int16)).float().mean().item()
         d_add = (mm_add.view(torch.int16) != fused.view(torch.int16)).float().mean().item()
-        errs = [((x.double() - exact).norm() / exact.norm()).item()
-                for x in (fused, chain, mm_add)]
+        errs = [norm_err(x, exact) for x in (fused, chain, mm_add)]
         res.append((K, d_chain, d_add))
         print(f"{K:6d} {d_chain:22.1%} {d_add:18.1%} {errs[0]:10.2e} {errs[1]:10.2e} "
               f"{errs[2]:11.2e}")
     if args.out:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, ax = plt.subplots(figsize=(6, 3.8))
-        ax.plot([r[0] for r in res], [100 * r[1] for r in res], "o-", label="bias in chain")
-        ax.plot([r[0] for r in res], [100 * r[2] for r in res], "o-", label="mm + add")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("K")
-        ax.set_ylabel("fp16 outputs with other bits than fused [%]")
-        ax.set_title(f"emulated {args.arch}: A @ B + bias in fp16", fontsize=9)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(args.out, dpi=100)
-        print(f"wrote {args.out}")
+        with figure(args.out, figsize=(6, 3.8)) as ax:
+            ax.plot([r[0] for r in res], [100 * r[1] for r in res], "o-", label="bias in chain")
+            ax.plot([r[0] for r in res], [100 * r[2] for r in res], "o-", label="mm + add")
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("K")
+            ax.set_ylabel("fp16 outputs with other bits than fused [%]")
+            ax.set_title(f"emulated {args.arch}: A @ B + bias in fp16", fontsize=9)
+            ax.legend()
 
 
 if __name__ == "__main__":

@@ -8,12 +8,11 @@ workspace, reduced in order, C in the epilogue), and compared with split_k = 1.
 
     python scripts/exp_split_k.py --out docs/img/split_k.png
 """
-import argparse
-
 import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu.schedule import Schedule
+from exp_common import figure, norm_err, parser
 
 SPLITS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
 
@@ -24,12 +23,8 @@ def ulp32(x: torch.Tensor) -> torch.Tensor:
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arch", default="sm90")
+    p = parser(__doc__, size=64)
     p.add_argument("--k", type=int, default=4096)
-    p.add_argument("--size", type=int, default=64)
-    p.add_argument("--out", help="write the plot (png/svg/pdf)")
     args = p.parse_args()
     g = torch.Generator().manual_seed(0)
     n, K = args.size, args.k
@@ -49,28 +44,22 @@ def main():
                                 schedule=Schedule(split_k=s, c_mode="epilogue"))
             changed = (D.view(torch.int32) != D1.view(torch.int32)).float().mean().item()
             off = ((D[0, 0] - D1[0, 0]) / ulp32(D1[0, 0])).item()
-            err = ((D.double() - exact).norm() / exact.norm()).item()
+            err = norm_err(D, exact)
             rows.append((s, changed, off, err))
             print(f"{fmt:6} {s:7d} {changed:16.1%} {off:24.0f} {err:26.3e}")
         series[fmt] = rows
     if args.out:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        fig, (a0, a1) = plt.subplots(1, 2, figsize=(10, 3.8))
-        for fmt, rows in series.items():
-            a0.plot([r[0] for r in rows], [r[2] for r in rows], "o-", label=fmt)
-            a1.plot([r[0] for r in rows], [100 * r[1] for r in rows], "o-", label=fmt)
-        a0.set_xlabel("split_k")
-        a0.set_ylabel("D[0,0] - D[0,0](split_k=1)  [fp32 ulp]")
-        a1.set_xlabel("split_k")
-        a1.set_ylabel("outputs with other bits than split_k=1 [%]")
-        a0.set_title(f"emulated {args.arch}, {n}x{n}x{K}: one output", fontsize=9)
-        a1.set_title("all outputs", fontsize=9)
-        a0.legend()
-        fig.tight_layout()
-        fig.savefig(args.out, dpi=100)
-        print(f"wrote {args.out}")
+        with figure(args.out, 1, 2, figsize=(10, 3.8)) as (a0, a1):
+            for fmt, rows in series.items():
+                a0.plot([r[0] for r in rows], [r[2] for r in rows], "o-", label=fmt)
+                a1.plot([r[0] for r in rows], [100 * r[1] for r in rows], "o-", label=fmt)
+            a0.set_xlabel("split_k")
+            a0.set_ylabel("D[0,0] - D[0,0](split_k=1)  [fp32 ulp]")
+            a1.set_xlabel("split_k")
+            a1.set_ylabel("outputs with other bits than split_k=1 [%]")
+            a0.set_title(f"emulated {args.arch}, {n}x{n}x{K}: one output", fontsize=9)
+            a1.set_title("all outputs", fontsize=9)
+            a0.legend()
 
 
 if __name__ == "__main__":

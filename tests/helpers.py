@@ -1,6 +1,7 @@
 """Helpers shared by the tests (tests/ is on sys.path under pytest's default import mode)."""
 import contextlib
 import os
+import zlib
 
 import torch
 
@@ -48,3 +49,22 @@ def fast_path(spec, mode=None) -> str:
     """The CPU kernel's path for this spec under cpu_path(mode): "avx512:fdpa", "scalar"..."""
     with cpu_path(mode):
         return torch.ops.mma_emu._cpu_fast_path(spec.to_params())
+
+
+def seeded(*key) -> torch.Generator:
+    """A generator seeded from ``key`` (a stable hash of its repr): one stream per test case."""
+    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
+
+
+def mm_on_path(kw, mode, c_mode="chain"):
+    """``tme.emulated_mm(**kw)`` on the CPU kernel's path ``mode`` (see :func:`cpu_path`)."""
+    import torch_mma_emu as tme
+    with cpu_path(mode):
+        return tme.emulated_mm(**kw, c_mode=c_mode)
+
+
+def assert_same_bits(D, R, what):
+    """D and R have the same encodings; else say how many differ and where the first is."""
+    diff = (bits(D) != bits(R)).nonzero()
+    assert diff.numel() == 0, (f"{diff.shape[0]} mismatches {what}; first at {diff[0].tolist()}: "
+                               f"{bits(D)[tuple(diff[0])]:#x} vs {bits(R)[tuple(diff[0])]:#x}")

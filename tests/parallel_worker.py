@@ -63,16 +63,21 @@ def tp_emulate(mesh, rank, world):
     return dict(y=y.detach(), **info)
 
 
-def ddp(mesh, rank, world):
-    from torch.nn.parallel import DistributedDataParallel as DDP
-    model = DDP(_mlp(bias=True))
+def _train_step(model, rank):
+    """One spied forward and backward on this rank's own input: (output, spy info)."""
     x = _x(seed=10 + rank)
 
     def step():
         y = model(x)
         y.float().square().mean().backward()
         return y.detach()
-    y, info = _spied(step)
+    return _spied(step)
+
+
+def ddp(mesh, rank, world):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    model = DDP(_mlp(bias=True))
+    y, info = _train_step(model, rank)
     return dict(y=y, grads=[p.grad.clone() for p in model.parameters()], **info)
 
 
@@ -82,13 +87,7 @@ def fsdp2(mesh, rank, world):
     for layer in (model[0], model[2]):
         fully_shard(layer, mesh=mesh)
     fully_shard(model, mesh=mesh)
-    x = _x(seed=10 + rank)
-
-    def step():
-        y = model(x)
-        y.float().square().mean().backward()
-        return y.detach()
-    y, info = _spied(step)
+    y, info = _train_step(model, rank)
     return dict(y=y, grads=[p.grad.full_tensor() for p in model.parameters()], **info)
 
 

@@ -57,18 +57,35 @@ def files(tmp_path):
     return tmp_path
 
 
-SCHEDULES = [
-    ("schedule:alpha=0x1p99999,c_mode=epilogue", "alpha must be a finite number"),
-    ("schedule:beta=1e400,c_mode=epilogue", "beta must be a finite number"),
-    ("schedule:split_k=2,split_k=4", "schedule field split_k is given twice"),
-    ("nosched.json", "not a schedule file: expected {'format'"),
-    ("notstr.json", "not a schedule file"),
-    ("deep.json", "its JSON nests too deeply"),
-    ("binary.json", "cannot read the schedule file"),
+# What the command line, load_schedule and fit refuse: (command, argument, the message's start)
+BAD = [
+    ("schedule", "schedule:alpha=0x1p99999,c_mode=epilogue", "alpha must be a finite number"),
+    ("schedule", "schedule:beta=1e400,c_mode=epilogue", "beta must be a finite number"),
+    ("schedule", "schedule:split_k=2,split_k=4", "schedule field split_k is given twice"),
+    ("schedule", "nosched.json", "not a schedule file: expected {'format'"),
+    ("schedule", "notstr.json", "not a schedule file"),
+    ("schedule", "deep.json", "its JSON nests too deeply"),
+    ("schedule", "binary.json", "cannot read the schedule file"),
+    ("fit", "empty.npz", "the file is empty"),
+    ("fit", "trunc.npz", "cannot read it as an .npz"),
+    ("fit", "text.npz", "the file is not a zip archive"),
+    ("fit", "single.npy", "the file is a single .npy array"),
+    ("fit", "nod.npz", "it lacks arrays ['d']"),
+    ("fit", "wide.npz", "which is not an fp32 bit pattern: integer samples must lie in 0..0xFFFFFFFF"),
+    ("fit", "dict", "an index is a JSON list of objects"),
+    ("fit", "nokeys", "the entry of x.npz lacks in_format and out_dtype"),
+    ("fit", "notjson", "not a readable JSON index"),
+    ("fit", "nothing", "holds no .npz files"),
 ]
 
 
-@pytest.mark.parametrize("arg,msg", SCHEDULES, ids=[a for a, _ in SCHEDULES])
+def refused(command):
+    """The (argument, message) cases of BAD for one command, one test each."""
+    cases = [(arg, msg) for c, arg, msg in BAD if c == command]
+    return pytest.mark.parametrize("arg,msg", cases, ids=[a for a, _ in cases])
+
+
+@refused("schedule")
 def test_compare_and_reveal_refuse_bad_schedules(capsys, files, arg, msg):
     arg = str(files / arg) if arg.endswith(".json") else arg
     _one_line_exit_2(capsys, ["compare", "--schedule", arg], msg)
@@ -78,21 +95,7 @@ def test_compare_and_reveal_refuse_bad_schedules(capsys, files, arg, msg):
         load_schedule(arg)
 
 
-FITS = [
-    ("empty.npz", "the file is empty"),
-    ("trunc.npz", "cannot read it as an .npz"),
-    ("text.npz", "the file is not a zip archive"),
-    ("single.npy", "the file is a single .npy array"),
-    ("nod.npz", "it lacks arrays ['d']"),
-    ("wide.npz", "which is not an fp32 bit pattern: integer samples must lie in 0..0xFFFFFFFF"),
-    ("dict", "an index is a JSON list of objects"),
-    ("nokeys", "the entry of x.npz lacks in_format and out_dtype"),
-    ("notjson", "not a readable JSON index"),
-    ("nothing", "holds no .npz files"),
-]
-
-
-@pytest.mark.parametrize("arg,msg", FITS, ids=[a for a, _ in FITS])
+@refused("fit")
 def test_fit_refuses_bad_samples(capsys, files, arg, msg):
     fmt = [] if (files / arg).is_dir() else ["--format", "fp16", "--out", "fp32"]
     _one_line_exit_2(capsys, ["fit", str(files / arg), *fmt], msg)

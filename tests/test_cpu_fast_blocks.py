@@ -14,7 +14,6 @@ import json
 import os
 import subprocess
 import sys
-import zlib
 from pathlib import Path
 
 import pytest
@@ -24,15 +23,14 @@ import torch_mma_emu as tme
 from torch_mma_emu import reference as ref
 from torch_mma_emu.inputs import FAMILIES, operands
 from torch_mma_emu.registry import ROWS
-from helpers import bits, cpu_path, fast_path
+from helpers import assert_same_bits, fast_path, mm_on_path, seeded
 
 ROOT = Path(__file__).resolve().parents[1]
 _probe = tme.spec("sm90", "fp16")
 ISAS = [i for i in ("avx512", "avx2", "neon") if fast_path(_probe, i).startswith(i + ":")]
 if not ISAS and fast_path(_probe).startswith("neon:"):
     ISAS = [None]  # aarch64: the default path is NEON
-ROW_SPECS = [r.make_spec(r.formats[0], r.formats[0], r.block_sizes[0] if r.block_sizes else 0)
-             for r in ROWS]
+ROW_SPECS = [r.first_spec() for r in ROWS]
 MULTI = [s for s in ROW_SPECS if s.multipass]
 
 
@@ -40,10 +38,6 @@ def _id(s):
     sc = f"-{s.scale_format}{s.block_size}" if s.scaled else ""
     mp = f"-{s.passes}pass" if s.multipass else ""
     return f"{s.arch}-{s.op}-{s.in_format}-{s.out_format}{sc}-L{s.L}{mp}"
-
-
-def gen(*key):
-    return torch.Generator().manual_seed(zlib.crc32(repr(key).encode()))
 
 
 class block_bytes:
@@ -63,33 +57,22 @@ class block_bytes:
             os.environ["MMA_EMU_CPU_BLOCK_BYTES"] = self.old
 
 
-def run(kw, mode, c_mode="chain"):
-    with cpu_path(mode):
-        return tme.emulated_mm(**kw, c_mode=c_mode)
-
-
-def assert_same(D, R, what):
-    diff = (bits(D) != bits(R)).nonzero()
-    assert diff.numel() == 0, (f"{diff.shape[0]} mismatches {what}; first at {diff[0].tolist()}: "
-                               f"{bits(D)[tuple(diff[0])]:#x} vs {bits(R)[tuple(diff[0])]:#x}")
-
-
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("spec", ROW_SPECS, ids=_id)
 def test_k_blocks_carry_the_chain(spec, family):
     instr = spec.L * spec.passes
-    kw = operands(spec, 3, 35, 5 * instr + 3, family, gen(spec.to_string(), family, "blocks"))
+    kw = operands(spec, 3, 35, 5 * instr + 3, family, seeded(spec.to_string(), family, "blocks"))
     c_mode = "epilogue" if family == "cancel" else "chain"
-    S = run(kw, "scalar", c_mode)  # one K block (the default budget)
+    S = mm_on_path(kw, "scalar", c_mode)  # one K block (the default budget)
     with block_bytes(1):
-        assert_same(run(kw, "scalar", c_mode), S, f"scalar in tiny K blocks, {_id(spec)}")
+        assert_same_bits(mm_on_path(kw, "scalar", c_mode), S, f"scalar in tiny K blocks, {_id(spec)}")
         for isa in ISAS:
-            assert_same(run(kw, isa, c_mode), S, f"{isa} in tiny K blocks, {_id(spec)}")
+            assert_same_bits(mm_on_path(kw, isa, c_mode), S, f"{isa} in tiny K blocks, {_id(spec)}")
 
 
 @pytest.mark.parametrize("spec", MULTI, ids=_id)
 def test_multipass_specials_and_overflow(spec):
-    g = gen(spec.to_string(), "multipass")
+    g = seeded(spec.to_string(), "multipass")
     K = 3 * spec.L * spec.passes + 7  # a partial instruction at the end
     kw = operands(spec, 6, 40, K, "normal", g)
     A, B, C = kw["A"], kw["B"], kw["C"].clone()
@@ -99,11 +82,11 @@ def test_multipass_specials_and_overflow(spec):
     # row 2: large products, so the passes' partial sums themselves are large
     A[2] = (A[2].float() * 64).to(A.dtype) if A.dtype.is_floating_point and A.element_size() > 1 else A[2]
     kw = dict(kw, C=C, A=A)
-    S = run(kw, "scalar")
+    S = mm_on_path(kw, "scalar")
     for isa in ISAS:
-        assert_same(run(kw, isa), S, f"{isa} vs scalar, {_id(spec)}")
+        assert_same_bits(mm_on_path(kw, isa), S, f"{isa} vs scalar, {_id(spec)}")
     R = ref.mm(spec, kw["A"], kw["B"], kw["C"], c_mode="chain")
-    assert_same(S, R, f"kernel vs reference, {_id(spec)}")
+    assert_same_bits(S, R, f"kernel vs reference, {_id(spec)}")
 
 
 def _gemv(args, env_extra=None):

@@ -41,8 +41,7 @@ def _rows(specs):
     return "".join(f"{_name(s)} {' '.join(map(str, s.to_params()))}\n" for s in specs)
 
 
-ROW_SPECS = [r.make_spec(r.formats[0], r.formats[0], r.block_sizes[0] if r.block_sizes else 0)
-             for r in ROWS]
+ROW_SPECS = [r.first_spec() for r in ROWS]
 
 
 def _build(cxx, out_name, extra=()):

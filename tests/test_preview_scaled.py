@@ -1,6 +1,7 @@
 """torch._scaled_mm / F.scaled_mm under emulate(): MX, NVFP4 and blockwise scales, the
 cuBLAS scale layout, packed fp4, and the calls that stay native (loudly)."""
 import warnings
+from functools import partial
 
 import pytest
 import torch
@@ -44,6 +45,12 @@ def fp4_codes(M, K, N, g):
     """Random E2M1 codes for A (M, K) and B as (N, K), one per byte."""
     return (torch.randint(0, 16, (M, K), generator=g, dtype=torch.uint8),
             torch.randint(0, 16, (N, K), generator=g, dtype=torch.uint8))
+
+
+def fp4_operands(g, M, K, N, block, scale):
+    """fp4_codes plus one scale ``scale(shape, g)`` per ``block`` elements of K, for each."""
+    ca, cb = fp4_codes(M, K, N, g)
+    return ca, cb, scale((M, K // block), g), scale((N, K // block), g)
 
 
 def fp4_value(codes):
@@ -122,10 +129,9 @@ def test_mxfp8_scaled_mm_is_the_block_scaled_instruction(dtype):
 def test_fp4_scaled_mm_unpacks_and_scales(kind):
     g = gen(3)
     M, K, N = 40, 128, 24
-    ca, cb = fp4_codes(M, K, N, g)
     bs = 32 if kind == "mxfp4" else 16
-    mk = (lambda s: e8m0(s, g, 124, 130)) if kind == "mxfp4" else (lambda s: ue4m3(s, g))
-    sa, sb = mk((M, K // bs)), mk((N, K // bs))
+    mk = partial(e8m0, lo=124, hi=130) if kind == "mxfp4" else ue4m3
+    ca, cb, sa, sb = fp4_operands(g, M, K, N, bs, mk)
     with tme.emulate("sm100", record=True) as em:
         D = torch._scaled_mm(pack_fp4(ca), pack_fp4(cb).t(), to_blocked(sa), to_blocked(sb),
                              out_dtype=torch.bfloat16)
@@ -146,8 +152,7 @@ def test_fp4_scaled_mm_unpacks_and_scales(kind):
 def test_nvfp4_two_level_scales_through_F_scaled_mm():
     g = gen(4)
     M, K, N = 16, 64, 8
-    ca, cb = fp4_codes(M, K, N, g)
-    sa, sb = ue4m3((M, K // 16), g), ue4m3((N, K // 16), g)
+    ca, cb, sa, sb = fp4_operands(g, M, K, N, 16, ue4m3)
     ga, gb = torch.tensor(0.75), torch.tensor(3.0)
     BW, TW = F.ScalingType.BlockWise1x16, F.ScalingType.TensorWise
     SW = F.SwizzleType.SWIZZLE_32_4_4
@@ -339,8 +344,7 @@ def test_F_scaled_mm_blockwise_layouts_are_pytorchs(blocks):
 def test_fp4_and_nvfp4_checks():
     g = gen(12)
     M, K, N = 16, 64, 16
-    ca, cb = fp4_codes(M, K, N, g)
-    sa, sb = e8m0((M, K // 32), g), e8m0((N, K // 32), g)
+    ca, cb, sa, sb = fp4_operands(g, M, K, N, 32, e8m0)
     A4, B4 = pack_fp4(ca), pack_fp4(cb).t()
     with tme.emulate("B200"):
         with pytest.raises(ValueError, match="use_fast_accum is not available for fp4"):

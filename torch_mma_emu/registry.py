@@ -107,6 +107,11 @@ class Row:
                     block_size=block_size, arch=self.arch, instruction=self.name,
                     notes=self.source, **p)
 
+    def first_spec(self) -> Spec:
+        """The spec on the row's first input format and first block size (one per row)."""
+        return self.make_spec(self.formats[0], self.formats[0],
+                              self.block_sizes[0] if self.block_sizes else 0)
+
 
 
 def _t(L, F, rho, **kw):
@@ -338,7 +343,7 @@ def table() -> list[dict]:
     """Rows as dicts, for ``mma-emu archs`` and the README table."""
     res = []
     for r in ROWS:
-        s = r.make_spec(r.formats[0], r.formats[0], r.block_sizes[0] if r.block_sizes else 0)
+        s = r.first_spec()
         res.append(dict(arch=r.arch, family=ARCHS[r.arch].family, formats="/".join(r.formats),
                         out=r.out, scale=(f"{r.scale_format}/{','.join(map(str, r.block_sizes))}"
                                           if r.scale_format else ""),

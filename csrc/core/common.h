@@ -13,17 +13,21 @@
 #define MMA_HD inline
 #endif
 
+// One function body for host and device: `dev` (a CUDA intrinsic) in nvcc's device pass,
+// `host` everywhere else; only the chosen expression is compiled.
+#if defined(__CUDA_ARCH__)
+#define MMA_DEV_OR_HOST(dev, host) (dev)
+#else
+#define MMA_DEV_OR_HOST(dev, host) (host)
+#endif
+
 namespace mma {
 
 // Exponent given to zero terms: far below anything real, so a zero never wins a maximum.
 constexpr int32_t kZeroExp = -(1 << 24);
 // Bit length of v (0 for v == 0).
 MMA_HD int bitlen64(uint64_t v) {
-#if defined(__CUDA_ARCH__)
-  return v ? 64 - __clzll(static_cast<long long>(v)) : 0;
-#else
-  return v ? 64 - __builtin_clzll(v) : 0;
-#endif
+  return v ? 64 - MMA_DEV_OR_HOST(__clzll(static_cast<long long>(v)), __builtin_clzll(v)) : 0;
 }
 
 MMA_HD int32_t imax(int32_t a, int32_t b) { return a > b ? a : b; }
@@ -51,32 +55,25 @@ MMA_HD int64_t shift_rd(int64_t v, int32_t s) {
 
 namespace mma {
 // Bit casts that work on host and device.
+template <class To, class From>
+MMA_HD To host_bit_cast(From x) {  // memcpy: no aliasing UB, compiles to a register move
+  static_assert(sizeof(To) == sizeof(From), "host_bit_cast: sizes differ");
+  To y;
+  std::memcpy(&y, &x, sizeof(To));
+  return y;
+}
 MMA_HD float f32_of(uint32_t b) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(b);
-#else
-  float f; std::memcpy(&f, &b, 4); return f;
-#endif
+  return MMA_DEV_OR_HOST(__uint_as_float(b), host_bit_cast<float>(b));
 }
 MMA_HD uint32_t bits_of(float f) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(f);
-#else
-  uint32_t b; std::memcpy(&b, &f, 4); return b;
-#endif
+  return MMA_DEV_OR_HOST(__float_as_uint(f), host_bit_cast<uint32_t>(f));
 }
 MMA_HD double f64_of(uint64_t b) {
-#if defined(__CUDA_ARCH__)
-  return __longlong_as_double(static_cast<long long>(b));
-#else
-  double f; std::memcpy(&f, &b, 8); return f;
-#endif
+  return MMA_DEV_OR_HOST(__longlong_as_double(static_cast<long long>(b)),
+                         host_bit_cast<double>(b));
 }
 MMA_HD uint64_t bits_of(double f) {
-#if defined(__CUDA_ARCH__)
-  return static_cast<uint64_t>(__double_as_longlong(f));
-#else
-  uint64_t b; std::memcpy(&b, &f, 8); return b;
-#endif
+  return MMA_DEV_OR_HOST(static_cast<uint64_t>(__double_as_longlong(f)),
+                         host_bit_cast<uint64_t>(f));
 }
 }  // namespace mma

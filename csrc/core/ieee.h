@@ -8,40 +8,19 @@
 
 namespace mma {
 
-MMA_HD float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-MMA_HD float add_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-MMA_HD double add_rn(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
+MMA_HD float mul_rn(float a, float b) { return MMA_DEV_OR_HOST(__fmul_rn(a, b), a * b); }
+MMA_HD double mul_rn(double a, double b) { return MMA_DEV_OR_HOST(__dmul_rn(a, b), a * b); }
+MMA_HD float add_rn(float a, float b) { return MMA_DEV_OR_HOST(__fadd_rn(a, b), a + b); }
+MMA_HD double add_rn(double a, double b) { return MMA_DEV_OR_HOST(__dadd_rn(a, b), a + b); }
 MMA_HD float fma_rn(float a, float b, float c) {
-#if defined(__CUDA_ARCH__)
-  return __fmaf_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
+  return MMA_DEV_OR_HOST(__fmaf_rn(a, b, c), std::fma(a, b, c));
 }
 MMA_HD double fma_rn(double a, double b, double c) {
-#if defined(__CUDA_ARCH__)
-  return __fma_rn(a, b, c);
-#else
-  return std::fma(a, b, c);
-#endif
+  return MMA_DEV_OR_HOST(__fma_rn(a, b, c), std::fma(a, b, c));
+}
+// binary64 -> binary32 with round to nearest even (host: under the CPU kernel's FpEnvGuard)
+MMA_HD float f32_rn(double x) {
+  return MMA_DEV_OR_HOST(__double2float_rn(x), static_cast<float>(x));
 }
 
 MMA_HD bool is_nan(float x) { return (bits_of(x) & 0x7FFFFFFFu) > 0x7F800000u; }

@@ -35,35 +35,20 @@ struct SchedConsts {
   double alpha, beta;
 };
 
-MMA_HD float sched_to_f32(double x) {
-#if defined(__CUDA_ARCH__)
-  return __double2float_rn(x);
-#else
-  return static_cast<float>(x);  // RNE: the CPU kernel runs under FpEnvGuard
-#endif
-}
-MMA_HD double sched_mul64(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-
 MMA_HD double ws_round(const SchedConsts& S, double x) {
-  return S.ws64 ? x : double(sched_to_f32(x));
+  return S.ws64 ? x : double(f32_rn(x));
 }
 MMA_HD double ws_add(const SchedConsts& S, double x, double y) {
   if (S.ws64) return add_rn(x, y);
-  return double(add_rn(sched_to_f32(x), sched_to_f32(y)));
+  return double(add_rn(f32_rn(x), f32_rn(y)));
 }
 MMA_HD double ws_mul(const SchedConsts& S, double x, double y) {
-  if (S.ws64) return sched_mul64(x, y);
-  return double(mul_rn(sched_to_f32(x), sched_to_f32(y)));
+  if (S.ws64) return mul_rn(x, y);
+  return double(mul_rn(f32_rn(x), f32_rn(y)));
 }
 MMA_HD double ws_fma(const SchedConsts& S, double a, double b, double c) {
   if (S.ws64) return fma_rn(a, b, c);
-  return double(fma_rn(sched_to_f32(a), sched_to_f32(b), sched_to_f32(c)));
+  return double(fma_rn(f32_rn(a), f32_rn(b), f32_rn(c)));
 }
 
 // Output-format bits -> exact value.
@@ -82,7 +67,7 @@ MMA_HD double out_value(const Params& P, uint64_t bits) { return out_value(P.rho
 MMA_HD uint64_t out_bits_rne(const Params& P, double x) {
   if (is_nan(x)) return P.nan_bits;
   if (P.rho == kRneFp64) return bits_of(x);
-  if (P.rho != kRneFp16) return bits_of(sched_to_f32(x));
+  if (P.rho != kRneFp16) return bits_of(f32_rn(x));
   const uint64_t b = bits_of(x);
   const int neg = int(b >> 63);
   const int32_t be = int32_t((b >> 52) & 0x7FF);
@@ -104,7 +89,7 @@ MMA_HD double sched_node(const Params& P, const Src& src, const int64_t* pr, int
       return fma_rn(x, y, has_acc ? acc : 0.0);
     }
     const float x = f32_of(uint32_t(src.ak(pr[0]))), y = f32_of(uint32_t(src.bk(pr[0])));
-    return double(fma_rn(x, y, has_acc ? sched_to_f32(acc) : 0.0f));
+    return double(fma_rn(x, y, has_acc ? f32_rn(acc) : 0.0f));
   }
   if (P.op == kFtzAddMul) {  // one group of P products (width == P)
     float xa[4] = {0, 0, 0, 0}, xb[4] = {0, 0, 0, 0};
@@ -113,7 +98,7 @@ MMA_HD double sched_node(const Params& P, const Src& src, const int64_t* pr, int
       xa[s] = f32_of(uint32_t(src.ak(pr[2 * t])));
       xb[s] = f32_of(uint32_t(src.bk(pr[2 * t])));
     }
-    return double(dot_ftz(P, xa, xb, width, has_acc ? sched_to_f32(acc) : 0.0f));
+    return double(dot_ftz(P, xa, xb, width, has_acc ? f32_rn(acc) : 0.0f));
   }
   int32_t sa[kSchedMaxWidth], ea[kSchedMaxWidth], sb[kSchedMaxWidth], eb[kSchedMaxWidth];
   uint8_t ca[kSchedMaxWidth], cb[kSchedMaxWidth];

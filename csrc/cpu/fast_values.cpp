@@ -106,28 +106,27 @@ bool fast_values(const Params& P, const at::Tensor& a, const at::Tensor& b, cons
 }
 
 // ---- ValuePanels ---------------------------------------------------------------------------
+namespace {
+// A and B packed into this thread's engine for T; nullptr where the engine does not serve P.
+template <class T>
+const void* pack_values(const Params& P, const at::Tensor& a, const at::Tensor& b) {
+  thread_local ValuesEngine<T> eng;
+  if (!eng.setup(P, cpu_isa())) return nullptr;
+  eng.pack(P, a.data_ptr<T>(), a.stride(0), a.stride(1), b.data_ptr<T>(), b.stride(0), b.stride(1),
+           a.size(0), b.size(1), 0, a.size(1), aten_par());
+  return &eng;
+}
+}  // namespace
+
 bool ValuePanels::prepare(const Params& P, const at::Tensor& a, const at::Tensor& b) {
   const FastKind kind = fast_eligible(P);
   if ((kind != FastKind::kFma && kind != FastKind::kFtz) || cpu_isa() == Isa::kScalar)
     return false;
-  f64_ = a.scalar_type() == at::kDouble;
-  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  if (f64_) {  // the fp64 FMA chain
-    if (b.scalar_type() != at::kDouble) return false;
-    thread_local ValuesEngine<double> eng;
-    if (!eng.setup(P, cpu_isa())) return false;
-    eng.pack(P, a.data_ptr<double>(), a.stride(0), a.stride(1), b.data_ptr<double>(), b.stride(0),
-             b.stride(1), M, N, 0, K, aten_par());
-    pk_ = &eng;
-    return true;
-  }
-  if (a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat) return false;
-  thread_local ValuesEngine<float> eng;
-  if (!eng.setup(P, cpu_isa())) return false;
-  eng.pack(P, a.data_ptr<float>(), a.stride(0), a.stride(1), b.data_ptr<float>(), b.stride(0),
-           b.stride(1), M, N, 0, K, aten_par());
-  pk_ = &eng;
-  return true;
+  f64_ = a.scalar_type() == at::kDouble;  // the fp64 FMA chain
+  const at::ScalarType t = f64_ ? at::kDouble : at::kFloat;
+  if (a.scalar_type() != t || b.scalar_type() != t) return false;
+  pk_ = f64_ ? pack_values<double>(P, a, b) : pack_values<float>(P, a, b);
+  return pk_ != nullptr;
 }
 
 int64_t ValuePanels::width() const {

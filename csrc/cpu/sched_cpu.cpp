@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "../sched.h"
@@ -227,26 +228,39 @@ void start_chain(const Blocks& X, int64_t bi, int64_t i0, int64_t i1, int64_t W,
   }
 }
 
+// The FMA / FTZ-AddMul chains over [k0, k1) on the values (fp32 or fp64) in t: the vector
+// kernel where it serves (exact in every lane), else the core per output.
+template <class T>
+void value_chain(const Blocks& X, const ChainSrc& cs, int64_t i0, int64_t i1, int64_t k0,
+                 int64_t k1, T* t) {
+  const int64_t W = cs.W;
+  if (cs.fast) {
+    cs.vp.run(i0, i1, k0, k1, t, W);
+    return;
+  }
+  const T* av = cs.Av.data_ptr<T>();
+  const T* bv = cs.Bv.data_ptr<T>();
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = 0; j < X.N; ++j) {
+      const T* x = av + i * X.K + k0;
+      const T* y = bv + j * X.K + k0;
+      T& r = t[(i - i0) * W + j];
+      if constexpr (std::is_same_v<T, float>) {
+        r = X.P.op == kFma ? dot_fma<float>(X.P, x, y, int(k1 - k0), r)
+                           : dot_ftz(X.P, x, y, int(k1 - k0), r);
+      } else {  // fp64 values: FMA chains only
+        r = dot_fma<T>(X.P, x, y, int(k1 - k0), r);
+      }
+    }
+}
+
 // The chain over products [k0, k1) from C or +0 into the stack entry t (rows i0..i1).
 void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int64_t i1,
                int64_t k0, int64_t k1, bool from_c, float* t) {
   const int64_t W = cs.W;
   start_chain(X, bi, i0, i1, W, from_c, t);
   if (cs.values) {
-    if (cs.fast) {  // exact in every lane
-      cs.vp.run(i0, i1, k0, k1, t, W);
-      return;
-    }
-    const float* av = cs.Av.data_ptr<float>();
-    const float* bv = cs.Bv.data_ptr<float>();
-    for (int64_t i = i0; i < i1; ++i)
-      for (int64_t j = 0; j < X.N; ++j) {
-        const float* x = av + i * X.K + k0;
-        const float* y = bv + j * X.K + k0;
-        float& r = t[(i - i0) * W + j];
-        r = X.P.op == kFma ? dot_fma<float>(X.P, x, y, int(k1 - k0), r)
-                           : dot_ftz(X.P, x, y, int(k1 - k0), r);
-      }
+    value_chain(X, cs, i0, i1, k0, k1, t);
     return;
   }
   // block-scaled: the range starts on a scale block (checked), so the chain's scales are
@@ -283,17 +297,7 @@ void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int6
                int64_t k0, int64_t k1, bool from_c, double* t) {
   const int64_t W = cs.W;
   start_chain(X, bi, i0, i1, W, from_c, t);
-  if (cs.fast) {
-    cs.vp.run(i0, i1, k0, k1, t, W);
-    return;
-  }
-  const double* av = cs.Av.data_ptr<double>();
-  const double* bv = cs.Bv.data_ptr<double>();
-  for (int64_t i = i0; i < i1; ++i)
-    for (int64_t j = 0; j < X.N; ++j) {
-      double& r = t[(i - i0) * W + j];
-      r = dot_fma<double>(X.P, av + i * X.K + k0, bv + j * X.K + k0, int(k1 - k0), r);
-    }
+  value_chain(X, cs, i0, i1, k0, k1, t);
 }
 
 // A CHAIN into a stack entry of workspace type T: fp32 / fp16 chains run in a float

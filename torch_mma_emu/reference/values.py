@@ -41,6 +41,12 @@ def floor_log2(x: Fraction) -> int:
     return e
 
 
+def _tag_is(*tags: str) -> property:
+    """A ``bool`` property: the value's tag (its first field, ``cls`` / ``kind``) is one of
+    ``tags``."""
+    return property(lambda self: self[0] in tags)
+
+
 # --------------------------------------------------------------------------------------
 # Decoded input codes
 # --------------------------------------------------------------------------------------
@@ -51,21 +57,10 @@ class Decoded(NamedTuple):
     sig: Fraction  # |significand| in [0, 2)  (finite classes; 0 otherwise)
     exp: int       # exponent (emin for zero and subnormals; 0 for inf/nan)
 
-    @property
-    def is_nan(self) -> bool:
-        return self.cls == "nan"
-
-    @property
-    def is_inf(self) -> bool:
-        return self.cls == "inf"
-
-    @property
-    def is_finite(self) -> bool:
-        return self.cls in ("zero", "sub", "normal")
-
-    @property
-    def is_zero(self) -> bool:
-        return self.cls == "zero"
+    is_nan = _tag_is("nan")
+    is_inf = _tag_is("inf")
+    is_finite = _tag_is("zero", "sub", "normal")
+    is_zero = _tag_is("zero")
 
     @property
     def signed_sig(self) -> Fraction:
@@ -112,17 +107,9 @@ class XVal(NamedTuple):
     sign: int       # 0 or 1 (for "fin" also the sign of a zero)
     mag: Fraction   # magnitude of a finite value
 
-    @property
-    def is_nan(self) -> bool:
-        return self.kind == "nan"
-
-    @property
-    def is_inf(self) -> bool:
-        return self.kind == "inf"
-
-    @property
-    def is_fin(self) -> bool:
-        return self.kind == "fin"
+    is_nan = _tag_is("nan")
+    is_inf = _tag_is("inf")
+    is_fin = _tag_is("fin")
 
     @property
     def is_zero(self) -> bool:
