@@ -27,7 +27,7 @@ SOURCE_SUFFIXES = (".py", ".cpp", ".h", ".cu", ".cuh", ".inc", ".sh")
 DOC_SUFFIXES = (".md", ".txt", ".rst")
 # documents that are not in this repository: the starting design notes and the folders of
 # papers and recorded data that lived beside the checkout, and this machine's own paths
-OUTSIDE = re.compile(r"GUIDE(\.md| section)|\.\./shared|shared/(seeds|hwdata)|/work/")
+OUTSIDE = re.compile(r"\bGUIDE\b|\.\./shared|shared/(seeds|hwdata)|/work/")
 
 
 def package_modules(root: Path = ROOT, pkg: str = PKG) -> dict[str, Path | None]:

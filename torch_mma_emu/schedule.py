@@ -1,7 +1,7 @@
 """How a library kernel strings matrix-unit instructions together: a :class:`Schedule`.
 
-``emulated_mm`` without a schedule runs one accumulator chain per output element (GUIDE
-section 1).  A schedule describes what library kernels do on top of that chain; the order
+``emulated_mm`` without a schedule runs one accumulator chain per output element
+(docs/model.md, "The GEMM chain").  A schedule describes what library kernels do on top of that chain; the order
 of operations, for one output element ``d = alpha * (A @ B) + beta * C``:
 
 1. ``input_precision`` (float32 inputs on tensor-core archs): ``"tf32"`` (the hardware

@@ -1,4 +1,4 @@
-"""Run the reference model over recorded tensor-core samples (``shared/hwdata/*.npz``).
+"""Run the reference model over recorded tensor-core samples (``tests/data/hwdata/*.npz``).
 
 Each file holds uint32 binary32 bit patterns ``a`` (S, K), ``b`` (S, K), ``c`` (S,) and the
 GPU's answer ``d`` (S,); ``index.json`` gives arch / in_format / out_dtype per file.  For
@@ -17,15 +17,11 @@ from .values import decode, x_of
 from .gemm import dot
 
 _HERE = Path(__file__).resolve()
-CANDIDATE_DIRS = [
-    _HERE.parents[2] / "tests" / "data" / "hwdata",
-    _HERE.parents[3] / "shared" / "hwdata",
-    Path("/work/shared/hwdata"),
-]
+CANDIDATE_DIRS = [_HERE.parents[2] / "tests" / "data" / "hwdata"]
 
 
 def hwdata_dir() -> Path | None:
-    """Where the recorded samples are: ``$MMA_EMU_HWDATA``, tests/data/hwdata, shared/hwdata."""
+    """Where the recorded samples are: ``$MMA_EMU_HWDATA``, else tests/data/hwdata."""
     env = os.environ.get("MMA_EMU_HWDATA")
     dirs = ([Path(env)] if env else []) + CANDIDATE_DIRS
     for d in dirs:
