@@ -76,7 +76,7 @@ def test_fixed_output_formats_of_the_cuda_kernel_match_formats_py():
     from torch_mma_emu.spec import Spec
     for out, rho, want in (("fp32", "rz_fp32", [2, 8, 23, 127, 0, 1, 0]),
                            ("fp16", "rne_fp16", [5, 5, 10, 15, 0, 1, 0])):
-        p = params(Spec(op="t_fdpa", in_format="fp16", out_format=out, L=16, F=25, rho=rho))
+        p = list(params(Spec(op="t_fdpa", in_format="fp16", out_format=out, L=16, F=25, rho=rho)))
         assert p[14 + 14:14 + 21] == want
 
 
