@@ -31,6 +31,7 @@ import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu.formats import FLOAT_DTYPES
+from torch_mma_emu.cpp import params
 from torch_mma_emu.inputs import operands
 from torch_mma_emu.registry import ROWS
 
@@ -68,7 +69,7 @@ def scalar_path(on):
 
 def cpu_path(spec):
     try:
-        return torch.ops.mma_emu._cpu_fast_path(spec.to_params())
+        return torch.ops.mma_emu._cpu_fast_path(list(params(spec)))
     except (AttributeError, RuntimeError):
         return "?"
 

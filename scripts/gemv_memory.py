@@ -18,6 +18,7 @@ import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu.formats import FLOAT_DTYPES
+from torch_mma_emu.cpp import params
 
 
 def peak_mb():
@@ -52,7 +53,7 @@ def main():
     inputs = (A.numel() * A.element_size() + B.numel() * B.element_size()) / 2 ** 20
     res = dict(arch=a.arch, format=a.format, k=a.k, inputs_mb=round(inputs, 1),
                peak_growth_mb=round(grown, 1), result=float(D.float()[0, 0]),
-               path=torch.ops.mma_emu._cpu_fast_path(spec.to_params()))
+               path=torch.ops.mma_emu._cpu_fast_path(list(params(spec))))
     if a.json:
         print(json.dumps(res))
     else:

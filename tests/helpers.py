@@ -5,6 +5,8 @@ import zlib
 
 import torch
 
+from torch_mma_emu.cpp import params
+
 _INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -48,7 +50,7 @@ def cpu_path(mode):
 def fast_path(spec, mode=None) -> str:
     """The CPU kernel's path for this spec under cpu_path(mode): "avx512:fdpa", "scalar"..."""
     with cpu_path(mode):
-        return torch.ops.mma_emu._cpu_fast_path(spec.to_params())
+        return torch.ops.mma_emu._cpu_fast_path(list(params(spec)))
 
 
 def seeded(*key) -> torch.Generator:

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from torch_mma_emu.cli import build_parser, main, random_table
+from torch_mma_emu.cli import build_parser, main
+from torch_mma_emu.compare import random_table
 
 BAD = [
     (["compare", "--random", "--size", "0"], "must be a positive integer, got 0"),

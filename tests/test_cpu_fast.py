@@ -20,6 +20,7 @@ import torch
 import torch_mma_emu as tme
 from torch_mma_emu import reference as ref
 from torch_mma_emu.formats import FORMATS, value_table
+from torch_mma_emu.cpp import params
 from torch_mma_emu.inputs import FAMILIES, operands, random_codes
 from torch_mma_emu.registry import ROWS, all_specs
 from helpers import assert_same_bits, cpu_path, fast_path, mm_on_path, seeded
@@ -68,7 +69,8 @@ def test_fast_paths_serve_the_expected_rows():
         for s in ROW_SPECS:
             assert fast_path(s, isa) == f"{isa}:{expect[s.op]}", (_id(s), isa, fast_path(s, isa))
     with cpu_path("scalar"):
-        assert all(torch.ops.mma_emu._cpu_fast_path(s.to_params()) == "scalar" for s in ROW_SPECS)
+        assert all(torch.ops.mma_emu._cpu_fast_path(list(params(s))) == "scalar"
+                   for s in ROW_SPECS)
     with pytest.raises(ValueError, match="parameters"):
         torch.ops.mma_emu._cpu_fast_path([1, 2, 3])
 

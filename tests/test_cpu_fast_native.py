@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from torch_mma_emu.registry import ROWS, all_specs
+from torch_mma_emu.cpp import params
 from helpers import fast_path
 import torch_mma_emu as tme
 
@@ -38,7 +39,7 @@ def _name(s):
 
 
 def _rows(specs):
-    return "".join(f"{_name(s)} {' '.join(map(str, s.to_params()))}\n" for s in specs)
+    return "".join(f"{_name(s)} {' '.join(map(str, params(s)))}\n" for s in specs)
 
 
 ROW_SPECS = [r.first_spec() for r in ROWS]

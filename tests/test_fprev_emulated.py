@@ -24,9 +24,7 @@ from torch_mma_emu.fprev import ProbeRangeError, builders as B, replay
 
 import torch_mma_emu as tme
 
-HAVE_EMU = hasattr(tme, "emulated_mm")
-needs_emu = pytest.mark.skipif(not HAVE_EMU, reason="torch_mma_emu.emulated_mm not built")
-BACKENDS = [pytest.param("emulated", marks=needs_emu), "reference"]
+BACKENDS = ["emulated", "reference"]
 OUT = {"fp32": torch.float32, "fp16": torch.float16, "fp64": torch.float64}
 
 
@@ -87,7 +85,6 @@ def _dtype(sp):
 ENTRIES = _entries()
 
 
-@needs_emu
 @pytest.mark.parametrize("sp", ENTRIES, ids=[f"{s.arch}-{s.op}-L{s.L}-{s.in_format}-"
                                              f"{s.out_format}" for s in ENTRIES])
 def test_registry_entry_shapes(sp):
@@ -136,7 +133,6 @@ def _random_operands(K, dtype, n=8):
     return A, B_
 
 
-@needs_emu
 @pytest.mark.parametrize("arch, dtype, out, model", [
     ("sm80", torch.float16, torch.float32, fprev.truncated_sum(24)),
     ("sm80", torch.float16, torch.float16, fprev.truncated_sum(24, "float16", "rne")),

@@ -14,15 +14,12 @@ import numpy as np
 import pytest
 import torch
 
-import torch_mma_emu as tme
 from torch_mma_emu import fprev
 from torch_mma_emu.fprev import (InconsistentError, ProbeRangeError, ProbeValues, VectorTarget,
                                  builders as B, reveal_target)
 from torch_mma_emu.fprev.targets.matmul import MatmulTarget, _fit_to_spec
 
-needs_emu = pytest.mark.skipif(not hasattr(tme, "emulated_mm"),
-                               reason="torch_mma_emu.emulated_mm not built")
-E4M3 = getattr(torch, "float8_e4m3fn", None)
+E4M3 = torch.float8_e4m3fn
 PAPER = ("fprev", "basic", "modified")
 
 
@@ -53,8 +50,6 @@ def test_calibration_puts_big_on_the_last_summand_too():
     assert reveal_target(ok, verify=True) == B.sequential(64)
 
 
-@needs_emu
-@pytest.mark.skipif(E4M3 is None, reason="no float8_e4m3fn in this torch")
 @pytest.mark.parametrize("arch", ["sm89", "sm90"])
 @pytest.mark.parametrize("algorithm", ("default",) + PAPER)
 @pytest.mark.parametrize("with_c", [False, True])
@@ -64,8 +59,6 @@ def test_e4m3_chains_are_refused_when_the_units_add_up(arch, algorithm, with_c):
                             algorithm=algorithm, with_c=with_c)
 
 
-@needs_emu
-@pytest.mark.skipif(E4M3 is None, reason="no float8_e4m3fn in this torch")
 @pytest.mark.parametrize("arch, L", [("sm89", 16), ("sm90", 32)])
 @pytest.mark.parametrize("algorithm", ["default", "fprev", "modified"])
 def test_e4m3_small_k_gives_the_right_tree(arch, L, algorithm):
@@ -75,8 +68,6 @@ def test_e4m3_small_k_gives_the_right_tree(arch, L, algorithm):
     assert tree == B.fused_chain(K, L)
 
 
-@needs_emu
-@pytest.mark.skipif(E4M3 is None, reason="no float8_e4m3fn in this torch")
 @pytest.mark.parametrize("algorithm", ["default", "fprev"])
 def test_calibration_alone_catches_e4m3(algorithm):
     # values given explicitly: _fit_to_spec is skipped, calibration must refuse
@@ -86,7 +77,6 @@ def test_calibration_alone_catches_e4m3(algorithm):
         reveal_target(target, algorithm=algorithm)
 
 
-@needs_emu
 @pytest.mark.parametrize("algorithm", ("default",) + PAPER)
 @pytest.mark.parametrize("with_c", [False, True])
 def test_gfx90a_fp16_refused_for_long_k(algorithm, with_c):
@@ -95,7 +85,6 @@ def test_gfx90a_fp16_refused_for_long_k(algorithm, with_c):
                             algorithm=algorithm, with_c=with_c)
 
 
-@needs_emu
 @pytest.mark.parametrize("algorithm", ("default",) + PAPER)
 def test_gfx90a_fp16_small_k_gives_the_right_tree(algorithm):
     tree = fprev.reveal_matmul(8, 4, 16, mm="emulated", arch="gfx90a", dtype=torch.float16,
@@ -104,7 +93,6 @@ def test_gfx90a_fp16_small_k_gives_the_right_tree(algorithm):
     assert tree.describe() == "4 blocks of 4 (each pairwise), blocks combined sequentially"
 
 
-@needs_emu
 def test_calibration_alone_catches_gfx90a_fp16():
     vals = ProbeValues(big=2.0 ** 15, unit=2.0 ** -14, capacity=2 ** 24)
     target = MatmulTarget(8, 4, 64, backend="emulated", arch="gfx90a",
@@ -115,9 +103,9 @@ def test_calibration_alone_catches_gfx90a_fp16():
 
 def test_fit_to_spec_counts_the_summands():
     e4m3 = ProbeValues(big=2.0 ** 8, unit=2.0 ** -9, capacity=8)
-    _fit_to_spec(e4m3, "sm89", E4M3 or torch.float16, None, "fp8_e4m3", None, False, n=16)
+    _fit_to_spec(e4m3, "sm89", E4M3, None, "fp8_e4m3", None, False, n=16)
     with pytest.raises(ProbeRangeError, match="at most 16 summands"):
-        _fit_to_spec(e4m3, "sm89", E4M3 or torch.float16, None, "fp8_e4m3", None, False,
+        _fit_to_spec(e4m3, "sm89", E4M3, None, "fp8_e4m3", None, False,
                      n=17)
     fp16 = ProbeValues.for_dtype(torch.float16, torch.float32)
     v = _fit_to_spec(fp16, "gfx90a", torch.float16, None, None, None, False, n=16)
@@ -128,13 +116,10 @@ def test_fit_to_spec_counts_the_summands():
     _fit_to_spec(fp16, "sm80", torch.float16, None, None, None, False, n=4096)
 
 
-@needs_emu
 def test_wide_enough_fp8_is_still_revealed():
     # e5m2 on sm100 (F = 25): 48 units of 2**-16 stay below 2**(15-25)
-    e5m2 = getattr(torch, "float8_e5m2", None)
-    if e5m2 is None:
-        pytest.skip("no float8_e5m2 in this torch")
-    tree = fprev.reveal_matmul(8, 4, 48, mm="emulated", arch="sm100", dtype=e5m2, verify=True)
+    tree = fprev.reveal_matmul(8, 4, 48, mm="emulated", arch="sm100", dtype=torch.float8_e5m2,
+                               verify=True)
     assert tree == B.fused_chain(48, 32)
 
 
@@ -158,7 +143,6 @@ def test_paper_algorithms_refuse_a_random_order(algorithm, seed):
         fprev.reveal(_random_order(seed), 16, algorithm=algorithm)
 
 
-@needs_emu
 def test_basic_refuses_fused_chains():
     with pytest.raises(InconsistentError, match="cannot represent"):
         fprev.reveal_matmul(8, 8, 64, mm="emulated", arch="sm80", dtype=torch.float16,

@@ -11,6 +11,7 @@ import zlib
 import pytest
 
 from torch_mma_emu.registry import all_specs
+from torch_mma_emu.cpp import params
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SRC = os.path.join(ROOT, "csrc", "cuda", "fast_tfdpa_check.cpp")
@@ -43,7 +44,7 @@ def test_every_fast_registry_entry_matches_fused_op(checker):
     lines = []
     for s in SPECS:
         seed = zlib.crc32(s.to_string().encode())
-        lines.append(f"{count} {seed} " + " ".join(map(str, s.to_params())))
+        lines.append(f"{count} {seed} " + " ".join(map(str, params(s))))
     res, err = run(checker, lines)
     assert len(res) == len(SPECS)
     skipped = [s for s, r in zip(SPECS, res) if r is None]
@@ -56,7 +57,7 @@ def test_every_fast_registry_entry_matches_fused_op(checker):
 def test_custom_specs_outside_the_fast_path_are_refused(checker):
     base = SPECS[0]
     odd = [base.replace(L=12), base.replace(F=30), base.replace(F=5)]  # L, F too big, G < 0
-    res, _ = run(checker, [f"10 1 " + " ".join(map(str, s.to_params())) for s in odd])
+    res, _ = run(checker, [f"10 1 " + " ".join(map(str, params(s))) for s in odd])
     assert res == [None, None, None]
 
 
@@ -64,7 +65,7 @@ def test_custom_fast_specs_match(checker):
     base = [s for s in SPECS if s.in_format == "fp16" and s.out_format == "fp32"][0]
     custom = [base.replace(F=29, L=4), base.replace(F=27, L=16), base.replace(F=20, L=32),
               base.replace(emax_floor=-20), base.replace(F=24, L=8)]
-    res, err = run(checker, [f"5000 7 " + " ".join(map(str, s.to_params())) for s in custom])
+    res, err = run(checker, [f"5000 7 " + " ".join(map(str, params(s))) for s in custom])
     assert all(r is not None and r[1] == 0 for r in res), (res, err)
 
 
@@ -75,7 +76,7 @@ def test_fixed_output_formats_of_the_cuda_kernel_match_formats_py():
     from torch_mma_emu.spec import Spec
     for out, rho, want in (("fp32", "rz_fp32", [2, 8, 23, 127, 0, 1, 0]),
                            ("fp16", "rne_fp16", [5, 5, 10, 15, 0, 1, 0])):
-        p = Spec(op="t_fdpa", in_format="fp16", out_format=out, L=16, F=25, rho=rho).to_params()
+        p = list(params(Spec(op="t_fdpa", in_format="fp16", out_format=out, L=16, F=25, rho=rho)))
         assert p[14 + 14:14 + 21] == want
 
 
@@ -83,5 +84,5 @@ def test_multipass_entries_skip_the_fast_path(checker):
     """The fast chunk knows only the single fused chain: multi-pass Params (passes > 1 or
     c added last) go to the generic kernel, which runs the core's dot_fused."""
     assert MULTIPASS
-    res, _ = run(checker, [f"10 1 " + " ".join(map(str, s.to_params())) for s in MULTIPASS])
+    res, _ = run(checker, [f"10 1 " + " ".join(map(str, params(s))) for s in MULTIPASS])
     assert res == [None] * len(MULTIPASS)

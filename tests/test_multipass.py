@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import torch_mma_emu as tme
+from torch_mma_emu import cpp
 from torch_mma_emu import reference as ref
 from torch_mma_emu.reference.gemm import instruction
 from torch_mma_emu.spec import Spec
@@ -37,7 +38,7 @@ def test_fields_layout_and_serialisation():
     plain = tme.spec("sm90", "fp16")
     assert "passes" not in plain.to_string() and not plain.multipass
     # the params vector keeps every old field in place and appends passes, width, c_final
-    p, old = sp.to_params(), plain.to_params()
+    p, old = list(cpp.params(sp)), list(cpp.params(plain))
     assert len(p) == len(old) == 45 and p[-3:] == [2, 2, 1] and old[-3:] == [1, 16, 0]
     assert "passes=2x16 (alternating pairs, width 2) c_join=final" in sp.describe()
 

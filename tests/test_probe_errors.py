@@ -103,7 +103,7 @@ def test_cli_rejects_non_positive_counts(capsys):
     for argv in (["probe", "--arch", "sm80", "--format", "fp16", "--verify", "-5"],
                  ["fit", str(HW), "--limit", "0"]):
         assert main(argv) == 2      # argparse's error: one line, code 2, no SystemExit
-    assert "must be at least 1" in capsys.readouterr().err
+    assert "must be a positive integer" in capsys.readouterr().err
 
 
 def test_cli_spec_missing_fields(capsys):

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import torch_mma_emu as tme
+from torch_mma_emu import cpp
 from torch_mma_emu import reference as ref
 from torch_mma_emu.inputs import FAMILIES, operands
 from torch_mma_emu.reference import ieee as rieee
@@ -575,7 +576,7 @@ def test_the_op_rejects_malformed_programs():
     b = torch.zeros(1, 4, 3, dtype=torch.int16)
     c = torch.zeros(1, 2, 3)
     parts = torch.zeros(2, 2, 3)
-    params = spec.to_params()
+    params = list(cpp.params(spec))
     consts = [0.0, 1.0, 1.0]
     run = lambda prog: torch.ops.mma_emu._sched(a, b, c, parts, params, prog, consts)
     assert torch.equal(run([0, 0, 0, 1, 3]), torch.zeros(1, 2, 3))

@@ -16,6 +16,7 @@ import torch
 
 import torch_mma_emu as tme
 import torch_mma_emu.schedule as sched_mod
+from torch_mma_emu import cpp
 from torch_mma_emu.inputs import FAMILIES, operands
 from torch_mma_emu.registry import ROWS
 from torch_mma_emu.schedule import Schedule
@@ -139,7 +140,7 @@ def test_the_op_checks_chain_ops():
     b = torch.zeros(1, 20, 3, dtype=torch.int16)
     c = torch.ones(1, 2, 3)
     parts = torch.zeros(0, 2, 3)
-    run = lambda prog, params=spec.to_params(), consts=(0.0, 1.0, 1.0): \
+    run = lambda prog, params=list(cpp.params(spec)), consts=(0.0, 1.0, 1.0): \
         torch.ops.mma_emu._sched(a, b, c, parts, params, prog, list(consts))
     assert torch.equal(run([8, 0, 20, 1]), c)           # zero operands from C: C
     assert torch.equal(run([8, 20, 20, 0, 1, 3]), c)    # an empty range is +0
@@ -149,7 +150,7 @@ def test_the_op_checks_chain_ops():
         with pytest.raises(ValueError, match=msg):
             run(prog)
     with pytest.raises(ValueError, match="chain-mode"):
-        run([8, 0, 20, 0], params=spec.to_params("epilogue"))
+        run([8, 0, 20, 0], params=list(cpp.params(spec, "epilogue")))
     assert torch.equal(run([8, 0, 20, 1], consts=(1.0, 1.0, 1.0)), c)   # fp64 workspace
     with pytest.raises(ValueError, match="no tree NODEs"):
         run([8, 0, 16, 0, 4, 1, 1, 16, 16, 0])    # a CHAIN feeding a tree node
@@ -164,7 +165,8 @@ def test_the_op_checks_block_scaled_chain_ops():
     parts = torch.zeros(0, 2, 3)
     sa = torch.full((1, 2, 2), 127, dtype=torch.uint8)   # 2^0 in ue8m0
     sb = torch.full((1, 2, 3), 127, dtype=torch.uint8)
-    run = lambda prog, *scales: torch.ops.mma_emu._sched(a, b, c, parts, spec.to_params(), prog,
+    pv = list(cpp.params(spec))
+    run = lambda prog, *scales: torch.ops.mma_emu._sched(a, b, c, parts, pv, prog,
                                                           [0.0, 1.0, 1.0], *scales)
     assert torch.equal(run([8, 0, 32, 1, 8, 32, 64, 0, 3], sa, sb), c)
     with pytest.raises(ValueError, match="start on a scale block"):
@@ -175,4 +177,4 @@ def test_the_op_checks_block_scaled_chain_ops():
         run([8, 0, 64, 0], sa[:, :, :1], sb)
     with pytest.raises(ValueError, match="CHAIN programs only"):
         torch.ops.mma_emu._sched(a[:, :, :0], b[:, :0], c, torch.zeros(1, 2, 3),
-                                 spec.to_params(), [0, 0], [0.0, 1.0, 1.0], sa, sb)
+                                 list(cpp.params(spec)), [0, 0], [0.0, 1.0, 1.0], sa, sb)

@@ -1,7 +1,7 @@
 """Floating-point formats: how a bit pattern decodes to (sign, significand, exponent, class).
 
 This table is the single source of truth for format parameters.  The C++ core receives
-the same numbers (see ``Format.code`` and ``spec.Spec.to_params``), the pure-Python reference
+the same numbers (see ``Format.code`` and ``cpp.params``), the pure-Python reference
 decodes with them, and the op uses ``torch_dtype`` to pick a format from a tensor.
 
 Conventions used everywhere in the project:

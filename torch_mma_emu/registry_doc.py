@@ -104,7 +104,7 @@ def instruction_table() -> str:
 
 
 def _compare_output() -> str:
-    from .cli import eq10_text
+    from .compare import eq10_text
     from .registry import archs
     return "```\n$ mma-emu compare\n" + eq10_text(archs()) + "\n```\n"
 

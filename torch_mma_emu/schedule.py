@@ -1,7 +1,7 @@
 """How a library kernel strings matrix-unit instructions together: a :class:`Schedule`.
 
-``emulated_mm`` without a schedule runs one accumulator chain per output element (GUIDE
-section 1).  A schedule describes what library kernels do on top of that chain; the order
+``emulated_mm`` without a schedule runs one accumulator chain per output element
+(docs/model.md, "The GEMM chain").  A schedule describes what library kernels do on top of that chain; the order
 of operations, for one output element ``d = alpha * (A @ B) + beta * C``:
 
 1. ``input_precision`` (float32 inputs on tensor-core archs): ``"tf32"`` (the hardware
@@ -363,16 +363,23 @@ def _slots(ks: list[int], width: int) -> list[int]:
     return list(range(len(ks)))
 
 
+class TreeScheduleError(ValueError):
+    """A tree schedule that this product cannot run: its K, its arch's elementary operation
+    (a node wider than the fused length) or the interpreter's stack (``compare`` marks such
+    rows instead of failing)."""
+
+
 @lru_cache(maxsize=64)
 def compile_tree(text: str, K: int, spec: Spec, has_c: bool, alpha: float,
                  beta: float, epilogue: str) -> tuple[int, ...]:
     """The interpreter program (csrc/core/schedule.h) of a tree for products of length K.
 
-    Raises ValueError when the tree does not fit K or the arch cannot run it."""
+    Raises :class:`TreeScheduleError` when the tree does not fit K or the arch cannot run it."""
     tree = _parse_tree(text)
     if tree.n not in (K, K + 1):
-        raise ValueError(f"the schedule's tree has {tree.n} leaves; a product with K = {K} "
-                         f"needs K leaves (C in the epilogue) or K + 1 (leaf K is C)")
+        raise TreeScheduleError(f"the schedule's tree has {tree.n} leaves; a product with "
+                                f"K = {K} needs K leaves (C in the epilogue) or K + 1 (leaf K "
+                                "is C)")
     c_leaf = K if tree.n == K + 1 else None
     cap = node_capacity(spec)
     # what each internal node is: ("op", products, acc_child) or ("add", x, y)
@@ -388,14 +395,16 @@ def compile_tree(text: str, K: int, spec: Spec, has_c: bool, alpha: float,
             need[v] = max(nx, ny) if nx != ny else nx + 1
             continue
         if len(sums) > 1:
-            raise ValueError(f"tree node {tree.to_text() if tree.n <= 64 else v} has "
-                             f"{len(sums)} non-product children; an elementary operation of "
-                             f"{spec.arch} takes products and at most one accumulator")
+            raise TreeScheduleError(
+                f"tree node {tree.to_text() if tree.n <= 64 else v} has {len(sums)} "
+                f"non-product children; an elementary operation of {spec.arch} takes products "
+                "and at most one accumulator")
         acc = sums[0] if sums else None
         if len(prods) > cap and not (cap == 1 and acc is None and len(prods) == 2):
-            raise ValueError(f"a tree node sums {len(prods)} products, but one elementary "
-                             f"operation of {spec.arch} ({spec.op}, L={spec.L}) takes at most "
-                             f"{cap}; this arch cannot run this tree")
+            raise TreeScheduleError(
+                f"a tree node sums {len(prods)} products, but one elementary operation of "
+                f"{spec.arch} ({spec.op}, L={spec.L}) takes at most {cap}; this arch cannot "
+                "run this tree")
         plan[v] = ("op", prods, acc)
         need[v] = need.get(acc, 1) if acc is not None else 1
     prog: list[int] = []
@@ -411,7 +420,7 @@ def compile_tree(text: str, K: int, spec: Spec, has_c: bool, alpha: float,
     if tree.root < K:           # a single product (K == 1): one operation from +0
         emit_op([tree.root], False)
     elif tree.root == c_leaf:
-        raise ValueError("the tree's root is the C leaf")
+        raise TreeScheduleError("the tree's root is the C leaf")
     else:
         # iterative postfix emission; the operand needing the deeper stack goes first
         stack = [(tree.root, False)]
@@ -436,8 +445,8 @@ def compile_tree(text: str, K: int, spec: Spec, has_c: bool, alpha: float,
                 else:
                     stack.extend([(v, True), (acc, False)])
     if need.get(tree.root, 1) > _MAX_STACK:
-        raise ValueError(f"the tree needs {need[tree.root]} pending partial sums; the "
-                         f"interpreter holds {_MAX_STACK}")
+        raise TreeScheduleError(f"the tree needs {need[tree.root]} pending partial sums; "
+                                f"the interpreter holds {_MAX_STACK}")
     prog.extend(_epilogue(has_c and c_leaf is None, alpha, beta, epilogue))
     return tuple(prog)
 
@@ -512,9 +521,9 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
     empty = a3.new_empty((Bt, M, 0)), b3.new_empty((Bt, 0, N))
     if sched.tree is not None:
         if scales is not None:
-            raise ValueError("a tree schedule cannot run a block-scaled (MX/NVFP4) product: "
-                             "its per-node operations take no scales; use split_k / "
-                             "promote_every")
+            raise TreeScheduleError("a tree schedule cannot run a block-scaled (MX/NVFP4) "
+                                    "product: its per-node operations take no scales; use "
+                                    "split_k / promote_every")
         prog = compile_tree(sched.tree, K, spec, has_c, sched.alpha, sched.beta,
                             sched.epilogue)
         return cpp.sched(spec, a3, b3, c3, c3.new_empty((0, M, N)), prog, consts)

@@ -321,11 +321,6 @@ class Spec:
                       f"{key}_container": f.container_bits if f else 0})
         return v
 
-    def to_params(self, c_mode: str = "chain") -> list[int]:
-        """The integer vector ``torch.ops.mma_emu._gemm`` takes (torch_mma_emu/cpp.py)."""
-        from .cpp import params
-        return list(params(self, c_mode))
-
 
 # The serialised fields, in order, with the kind of each value: every compared field of the
 # dataclass (its annotations say the kind; notes is free text and stays out).

@@ -6,9 +6,9 @@
 
 No split-K and no reordering: Triton lowers ``tl.dot(a, b, acc)`` to a sequence of MMA
 instructions (mma.sync on sm80/sm89, wgmma on sm90) along K in ascending order, each taking
-the running accumulator, which is the chain of GUIDE section 1.  On sm90 fp8 Triton keeps the
-whole accumulation in the wgmma accumulator (its max_num_imprecise_acc default is 2**30 there:
-no fp32 promotion), which is what the hardware model describes.
+the running accumulator, which is the chain of docs/model.md ("The GEMM chain").  On sm90
+fp8 Triton keeps the whole accumulation in the wgmma accumulator (its max_num_imprecise_acc
+default is 2**30 there: no fp32 promotion), which is what the hardware model describes.
 
 The tail of K is zero-padded inside the last block.  ``block_k_for`` picks a K block whose
 padded tail holds no instruction that is all zeros (such an instruction is one more

@@ -1,5 +1,5 @@
-// The GEMM chain of GUIDE section 1 for one output element: acc = C; for each chunk of L
-// along K (ascending, zero padded): acc = op(a[chunk], b[chunk], acc).  With
+// The GEMM chain (docs/model.md, "The GEMM chain") for one output element: acc = C; for
+// each chunk of L along K (ascending, zero padded): acc = op(a[chunk], b[chunk], acc).  With
 // params.epilogue the chain starts from +0 and C is added at the end (c_mode="epilogue").
 // Multi-pass instructions (params.passes, c_final) run through passes.h.
 #pragma once

@@ -3,7 +3,7 @@
 // and bit-stream inputs.  Built natively (AVX2, AVX-512) and with an aarch64 cross compiler
 // (NEON, run under qemu-user) by tests/test_cpu_fast_native.py.
 //
-// stdin: one registry row per line, "name p0 p1 ... p44" (Spec.to_params()).  argv[1]: the
+// stdin: one registry row per line, "name p0 p1 ... p44" (cpp.params(spec)).  argv[1]: the
 // instruction set ("avx2", "avx512", "neon"); argv[2] (optional): seed.  Prints one line per
 // row ("ok name path lanes=..." or "MISMATCH name ..."), then "N passed, N failed".
 #include <cmath>

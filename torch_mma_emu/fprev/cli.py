@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from ..cli import Parser, examples, positive_int
+from ..cli_args import Parser, add_command, examples, positive_int
 from .collectives import BACKENDS
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
@@ -37,13 +37,14 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     """Add the ``reveal`` command to an ``argparse`` sub-parser collection."""
-    rev = subparsers.add_parser(
-        "reveal", help="reveal the accumulation order of a sum, matmul or collective (FPRev)",
+    rev = add_command(
+        subparsers, "reveal", func=handler,
+        help="reveal the accumulation order of a sum, matmul or collective (FPRev)",
         description="Reveal the summation tree an implementation really uses (seed 001).",
-        epilog=examples("mma-emu reveal sum --n 64",
-                        "mma-emu reveal matmul --k 32 --backend emulated --arch sm80 "
-                        "--dtype float16 --out tree.png",
-                        "mma-emu reveal allreduce --world-size 4", "mma-emu reveal sum --help"))
+        examples_=("mma-emu reveal sum --n 64",
+                   "mma-emu reveal matmul --k 32 --backend emulated --arch sm80 "
+                   "--dtype float16 --out tree.png",
+                   "mma-emu reveal allreduce --world-size 4", "mma-emu reveal sum --help"))
     kinds = rev.add_subparsers(dest="target", required=True, metavar="TARGET")
 
     s = kinds.add_parser("sum", help="torch.sum (or numpy.sum) of n elements / over a dim",
@@ -106,7 +107,6 @@ def register(subparsers) -> None:
     a.add_argument("--out", help="write the distinct trees (numbered) / JSON")
     a.add_argument("--json", action="store_true")
     a.add_argument("--no-progress", action="store_true", help="no progress bar")
-    rev.set_defaults(func=handler)
 
 
 def _shape(text: str) -> tuple:

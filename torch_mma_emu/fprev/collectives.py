@@ -61,6 +61,17 @@ def _pairs(ws: int) -> list:
     return [(i, j) for i in range(ws) for j in range(i + 1, ws)]
 
 
+def _collective(dist, op, x, group, ws):
+    """``op`` (all_reduce, in place, or reduce_scatter) of this rank's ``x`` over ``group``
+    of ``ws`` ranks: this rank's result, in float64."""
+    if op == "all_reduce":
+        dist.all_reduce(x, group=group)
+        return x.to(torch.float64)
+    out = torch.empty(x.numel() // ws, dtype=x.dtype, device=x.device)
+    dist.reduce_scatter_tensor(out, x, group=group)
+    return out.to(torch.float64)
+
+
 def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, dtype_name,
             big, unit, repeats, checks):
     import torch.distributed as dist
@@ -84,13 +95,7 @@ def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, d
                 for i, j in pairs:
                     x = torch.full((numel,), big if rank == i else -big if rank == j else unit,
                                    dtype=dtype, device=dev)
-                    if op == "all_reduce":
-                        dist.all_reduce(x, group=groups[ws])
-                        res.append(x.to(torch.float64))
-                    else:
-                        out = torch.empty(numel // ws, dtype=dtype, device=dev)
-                        dist.reduce_scatter_tensor(out, x, group=groups[ws])
-                        res.append(out.to(torch.float64))
+                    res.append(_collective(dist, op, x, groups[ws], ws))
                 if rep:
                     res = res[::-1]
                 outs.append(torch.stack(res))
@@ -100,13 +105,7 @@ def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, d
             ys = []
             for x in xs:
                 x = x.to(dev, copy=True)   # all_reduce works in place
-                if op == "all_reduce":
-                    dist.all_reduce(x, group=groups[ws])
-                    ys.append(x.to(torch.float64))
-                else:
-                    out = torch.empty(numel // ws, dtype=dtype, device=dev)
-                    dist.reduce_scatter_tensor(out, x, group=groups[ws])
-                    ys.append(out.to(torch.float64))
+                ys.append(_collective(dist, op, x, groups[ws], ws))
             torch.save({"probes": torch.stack(outs).cpu(), "x": xs.to(torch.float64),
                         "y": torch.stack(ys).cpu() if ys else torch.zeros(0)},
                        os.path.join(out_dir, f"ws{ws}_rank{rank}.pt"))

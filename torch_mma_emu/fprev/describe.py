@@ -12,9 +12,12 @@ Recognised, recursively (leaf positions are ranks among the subtree's leaves):
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from .tree import SumTree
+if TYPE_CHECKING:           # tree.py imports this module (SumTree.describe)
+    from .tree import SumTree
 
 _WORD = {"fused": "fused", "exact": "exact (non-swamped) fused"}
 
@@ -52,46 +55,6 @@ def _describe(t: SumTree) -> str:
 
 
 # ---------------------------------------------------------------------- helpers
-def subtree(t: SumTree, v: int) -> SumTree:
-    """The subtree at v, leaves relabelled by rank."""
-    leaves = sorted(t.leaves(v))
-    rank = {leaf: i for i, leaf in enumerate(leaves)}
-    nodes, ids, stack = [], {}, [(v, False)]
-    while stack:
-        u, done = stack.pop()
-        if u < t.n:
-            continue
-        if not done:
-            stack.append((u, True))
-            stack.extend((c, False) for c in t.children[u - t.n])
-            continue
-        ch = [rank[c] if c < t.n else ids[c] for c in t.children[u - t.n]]
-        ids[u] = len(leaves) + len(nodes)
-        nodes.append((t.kinds[u - t.n], ch))
-    if v < t.n:
-        return SumTree(1)
-    return SumTree(len(leaves), nodes, root=ids[v], _trusted=True)
-
-
-def contract(t: SumTree, parts: list) -> SumTree:
-    """The tree over the parts: part roots become leaves 0..k-1."""
-    idx = {v: i for i, v in enumerate(parts)}
-    k = len(parts)
-    nodes, ids, stack = [], {}, [(t.root, False)]
-    while stack:
-        u, done = stack.pop()
-        if u in idx:
-            continue
-        if not done:
-            stack.append((u, True))
-            stack.extend((c, False) for c in t.children[u - t.n])
-            continue
-        ch = [idx[c] if c in idx else ids[c] for c in t.children[u - t.n]]
-        ids[u] = k + len(nodes)
-        nodes.append((t.kinds[u - t.n], ch))
-    return SumTree(k, nodes, root=ids[t.root] if t.root in ids else 0, _trusted=True)
-
-
 def _order_words(seq: list) -> str:
     n = len(seq)
     if seq == list(range(n)):
@@ -212,7 +175,7 @@ def _split(t: SumTree) -> str | None:
         else:
             # several splits can hold (pairwise blocks split into pairs too): take the
             # finest whose parts are combined plainly, else the finest
-            combine = _describe(contract(t, roots))
+            combine = _describe(t.contract(roots))
             if combine in _PLAIN:
                 return _split_words(t, kind, k, parts, roots, combine)
             first = first or (kind, k, parts, roots, combine)
@@ -226,7 +189,7 @@ def _split_words(t, kind, k, parts, roots, combine) -> str:
     # describe each distinct part shape once (parts are usually copies of each other)
     shapes: dict = {}
     for r in roots:
-        sub = subtree(t, r)
+        sub = t.subtree(r)
         shapes.setdefault(sub.canonical(), sub)
     inner = {_describe(sub) for sub in shapes.values()}
     each = inner.pop() if len(inner) == 1 else "mixed"

@@ -8,8 +8,11 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from typing import TYPE_CHECKING
 
-from .tree import SumTree
+if TYPE_CHECKING:           # tree.py imports this module (SumTree.render)
+    from .tree import SumTree
+
 
 FORMATS = ("png", "svg", "pdf", "dot")
 

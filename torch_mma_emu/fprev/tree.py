@@ -357,6 +357,44 @@ class SumTree:
         from .replay import replay
         return replay(self, x, **kw)
 
+    def subtree(self, v: int) -> "SumTree":
+        """The subtree at v, leaves relabelled by rank."""
+        leaves = sorted(self.leaves(v))
+        rank = {leaf: i for i, leaf in enumerate(leaves)}
+        nodes, ids, stack = [], {}, [(v, False)]
+        while stack:
+            u, done = stack.pop()
+            if u < self.n:
+                continue
+            if not done:
+                stack.append((u, True))
+                stack.extend((c, False) for c in self.children[u - self.n])
+                continue
+            ch = [rank[c] if c < self.n else ids[c] for c in self.children[u - self.n]]
+            ids[u] = len(leaves) + len(nodes)
+            nodes.append((self.kinds[u - self.n], ch))
+        if v < self.n:
+            return SumTree(1)
+        return SumTree(len(leaves), nodes, root=ids[v], _trusted=True)
+
+    def contract(self, parts: list) -> "SumTree":
+        """The tree over the parts: part roots become leaves 0..k-1."""
+        idx = {v: i for i, v in enumerate(parts)}
+        k = len(parts)
+        nodes, ids, stack = [], {}, [(self.root, False)]
+        while stack:
+            u, done = stack.pop()
+            if u in idx:
+                continue
+            if not done:
+                stack.append((u, True))
+                stack.extend((c, False) for c in self.children[u - self.n])
+                continue
+            ch = [idx[c] if c in idx else ids[c] for c in self.children[u - self.n]]
+            ids[u] = k + len(nodes)
+            nodes.append((self.kinds[u - self.n], ch))
+        return SumTree(k, nodes, root=ids[self.root] if self.root in ids else 0, _trusted=True)
+
     def relabel(self, mapping: Sequence[int] | Iterable[int]) -> "SumTree":
         """The same shape with leaf ``i`` renamed ``mapping[i]`` (a permutation of 0..n-1)."""
         m = list(mapping)

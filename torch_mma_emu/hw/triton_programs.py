@@ -36,6 +36,7 @@ import torch
 
 from .. import triton as tmt
 from ..formats import INT_OF_SIZE
+from ..triton.inductor import NotEmulatedError
 from .common import bits
 
 # the checkout holding the package: the user kernel is its tests/triton_user_matmul.py
@@ -270,6 +271,17 @@ def main(argv=None) -> int:
     return 1 if failures else 0
 
 
+def _caused_by(e: BaseException, kind: type) -> bool:
+    """``e`` or an exception it was raised from / during is a ``kind``."""
+    seen = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, kind):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def inductor_row(arch: str, stand_in: bool):
     """torch.compile(backend="inductor") of a function that launches a dot kernel on CUDA
     tensors: on a GPU Inductor compiles the kernel and launches it itself, which inside a
@@ -279,7 +291,6 @@ def inductor_row(arch: str, stand_in: bool):
     if stand_in:
         return f"| {name} | - | - | - | - | refused | skipped (no GPU) |", 0
     from .. import triton_kernels as K
-    from ..triton.inductor import NativeLaunchRefused
     a, b = (torch.randn(64, 128, device="cuda").half(), torch.randn(128, 64, device="cuda")
             .half())
     try:
@@ -291,8 +302,9 @@ def inductor_row(arch: str, stand_in: bool):
             f(a, b)
         status = ("emulated (the launch ran eagerly)" if em.counts else
                   "MISMATCH: ran natively inside the block")
-    except NativeLaunchRefused:
-        status = "ok: refused"
+    except RuntimeError as e:      # Dynamo may wrap the launcher's refusal: look at the chain
+        status = ("ok: refused" if _caused_by(e, NotEmulatedError) else
+                  f"ERROR RuntimeError: {str(e).splitlines()[0][:160]}")
     except Exception as e:
         status = f"ERROR {type(e).__name__}: {str(e).splitlines()[0][:160]}"
         traceback.print_exc()

@@ -258,7 +258,7 @@ class Report:
         self.arch, self.reference, self.rows, self.note = arch, reference, rows, note
 
     def __str__(self) -> str:
-        from ..cli import format_table
+        from ..text_table import format_table
         body = [[r.path, r.module, r.products, r.dtype, f"{r.max_abs:.3g}", f"{r.max_ulp:.3g}",
                  f"{r.median_ulp:.3g}", f"{r.rel_l2:.3g}"] for r in self.rows]
         t = format_table(["layer", "module", "products", "dtype", "max |err|", "max ulp",

@@ -225,7 +225,7 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     """Add ``preview`` to the ``mma-emu`` sub-commands."""
-    from ..cli import examples
+    from ..cli_args import examples
     p = subparsers.add_parser(
         "preview", help="a model's numerics on emulated GPUs: per-layer report and plot",
         description=__doc__.split("\n\n")[0].replace("\n", " "),

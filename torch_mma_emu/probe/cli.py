@@ -11,21 +11,11 @@ alone.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
-
-def _count(text: str) -> int:
-    """argparse type: an int >= 1."""
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {v}")
-    return v
+from ..cli_args import Parser, add_command, positive_int
 
 
 def _bar(items, desc):
@@ -34,21 +24,17 @@ def _bar(items, desc):
     return tqdm(items, desc=desc, leave=False, file=sys.stderr, disable=not sys.stderr.isatty())
 
 
-def _examples(*lines: str) -> str:
-    from ..cli import examples
-    return examples(*lines)
-
-
 def register(subparsers) -> None:
     """Add ``probe`` and ``fit`` to an ``argparse`` sub-parser collection."""
-    p = subparsers.add_parser(
-        "probe", help="feature tests and model inference for a matrix unit",
+    p = add_command(
+        subparsers, "probe", func=cmd_probe,
+        help="feature tests and model inference for a matrix unit",
         description="Run the feature tests of seeds 000/004/002 on an emulated arch, this "
                     "machine's GPU (--native) or a serialised spec; optionally infer a spec "
                     "and verify it (seed 003 closed loop).",
-        epilog=_examples("mma-emu probe --arch sm80 --format fp16",
-                         "mma-emu probe --arch sm90 --format fp8_e4m3 --verify 10000",
-                         "mma-emu probe --native --format bf16 --infer"))
+        examples_=("mma-emu probe --arch sm80 --format fp16",
+                   "mma-emu probe --arch sm90 --format fp8_e4m3 --verify 10000",
+                   "mma-emu probe --native --format bf16 --infer"))
     tgt = p.add_mutually_exclusive_group(required=True)
     tgt.add_argument("--arch", help="emulated arch or alias (sm80, H100, gfx942, ...)")
     tgt.add_argument("--native", action="store_true", help="this machine's GPU instructions")
@@ -60,30 +46,29 @@ def register(subparsers) -> None:
     p.add_argument("--block-size", type=int, choices=(16, 32))
     p.add_argument("--instruction", help="a non-default instruction (registry or native name)")
     p.add_argument("--infer", action="store_true", help="also infer a spec (closed loop)")
-    p.add_argument("--verify", type=_count, default=0, metavar="N",
+    p.add_argument("--verify", type=positive_int, default=0, metavar="N",
                    help="verify the inferred spec on N random inputs (implies --infer)")
     p.add_argument("--no-order", action="store_true", help="skip the FPRev order reveal")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--details", action="store_true",
                    help="print every feature with how it showed (default for one format)")
-    p.set_defaults(func=cmd_probe)
 
-    f = subparsers.add_parser(
-        "fit", help="specs reproducing recorded (a, b, c, d) samples",
+    f = add_command(
+        subparsers, "fit", func=cmd_fit,
+        help="specs reproducing recorded (a, b, c, d) samples",
         description="Search the model space for the specs that reproduce every recorded "
                     "sample (npz files with arrays a, b, c, d; formats from index.json or "
                     "--format/--out).",
-        epilog=_examples("mma-emu fit tests/data/hwdata/H100_fp16_to_fp32.npz",
-                         "mma-emu fit tests/data/hwdata/ --limit 3"))
+        examples_=("mma-emu fit tests/data/hwdata/H100_fp16_to_fp32.npz",
+                   "mma-emu fit tests/data/hwdata/ --limit 3"))
     f.add_argument("data", nargs="+", help=".npz files or directories of them")
     f.add_argument("--format", help="input format (when no index.json names it)")
     f.add_argument("--out", help="output format (fp32, fp16)")
-    f.add_argument("--limit", type=_count, default=10, help="candidates to print per file")
+    f.add_argument("--limit", type=positive_int, default=10, help="candidates to print per file")
     f.add_argument("--json", action="store_true")
     f.add_argument("--single-pass", action="store_true",
                    help="search one fused operation per chunk only (no multi-pass "
                         "instructions)")
-    f.set_defaults(func=cmd_fit)
 
 
 # ------------------------------------------------------------------------------------
@@ -238,7 +223,7 @@ def cmd_fit(args) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m torch_mma_emu.probe.cli")
+    ap = Parser(prog="python -m torch_mma_emu.probe.cli")
     sub = ap.add_subparsers(dest="command", required=True)
     register(sub)
     args = ap.parse_args(argv)

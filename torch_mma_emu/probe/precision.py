@@ -60,6 +60,17 @@ def _triples(ctx: Ctx, W: int):
     return [t for t in cands if max(t) < W]
 
 
+def _first_realizable(make, exponents):
+    """``(e, make(e))`` for the first exponent whose vector is realisable, else
+    ``(None, None)``."""
+    for e in exponents:
+        try:
+            return e, make(e)
+        except (Unrealizable, OverflowError):
+            continue
+    return None, None
+
+
 def _sweep_cancel(ctx: Ctx, make, jmax=EXACT_BITS + 2, c_is_U=False, c_small=False):
     """make(U, eps) -> Vec with eps = U / 2**j, j = 1..jmax; for each j the largest U that
     keeps every value realisable and eps a normal output value.  Returns
@@ -74,15 +85,10 @@ def _sweep_cancel(ctx: Ctx, make, jmax=EXACT_BITS + 2, c_is_U=False, c_small=Fal
         top = min(hi_p, out.emax) if not c_is_U else min(hi_p, out.emax - 1)
         if ctx.iface.scaled:
             top = min(top, ctx.scale_exps[1])
-        v = None
         bottom = max(lo_p + j, out.emin + j) if not c_small else \
             max(lo_p, out.emin - out.man_bits + j)
-        for eU in range(top, bottom - 1, -1):
-            try:
-                v = make(2.0 ** eU, 2.0 ** (eU - j))
-                break
-            except (Unrealizable, OverflowError):
-                continue
+        eU, v = _first_realizable(lambda e: make(2.0 ** e, 2.0 ** (e - j)),
+                                  range(top, bottom - 1, -1))
         if v is None:
             break
         vecs.append(v)
@@ -463,16 +469,10 @@ def output_precision(ctx: Ctx):
         for j in js:
             cands = Es if Es is not None else range(min(out.emax - 3, hi_p + j),
                                                     max(lo_p + j, out.emin) - 1, -1)
-            v = None
-            for E in cands:
-                try:
-                    v = make(E, j)
-                    v.note_unit = (2.25 * 2.0 ** E, 2.0 ** (E - j))
-                    break
-                except (Unrealizable, OverflowError):
-                    continue
+            E, v = _first_realizable(lambda e: make(e, j), cands)
             if v is None:
                 break
+            v.note_unit = (2.25 * 2.0 ** E, 2.0 ** (E - j))
             vecs.append(v)
         if len(vecs) < 3:
             continue

@@ -133,7 +133,7 @@ class FeatureReport:
         return out
 
     def table(self) -> str:
-        from ..cli import format_table
+        from ..text_table import format_table
         return format_table(["feature", "value", "how it shows"], self.rows(),
                             title=f"{self.target}: {self.interface}")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ..cli import format_table
+from ..text_table import format_table
 from .report import FeatureReport
 
 TABLE3_HEADER = ["inputs", "output", "target", "subnormal inputs", "subnormal outputs",

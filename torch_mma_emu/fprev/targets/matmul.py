@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ...ops import emulated_mm
 from ..probes import ProbeValues, check_dtype
 from .base import RowsTarget
 from .torch_ops import _check_n, _device
@@ -21,24 +22,11 @@ from .torch_ops import _check_n, _device
 BACKENDS = ("torch", "emulated", "reference", "cublas", "triton")
 
 
-def _emulated():
-    import torch_mma_emu as tme
-    fn = getattr(tme, "emulated_mm", None)
-    if fn is None:
-        raise RuntimeError("torch_mma_emu.emulated_mm is not available in this build "
-                           "(the C++ extension is not built or not installed)")
-    return fn
-
-
 def _native(backend):
-    import torch_mma_emu as tme
-    fn = getattr(tme, "native_mm", None)
-    if fn is None:
-        raise RuntimeError(f"backend={backend!r} needs torch_mma_emu.native_mm, which this "
-                           "build does not provide")
     if not torch.cuda.is_available():
         raise RuntimeError(f"backend={backend!r} runs on the GPU, but CUDA is not available")
-    return lambda A, B, C=None: fn(A, B, C, backend=backend)
+    from ...native import native_mm     # Triton imports are slow: on first use
+    return lambda A, B, C=None: native_mm(A, B, C, backend=backend)
 
 
 def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="chain",
@@ -52,10 +40,9 @@ def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="
         return (lambda A, B, C=None: torch.matmul(A, B) if C is None else torch.addmm(C, A, B)), \
             "torch.matmul", True
     if backend == "emulated":
-        emu = _emulated()
 
         def mm(A, B, C=None):
-            return emu(A, B, C, arch=arch, in_format=in_format, out_dtype=out_dtype,
+            return emulated_mm(A, B, C, arch=arch, in_format=in_format, out_dtype=out_dtype,
                        c_mode=c_mode, instruction=instruction, **kw)
         return mm, f"emulated_mm(arch={arch})", False
     if backend == "reference":
