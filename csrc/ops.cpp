@@ -77,9 +77,58 @@ TORCH_LIBRARY(mma_emu, m) {
 
 TORCH_LIBRARY_IMPL(mma_emu, CPU, m) { m.impl("_gemm", &mma::gemm_cpu_entry); }
 
-// Importable as torch_mma_emu._C (loading it runs the registrations above).
+// Importable as torch_mma_emu._C (loading it runs the registrations above).  _C._layout()
+// returns the interface's names (core/layout.h) for torch_mma_emu/cpp.py.
 #include <Python.h>
+
+namespace {
+PyObject* names_tuple(const char* const* names, Py_ssize_t n) {
+  PyObject* t = PyTuple_New(n);
+  if (t == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* s = PyUnicode_FromString(names[i]);
+    if (s == nullptr) { Py_DECREF(t); return nullptr; }
+    PyTuple_SET_ITEM(t, i, s);
+  }
+  return t;
+}
+
+PyObject* layout(PyObject*, PyObject*) {
+  static const char* const params[] = {MMA_PARAMS(MMA_QUOTED)};
+  static const char* const ops[] = {MMA_OPS(MMA_PY_NAME)};
+  static const char* const rhos[] = {MMA_RHOS(MMA_PY_NAME)};
+  static const char* const nan_styles[] = {MMA_NAN_STYLES(MMA_PY_NAME)};
+  static const char* const sched_ops[] = {MMA_SCHED_OPS(MMA_PY_NAME)};
+  static_assert(sizeof(params) / sizeof(params[0]) == mma::kNumParams);
+  struct Entry { const char* key; const char* const* names; Py_ssize_t n; };
+  const Entry entries[] = {
+      {"params", params, Py_ssize_t(sizeof(params) / sizeof(params[0]))},
+      {"ops", ops, Py_ssize_t(sizeof(ops) / sizeof(ops[0]))},
+      {"rhos", rhos, Py_ssize_t(sizeof(rhos) / sizeof(rhos[0]))},
+      {"nan_styles", nan_styles, Py_ssize_t(sizeof(nan_styles) / sizeof(nan_styles[0]))},
+      {"sched_ops", sched_ops, Py_ssize_t(sizeof(sched_ops) / sizeof(sched_ops[0]))}};
+  PyObject* d = PyDict_New();
+  if (d == nullptr) return nullptr;
+  for (const Entry& e : entries) {
+    PyObject* t = names_tuple(e.names, e.n);
+    if (t == nullptr || PyDict_SetItemString(d, e.key, t) != 0) {
+      Py_XDECREF(t);
+      Py_DECREF(d);
+      return nullptr;
+    }
+    Py_DECREF(t);
+  }
+  return d;
+}
+
+PyMethodDef methods[] = {
+    {"_layout", layout, METH_NOARGS,
+     "The names of the parameter vector, ops, rhos, NaN styles and schedule opcodes, in "
+     "order (csrc/core/layout.h)."},
+    {nullptr, nullptr, 0, nullptr}};
+}  // namespace
+
 extern "C" PyObject* PyInit__C(void) {
-  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, nullptr};
+  static struct PyModuleDef module_def = {PyModuleDef_HEAD_INIT, "_C", nullptr, -1, methods};
   return PyModule_Create(&module_def);
 }

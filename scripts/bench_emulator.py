@@ -30,13 +30,10 @@ import time
 import torch
 
 import torch_mma_emu as tme
+from torch_mma_emu.formats import FLOAT_DTYPES
 from torch_mma_emu.inputs import operands
 from torch_mma_emu.registry import ROWS
 
-DT = {"fp16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "xf32": torch.float32,
-      "fp32": torch.float32, "fp64": torch.float64, "fp8_e4m3": torch.float8_e4m3fn,
-      "fp8_e5m2": torch.float8_e5m2, "fp8_e4m3fnuz": torch.float8_e4m3fnuz}
-OUT_DT = {"fp32": torch.float32, "fp16": torch.float16, "fp64": torch.float64}
 
 
 def best_time(fn, reps, sync, budget=2.0):
@@ -169,8 +166,8 @@ def bench_schedules(args):
     time is the steadier measure of what the schedule adds."""
     g = torch.Generator().manual_seed(0)
     n, dev = args.size, args.device
-    A = torch.randn(n, n, generator=g).to(dev).to(DT[args.format])
-    B = torch.randn(n, n, generator=g).to(dev).to(DT[args.format])
+    A = torch.randn(n, n, generator=g).to(dev).to(FLOAT_DTYPES[args.format])
+    B = torch.randn(n, n, generator=g).to(dev).to(FLOAT_DTYPES[args.format])
     C = torch.randn(n, n, generator=g).to(dev)
     inf = args.format if args.format in ("tf32", "xf32") else None
     sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)

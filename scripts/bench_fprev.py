@@ -14,18 +14,14 @@ rows, packs several into one output, verifies guessed structure, and reuses buff
 from __future__ import annotations
 
 import argparse
-import os
 import platform
-import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import torch
 
-import torch  # noqa: E402
-
-from torch_mma_emu.fprev import reveal_target  # noqa: E402
-from torch_mma_emu.fprev.targets.matmul import MatmulTarget  # noqa: E402
-from torch_mma_emu.fprev.targets.torch_ops import sum_target  # noqa: E402
+from torch_mma_emu.fprev import reveal_target
+from torch_mma_emu.fprev.targets.matmul import MatmulTarget
+from torch_mma_emu.fprev.targets.torch_ops import sum_target
 
 
 def cases(device: str, quick: bool):

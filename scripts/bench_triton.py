@@ -11,17 +11,14 @@ to the plain interpreter's chain GEMM.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 import warnings
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import torch_mma_emu.triton as tmt  # noqa: E402
-from torch_mma_emu import triton_kernels as K  # noqa: E402
+import torch_mma_emu.triton as tmt
+from torch_mma_emu import triton_kernels as K
 
 
 def best(fn, repeat):

@@ -15,9 +15,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from torch_mma_emu.reference import hwdata  # noqa: E402
+from torch_mma_emu.reference import hwdata
 
 
 def _run(args):

@@ -12,13 +12,12 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from torch_mma_emu.probe import search
+from torch_mma_emu.probe.fit import fit
+from torch_mma_emu.probe.samples import from_arrays, load
+from torch_mma_emu.reference.hwdata import spec_for_entry
 
-from torch_mma_emu.probe import search                      # noqa: E402
-from torch_mma_emu.probe.fit import fit                     # noqa: E402
-from torch_mma_emu.probe.samples import from_arrays, load   # noqa: E402
-from torch_mma_emu.reference.hwdata import spec_for_entry   # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 HW = ROOT / "tests" / "data" / "hwdata"
 

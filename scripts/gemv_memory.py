@@ -17,6 +17,7 @@ import sys
 import torch
 
 import torch_mma_emu as tme
+from torch_mma_emu.formats import FLOAT_DTYPES
 
 
 def peak_mb():
@@ -33,9 +34,7 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(2)
     spec = tme.spec(a.arch, a.format)
-    dt = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
-          "xf32": torch.float32, "tf32": torch.float32, "fp64": torch.float64,
-          "fp8_e4m3": torch.float8_e4m3fn, "fp8_e4m3fnuz": torch.float8_e4m3fnuz}[a.format]
+    dt = FLOAT_DTYPES[spec.in_format]
     A = torch.empty(1, a.k, dtype=dt)
     B = torch.empty(a.k, 1, dtype=dt)
     g = torch.Generator().manual_seed(0)

@@ -15,9 +15,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-
-from torch_mma_emu.preview.fp16_training import TaskConfig, train  # noqa: E402
+from torch_mma_emu.preview.fp16_training import TaskConfig, train
 
 RUNS = [("sm80 (A100)", "sm80", 1.0, "off"),
         ("gfx90a (MI250X)", "gfx90a", 1.0, "off"),

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-import torch_mma_emu.triton as tmt  # noqa: E402
-from torch_mma_emu import triton_kernels as K  # noqa: E402
+import torch_mma_emu.triton as tmt
+from torch_mma_emu import triton_kernels as K
 
 
 def main(argv=None) -> int:

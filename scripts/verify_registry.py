@@ -14,12 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from torch_mma_emu import registry  # noqa: E402
-from torch_mma_emu.probe import search  # noqa: E402
-from torch_mma_emu.probe.infer import infer  # noqa: E402
-from torch_mma_emu.probe.verify import verify  # noqa: E402
+from torch_mma_emu import registry
+from torch_mma_emu.probe import search
+from torch_mma_emu.probe.infer import infer
+from torch_mma_emu.probe.verify import verify
 
 
 def label(sp) -> str:

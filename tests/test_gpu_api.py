@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from torch_mma_emu import native
+from torch_mma_emu.isa import KERNEL_TYPES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,11 +49,11 @@ def test_argument_errors_before_any_kernel(monkeypatch):
 
 
 def test_instruction_table_is_consistent():
-    for name, (kind, k, tm, fmts, need, sm90a) in native.INSTRUCTIONS.items():
-        assert name.startswith("wgmma") == sm90a == (tm == 64)
-        assert k in (8, 16, 32) and need >= (8, 0)
-        assert all(f in native._TYPE_CODE for f in fmts)
-    assert sorted(v[0] for v in native.INSTRUCTIONS.values()) == list(range(7))
+    for name, k in native.INSTRUCTIONS.items():
+        assert name.startswith("wgmma") == k.sm90a == (k.rows == 64)
+        assert k.k in (8, 16, 32) and k.min_cc >= (8, 0)
+        assert all(f in KERNEL_TYPES for f in k.inputs)
+    assert sorted(v.kind for v in native.INSTRUCTIONS.values()) == list(range(7))
 
 
 def test_validate_hw_dry_run(tmp_path):

@@ -1,7 +1,7 @@
 """The GPU machine's step scripts without a GPU: shell syntax, the dry run of
 scripts/gpu/steps.sh (which commands, which time limits, budget exhaustion), the smoke test
-and probe script through CPU stand-ins of the instruction kernel, the CUDA preview on CPU."""
-import importlib.util
+and probe steps (torch_mma_emu.hw) through CPU stand-ins of the instruction kernel, the CUDA
+preview on CPU."""
 import os
 import subprocess
 import sys
@@ -12,19 +12,13 @@ import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu import native
+from torch_mma_emu.hw import probe, schedules, smoke, triton_programs
 from torch_mma_emu.schedule import Schedule
 from torch_mma_emu.schedule_search import candidate_schedules, match_schedules, mismatches
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["scripts/gpu/env.sh", "scripts/gpu/steps.sh", "scripts/validate_hw.sh",
            "scripts/_setup_env.sh", "scripts/build_ext.sh"]
-
-
-def _load(rel):
-    spec = importlib.util.spec_from_file_location(Path(rel).stem, ROOT / rel)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -113,7 +107,6 @@ def stand_in(monkeypatch):
 
 
 def test_smoke_checks_through_the_stand_in(stand_in, capsys):
-    smoke = _load("scripts/gpu/smoke.py")
     dev = torch.device("cpu")
     assert smoke.kinds(dev) == ["emulated", "mma:mma.m16n8k16", "mma:mma.m16n8k8",
                                 "mma:mma.m16n8k8.tf32", "mma:mma.m16n8k32", "mma:wgmma.m64n8k16",
@@ -137,8 +130,6 @@ def test_smoke_checks_through_the_stand_in(stand_in, capsys):
 
 
 def test_smoke_reports_a_broken_kind_as_an_error(stand_in, monkeypatch, capsys):
-    smoke = _load("scripts/gpu/smoke.py")
-
     def broken(*a):
         raise RuntimeError("CUDA error: an illegal instruction was encountered")
 
@@ -148,7 +139,6 @@ def test_smoke_reports_a_broken_kind_as_an_error(stand_in, monkeypatch, capsys):
 
 
 def test_probe_native_all_instructions_and_time_limit(stand_in, tmp_path, capsys):
-    probe = _load("scripts/probe_native.py")
     rep = tmp_path / "H200_probe.md"
     rc = probe.main(["-n", "300", "--formats", "tf32", "--instructions", "all",
                      "--device", "cpu", "--report", str(rep)])
@@ -176,11 +166,11 @@ def test_preview_cuda_script_on_the_cpu():
     assert r.returncode == 2 and "unknown dtype" in r.stderr
 
 
-def test_schedules_script_finds_the_stand_in_schedules(tmp_path, capsys):
-    """scripts/gpu/schedules.py --stand-in: each 'library call' is emulated_mm with a known
+def test_schedules_step_finds_the_stand_in_schedules(tmp_path, monkeypatch, capsys):
+    """hw.schedules (scripts/gpu/schedules.py) --stand-in: each 'library call' is emulated_mm with a known
     schedule; the ranking must put it among the bit-exact candidates (exit 0), the preset
     column must say 0 where the stand-in is the preset, and the report is written."""
-    mod = _load("scripts/gpu/schedules.py")
+    mod = schedules
     out = tmp_path / "schedules.md"
     assert mod.main(["--stand-in", "--out", str(out)]) == 0
     text = out.read_text()
@@ -188,7 +178,8 @@ def test_schedules_script_finds_the_stand_in_schedules(tmp_path, capsys):
     assert "| torch._scaled_mm use_fast_accum=True | 512 | scaled_mm_fast_accum | 0 | exact: " \
            "plain chain / next:" in text
     # a stand-in no candidate reproduces is reported and fails the self-test
-    mod.STAND_IN[("matmul", None)] = Schedule(split_k=3, reduce="pairwise", alpha=0.5)
+    monkeypatch.setitem(mod.STAND_IN, ("matmul", None),
+                        Schedule(split_k=3, reduce="pairwise", alpha=0.5))
     assert mod.main(["--stand-in", "--out", str(out)]) == 1
     assert "not among the exact candidates" in capsys.readouterr().err
 
@@ -217,12 +208,12 @@ def test_schedule_search_ranks_candidates():
 
 
 def test_triton_step_compares_bit_for_bit_and_archives_mismatches(tmp_path):
-    """scripts/gpu/triton_emulate.py --stand-in: the 'native' run is the emulation again;
+    """hw.triton_programs (scripts/gpu/triton_emulate.py) --stand-in: the 'native' run is the emulation again;
     every case must agree (exit 0) and the report say so; a flipped bit in one case's
     output is a MISMATCH (exit 1) whose inputs and outputs go into the archive."""
     pytest.importorskip("triton")
-    mod = _load("scripts/gpu/triton_emulate.py")
-    from validate_hw import read_archive
+    mod = triton_programs
+    from torch_mma_emu.hw.archive import read_archive
     out, tar = tmp_path / "triton.md", tmp_path / "t.tar"
     assert mod.main(["--stand-in", "--quick", "--out", str(out), "--archive", str(tar)]) == 0
     text = out.read_text()
@@ -249,7 +240,7 @@ def test_triton_step_cases_exercise_the_compiler_rewrites():
     pytest.importorskip("triton")
     import torch_mma_emu.triton as tmt
     from helpers import same
-    mod = _load("scripts/gpu/triton_emulate.py")
+    mod = triton_programs
     cases = {name: (make, run) for name, _, make, run in mod.cases("sm90", quick=True)}
 
     def go(name, block):

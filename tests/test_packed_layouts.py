@@ -10,8 +10,7 @@ import torch_mma_emu as tme
 from helpers import same
 from torch_mma_emu.preview.scaled import unpack_fp4, unswizzle
 
-FP4 = getattr(torch, "float4_e2m1fn_x2", None)
-pytestmark = pytest.mark.skipif(FP4 is None, reason="torch without float4_e2m1fn_x2")
+FP4 = torch.float4_e2m1fn_x2
 
 
 def _codes(*shape, seed=0):

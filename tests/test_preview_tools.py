@@ -1,5 +1,5 @@
 """The preview tools: divergence measures, TinyGPT, the model-preview engine, the fp16
-training preview, and the two scripts end to end."""
+training preview, `mma-emu preview` and the training script end to end."""
 import json
 import os
 import subprocess
@@ -114,7 +114,7 @@ def _script(name, *args, tmp):
                           timeout=600, cwd=ROOT)
 
 
-def test_preview_model_script_with_a_custom_factory(tmp_path):
+def test_preview_command_with_a_custom_factory(tmp_path):
     (tmp_path / "mynet.py").write_text(
         "import torch\n"
         "def make(width=8):\n"
@@ -125,8 +125,7 @@ def test_preview_model_script_with_a_custom_factory(tmp_path):
     sys.path.insert(0, env_path)
     try:
         r = subprocess.run(
-            [sys.executable, os.path.join(ROOT, "scripts", "preview_model.py"),
-             "--model", "mynet:make", "--model-kwargs", '{"width": 4}',
+            [sys.executable, "-m", "torch_mma_emu", "preview", "--model", "mynet:make", "--model-kwargs", '{"width": 4}',
              "--input", "randn:2,3,6,6", "--archs", "sm75,gfx942", "--formats", "fp16,bf16",
              "--repeat", "1", "--no-plot", "--out", str(tmp_path / "o")],
             capture_output=True, text=True, timeout=600, cwd=ROOT,
@@ -142,9 +141,11 @@ def test_preview_model_script_with_a_custom_factory(tmp_path):
 
 
 @pytest.mark.slow
-def test_preview_model_script_default_with_plot(tmp_path):
+def test_preview_command_default_with_plot(tmp_path):
     pytest.importorskip("matplotlib")
-    r = _script("preview_model.py", "--repeat", "1", tmp=tmp_path)
+    r = subprocess.run([sys.executable, "-m", "torch_mma_emu", "preview", "--repeat", "1",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=600,
+                       cwd=ROOT)
     assert r.returncode == 0, r.stderr[-2000:]
     assert (tmp_path / "preview.png").stat().st_size > 10_000
 

@@ -253,21 +253,17 @@ def test_native_target_glue_through_a_cpu_stand_in(monkeypatch, fmt, out):
 
 
 def test_probe_native_script_through_the_stand_in(monkeypatch, tmp_path, capsys):
-    """scripts/probe_native.py (run by validate_hw.sh on a GPU machine) end to end."""
-    import importlib.util
+    """hw.probe (scripts/probe_native.py, run by validate_hw.sh on a GPU machine) end to end."""
     from test_gpu_api import _fake_mma_instr
     from torch_mma_emu import native
+    from torch_mma_emu.hw import probe as probe_step
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H100 stand-in")
     monkeypatch.setattr(native, "_need_cuda", lambda *a: None)
     monkeypatch.setattr(torch.ops.mma_emu, "_mma_instr", _fake_mma_instr, raising=False)
-    path = Path(__file__).parents[1] / "scripts" / "probe_native.py"
-    spec = importlib.util.spec_from_file_location("probe_native", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
     rep = tmp_path / "H100_probe.md"
-    rc = mod.main(["-n", "500", "--formats", "fp16,tf32", "--device", "cpu",
+    rc = probe_step.main(["-n", "500", "--formats", "fp16,tf32", "--device", "cpu",
                    "--report", str(rep)])
     assert rc == 0, capsys.readouterr().out
     text = rep.read_text()

@@ -1,8 +1,7 @@
-"""scripts/validate_hw.py without a GPU: the model chosen per instruction, the paths per format,
-Triton's padded chain, results that survive a cut-off run, the mismatch archive, --resume and
---render.  The native paths are CPU stand-ins computed by the emulator (one of them
+"""The live validation (torch_mma_emu.hw, scripts/validate_hw.py) without a GPU: the model
+chosen per instruction, the paths per format, Triton's padded chain, results that survive a
+cut-off run, the mismatch archive, --resume and --render.  The native paths are CPU stand-ins computed by the emulator (one of them
 deliberately with a wrong model), so the comparison, diagnosis and bookkeeping run for real."""
-import importlib.util
 import json
 import os
 import subprocess
@@ -16,12 +15,11 @@ import torch
 import torch_mma_emu as tme
 from torch_mma_emu import native, registry
 from torch_mma_emu.inputs import FAMILIES, operands
+from torch_mma_emu.hw import (archive, common, diagnose, identity, paths, report, results,
+                              validate)
 from helpers import bits
 
 ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("validate_hw", ROOT / "scripts" / "validate_hw.py")
-vhw = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(vhw)
 
 
 # ---------------------------------------------------------------------------------------
@@ -53,7 +51,7 @@ def test_instruction_spec_per_instruction_on_sm90():
 
 
 def _variant_rows():
-    return [r for r in registry.rows_for("sm90") if "mma.sync.m16n8k32" in r.instruction.lower()]
+    return [r for r in registry.rows_for("sm90") if r.instr.kernel == "mma.m16n8k32"]
 
 
 def test_warp_level_fp8_mma_on_hopper_has_its_own_model_or_none():
@@ -65,17 +63,16 @@ def test_warp_level_fp8_mma_on_hopper_has_its_own_model_or_none():
         assert s is None and src.startswith("no model yet") and "sm90" in src
 
 
-def test_instruction_variant_rows_are_looked_up_by_name(monkeypatch):
-    """A registry row named with the PTX name wins over rules 2 and 3."""
-    row = registry.Row("sm90", registry.FP8, "fp32", "t_fdpa",
-                       "mma.sync.m16n8k32 (test variant)", dict(L=16, F=23, rho="rz_fp32"),
-                       default=False, source="test")
+def test_instruction_variant_rows_are_looked_up_by_kernel(monkeypatch):
+    """A registry row whose instruction the kernel issues wins over rules 2 and 3."""
+    row = registry.Row("sm90", registry.FP8, "fp32", "t_fdpa", "mma.sync.m16n8k32",
+                       dict(L=16, F=23, rho="rz_fp32"), default=False, source="test variant")
     others = [r for r in registry.ROWS
-              if not (r.arch == "sm90" and "mma.sync.m16n8k32" in r.instruction.lower())]
+              if not (r.arch == "sm90" and r.instr.kernel == "mma.m16n8k32")]
     monkeypatch.setattr(registry, "ROWS", others + [row])
     s, src = native.instruction_spec("sm90", "fp8_e5m2", torch.float32, "mma.m16n8k32")
-    assert (s.L, s.F, s.instruction) == (16, 23, "mma.sync.m16n8k32 (test variant)")
-    assert "test variant" in src
+    assert (s.L, s.F, s.notes) == (16, 23, "test variant")
+    assert src == "registry row 'mma.sync.m16n8k32 (fp8)'"
     # the default (wgmma) is unchanged
     assert native.instruction_spec("sm90", "fp8_e5m2", None, "wgmma.m64n8k32")[0].L == 32
 
@@ -102,20 +99,20 @@ def test_k8_model_is_a_chain_of_zero_padded_k16_chunks(fam):
 
 def test_paths_for_skips_cublas_e5m2_pairs(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    p = dict(vhw.paths_for("fp8_e5m2", "fp8_e5m2", torch.float32, "cpu", True))
-    assert p["cublas"] == p["cublas-promote"] == vhw.CUBLAS_NO_E5M2
+    p = dict(paths.paths_for("fp8_e5m2", "fp8_e5m2", torch.float32, "cpu", True))
+    assert p["cublas"] == p["cublas-promote"] == paths.CUBLAS_NO_E5M2
     assert p["mma:wgmma.m64n8k32"] is None and p["mma:mma.m16n8k32"] is None
     assert p["triton"] is None
-    p = dict(vhw.paths_for("fp8_e4m3", "fp8_e5m2", torch.float16, "cpu", True))
+    p = dict(paths.paths_for("fp8_e4m3", "fp8_e5m2", torch.float16, "cpu", True))
     assert p["cublas"] is None and p["cublas-promote"] is None
-    p = dict(vhw.paths_for("fp16", "fp16", torch.float32, "cpu", False))
+    p = dict(paths.paths_for("fp16", "fp16", torch.float32, "cpu", False))
     assert list(p) == ["mma:wgmma.m64n8k16", "mma:mma.m16n8k16", "mma:mma.m16n8k8", "cublas"]
     assert not any(k.startswith("mma") for k in
-                   dict(vhw.paths_for("bf16", "bf16", torch.float16, "cpu", True)))
-    assert list(dict(vhw.paths_for("fp64", "fp64", torch.float64, "cpu", True))) == ["cublas"]
+                   dict(paths.paths_for("bf16", "bf16", torch.float16, "cpu", True)))
+    assert list(dict(paths.paths_for("fp64", "fp64", torch.float64, "cpu", True))) == ["cublas"]
     # 4 cuBLAS rows of the e5m2 pair are skipped on sm90: 2 outputs x 2 cuBLAS paths
-    skipped = [(c, p) for c in vhw.format_cases((9, 0))
-               for p, why in vhw.paths_for(*c, "cpu", True) if why]
+    skipped = [(c, p) for c in paths.format_cases((9, 0))
+               for p, why in paths.paths_for(*c, "cpu", True) if why]
     assert len(skipped) == 4
 
 
@@ -149,7 +146,7 @@ def test_padding_the_chain_changes_only_the_sign_of_zeros(fmt):
         kw["A"][:16] = -0.0                    # rows of -0 products ...
         kw["C"][:8] = -0.0                     # ... on a -0 accumulator: IEEE keeps -0
         plain = tme.emulated_mm(**kw)
-        padded = vhw.pad_k(kw, 16)
+        padded = paths.pad_k(kw, 16)
         assert padded["A"].shape == (64, 16) and padded["B"].shape == (16, 64)
         p = tme.emulated_mm(**padded)
         d = bits(plain) != bits(p)
@@ -168,7 +165,7 @@ def test_samples_pick_the_dot_products_of_batched_broadcast_outputs():
     kw["C"] = kw["C"][:1, :1]
     out = tme.emulated_mm(**kw)
     idx = torch.tensor([[0, 0, 0], [2, 8, 10], [1, 3, 7]])
-    s = vhw.samples(kw, idx, emulated=out)
+    s = archive.samples(kw, idx, emulated=out)
     for n, (b, i, j) in enumerate(idx.tolist()):
         one = tme.emulated_mm(s["a"][n:n + 1], s["b"][n].unsqueeze(1), s["c"][n].reshape(1, 1),
                               arch=spec)
@@ -191,7 +188,7 @@ def _stand_in(calls, arch="sm90"):
         if path == WRONG:
             return tme.emulated_mm(**kw, arch=registry.spec(arch, fa, odt, in_format_b=fb))
         if path == "mma:mma.m16n8k32" and not _variant_rows():   # as nvcc 13's SASS says
-            return vhw.fp8_as_fp16_hmma(dict(A=A, B=B, C=C), "cpu", arch, odt, chained=True)
+            return diagnose.fp8_as_fp16_hmma(dict(A=A, B=B, C=C), "cpu", arch, odt, chained=True)
         if path.startswith("mma:"):
             s, _ = native.instruction_spec(arch, fa, odt, path[4:], in_format_b=fb)
             s = s or registry.spec(arch, fa, odt, in_format_b=fb)
@@ -199,15 +196,15 @@ def _stand_in(calls, arch="sm90"):
         s = registry.spec(arch, fa, odt, in_format_b=fb)
         if path == "triton":      # the kernel's real chain: K padded to its blocks
             from torch_mma_emu.triton_kernels import run_k
-            p = vhw.pad_k(dict(A=A, B=B), run_k(A.shape[-1], fa))
+            p = paths.pad_k(dict(A=A, B=B), run_k(A.shape[-1], fa))
             return tme.emulated_mm(p["A"], p["B"], C, arch=s, out_dtype=odt)
         return tme.emulated_mm(**kw, arch=s, c_mode="epilogue")
     return run
 
 
 def _args(tmp_path, **kw):
-    a = vhw.parse_args(["--out", str(tmp_path), "--native-size", "64", "--native-k", "64",
-                        "--native-outputs", str(64 * 64 * 3)] + kw.pop("extra", []))
+    a = validate.parse_args(["--out", str(tmp_path), "--native-size", "64", "--native-k", "64",
+                            "--native-outputs", str(64 * 64 * 3)] + kw.pop("extra", []))
     for k, v in kw.items():
         setattr(a, k, v)
     return a
@@ -216,14 +213,14 @@ def _args(tmp_path, **kw):
 def _run_native(tmp_path, monkeypatch, formats, previous=None, budget=600.0, calls=None):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
     calls = [] if calls is None else calls
-    monkeypatch.setattr(vhw, "run_native", _stand_in(calls))
+    monkeypatch.setattr(paths, "run_native", _stand_in(calls))
     args = _args(tmp_path, formats=formats)
-    state = vhw.State(dict(gpu="stand-in H100", arch="sm90"), str(tmp_path),
-                      str(tmp_path / "report.md"))
-    archive = vhw.Archive(str(tmp_path / "mismatches.tar"))
+    state = results.State(dict(gpu="stand-in H100", arch="sm90"), str(tmp_path),
+                          str(tmp_path / "report.md"))
+    tar = archive.Archive(str(tmp_path / "mismatches.tar"))
     log = []
-    rows = vhw.part_native(args, "cpu", "sm90", budget, log.append, state, archive, previous,
-                           cap=(9, 0), have_triton=True)
+    rows = paths.part_native(args, "cpu", "sm90", budget, log.append, state, tar, previous,
+                             cap=(9, 0), have_triton=True)
     return rows, calls, log
 
 
@@ -250,17 +247,17 @@ def test_part_native_compares_each_path_with_its_own_model(tmp_path, monkeypatch
         assert nm["mismatches"] > 0 and any("two HMMA.16816 from zero chained" in e
                                             for e in nm["explained"]), nm["explained"]
     # cuBLAS e5m2 x e5m2: skipped, never called
-    assert by[("fp8_e5m2->fp32", "cublas")]["status"] == vhw.CUBLAS_NO_E5M2
-    assert by[("fp8_e5m2->fp16", "cublas-promote")]["status"] == vhw.CUBLAS_NO_E5M2
+    assert by[("fp8_e5m2->fp32", "cublas")]["status"] == paths.CUBLAS_NO_E5M2
+    assert by[("fp8_e5m2->fp16", "cublas-promote")]["status"] == paths.CUBLAS_NO_E5M2
     assert by[("fp16->fp16", WRONG)]["mismatches"] > 0
-    assert vhw.native_failures(rows) == 2          # the two wrong rows, nothing else
+    assert report.native_failures(rows) == 2          # the two wrong rows, nothing else
     # everything is on disk: results.json, the report, one archive
     res = json.loads((tmp_path / "results.json").read_text())
     assert len(res["native"]) == len(rows)
     text = (tmp_path / "report.md").read_text()
     assert "| fp16->fp32 | mma:mma.m16n8k8 | t_fdpa L=8 F=25" in text
     assert ("no model yet" in text) != bool(_variant_rows())
-    arch = vhw.read_archive(str(tmp_path / "mismatches.tar"))
+    arch = archive.read_archive(str(tmp_path / "mismatches.tar"))
     saved = arch[bad["saved"].split(":", 1)[1]]
     spec = tme.spec("sm90", "fp16")
     for n in range(min(5, saved["a"].shape[0])):       # the archive re-runs on any machine
@@ -271,11 +268,11 @@ def test_part_native_compares_each_path_with_its_own_model(tmp_path, monkeypatch
         smp = arch[nm["samples_saved"].split(":", 1)[1]]
         assert smp["instruction"] == "mma.m16n8k32" and len(smp["parts"]) == 3
         p0 = smp["parts"][0]          # the samples are the instruction's own outputs
-        want = vhw.fp8_as_fp16_hmma(dict(A=p0["a"][:50], B=p0["b"][:50].t(),
-                                         C=torch.diag(p0["c"][:50].float())), "cpu", "sm90",
-                                    torch.float32, chained=True).diagonal()
+        want = diagnose.fp8_as_fp16_hmma(dict(A=p0["a"][:50], B=p0["b"][:50].t(),
+                                              C=torch.diag(p0["c"][:50].float())), "cpu", "sm90",
+                                         torch.float32, chained=True).diagonal()
         assert torch.equal(bits(want), bits(p0["native"][:50]))
-        assert smp["parts"][0]["a"].shape == (vhw.NO_MODEL_SAMPLES, 32)
+        assert smp["parts"][0]["a"].shape == (paths.NO_MODEL_SAMPLES, 32)
 
 
 def test_part_native_survives_a_cut_off_and_resumes(tmp_path, monkeypatch):
@@ -288,19 +285,19 @@ def test_part_native_survives_a_cut_off_and_resumes(tmp_path, monkeypatch):
         return stand_in(path, *a)
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    monkeypatch.setattr(vhw, "run_native", dies)
+    monkeypatch.setattr(paths, "run_native", dies)
     args = _args(tmp_path, formats="bf16")
-    state = vhw.State(dict(gpu="stand-in", arch="sm90"), str(tmp_path), str(tmp_path / "r.md"))
+    state = results.State(dict(gpu="stand-in", arch="sm90"), str(tmp_path), str(tmp_path / "r.md"))
     with pytest.raises(KeyboardInterrupt):
-        vhw.part_native(args, "cpu", "sm90", 600, lambda m: None, state, None, None,
-                        cap=(9, 0), have_triton=True)
+        paths.part_native(args, "cpu", "sm90", 600, lambda m: None, state, None, None,
+                          cap=(9, 0), have_triton=True)
     res = json.loads((tmp_path / "results.json").read_text())
     done = [(r["format"], r["path"]) for r in res["native"]]
     assert done == [("bf16->fp32", "mma:wgmma.m64n8k16"), ("bf16->fp32", "mma:mma.m16n8k16"),
                     ("bf16->fp32", "mma:mma.m16n8k8")]
     assert "mma:mma.m16n8k8" in (tmp_path / "r.md").read_text()
     # the next command resumes: finished rows are kept, not re-run
-    prev = vhw.load_results([str(tmp_path / "results.json")])
+    prev = results.load_results([str(tmp_path / "results.json")])
     previous = {(r["format"], r["path"]): r for r in prev["native"]}
     calls2 = []
     rows, _, _ = _run_native(tmp_path, monkeypatch, "bf16", previous=previous, calls=calls2)
@@ -316,28 +313,28 @@ def test_time_limit_and_a_lost_cuda_context(tmp_path, monkeypatch):
     def boom(path, *a):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
-    monkeypatch.setattr(vhw, "_sticky_cuda_error", lambda dev: "AcceleratorError: illegal access")
-    monkeypatch.setattr(vhw, "run_native", boom)
+    monkeypatch.setattr(common, "sticky_cuda_error", lambda dev: "AcceleratorError: illegal access")
+    monkeypatch.setattr(paths, "run_native", boom)
     args = _args(tmp_path, formats="fp16")
-    rows = vhw.part_native(args, "cpu", "sm90", 600, lambda m: None, None, None, None,
-                           cap=(9, 0), have_triton=True)
+    rows = paths.part_native(args, "cpu", "sm90", 600, lambda m: None, None, None, None,
+                             cap=(9, 0), have_triton=True)
     assert rows[0]["status"].startswith("error: RuntimeError: CUDA error")
     assert all(r["status"].startswith("not run (CUDA context lost") for r in rows[1:])
-    assert vhw.native_failures(rows) == 1
+    assert report.native_failures(rows) == 1
 
 
 def test_archive_is_one_capped_tar(tmp_path):
-    a = vhw.Archive(str(tmp_path / "m.tar"), cap=200_000)
+    a = archive.Archive(str(tmp_path / "m.tar"), cap=200_000)
     x = torch.arange(10_000, dtype=torch.float32)
     assert a.add("x.pt", dict(x=x)) == "m.tar:x.pt"
     assert a.add("x.pt", dict(x=x + 1)) == "m.tar:x_2.pt"
     assert a.add("big.pt", dict(x=torch.zeros(100_000))) is None       # over the cap
-    assert vhw.Archive(None).add("y.pt", {}) is None
-    got = vhw.read_archive(str(tmp_path / "m.tar"))
+    assert archive.Archive(None).add("y.pt", {}) is None
+    got = archive.read_archive(str(tmp_path / "m.tar"))
     assert sorted(got) == ["x.pt", "x_2.pt"] and torch.equal(got["x_2.pt"]["x"], x + 1)
     assert os.listdir(tmp_path) == ["m.tar"]
     # a second run appends to the same archive
-    b = vhw.Archive(str(tmp_path / "m.tar"), cap=200_000)
+    b = archive.Archive(str(tmp_path / "m.tar"), cap=200_000)
     assert b.add("x.pt", dict(x=x)) == "m.tar:x_3.pt"
 
 
@@ -352,8 +349,8 @@ def _cli(*args):
 
 def test_dry_run_writes_results_and_report_and_render_merges(tmp_path, monkeypatch):
     specs = registry.all_specs()[::20]      # the whole registry: tests/test_gpu_api.py
-    monkeypatch.setattr(vhw, "all_specs", lambda: specs)
-    assert vhw.main(["--device", "cpu", "--outputs", "30", "--out", str(tmp_path / "a")]) == 0
+    monkeypatch.setattr(identity, "all_specs", lambda: specs)
+    assert validate.main(["--device", "cpu", "--outputs", "30", "--out", str(tmp_path / "a")]) == 0
     res = json.loads((tmp_path / "a" / "results.json").read_text())
     assert len(res["identity"]) == len(specs)
     assert all(row["status"] == "ok" and row["mismatches"] == 0 for row in res["identity"])
@@ -375,20 +372,20 @@ def test_dry_run_writes_results_and_report_and_render_merges(tmp_path, monkeypat
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
-        vhw.main(["--parts", "identity,speed"])
+        validate.main(["--parts", "identity,speed"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.strip().count("\n") == 0 and "speed" in err
-    assert vhw.main(["--render", str(tmp_path / "nope.json"), "--report", str(tmp_path / "r.md")]) == 2
+    assert validate.main(["--render", str(tmp_path / "nope.json"), "--report", str(tmp_path / "r.md")]) == 2
     err = capsys.readouterr().err
     assert "cannot read" in err and err.strip().count("\n") == 0
-    assert vhw.main(["--render", str(tmp_path / "nope.json")]) == 2
+    assert validate.main(["--render", str(tmp_path / "nope.json")]) == 2
     assert "needs --report" in capsys.readouterr().err
 
 
 def test_identity_stops_on_a_lost_cuda_context_and_resumes(tmp_path, monkeypatch):
     specs = registry.all_specs()[:5]
-    monkeypatch.setattr(vhw, "all_specs", lambda: specs)
-    real_to_dev = vhw.to_dev
+    monkeypatch.setattr(identity, "all_specs", lambda: specs)
+    real_to_dev = identity.to_dev
     seen = []
 
     def to_dev(kw, dev):
@@ -397,30 +394,30 @@ def test_identity_stops_on_a_lost_cuda_context_and_resumes(tmp_path, monkeypatch
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return real_to_dev(kw, dev)
 
-    monkeypatch.setattr(vhw, "to_dev", to_dev)
-    monkeypatch.setattr(vhw, "_sticky_cuda_error", lambda dev: "AcceleratorError: illegal access")
+    monkeypatch.setattr(identity, "to_dev", to_dev)
+    monkeypatch.setattr(common, "sticky_cuda_error", lambda dev: "AcceleratorError: illegal access")
     args = _args(tmp_path, extra=["--outputs", "30"])
-    rows = vhw.part_identity(args, torch.device("cpu"), 600, lambda m: None)
+    rows = identity.part_identity(args, torch.device("cpu"), 600, lambda m: None)
     st = [r["status"] for r in rows]
     assert st[0] == "ok" and st[1].startswith("error: RuntimeError: CUDA error")
     assert all(s.startswith("not run (CUDA context lost") for s in st[2:])
     # the next process resumes: the failed entry is kept (not re-run), the rest run
-    monkeypatch.setattr(vhw, "_sticky_cuda_error", lambda dev: None)
+    monkeypatch.setattr(common, "sticky_cuda_error", lambda dev: None)
     seen.clear()
-    rows2 = vhw.part_identity(args, torch.device("cpu"), 600, lambda m: None,
-                              previous={r["spec"]: r for r in rows})
+    rows2 = identity.part_identity(args, torch.device("cpu"), 600, lambda m: None,
+                                   previous={r["spec"]: r for r in rows})
     assert [r["status"] for r in rows2] == [st[0], st[1], "ok", "ok", "ok"]
     assert specs[0] not in seen and specs[1] not in seen and specs[2] in seen
 
 
 def test_part_native_path_filters(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
-    monkeypatch.setattr(vhw, "run_native", _stand_in([]))
+    monkeypatch.setattr(paths, "run_native", _stand_in([]))
     args = _args(tmp_path, formats="bf16", exclude_paths="mma:mma,cublas")
-    rows = vhw.part_native(args, "cpu", "sm90", 600, lambda m: None, cap=(9, 0), have_triton=True)
+    rows = paths.part_native(args, "cpu", "sm90", 600, lambda m: None, cap=(9, 0), have_triton=True)
     assert [r["path"] for r in rows] == ["mma:wgmma.m64n8k16", "triton"]
     args = _args(tmp_path, formats="fp16->fp16", paths="mma:wgmma")
-    rows = vhw.part_native(args, "cpu", "sm90", 600, lambda m: None, cap=(9, 0), have_triton=True)
+    rows = paths.part_native(args, "cpu", "sm90", 600, lambda m: None, cap=(9, 0), have_triton=True)
     assert [(r["format"], r["path"]) for r in rows] == [("fp16->fp16", "mma:wgmma.m64n8k16")]
 
 
@@ -439,7 +436,7 @@ def test_sass_hypothesis_reproduces_the_b200_fp8_fp32_recording():
     bad = 0
     for s0 in range(0, A8.shape[0], 500):
         sl = slice(s0, min(A8.shape[0], s0 + 500))
-        out = vhw.fp8_as_fp16_hmma(dict(A=A8[sl], B=B8[sl].t(), C=torch.diag(f["c"][sl])),
-                                   "cpu", "sm100", torch.float32, chained=True).diagonal()
+        out = diagnose.fp8_as_fp16_hmma(dict(A=A8[sl], B=B8[sl].t(), C=torch.diag(f["c"][sl])),
+                                        "cpu", "sm100", torch.float32, chained=True).diagonal()
         bad += int((bits(out) != bits(f["d"][sl])).sum())
     assert bad == 0

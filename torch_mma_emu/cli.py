@@ -23,7 +23,7 @@ import sys
 import torch
 
 from . import registry
-from .formats import FORMATS
+from .formats import FLOAT_DTYPES, FORMATS, OUT_DTYPES, default_out
 
 
 def format_table(header: list[str], rows: list[list], title: str | None = None) -> str:
@@ -59,24 +59,18 @@ def cmd_archs(args) -> int:
 
 # ------------------------------------------------------------------------------- compare
 
-_TORCH = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
-          "tf32": torch.float32, "xf32": torch.float32, "fp64": torch.float64,
-          "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2,
-          "fp8_e4m3fnuz": torch.float8_e4m3fnuz, "fp8_e5m2fnuz": torch.float8_e5m2fnuz}
-
-
 def _unscaled_formats(arch: str) -> list[str]:
     fmts = []
     for r in registry.rows_for(arch):
         if r.scale_format is None:
-            fmts += [f for f in r.formats if f in _TORCH and f not in fmts]
+            fmts += [f for f in r.formats if f in FLOAT_DTYPES and f not in fmts]
     return fmts
 
 
 def _call(A, B, C, arch, fmt, **kw):
     from .ops import emulated_mm
     inf = fmt if fmt in ("tf32", "xf32") else None
-    return emulated_mm(A.to(_TORCH[fmt]), B.to(_TORCH[fmt]), C, arch=arch, in_format=inf, **kw)
+    return emulated_mm(A.to(FLOAT_DTYPES[fmt]), B.to(FLOAT_DTYPES[fmt]), C, arch=arch, in_format=inf, **kw)
 
 
 class _TreeRuns:
@@ -130,7 +124,7 @@ def eq10_table(archs: list[str], schedule=None) -> tuple[list[str], list[list]]:
                 continue
             outs = []
             for instr in registry.instructions(arch, f):
-                C = torch.tensor([[c]], dtype=torch.float64 if f == "fp64" else torch.float32)
+                C = torch.tensor([[c]], dtype=OUT_DTYPES[default_out(f)])
                 d = runs.call(a, b, C, arch, f, instruction=instr, schedule=schedule)
                 outs.append(runs.MARK if d is None else f"{d.item():g}")
             row.append(" or ".join(dict.fromkeys(outs)))
@@ -151,7 +145,7 @@ def _rounded_inputs(A, B, f):
     if f in ("tf32", "xf32"):   # the instructions drop the low 13 bits
         return tuple((x.float().view(torch.int32) & ~0x1FFF).view(torch.float32).double()
                      for x in (A, B))
-    return A.to(_TORCH[f]).double(), B.to(_TORCH[f]).double()
+    return A.to(FLOAT_DTYPES[f]).double(), B.to(FLOAT_DTYPES[f]).double()
 
 
 def random_jobs(archs, formats=None) -> list[tuple[str, str, str]]:
@@ -187,7 +181,6 @@ def random_table(archs, size, seed, formats=None, progress=False, schedule=None)
         outs_of.setdefault(f, [])
         if out not in outs_of[f]:
             outs_of[f].append(out)
-    odt = {"fp32": torch.float32, "fp16": torch.float16, "fp64": torch.float64}
     bar = tqdm(total=len(outs_of) + len(jobs), disable=not progress, unit="step",
                desc="compare --random", leave=False, file=sys.stderr)
     exact, done = {}, []        # done: (rounded A, rounded B, {out: exact}) already computed
@@ -197,7 +190,7 @@ def random_table(archs, size, seed, formats=None, progress=False, schedule=None)
                      and set(outs) <= set(d[2])), None)
         if same is None:            # the exact results of the rounded inputs, one per output
             bar.set_postfix_str(f"exact result for {f}")
-            res = exact_gemm(Ai, Bi, [C.to(odt[o]).double() for o in outs])
+            res = exact_gemm(Ai, Bi, [C.to(OUT_DTYPES[o]).double() for o in outs])
             same = (Ai, Bi, dict(zip(outs, res)))
             done.append(same)
         bar.update(1)
@@ -207,7 +200,8 @@ def random_table(archs, size, seed, formats=None, progress=False, schedule=None)
     runs = _TreeRuns(schedule)
     for arch, f, out in jobs:
         bar.set_postfix_str(f"{arch} {f} -> {out}")
-        D = runs.call(A, B, C.to(odt[out]), arch, f, out_dtype=odt[out], schedule=schedule)
+        odt = OUT_DTYPES[out]
+        D = runs.call(A, B, C.to(odt), arch, f, out_dtype=odt, schedule=schedule)
         bar.update(1)
         if D is None:
             rows.append([arch, f, out, registry.spec(arch, f, out).describe(), runs.MARK, "", ""])
@@ -293,7 +287,7 @@ def arch_name(text: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-RANDOM_FORMATS = tuple(_TORCH)
+RANDOM_FORMATS = tuple(FLOAT_DTYPES)
 
 # Subcommands of other modules: each has register(subparsers), which adds its parsers and
 # sets ``func`` (called with the parsed args, returns the exit code).  Add a module here to

@@ -114,12 +114,9 @@ FORMATS: dict[str, Format] = {
            desc="NVFP4 block scale: unsigned E4M3 (sign bit ignored)"),
     ]
 }
-FORMATS_BY_CODE = {f.code: f for f in FORMATS.values()}
-
 # Element formats that may be fed to a matrix unit (scales excluded).
 INPUT_FORMATS = tuple(n for n in FORMATS if n not in ("ue8m0", "ue4m3"))
 SCALE_FORMATS = ("ue8m0", "ue4m3")
-OUTPUT_FORMATS = ("fp64", "fp32", "fp16")
 
 ALIASES = {
     "float64": "fp64", "double": "fp64", "binary64": "fp64",
@@ -147,31 +144,86 @@ def get_format(name: str | Format) -> Format:
     return FORMATS[key]
 
 
-_DTYPE_TO_FORMAT = {
-    torch.float64: "fp64",
-    torch.float32: "fp32",
-    torch.float16: "fp16",
-    torch.bfloat16: "bf16",
-}
-for _name in ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz"):
-    if FORMATS[_name].torch_dtype is not None:
-        _DTYPE_TO_FORMAT[FORMATS[_name].torch_dtype] = _name
+# ----------------------------------------------------------------------------------------
+# Tensors: which torch dtype holds a format, which format a dtype holds, the accumulators.
+# Every dtype <-> format <-> output-name question in the package is answered here.
+# ----------------------------------------------------------------------------------------
 
+# The accumulator (output) formats and their dtypes; the default accumulator is fp32 (fp64
+# for fp64 inputs).
 OUT_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16}
+_OUT_OF_DTYPE = {d: n for n, d in OUT_DTYPES.items()}
+
+# Same-size integer dtypes, by bytes: the view that shows a tensor's bit patterns.
+INT_OF_SIZE = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+
+# dtype -> the element format it fixes (float32 is fp32 unless in_format says tf32/xf32;
+# scale dtypes are not element formats).
+_DTYPE_TO_FORMAT = {f.torch_dtype: f.name for f in FORMATS.values()
+                    if f.torch_dtype is not None and f.name in INPUT_FORMATS}
+# scale dtype -> scale format (uint8 codes are E8M0 by default)
+_SCALE_OF_DTYPE = {FORMATS[n].torch_dtype: n for n in SCALE_FORMATS
+                   if FORMATS[n].torch_dtype is not None}
+
+
+def storage_dtype(fmt: str | Format) -> torch.dtype:
+    """The dtype of a tensor holding operands of ``fmt``: its own dtype, float32 words for
+    tf32/xf32, uint8 codes where torch has none (fp6, fp4)."""
+    fmt = get_format(fmt)
+    if fmt.container_bits == 32:
+        return torch.float32
+    return fmt.torch_dtype if fmt.torch_dtype is not None else torch.uint8
+
+
+# input format -> the floating dtype its values come in (formats given as uint8 codes left out)
+FLOAT_DTYPES = {n: storage_dtype(n) for n in INPUT_FORMATS
+                if storage_dtype(n).is_floating_point}
+# every dtype an operand may have, each once
+OPERAND_DTYPES = tuple(dict.fromkeys(storage_dtype(n) for n in INPUT_FORMATS))
 
 
 def format_of_dtype(dtype: torch.dtype) -> Format | None:
+    """The element format a tensor of ``dtype`` holds by default (None: uint8 codes, ints)."""
     name = _DTYPE_TO_FORMAT.get(dtype)
     return FORMATS[name] if name else None
 
 
-def out_format_of_dtype(dtype: torch.dtype) -> Format:
-    for name, d in OUT_DTYPES.items():
-        if d == dtype:
-            return FORMATS[name]
-    raise TypeError(
-        f"out_dtype {dtype} is not an accumulator type; allowed: torch.float32, "
-        "torch.float16 (where the arch has fp16 accumulation), torch.float64 (fp64 inputs)")
+def formats_of_dtype(dtype: torch.dtype) -> tuple[str, ...]:
+    """Every element format a tensor of ``dtype`` may hold: its own, tf32/xf32 in float32
+    words, any format of at most 8 bits as uint8 codes."""
+    if dtype == torch.uint8:
+        return tuple(n for n in INPUT_FORMATS if FORMATS[n].bits <= 8)
+    return tuple(n for n in INPUT_FORMATS if storage_dtype(n) == dtype)
+
+
+def scale_format_of_dtype(dtype: torch.dtype) -> str | None:
+    """The block-scale format of a scale tensor's dtype (uint8: E8M0 codes), else None."""
+    return "ue8m0" if dtype == torch.uint8 else _SCALE_OF_DTYPE.get(dtype)
+
+
+def default_out(in_format: str) -> str:
+    """The accumulator of an input format when out_dtype is not given."""
+    return "fp64" if get_format(in_format).name == "fp64" else "fp32"
+
+
+def out_format(out_dtype, who: str = "") -> str | None:
+    """The output format name of ``out_dtype`` (a torch dtype or a format name; None stays
+    None).  ``who`` prefixes the message ("emulated_mm: ") of the TypeError otherwise."""
+    if out_dtype is None:
+        return None
+    if isinstance(out_dtype, torch.dtype):
+        name = _OUT_OF_DTYPE.get(out_dtype)
+    else:
+        try:
+            name = get_format(out_dtype).name
+        except ValueError:
+            name = None
+    if name not in OUT_DTYPES:
+        shown = out_dtype if isinstance(out_dtype, torch.dtype) else repr(out_dtype)
+        raise TypeError(f"{who}out_dtype={shown} is not an accumulator type; allowed: "
+                        "torch.float32, torch.float16 (where the arch has fp16 accumulation), "
+                        "torch.float64 (fp64 inputs), or their names fp32, fp16, fp64")
+    return name
 
 
 # ----------------------------------------------------------------------------------------

@@ -13,23 +13,15 @@ from __future__ import annotations
 
 import torch
 
-from .formats import FORMATS, Format, value_table
+from .formats import FORMATS, INT_OF_SIZE, OUT_DTYPES, Format, storage_dtype, value_table
 from .spec import Spec
 
 FAMILIES = ("normal", "cancel", "bitstream")
 
-_INT_VIEW = {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
-
-
-def _dtype_for(fmt: Format) -> torch.dtype:
-    if fmt.container_bits == 32:
-        return torch.float32
-    return fmt.torch_dtype if fmt.torch_dtype is not None else torch.uint8
-
 
 def to_format(values: torch.Tensor, fmt: Format) -> torch.Tensor:
     """float64 values -> a tensor holding them in ``fmt`` (RNE; small formats saturate)."""
-    dt = _dtype_for(fmt)
+    dt = storage_dtype(fmt)
     if dt != torch.uint8:
         if fmt.nan_style in ("fn", "fnuz"):  # no infinities: saturate instead of NaN
             values = values.clamp(-fmt.max_finite, fmt.max_finite)
@@ -50,7 +42,7 @@ def to_format(values: torch.Tensor, fmt: Format) -> torch.Tensor:
 
 def random_codes(fmt: Format, shape, g: torch.Generator) -> torch.Tensor:
     """Uniformly random codes of ``fmt`` in the tensor type emulated_mm takes."""
-    dt = _dtype_for(fmt)
+    dt = storage_dtype(fmt)
     if dt == torch.uint8:
         return torch.randint(0, 1 << fmt.bits, shape, generator=g, dtype=torch.int64).to(torch.uint8)
     nbits = torch.finfo(dt).bits
@@ -60,7 +52,7 @@ def random_codes(fmt: Format, shape, g: torch.Generator) -> torch.Tensor:
         return ((hi << 32) | lo).view(dt)
     raw = torch.randint(-(1 << (nbits - 1)), 1 << (nbits - 1), shape, generator=g,
                         dtype=torch.int64)
-    return raw.to(_INT_VIEW[nbits]).view(dt)
+    return raw.to(INT_OF_SIZE[nbits // 8]).view(dt)
 
 
 def _normal(shape, g):
@@ -89,7 +81,7 @@ def operands(spec: Spec, M: int, N: int, K: int, family: str, g: torch.Generator
         raise ValueError(f"family must be one of {FAMILIES}")
     fa, fb, fo = spec.fmt_a, spec.fmt_b, spec.fmt_out
     sa_shape, sb_shape = (*batch, M, K), (*batch, K, N)
-    out_dt = {"fp32": torch.float32, "fp16": torch.float16, "fp64": torch.float64}[fo.name]
+    out_dt = OUT_DTYPES[fo.name]
     if family == "bitstream":
         A = random_codes(fa, sa_shape, g)
         B = random_codes(fb, sb_shape, g)

@@ -27,6 +27,8 @@ from typing import Optional
 import torch
 
 from . import _C  # noqa: F401  (registers the CUDA ops where the build has them)
+from .formats import FLOAT_DTYPES, INT_OF_SIZE, OUT_DTYPES, default_out, out_format
+from .isa import KERNEL_OUTPUTS, KERNEL_TYPES, KERNELS, issued_by
 from .ops import _broadcast_shapes
 
 __all__ = ["native_mm", "mma_instruction", "device_arch", "instructions_for", "instruction_spec",
@@ -34,24 +36,13 @@ __all__ = ["native_mm", "mma_instruction", "device_arch", "instructions_for", "i
 
 BACKENDS = ("cublas", "triton", "mma")
 
-# format -> operand dtype; float32 tensors need in_format ("tf32" or "fp32")
-_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "tf32": torch.float32,
-           "fp16": torch.float16, "bf16": torch.bfloat16,
-           "fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
-_OUT = {torch.float32: "fp32", torch.float16: "fp16", torch.float64: "fp64"}
-_TYPE_CODE = {"fp16": 0, "bf16": 1, "tf32": 2, "fp8_e4m3": 3, "fp8_e5m2": 4}
-
-# instruction -> (kind code of csrc/cuda/mma_instr.cu, K, rows per tile, input formats, minimum
-# compute capability, needs the sm_90a build)
-INSTRUCTIONS = {
-    "mma.m16n8k16": (0, 16, 16, ("fp16", "bf16"), (8, 0), False),
-    "mma.m16n8k8": (1, 8, 16, ("fp16", "bf16"), (8, 0), False),
-    "mma.m16n8k8.tf32": (2, 8, 16, ("tf32",), (8, 0), False),
-    "mma.m16n8k32": (3, 32, 16, ("fp8_e4m3", "fp8_e5m2"), (8, 9), False),
-    "wgmma.m64n8k16": (4, 16, 64, ("fp16", "bf16"), (9, 0), True),
-    "wgmma.m64n8k8.tf32": (5, 8, 64, ("tf32",), (9, 0), True),
-    "wgmma.m64n8k32": (6, 32, 64, ("fp8_e4m3", "fp8_e5m2"), (9, 0), True),
-}
+# the formats with a native path -> operand dtype; float32 tensors need in_format ("tf32"
+# or "fp32")
+_DTYPES = {n: FLOAT_DTYPES[n] for n in ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3",
+                                        "fp8_e5m2")}
+# the instruction kernels: name -> instructions.Kernel (kind code of csrc/cuda/mma_instr.cu,
+# K, rows per tile, input formats, minimum compute capability, needs the sm_90a build)
+INSTRUCTIONS = KERNELS
 
 
 def _need_cuda(name: str, *ts) -> None:
@@ -104,16 +95,12 @@ def _formats(A, B, in_format, fn):
 
 
 def _out_dtype(fa: str, out_dtype, fn) -> torch.dtype:
-    odt = out_dtype or (torch.float64 if fa == "fp64" else torch.float32)
-    if odt not in _OUT:
-        raise TypeError(f"{fn}: out_dtype={odt} is not an accumulator type (float32, float16, "
-                        "float64)")
-    ok = {"fp64": (torch.float64,), "fp32": (torch.float32,), "tf32": (torch.float32,),
-          "bf16": (torch.float32,), "fp16": (torch.float32, torch.float16),
-          "fp8_e4m3": (torch.float32, torch.float16), "fp8_e5m2": (torch.float32, torch.float16)}
-    if odt not in ok[fa]:
+    odt = out_dtype or OUT_DTYPES[default_out(fa)]
+    out = out_format(odt, f"{fn}: ")          # raises for a dtype that is no accumulator
+    ok = KERNEL_OUTPUTS.get(fa, (default_out(fa),))     # fp16 and fp8 also accumulate in fp16
+    if out not in ok:
         raise ValueError(f"{fn}: {fa} inputs accumulate in "
-                         f"{' or '.join(str(d) for d in ok[fa])}, not {odt}")
+                         f"{' or '.join(str(OUT_DTYPES[o]) for o in ok)}, not {odt}")
     return odt
 
 
@@ -226,32 +213,11 @@ def instructions_for(in_format: str, device=None) -> list[str]:
     except (AssertionError, RuntimeError) as e:    # torch without CUDA, or no device
         raise RuntimeError("instructions_for: no CUDA device here; the native instruction "
                            "kernels need an NVIDIA GPU (sm70 or newer)") from e
-    names = [n for n, (_, _, _, fmts, need, _a) in INSTRUCTIONS.items()
-             if in_format in fmts and cap >= need and (cap[0] == 9 or not n.startswith("wgmma"))]
+    names = [n for n, k in KERNELS.items() if in_format in k.inputs and k.runs_on(cap)]
     # sm90: wgmma first (what cuBLAS, CUTLASS and Triton use there; ptxas compiles fp8
     # mma.sync on sm90 to fp16 conversions + HMMA); then k16 before k8
-    names.sort(key=lambda n: (not n.startswith("wgmma"), n == "mma.m16n8k8"))
+    names.sort(key=lambda n: (not KERNELS[n].sm90a, n == "mma.m16n8k8"))
     return names
-
-
-# Names under which the registry may list the instruction each kernel runs (registry.spec's
-# ``instruction=``), most specific first.  Instruction variants (e.g. Hopper's warp-level fp8
-# mma.sync, which does not compute like wgmma) are rows named with the PTX name.
-_REGISTRY_NAMES = {
-    "mma.m16n8k16": ("mma.sync.m16n8k16", "mma.m16n8k16"),
-    "mma.m16n8k8": ("mma.sync.m16n8k8", "mma.m16n8k8"),
-    "mma.m16n8k8.tf32": ("mma.sync.m16n8k8", "mma.m16n8k8"),
-    "mma.m16n8k32": ("mma.sync.m16n8k32", "mma.m16n8k32"),
-    "wgmma.m64n8k16": ("wgmma.m64nNk16",),
-    "wgmma.m64n8k8.tf32": ("wgmma.m64nNk8",),
-    "wgmma.m64n8k32": ("wgmma.m64nNk32",),
-}
-
-
-def _is_group_level(name: str) -> bool:
-    """A registry instruction issued by a warpgroup / CTA (wgmma, tcgen05), not mma.sync."""
-    n = name.lower()
-    return "gmma" in n or "tcgen05" in n
 
 
 def instruction_spec(arch, in_format: str, out_dtype=None, instruction: str = "",
@@ -261,8 +227,8 @@ def instruction_spec(arch, in_format: str, out_dtype=None, instruction: str = ""
     Returns ``(spec, source)``; ``spec`` is None when the registry has no model of that
     instruction yet (``source`` then says why).  Rules, in order:
 
-    1. a registry row that names the instruction (``registry.spec(..., instruction=...)``,
-       e.g. an instruction variant "mma.sync.m16n8k32 ..." of sm90);
+    1. a registry row whose instruction (isa.py) this kernel issues (e.g. the
+       instruction variant "mma.sync.m16n8k32" of sm90);
     2. the warp-level fp8 ``mma.m16n8k32`` on an arch whose fp8 default is a group-level
        instruction (wgmma, tcgen05): no model (it computes differently: the recordings in
        tests/data/hwdata), so None;
@@ -271,28 +237,30 @@ def instruction_spec(arch, in_format: str, out_dtype=None, instruction: str = ""
        neither the alignment nor the sum), so ``mma.m16n8k8`` runs the L = 8 model.
     """
     from . import registry
-    if instruction not in INSTRUCTIONS:
+    if instruction not in KERNELS:
         raise ValueError(f"instruction_spec: unknown instruction {instruction!r}; known: "
-                         f"{', '.join(INSTRUCTIONS)}")
-    if instruction.startswith("wgmma") and registry.canonical_arch(arch) != "sm90":
+                         f"{', '.join(KERNELS)}")
+    if KERNELS[instruction].sm90a and registry.canonical_arch(arch) != "sm90":
         raise ValueError(f"instruction_spec: {instruction} exists on sm90 only, not {arch}")
-    out = _OUT.get(out_dtype, out_dtype) if out_dtype is not None else None
+    out = out_format(out_dtype)
     fb = in_format_b or in_format
-    for name in _REGISTRY_NAMES[instruction]:
+    for iid in issued_by(instruction):
         try:
-            s = registry.spec(arch, in_format, out, in_format_b=fb, instruction=name)
+            s = registry.spec(arch, in_format, out, in_format_b=fb, instruction=iid)
         except ValueError:
             continue
         return s, f"registry row '{s.instruction}'"
-    base = registry.spec(arch, in_format, out, in_format_b=fb)   # ValueError: no such types
-    k = INSTRUCTIONS[instruction][1]
-    if instruction == "mma.m16n8k32" and _is_group_level(base.instruction):
+    base_row = registry.row(arch, in_format, out, in_format_b=fb)  # ValueError: no such types
+    base = base_row.make_spec(in_format, fb)
+    group = base_row.instr.group
+    k = KERNELS[instruction].k
+    if instruction == "mma.m16n8k32" and group:
         return None, (f"no model yet: the registry has no {base.arch} mma.sync.m16n8k32 row "
                       f"for {in_format}{'' if fb == in_format else ' x ' + fb} -> "
                       f"{base.out_format} (the default '{base.instruction}' computes "
                       "differently; tests/data/hwdata)")
     same = (" (assumed for the warp-level instruction; the H100 recordings, taken through "
-            "wmma, agree for fp16, bf16 and tf32)") if _is_group_level(base.instruction) else ""
+            "wmma, agree for fp16, bf16 and tf32)") if group else ""
     if base.op == "fma" or base.L <= k:
         return base, f"default row '{base.instruction}'{same}"
     return base.replace(L=k, arch=base.arch, instruction=instruction), (
@@ -317,9 +285,9 @@ def mma_instruction(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] 
         raise ValueError(f"{fn}: A (M, K) and B (K, N) must be 2-D, got {tuple(A.shape)} and "
                          f"{tuple(B.shape)}")
     fa, fb = _formats(A, B, in_format, fn)
-    if fa not in _TYPE_CODE:
+    if fa not in KERNEL_TYPES:
         raise ValueError(f"{fn}: no tensor-core instruction takes {fa} inputs; supported: "
-                         f"{', '.join(_TYPE_CODE)}")
+                         f"{', '.join(KERNEL_TYPES)}")
     odt = _out_dtype(fa, out_dtype, fn)
     if not hasattr(torch.ops.mma_emu, "_mma_instr"):
         raise RuntimeError(f"{fn}: this build of torch_mma_emu has no CUDA kernels; rebuild "
@@ -330,16 +298,16 @@ def mma_instruction(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] 
             raise ValueError(f"{fn}: {device_arch(A.device)} has no tensor-core instruction for "
                              f"{fa} (fp8 needs sm89+)")
         instruction = cands[0]
-    if instruction not in INSTRUCTIONS:
+    if instruction not in KERNELS:
         raise ValueError(f"{fn}: unknown instruction {instruction!r}; known: "
-                         f"{', '.join(INSTRUCTIONS)}")
-    kind, ik, tm, fmts, need, _ = INSTRUCTIONS[instruction]
+                         f"{', '.join(KERNELS)}")
+    kern = KERNELS[instruction]
+    ik, tm, fmts = kern.k, kern.rows, kern.inputs
     if fa not in fmts or fb not in fmts:
         raise ValueError(f"{fn}: {instruction} takes {' or '.join(fmts)} inputs, got {fa} x {fb}")
     if fa != fb and not fa.startswith("fp8"):
         raise ValueError(f"{fn}: {instruction} needs one input format")
-    cap = torch.cuda.get_device_capability(A.device)
-    if cap < need or (instruction.startswith("wgmma") and cap[0] != 9):
+    if not kern.runs_on(torch.cuda.get_device_capability(A.device)):
         raise ValueError(f"{fn}: {instruction} does not run on {device_arch(A.device)}")
     if odt == torch.float16 and fa == "bf16":
         raise ValueError(f"{fn}: bf16 instructions accumulate in float32")
@@ -353,7 +321,6 @@ def mma_instruction(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] 
     if C is not None and tuple(C.shape) != (M, N):
         C = C.broadcast_to((M, N))
     Mp, Np = -(-M // tm) * tm, -(-N // 8) * 8
-    view = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
     a = torch.zeros((Mp, K), dtype=A.dtype, device=A.device)
     a[:M] = A
     b = torch.zeros((Np, K), dtype=B.dtype, device=B.device)
@@ -363,7 +330,7 @@ def mma_instruction(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] 
         c[:M, :N] = C.to(odt)
     if Mp == 0 or Np == 0:
         return torch.empty((M, N), dtype=odt, device=A.device)
-    cfg = [kind, _TYPE_CODE[fa], _TYPE_CODE[fb], 0 if odt == torch.float32 else 1]
-    d = torch.ops.mma_emu._mma_instr(a.view(view[a.element_size()]), b.view(view[b.element_size()]),
-                                      c, cfg)
+    cfg = [kern.kind, KERNEL_TYPES[fa], KERNEL_TYPES[fb], 0 if odt == torch.float32 else 1]
+    d = torch.ops.mma_emu._mma_instr(a.view(INT_OF_SIZE[a.element_size()]),
+                                     b.view(INT_OF_SIZE[b.element_size()]), c, cfg)
     return d[:M, :N]

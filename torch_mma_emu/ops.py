@@ -8,25 +8,16 @@ from typing import Optional
 
 import torch
 
-from . import _C  # noqa: F401  (registers torch.ops.mma_emu._gemm)
-from .formats import FORMATS, Format, format_of_dtype, get_format
+from . import cpp
+from .formats import (INT_OF_SIZE, OPERAND_DTYPES, OUT_DTYPES, Format, format_of_dtype,
+                      formats_of_dtype, get_format, out_format, scale_format_of_dtype)
 from .registry import spec as _registry_spec
 from .schedule import Schedule, _tf32_round, as_schedule, run_scheduled
-from .spec import Spec
+from .spec import Spec, as_spec
 
 __all__ = ["emulated_mm", "resolve_spec"]
 
-_SCALE_DTYPES = {}
-if hasattr(torch, "float8_e8m0fnu"):
-    _SCALE_DTYPES[torch.float8_e8m0fnu] = "ue8m0"
-if hasattr(torch, "float8_e4m3fn"):
-    _SCALE_DTYPES[torch.float8_e4m3fn] = "ue4m3"
-
 _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
-_CODE_VIEW = {1: torch.uint8, 2: torch.int16, 4: torch.int32}
-_AMBIGUOUS = {torch.float32: ("fp32", "tf32", "xf32"),
-              torch.uint8: ("fp6_e2m3", "fp6_e3m2", "fp4_e2m1", "fp8_e4m3", "fp8_e5m2",
-                            "fp8_e4m3fnuz", "fp8_e5m2fnuz")}
 
 
 def _operand_format(t: torch.Tensor, in_format: Optional[str], which: str) -> Format:
@@ -41,11 +32,10 @@ def _operand_format(t: torch.Tensor, in_format: Optional[str], which: str) -> Fo
                         "float16, bfloat16, float8 dtypes, or uint8 codes with in_format")
     if in_format is not None:
         fmt = get_format(in_format)
-        allowed = _AMBIGUOUS.get(t.dtype, ())
-        own = format_of_dtype(t.dtype)
-        if fmt.name in allowed or (own is not None and own.name == fmt.name):
+        allowed = formats_of_dtype(t.dtype)
+        if fmt.name in allowed:
             return fmt
-        fits = ", ".join(allowed) if allowed else own.name
+        fits = ", ".join(allowed)
         raise TypeError(f"emulated_mm: in_format={fmt.name!r} does not fit {which} of dtype "
                         f"{t.dtype} (allowed: {fits}); give 'fmtA,fmtB' when A and B differ, "
                         "or leave in_format out for dtypes that fix their format")
@@ -56,19 +46,13 @@ def _operand_format(t: torch.Tensor, in_format: Optional[str], which: str) -> Fo
     return fmt
 
 
-_OPERAND_DTYPES = [torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.uint8] + [
-    getattr(torch, n) for n in ("float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
-                                "float8_e5m2fnuz") if hasattr(torch, n)]
-
-
 def _spec_operand_format(t: torch.Tensor, want: str, which: str) -> Format:
     """The format a Spec (passed as ``arch``, no ``in_format``) takes for an operand, when
     the operand's dtype can hold it."""
     own = format_of_dtype(t.dtype) if t.dtype.is_floating_point else None
-    if want in _AMBIGUOUS.get(t.dtype, ()) or (own is not None and own.name == want):
+    if want in formats_of_dtype(t.dtype):
         return get_format(want)
-    fits = [str(dt) for dt in _OPERAND_DTYPES
-            if want in _AMBIGUOUS.get(dt, ()) or getattr(format_of_dtype(dt), "name", "") == want]
+    fits = [str(dt) for dt in OPERAND_DTYPES if want in formats_of_dtype(dt)]
     raise TypeError(f"emulated_mm: the Spec given as arch takes {want} for {which}, but {which} "
                     f"has dtype {t.dtype}" + (f" ({own.name})" if own is not None else "")
                     + f"; give {which} as {' or '.join(fits) or 'a tensor of that format'}")
@@ -77,10 +61,9 @@ def _spec_operand_format(t: torch.Tensor, want: str, which: str) -> Format:
 def _scale_format(t: Optional[torch.Tensor]) -> Optional[str]:
     if t is None:
         return None
-    if t.dtype in _SCALE_DTYPES:
-        return _SCALE_DTYPES[t.dtype]
-    if t.dtype == torch.uint8:
-        return "ue8m0"
+    sf = scale_format_of_dtype(t.dtype)
+    if sf is not None:
+        return sf
     raise TypeError(f"emulated_mm: scales have dtype {t.dtype}; allowed: torch.float8_e8m0fnu "
                     "or uint8 codes (MX, ue8m0) and torch.float8_e4m3fn (NVFP4, ue4m3)")
 
@@ -88,34 +71,24 @@ def _scale_format(t: Optional[torch.Tensor]) -> Optional[str]:
 @lru_cache(maxsize=4096)
 def _cached_spec(arch: str, fa: str, fb: str, out: Optional[str], instruction: Optional[str],
                  scale_format: Optional[str], block: Optional[int]) -> Spec:
-    if arch.startswith("spec:"):
-        return Spec.from_string(arch)
     return _registry_spec(arch, fa, out, in_format_b=fb, instruction=instruction,
                           scale_format=scale_format, block_size=block)
 
 
 def _out_name(out_dtype: Optional[torch.dtype]) -> Optional[str]:
-    if out_dtype is None:
-        return None
-    names = {torch.float32: "fp32", torch.float16: "fp16", torch.float64: "fp64"}
-    if out_dtype not in names:
-        raise TypeError(f"emulated_mm: out_dtype={out_dtype} is not an accumulator type; "
-                        "allowed: torch.float32, torch.float16 (archs with fp16 accumulation), "
-                        "torch.float64 (fp64 inputs)")
-    return names[out_dtype]
+    return out_format(out_dtype, "emulated_mm: ")
 
 
 def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
                  in_format: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
                  instruction: Optional[str] = None, scale_a: Optional[torch.Tensor] = None,
                  scale_b: Optional[torch.Tensor] = None) -> Spec:
-    """The :class:`Spec` ``emulated_mm`` uses for these operands (raises what is allowed)."""
-    if isinstance(arch, Spec):
-        arch = arch.to_string()
-    if not isinstance(arch, str):
+    """The :class:`Spec` ``emulated_mm`` uses for these operands (raises what is allowed).
+    ``arch``: a name or alias, a Spec, or its string (as the op receives it: parsed once)."""
+    if not isinstance(arch, (str, Spec)):
         raise TypeError(f"emulated_mm: arch must be an arch name or a Spec, got {type(arch)}")
-    if in_format is None and arch.startswith("spec:"):   # the Spec says the formats
-        sp = Spec.from_string(arch)
+    sp = as_spec(arch)
+    if in_format is None and sp is not None:   # the Spec says the formats
         fa = _spec_operand_format(A, sp.fmt_a.name, "A")
         fb = _spec_operand_format(B, sp.fmt_b.name, "B")
     else:
@@ -142,10 +115,10 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
             raise ValueError(f"emulated_mm: scale_a has {nblk} blocks along K = {K}; expected "
                              f"ceil(K / block) for a block size of 32 (MX) or 16 (NVFP4)")
         block = None if K == 0 else (cands[0] if sf == "ue8m0" else cands[-1])
-    s = _cached_spec(arch, fa.name, fb.name, _out_name(out_dtype), instruction, sf, block)
-    if arch.startswith("spec:"):
-        _check_custom(s, fa, fb, sf, out_dtype)
-    return s
+    if sp is not None:
+        _check_custom(sp, fa, fb, sf, out_dtype)
+        return sp
+    return _cached_spec(arch, fa.name, fb.name, _out_name(out_dtype), instruction, sf, block)
 
 
 def _scale_shapes_error(M, N, nblk, scale_a, scale_b, why: str) -> ValueError:
@@ -165,7 +138,7 @@ def _check_custom(s: Spec, fa: Format, fb: Format, sf, out_dtype) -> None:
 
 
 def _out_dtype(s: Spec) -> torch.dtype:
-    return {"fp32": torch.float32, "fp16": torch.float16, "fp64": torch.float64}[s.out_format]
+    return OUT_DTYPES[s.out_format]
 
 
 def _broadcast_shapes(A, B, C, fn="emulated_mm"):
@@ -293,19 +266,16 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
     else:
         _check_codes(A, s.fmt_a, "A")
         _check_codes(B, s.fmt_b, "B")
-        a3 = a3.view(_CODE_VIEW[a3.element_size()])
-        b3 = b3.view(_CODE_VIEW[b3.element_size()])
+        a3 = a3.view(INT_OF_SIZE[a3.element_size()])
+        b3 = b3.view(INT_OF_SIZE[b3.element_size()])
     if sched is not None:
         if lo is not None:
             lo = (_flat3(lo[0], batch, M, K).view(torch.int32),
                   _flat3(lo[1], batch, K, N).view(torch.int32))
-        chain_params = s.to_params("chain")
-        d = run_scheduled(sched, s, a3, b3, c3, C is not None,
-                          lambda a, b, c, sa=None, sb=None:
-                          torch.ops.mma_emu._gemm(a, b, c, sa, sb, chain_params), lo,
+        d = run_scheduled(sched, s, a3, b3, c3, C is not None, lo,
                           (sa3, sb3) if s.scaled else None)
         return d.reshape(out_shape)
-    d = torch.ops.mma_emu._gemm(a3, b3, c3, sa3, sb3, s.to_params(c_mode))
+    d = cpp.gemm(s, a3, b3, c3, sa3, sb3, c_mode)
     return d.reshape(out_shape)
 
 
@@ -476,16 +446,11 @@ class _EmulatedMM(torch.autograd.Function):
 
 @torch._dynamo.assume_constant_result
 def _spec_string(spec: Spec) -> str:
-    """``spec.to_string()`` as a constant while Dynamo traces (it cannot trace the
-    ``urllib.parse.quote`` inside; a Spec is frozen, so its string is fixed)."""
+    """``spec.to_string()`` as a constant while Dynamo traces: a Spec is frozen, so its
+    string is fixed, and traced, an int field that differs between calls would become a
+    symbolic int that cannot be written into a string."""
     return spec.to_string()
 
-
-def _fake_gemm(a, b, c, scale_a, scale_b, params):
-    return c.new_empty((a.shape[0], a.shape[1], b.shape[2]))
-
-
-torch.library.register_fake("mma_emu::_gemm")(_fake_gemm)
 
 _OP_DOC = """mma_emu::emulated_mm(A, B, C=None, scale_a=None, scale_b=None, *, arch="sm90",
 in_format=None, out_dtype=None, instruction=None, c_mode="chain", schedule=None) -> Tensor
@@ -531,12 +496,7 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
         raise TypeError(f"emulated_mm: arch must be an arch name (tme.archs()) or a Spec, "
                         f"got {type(arch).__name__}")
     if isinstance(out_dtype, str):
-        from .formats import OUT_DTYPES
-        name = get_format(out_dtype).name
-        if name not in OUT_DTYPES:
-            raise TypeError(f"emulated_mm: out_dtype={out_dtype!r} is not an accumulator type; "
-                            "allowed: float32, float16, float64")
-        out_dtype = OUT_DTYPES[name]
+        out_dtype = OUT_DTYPES[out_format(out_dtype, "emulated_mm: ")]
     elif out_dtype is not None and not isinstance(out_dtype, torch.dtype):
         raise TypeError(f"emulated_mm: out_dtype must be a torch.dtype, got {out_dtype!r}")
     for name, t in (("A", A), ("B", B), ("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):

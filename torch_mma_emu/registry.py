@@ -1,9 +1,11 @@
-"""The architecture registry: which instruction models exist, as data.
+"""The architecture registry: how each instruction computes on each arch, as data.
 
 Each :class:`Row` maps (arch, input formats, output format[, scale format]) to an elementary
-operation and its parameters.  Sources: seed 003 Tables 3-7 (MMA-Sim), seed 002 (per-GPU
-summary, lower exponent cap), recorded hardware in tests/data.  Adding a GPU means adding
-rows here; no code changes.
+operation and its parameters, and names the instruction that runs by its id in the
+instruction table (isa.py: what the instruction is; this file: how it computes).
+Sources: seed 003 Tables 3-7 (MMA-Sim), seed 002 (per-GPU summary, lower exponent cap),
+recorded hardware in tests/data.  Adding a GPU means adding rows here (and its instructions
+there); no code changes.
 
 A row's ``formats`` lists the input formats it accepts for A and for B independently (NVIDIA
 fp8 instructions take e4m3 x e5m2 mixes, Blackwell's kind::f8f6f4 any fp8/fp6/fp4 mix).
@@ -12,8 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .formats import OUT_DTYPES, get_format
-from .spec import NVIDIA_NAN, Spec
+from .formats import default_out, get_format, out_format
+from .isa import (F8F6F4, FP8, FP8_FNUZ, INSTRUCTIONS, Instruction, answers_to,
+                           norm)
+from .spec import NVIDIA_NAN, Spec, as_spec
 
 # --------------------------------------------------------------------------------------
 # Architectures
@@ -26,6 +30,15 @@ class Arch:
     family: str
     gpus: tuple[str, ...]
     aliases: tuple[str, ...] = ()
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """CUDA compute capability (major, minor) of an NVIDIA arch ("sm89" -> (8, 9)); None
+        for AMD.  The one place it is derived (SDPA selection, Triton's instruction choice)."""
+        if self.vendor != "nvidia":
+            return None
+        digits = self.name[2:]
+        return int(digits[:-1]), int(digits[-1])
 
 
 ARCHS: dict[str, Arch] = {a.name: a for a in [
@@ -43,18 +56,14 @@ ARCHS: dict[str, Arch] = {a.name: a for a in [
 ]}
 
 
-def _norm(s: str) -> str:
-    return s.lower().replace(" ", "").replace("-", "").replace("_", "")
-
-
 _ALIAS: dict[str, str] = {}
 for _a in ARCHS.values():
     for _n in (_a.name, *_a.aliases, *_a.gpus):
-        _ALIAS[_norm(_n)] = _a.name
+        _ALIAS[norm(_n)] = _a.name
 
 
 def canonical_arch(name: str) -> str:
-    key = _norm(str(name))
+    key = norm(str(name))
     if key not in _ALIAS:
         raise ValueError(
             f"unknown arch {name!r}; supported: {', '.join(ARCHS)} "
@@ -72,12 +81,21 @@ class Row:
     formats: tuple[str, ...]
     out: str
     op: str
-    instruction: str
+    instruction: str         # id in instructions.INSTRUCTIONS
     params: dict = field(default_factory=dict)
     scale_format: str | None = None
     block_sizes: tuple[int, ...] = ()
     default: bool = True     # the instruction libraries use for these types
     source: str = ""
+
+    @property
+    def instr(self) -> Instruction:
+        return INSTRUCTIONS[self.instruction]
+
+    @property
+    def name(self) -> str:
+        """The instruction's display name (``Spec.instruction``, ``instructions()``)."""
+        return self.instr.name
 
     def make_spec(self, fa: str, fb: str, block_size: int = 0) -> Spec:
         p = dict(self.params)
@@ -86,13 +104,9 @@ class Row:
             p.setdefault("nan_bits", NVIDIA_NAN[self.out])
         return Spec(op=self.op, in_format=fa, in_format_b=None if fb == fa else fb,
                     out_format=self.out, scale_format=self.scale_format,
-                    block_size=block_size, arch=self.arch, instruction=self.instruction,
+                    block_size=block_size, arch=self.arch, instruction=self.name,
                     notes=self.source, **p)
 
-
-FP8 = ("fp8_e4m3", "fp8_e5m2")
-FP8_FNUZ = ("fp8_e4m3fnuz", "fp8_e5m2fnuz")
-F8F6F4 = ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")
 
 
 def _t(L, F, rho, **kw):
@@ -100,9 +114,9 @@ def _t(L, F, rho, **kw):
 
 
 def _fma_rows(arch, vendor):
-    simt = "CUDA-core FFMA" if vendor == "nvidia" else "v_mfma_f32_*_f32"
-    dmma = {"sm80": "DMMA", "sm90": "DMMA", "sm100": "DMMA"}.get(arch, "DFMA (CUDA cores)") \
-        if vendor == "nvidia" else ("v_fma_f64 (vector ALU)" if arch == "gfx908" else "v_mfma_f64_*")
+    simt = "ffma" if vendor == "nvidia" else "mfma.f32"
+    dmma = {"sm80": "dmma", "sm90": "dmma", "sm100": "dmma"}.get(arch, "dfma") \
+        if vendor == "nvidia" else ("v_fma_f64" if arch == "gfx908" else "mfma.f64")
     src = "seed 003 Tables 3, 6: chain of IEEE FMA"
     if vendor == "nvidia":
         src += "; NVIDIA has no fp32 tensor-core input, fp32 runs as an FFMA chain"
@@ -129,21 +143,20 @@ def _nv_half_rows(arch, L, F, instr, tf32=None, bf16=True, floor=None):
 
 def _blackwell_rows(arch):
     r = _fma_rows(arch, "nvidia")
-    kind = "tcgen05.mma" if arch == "sm100" else "mma.sync"
-    f16, tf32 = ((f"{kind} kind::f16", f"{kind} kind::tf32") if arch == "sm100" else
-                 ("mma.sync m16n8k16 (f16/bf16)", "mma.sync m16n8k8 (tf32)"))
-    r += _nv_half_rows(arch, 16, 25, f16, tf32=(8, 25, tf32), floor=-133 if arch == "sm100" else None)
+    kind = "tcgen05" if arch == "sm100" else "sm120"      # instruction ids f"{kind}.f16", ...
+    r += _nv_half_rows(arch, 16, 25, f"{kind}.f16", tf32=(8, 25, f"{kind}.tf32"),
+                       floor=-133 if arch == "sm100" else None)
     src4, src5 = "seed 003 Table 4", "seed 003 Table 5"
     r += [
-        Row(arch, F8F6F4, "fp32", "t_fdpa", f"{kind} kind::f8f6f4", _t(32, 25, "rz_fp32"), source=src4),
-        Row(arch, F8F6F4, "fp16", "t_fdpa", f"{kind} kind::f8f6f4", _t(32, 25, "rne_fp16"), source=src4),
+        Row(arch, F8F6F4, "fp32", "t_fdpa", f"{kind}.f8f6f4", _t(32, 25, "rz_fp32"), source=src4),
+        Row(arch, F8F6F4, "fp16", "t_fdpa", f"{kind}.f8f6f4", _t(32, 25, "rne_fp16"), source=src4),
         # MX (E8M0 scales, 32-element blocks).  FP4 defaults to kind::mxf4 (GST-FDPA).
-        Row(arch, ("fp4_e2m1",), "fp32", "gst_fdpa", f"{kind} kind::mxf4",
+        Row(arch, ("fp4_e2m1",), "fp32", "gst_fdpa", f"{kind}.mxf4",
             _t(64, 35, "rz_fp32", G=16), scale_format="ue8m0", block_sizes=(32, 16), source=src5),
-        Row(arch, F8F6F4, "fp32", "st_fdpa", f"{kind} kind::mxf8f6f4",
+        Row(arch, F8F6F4, "fp32", "st_fdpa", f"{kind}.mxf8f6f4",
             _t(32, 25, "rz_fp32"), scale_format="ue8m0", block_sizes=(32,), source=src4),
         # NVFP4 (UE4M3 scales, 16-element blocks)
-        Row(arch, ("fp4_e2m1",), "fp32", "gst_fdpa", f"{kind} kind::mxf4nvf4",
+        Row(arch, ("fp4_e2m1",), "fp32", "gst_fdpa", f"{kind}.mxf4nvf4",
             _t(64, 35, "rz_fp32", G=16), scale_format="ue4m3", block_sizes=(16,), source=src5),
     ]
     return r
@@ -153,28 +166,25 @@ ROWS: list[Row] = []
 # NVIDIA -------------------------------------------------------------------------------
 ROWS += _fma_rows("sm70", "nvidia")
 ROWS += [
-    Row("sm70", ("fp16",), "fp32", "t_fdpa", "HMMA.884 (mma.m8n8k4)", _t(4, 23, "rz_fp32"), source="seed 003 Table 4"),
-    Row("sm70", ("fp16",), "fp16", "t_fdpa", "HMMA.884 (mma.m8n8k4)", _t(4, 23, "rne_fp16"), source="seed 003 Table 4"),
+    Row("sm70", ("fp16",), "fp32", "t_fdpa", "hmma.884", _t(4, 23, "rz_fp32"), source="seed 003 Table 4"),
+    Row("sm70", ("fp16",), "fp16", "t_fdpa", "hmma.884", _t(4, 23, "rne_fp16"), source="seed 003 Table 4"),
 ]
 ROWS += _fma_rows("sm75", "nvidia")
-ROWS += _nv_half_rows("sm75", 8, 24, "HMMA.1688 (mma.m16n8k8)", bf16=False)
+ROWS += _nv_half_rows("sm75", 8, 24, "hmma.1688", bf16=False)
 for _arch in ("sm80", "sm86"):
     ROWS += _fma_rows(_arch, "nvidia")
-    ROWS += _nv_half_rows(_arch, 8, 24, "HMMA.16816 (mma.m16n8k16, 2 x k8)",
-                          tf32=(4, 24, "HMMA.1684 (mma.m16n8k8 tf32, 2 x k4)"))
+    ROWS += _nv_half_rows(_arch, 8, 24, "hmma.16816", tf32=(4, 24, "hmma.1684"))
 ROWS += _fma_rows("sm89", "nvidia")
-ROWS += _nv_half_rows("sm89", 8, 24, "HMMA.16816 (mma.m16n8k16, 2 x k8)",
-                      tf32=(4, 24, "HMMA.1684 (mma.m16n8k8 tf32, 2 x k4)"))
+ROWS += _nv_half_rows("sm89", 8, 24, "hmma.16816", tf32=(4, 24, "hmma.1684"))
 ROWS += [
-    Row("sm89", FP8, "fp32", "t_fdpa", "QMMA.16832 (mma.sync.m16n8k32, 2 x k16)", _t(16, 13, "rz_e8m13"), source="seed 003 Table 4"),
-    Row("sm89", FP8, "fp16", "t_fdpa", "QMMA.16832 (mma.sync.m16n8k32, 2 x k16)", _t(16, 13, "rne_fp16"), source="seed 003 Table 4"),
+    Row("sm89", FP8, "fp32", "t_fdpa", "qmma.16832", _t(16, 13, "rz_e8m13"), source="seed 003 Table 4"),
+    Row("sm89", FP8, "fp16", "t_fdpa", "qmma.16832", _t(16, 13, "rne_fp16"), source="seed 003 Table 4"),
 ]
 ROWS += _fma_rows("sm90", "nvidia")
-ROWS += _nv_half_rows("sm90", 16, 25, "HGMMA (wgmma.m64nNk16)", tf32=(8, 25, "HGMMA (wgmma.m64nNk8 tf32)"),
-                      floor=-133)
+ROWS += _nv_half_rows("sm90", 16, 25, "hgmma.k16", tf32=(8, 25, "hgmma.k8.tf32"), floor=-133)
 ROWS += [
-    Row("sm90", FP8, "fp32", "t_fdpa", "QGMMA (wgmma.m64nNk32)", _t(32, 13, "rz_e8m13"), source="seed 003 Table 4"),
-    Row("sm90", FP8, "fp16", "t_fdpa", "QGMMA (wgmma.m64nNk32)", _t(32, 13, "rne_fp16"), source="seed 003 Table 4"),
+    Row("sm90", FP8, "fp32", "t_fdpa", "qgmma.k32", _t(32, 13, "rz_e8m13"), source="seed 003 Table 4"),
+    Row("sm90", FP8, "fp16", "t_fdpa", "qgmma.k32", _t(32, 13, "rne_fp16"), source="seed 003 Table 4"),
 ]
 ROWS += _blackwell_rows("sm100")
 ROWS += _blackwell_rows("sm120")
@@ -184,7 +194,7 @@ ROWS += _blackwell_rows("sm120")
 # HMMA.16816 over alternating pairs of k (k mod 4 in {0, 1}, then {2, 3}), each from zero
 # and rounded to the output format, then c is added (HADD2 / FADD).  F = 25 is the HMMA's
 # (the recordings only bound it: F >= 18 (fp16), >= 20 (fp32)).
-_MMA_SYNC_FP8 = "mma.sync.m16n8k32 (fp8)"
+_MMA_SYNC_FP8 = "mma.sync.m16n8k32"
 _PASSES = dict(passes=2, pass_width=2, c_join="final")
 ROWS += [
     Row("sm90", FP8, "fp16", "t_fdpa", _MMA_SYNC_FP8, _t(16, 25, "rne_fp16", **_PASSES),
@@ -204,26 +214,26 @@ ROWS += [
 # AMD ----------------------------------------------------------------------------------
 ROWS += _fma_rows("gfx908", "amd")[1:]  # CDNA1 has no fp64 MFMA; fp64 runs on the vector ALU
 ROWS += [
-    Row("gfx908", ("fp64",), "fp64", "fma", "v_fma_f64 (vector ALU)", dict(rho="rne_fp64"),
+    Row("gfx908", ("fp64",), "fp64", "fma", "v_fma_f64", dict(rho="rne_fp64"),
         source="IEEE FMA chain (no fp64 matrix core on CDNA1)"),
-    Row("gfx908", ("fp16",), "fp32", "e_fdpa", "v_mfma_f32_32x32x8f16", dict(L=4, rho="rne_fp32"), source="seed 003 Table 6"),
-    Row("gfx908", ("bf16",), "fp32", "e_fdpa", "v_mfma_f32_32x32x4bf16", dict(L=2, rho="rne_fp32"), source="seed 003 Table 6"),
+    Row("gfx908", ("fp16",), "fp32", "e_fdpa", "mfma.32x32x8f16", dict(L=4, rho="rne_fp32"), source="seed 003 Table 6"),
+    Row("gfx908", ("bf16",), "fp32", "e_fdpa", "mfma.32x32x4bf16", dict(L=2, rho="rne_fp32"), source="seed 003 Table 6"),
 ]
 ROWS += _fma_rows("gfx90a", "amd")
 _FTZ = dict(rho="rne_fp32", flush_inputs=True)
 ROWS += [
-    Row("gfx90a", ("fp16",), "fp32", "ftz_addmul", "v_mfma_f32_32x32x8f16", dict(L=4, P=4, **_FTZ), source="seed 003 Table 6"),
-    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "v_mfma_f32_32x32x8bf16_1k", dict(L=4, P=4, **_FTZ), source="seed 003 Table 6"),
-    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "v_mfma_f32_32x32x4bf16", dict(L=2, P=2, **_FTZ),
+    Row("gfx90a", ("fp16",), "fp32", "ftz_addmul", "mfma.32x32x8f16", dict(L=4, P=4, **_FTZ), source="seed 003 Table 6"),
+    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x8bf16_1k", dict(L=4, P=4, **_FTZ), source="seed 003 Table 6"),
+    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x4bf16", dict(L=2, P=2, **_FTZ),
         default=False, source="seed 003 Table 6 (CDNA1-era bf16 instruction, no _1k suffix)"),
 ]
 ROWS += _fma_rows("gfx942", "amd")
 _TR = dict(F=24, F2=31, rho="rne_fp32")
 ROWS += [
-    Row("gfx942", ("xf32",), "fp32", "tr_fdpa", "v_mfma_f32_32x32x4_xf32", dict(L=4, **_TR), source="seed 003 Table 7"),
-    Row("gfx942", ("fp16",), "fp32", "tr_fdpa", "v_mfma_f32_32x32x8_f16", dict(L=8, **_TR), source="seed 003 Table 7"),
-    Row("gfx942", ("bf16",), "fp32", "tr_fdpa", "v_mfma_f32_32x32x8_bf16", dict(L=8, **_TR), source="seed 003 Table 7"),
-    Row("gfx942", FP8_FNUZ, "fp32", "gtr_fdpa", "v_mfma_f32_32x32x16_fp8_fp8", dict(L=16, **_TR), source="seed 003 Table 7"),
+    Row("gfx942", ("xf32",), "fp32", "tr_fdpa", "mfma.32x32x4_xf32", dict(L=4, **_TR), source="seed 003 Table 7"),
+    Row("gfx942", ("fp16",), "fp32", "tr_fdpa", "mfma.32x32x8_f16", dict(L=8, **_TR), source="seed 003 Table 7"),
+    Row("gfx942", ("bf16",), "fp32", "tr_fdpa", "mfma.32x32x8_bf16", dict(L=8, **_TR), source="seed 003 Table 7"),
+    Row("gfx942", FP8_FNUZ, "fp32", "gtr_fdpa", "mfma.32x32x16_fp8", dict(L=16, **_TR), source="seed 003 Table 7"),
 ]
 
 
@@ -241,47 +251,13 @@ def rows_for(arch: str) -> list[Row]:
     return [r for r in ROWS if r.arch == arch]
 
 
-def _instr_match(name: str, key: str) -> bool:
-    """``key`` is the whole instruction name or one of its words ("kind::mxf4", "HGMMA")."""
-    import re
-    words = [name] + re.split(r"[\s(),]+", name)
-    return any(_norm(w) == key for w in words if w)
-
-
-def _out_name(out_dtype) -> str | None:
-    if out_dtype is None:
-        return None
-    if isinstance(out_dtype, str):
-        f = get_format(out_dtype).name
-        if f not in OUT_DTYPES:
-            raise TypeError(f"out_dtype {out_dtype!r} is not an accumulator type "
-                            "(fp32, fp16 or fp64)")
-        return f
-    for name, d in OUT_DTYPES.items():
-        if d == out_dtype:
-            return name
-    raise TypeError(f"out_dtype {out_dtype} is not an accumulator type; allowed: "
-                    "torch.float32, torch.float16 (where the arch has fp16 accumulation), "
-                    "torch.float64 (fp64 inputs)")
-
-
-def spec(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instruction=None,
-         scale_format=None, block_size=None) -> Spec:
-    """The model used for ``arch`` with these types.
-
-    ``arch`` may be a name/alias or a :class:`Spec` (returned as is after checking formats).
-    ``out_dtype`` defaults to fp32 (fp64 for fp64 inputs).  ``instruction`` picks a
-    non-default instruction where an arch has several (``instructions(arch, fmt)`` lists them).
-    Raises ``ValueError`` naming what is supported.
-    """
-    if isinstance(arch, Spec):
-        return arch
-    if isinstance(arch, str) and arch.startswith("spec:"):
-        return Spec.from_string(arch)
+def row(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instruction=None,
+        scale_format=None) -> Row:
+    """The registry row :func:`spec` models these types with (same arguments, no Spec)."""
     name = canonical_arch(arch)
     fa = get_format(in_format).name
     fb = get_format(in_format_b).name if in_format_b is not None else fa
-    out = _out_name(out_dtype) or ("fp64" if fa == "fp64" else "fp32")
+    out = out_format(out_dtype) or default_out(fa)
     sf = get_format(scale_format).name if scale_format is not None else None
     rows = rows_for(name)
     cand = [r for r in rows if fa in r.formats and fb in r.formats]
@@ -301,35 +277,50 @@ def spec(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instructio
         raise ValueError(f"{name} has no {fa} instruction producing {out}; "
                          f"available outputs: {', '.join(have)}")
     if instruction is not None:
-        key = _norm(instruction)
-        exact = any(_instr_match(r.instruction, key) for r in cand)  # else accept a part
-        c4 = [r for r in c3 if (_instr_match(r.instruction, key) if exact
-                                else key in _norm(r.instruction))]
+        c4 = [r for r in c3 if answers_to(r.instruction, instruction)]
         if not c4:
             raise ValueError(f"{name} has no instruction {instruction!r} for {fa} -> {out}"
                              f"{f' with {sf} scales' if sf else ''}; "
-                             f"available: {', '.join(r.instruction for r in c3)}")
-        row = c4[0]
-    else:
-        defaults = [r for r in c3 if r.default]
-        row = (defaults or c3)[0]
+                             f"available: {', '.join(r.name for r in c3)}")
+        return c4[0]
+    defaults = [r for r in c3 if r.default]
+    return (defaults or c3)[0]
+
+
+def spec(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instruction=None,
+         scale_format=None, block_size=None) -> Spec:
+    """The model used for ``arch`` with these types.
+
+    ``arch`` may be a name/alias or a :class:`Spec` (returned as is after checking formats).
+    ``out_dtype`` defaults to fp32 (fp64 for fp64 inputs).  ``instruction`` picks a
+    non-default instruction where an arch has several (``instructions(arch, fmt)`` lists them):
+    its id, name, family, PTX / SASS / ISA name or an alias of isa.py.
+    Raises ``ValueError`` naming what is supported.
+    """
+    sp = as_spec(arch)
+    if sp is not None:
+        return sp
+    row_ = row(arch, in_format, out_dtype, in_format_b=in_format_b, instruction=instruction,
+               scale_format=scale_format)
+    fa = get_format(in_format).name
+    fb = get_format(in_format_b).name if in_format_b is not None else fa
     bs = 0
-    if row.scale_format is not None:
-        bs = block_size if block_size is not None else row.block_sizes[0]
-        if bs not in row.block_sizes:
-            raise ValueError(f"{name} {row.instruction} takes {row.scale_format} scales per "
-                             f"{' or '.join(map(str, row.block_sizes))} elements, not {bs}")
-    return row.make_spec(fa, fb, bs)
+    if row_.scale_format is not None:
+        bs = block_size if block_size is not None else row_.block_sizes[0]
+        if bs not in row_.block_sizes:
+            raise ValueError(f"{row_.arch} {row_.name} takes {row_.scale_format} scales per "
+                             f"{' or '.join(map(str, row_.block_sizes))} elements, not {bs}")
+    return row_.make_spec(fa, fb, bs)
 
 
 def instructions(arch, in_format, out_dtype=None, scale_format=None) -> list[str]:
     """Names of the instructions available for these types (the default first)."""
     fa = get_format(in_format).name
-    out = _out_name(out_dtype) or ("fp64" if fa == "fp64" else "fp32")
+    out = out_format(out_dtype) or default_out(fa)
     sf = get_format(scale_format).name if scale_format else None
     rows = [r for r in rows_for(arch) if fa in r.formats and r.out == out and r.scale_format == sf]
     rows.sort(key=lambda r: not r.default)
-    return [r.instruction for r in rows]
+    return [r.name for r in rows]
 
 
 def all_specs() -> list[Spec]:
@@ -351,70 +342,6 @@ def table() -> list[dict]:
         res.append(dict(arch=r.arch, family=ARCHS[r.arch].family, formats="/".join(r.formats),
                         out=r.out, scale=(f"{r.scale_format}/{','.join(map(str, r.block_sizes))}"
                                           if r.scale_format else ""),
-                        instruction=r.instruction + ("" if r.default else " (alt)"),
+                        instruction=r.name + ("" if r.default else " (alt)"),
                         model=s.describe(), source=r.source))
     return res
-
-
-def markdown_matrix() -> str:
-    """The arch x input-format matrix of the README (kept in sync by tests/test_readme.py)."""
-    cols = ["fp64", "fp32", "tf32/xf32", "bf16", "fp16", "fp8", "fp6/fp4", "MXFP8/6/4", "NVFP4"]
-
-    def cols_of(r: Row) -> set[str]:
-        if r.scale_format == "ue4m3":
-            return {"NVFP4"}
-        if r.scale_format == "ue8m0":
-            return {"MXFP8/6/4"}
-        out = set()
-        for f in r.formats:
-            if f in ("tf32", "xf32"):
-                out.add("tf32/xf32")
-            elif f.startswith("fp8"):
-                out.add("fp8")
-            elif f in ("fp6_e2m3", "fp6_e3m2", "fp4_e2m1"):
-                out.add("fp6/fp4")
-            else:
-                out.add(f)
-        return out
-
-    def cell(rs: list[Row]) -> str:
-        parts = []
-        for r in rs:
-            p = r.params
-            if r.op == "fma":
-                txt = "FMA"
-            elif r.op == "ftz_addmul":
-                txt = f"FTZ-AddMul P={p['P']}"
-            elif r.op == "e_fdpa":
-                txt = f"E-FDPA L={p['L']}"
-            else:
-                txt = f"{r.op.split('_')[0].upper()}-FDPA L={p['L']} F={p['F']}"
-            if r.op in ("t_fdpa", "st_fdpa", "gst_fdpa"):
-                txt += {"rz_e8m13": " E8M13", "rne_fp16": ""}.get(p["rho"], "")
-            if r.out == "fp16" and r.op != "fma":
-                txt = "fp16 out"
-            multi = [f"{p['passes']} passes of {p['L']}"] if p.get("passes", 1) > 1 else []
-            if multi and p.get("pass_width", 0) not in (0, p["L"]):
-                multi.append({1: "alternating k", 2: "alternating pairs",
-                              4: "alternating quads"}.get(p["pass_width"],
-                                                          f"width {p['pass_width']}"))
-            if p.get("c_join", "first") == "final":
-                multi.append("c last")
-            if multi:
-                txt += f" ({', '.join(multi)})"
-            if not r.default:
-                short = r.instruction.split(" (")[0] if "mma.sync" in r.instruction else ""
-                txt += f" (alt{': ' + short if short else ''})"
-            if txt not in parts:
-                parts.append(txt)
-        return "; ".join(parts)
-
-    lines = ["| arch | GPUs | " + " | ".join(cols) + " |", "|" + "---|" * (len(cols) + 2)]
-    for a in ARCHS.values():
-        rows = rows_for(a.name)
-        cells = []
-        for c in cols:
-            rs = [r for r in rows if c in cols_of(r)]
-            cells.append(cell(rs) if rs else "-")
-        lines.append(f"| {a.name} ({a.family}) | {', '.join(a.gpus)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)

@@ -35,11 +35,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Optional
 
 import torch
 
+from . import codec, cpp
 from .spec import Spec
 
 __all__ = ["Schedule", "PRESETS", "preset", "presets", "load_schedule", "compile_tree",
@@ -53,8 +54,11 @@ EPILOGUES = ("fma", "mul_add")
 INPUT_PRECISIONS = ("tf32", "tf32_rn", "tf32x3", "ieee")
 C_MODES = ("chain", "epilogue")
 
-# program op codes: csrc/core/schedule.h
-_PARTIAL, _C, _ZERO, _ADD, _NODE, _EPI_ALPHA, _EPI_FMA, _EPI_MULADD, _CHAIN = range(9)
+# program opcodes, by name (csrc/core/layout.h MMA_SCHED_OPS, checked by cpp.py)
+_PARTIAL, _C, _ZERO = cpp.SCHED["PARTIAL"], cpp.SCHED["C"], cpp.SCHED["ZERO"]
+_ADD, _NODE, _CHAIN = cpp.SCHED["ADD"], cpp.SCHED["NODE"], cpp.SCHED["CHAIN"]
+_EPI_ALPHA, _EPI_FMA = cpp.SCHED["EPI_ALPHA"], cpp.SCHED["EPI_FMA"]
+_EPI_MULADD = cpp.SCHED["EPI_MULADD"]
 _MAX_STACK = 64
 _CPU_CHAINS = True   # tests switch it off to run the _gemm + PARTIAL route on the CPU too
 
@@ -72,7 +76,8 @@ class Schedule:
     beta: float = 1.0
     epilogue: str = "fma"
     input_precision: Optional[str] = None
-    dot_k: Optional[int] = None      # K per tl.dot call for tf32x3 (None: all of K at once)
+    dot_k: Optional[int] = None      # K per tl.dot call for tf32x3, a multiple of Spec.L
+    #                                  (None: all of K at once)
     tree: Optional[str] = None       # an FPRev SumTree in text form (from_tree)
 
     def __post_init__(self):
@@ -184,46 +189,19 @@ class Schedule:
             bits.append(f"alpha={self.alpha:g} beta={self.beta:g} ({self.epilogue})")
         return ", ".join(bits)
 
-    # -- serialisation ----------------------------------------------------------------
-    _FIELDS = ("split_k", "reduce", "workspace", "promote_every", "c_mode", "alpha", "beta",
-               "epilogue", "input_precision", "dot_k", "tree")
-
+    # -- serialisation (codec.py) ---------------------------------------------------
     def to_string(self) -> str:
         """'schedule:field=value,...' (fields at their defaults left out)."""
         return self._string
 
     def _serialise(self) -> str:
-        parts = []
-        for k in self._FIELDS:
-            v = getattr(self, k)
-            if v is None or v == _DEFAULTS.get(k):
-                continue
-            parts.append(f"{k}={_escape(v.hex() if isinstance(v, float) else str(v))}")
-        return "schedule:" + ",".join(parts)
+        return codec.encode("schedule", ((k, v) for k, v in
+                                         ((k, getattr(self, k)) for k in FIELD_KINDS)
+                                         if v is not None and v != _DEFAULTS.get(k)))
 
     @classmethod
     def from_string(cls, s: str) -> "Schedule":
-        if not isinstance(s, str) or not s.startswith("schedule:"):
-            raise ValueError(f"not a serialised schedule: {s!r} (Schedule.to_string() writes "
-                             "'schedule:...')")
-        kw = {}
-        for part in s[len("schedule:"):].split(","):
-            if not part:
-                continue
-            k, _, v = part.partition("=")
-            v = _unescape(v)
-            if k not in cls._FIELDS:
-                raise ValueError(f"unknown schedule field {k!r} (fields: {', '.join(cls._FIELDS)})")
-            try:
-                if k in ("split_k", "promote_every", "dot_k"):
-                    kw[k] = int(v)
-                elif k in ("alpha", "beta"):   # hex (exact, what to_string writes) or decimal
-                    kw[k] = float.fromhex(v) if "0x" in v.lower() else float(v)
-                else:
-                    kw[k] = v
-            except ValueError:
-                raise ValueError(f"schedule field {k} has a bad value {v!r}") from None
-        return cls(**kw)
+        return cls(**codec.decode("schedule", s, FIELD_KINDS))
 
     def to_dict(self, **meta) -> dict:
         """JSON-ready form; ``meta`` (provenance: target, arch, ...) is stored alongside."""
@@ -232,30 +210,14 @@ class Schedule:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Schedule":
-        if not isinstance(d, dict) or d.get("format") != "torch_mma_emu.Schedule":
+        if not isinstance(d, dict) or d.get("format") != "torch_mma_emu.Schedule" or \
+                not isinstance(d.get("schedule"), str):
             raise ValueError("not a schedule file: expected {'format': "
-                             "'torch_mma_emu.Schedule', 'schedule': ...}")
+                             "'torch_mma_emu.Schedule', 'schedule': 'schedule:...'}")
         return cls.from_string(d["schedule"])
 
 
-# Percent escapes of the field separators only: plain str operations, which Dynamo traces
-# (urllib.parse.quote does not), so a Schedule can be built inside a compiled function.
-# _unescape reads any %XX escape (older files escaped every non-alphanumeric character).
-def _escape(v: str) -> str:
-    return v.replace("%", "%25").replace(",", "%2C").replace("=", "%3D")
-
-
-def _unescape(v: str) -> str:
-    if "%" not in v:
-        return v
-    head, *rest = v.split("%")
-    out = [head]
-    for piece in rest:
-        code = piece[:2]
-        if len(code) < 2 or any(ch not in "0123456789abcdefABCDEF" for ch in code):
-            raise ValueError(f"bad escape %{code} in schedule field value {v!r}")
-        out.append(chr(int(code, 16)) + piece[2:])
-    return "".join(out)
+FIELD_KINDS = codec.field_kinds(Schedule)
 
 
 def load_schedule(x: str) -> Schedule:
@@ -265,10 +227,13 @@ def load_schedule(x: str) -> Schedule:
     import os
     if isinstance(x, str) and os.path.isfile(x):
         try:
-            with open(x) as f:
+            with open(x, encoding="utf-8") as f:
                 d = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, ValueError) as e:   # ValueError: not JSON, not UTF-8
             raise ValueError(f"cannot read the schedule file {x}: {e}") from None
+        except RecursionError:
+            raise ValueError(f"cannot read the schedule file {x}: its JSON nests too "
+                             "deeply") from None
         return Schedule.from_dict(d)
     if isinstance(x, str) and (x.startswith("schedule:") or x in PRESETS):
         return as_schedule(x)
@@ -399,13 +364,12 @@ def _slots(ks: list[int], width: int) -> list[int]:
 
 
 @lru_cache(maxsize=64)
-def compile_tree(text: str, K: int, spec_string: str, has_c: bool, alpha: float,
+def compile_tree(text: str, K: int, spec: Spec, has_c: bool, alpha: float,
                  beta: float, epilogue: str) -> tuple[int, ...]:
     """The interpreter program (csrc/core/schedule.h) of a tree for products of length K.
 
     Raises ValueError when the tree does not fit K or the arch cannot run it."""
     tree = _parse_tree(text)
-    spec = Spec.from_string(spec_string)
     if tree.n not in (K, K + 1):
         raise ValueError(f"the schedule's tree has {tree.n} leaves; a product with K = {K} "
                          f"needs K leaves (C in the epilogue) or K + 1 (leaf K is C)")
@@ -533,17 +497,15 @@ def _k_ranges(K: int, L: int, parts: int) -> tuple[list[tuple[int, int]], int]:
     return [(min(K, s * size), min(K, (s + 1) * size)) for s in range(n)], parts - n
 
 
-def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
+def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
                   lo=None, scales=None) -> torch.Tensor:
     """D (batch, M, N) in the spec's output dtype.  ``a3``/``b3``: the operands as _gemm
     takes them (codes, or float values for fma/ftz_addmul), ``c3`` (batch, M, N) in the
-    output dtype, ``gemm(a, b, c, sa=None, sb=None) -> chain result`` the plain-chain
-    kernel; ``lo``: the (a_lo, b_lo) codes of tf32x3 (a3, b3 are then the hi parts);
+    output dtype; ``lo``: the (a_lo, b_lo) codes of tf32x3 (a3, b3 are then the hi parts);
     ``scales``: (scale_a, scale_b) codes (batch, M, nblk) / (batch, nblk, N) of a
     block-scaled product, whose slices and blocks then start on scale blocks."""
     Bt, M, K = a3.shape
     N = b3.shape[2]
-    params = spec.to_params("chain")
     # the workspace is at least as wide as the output (fp64 products reduce in fp64)
     ws64 = sched.workspace == "fp64" or spec.out_format == "fp64"
     consts = [1.0 if ws64 else 0.0, sched.alpha, sched.beta]
@@ -553,14 +515,15 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
             raise ValueError("a tree schedule cannot run a block-scaled (MX/NVFP4) product: "
                              "its per-node operations take no scales; use split_k / "
                              "promote_every")
-        prog = compile_tree(sched.tree, K, spec.to_string(), has_c, sched.alpha, sched.beta,
+        prog = compile_tree(sched.tree, K, spec, has_c, sched.alpha, sched.beta,
                             sched.epilogue)
-        parts = c3.new_empty((0, M, N))
-        return torch.ops.mma_emu._sched(a3, b3, c3, parts, params, list(prog), consts)
+        return cpp.sched(spec, a3, b3, c3, c3.new_empty((0, M, N)), prog, consts)
     L = spec.L
-    if sched.promote_every is not None and sched.promote_every % L:
-        raise ValueError(f"promote_every={sched.promote_every} is not a multiple of the "
-                         f"instruction's K ({spec.instruction or spec.op}: L = {L})")
+    for name in ("promote_every", "dot_k"):     # blocks and tl.dot tiles hold whole instructions
+        v = getattr(sched, name)
+        if v is not None and v % L:
+            raise ValueError(f"{name}={v} is not a multiple of the instruction's K "
+                             f"({spec.instruction or spec.op}: L = {L})")
     if scales is not None:  # slices and blocks start on scale blocks as well
         L = math.lcm(L, spec.block_size)
         if sched.promote_every is not None and sched.promote_every % L:
@@ -593,13 +556,14 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool, gemm,
     prog = _reduce_program(slice_code, sched.reduce, empties)
     prog += _epilogue(has_c and not c_in_chain, sched.alpha, sched.beta, sched.epilogue)
     if inline:
-        return torch.ops.mma_emu._sched(a3, b3, c3, c3.new_empty((0, M, N)), params, prog,
-                                        consts, *(scales or (None, None)))
+        return cpp.sched(spec, a3, b3, c3, c3.new_empty((0, M, N)), prog, consts,
+                         *(scales or (None, None)))
+    gemm = partial(cpp.gemm, spec)      # the plain chain: gemm(a, b, c, sa=None, sb=None)
     if scales is not None:
         parts = _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, spec.block_size)
     else:
         parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k)
-    return torch.ops.mma_emu._sched(*empty, c3, parts, params, prog, consts)
+    return cpp.sched(spec, *empty, c3, parts, prog, consts)
 
 
 def _tf32x3_chain(a3, b3, lo, k0, k1, start, gemm, dot_k):

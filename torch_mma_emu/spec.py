@@ -27,17 +27,18 @@ Each pass's result is rounded to the output format and is the next pass's accumu
 from __future__ import annotations
 
 import dataclasses
-from urllib.parse import quote, unquote
+import operator
 from dataclasses import dataclass, field
+from functools import lru_cache
 
-from .formats import FORMATS, Format, get_format
+from . import codec
+from .formats import FORMATS, NAN_STYLES, Format
 
+# the names of the ops and rhos; their codes are the C++ core's (csrc/core/layout.h)
 OPS = ("fma", "ftz_addmul", "e_fdpa", "t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa")
-OP_CODES = {name: i for i, name in enumerate(OPS)}
 
 # Output conversions (seed 003 Table 2) plus the IEEE ones used by FMA / AMD paths.
 RHOS = ("rz_fp32", "rz_e8m13", "rne_fp32", "rne_fp16", "rne_fp64")
-RHO_CODES = {name: i for i, name in enumerate(RHOS)}
 RHO_OUT = {"rz_fp32": "fp32", "rz_e8m13": "fp32", "rne_fp32": "fp32",
            "rne_fp16": "fp16", "rne_fp64": "fp64"}
 
@@ -52,6 +53,7 @@ NVIDIA_NAN = {"fp32": 0x7FFFFFFF, "fp16": 0x7FFF, "fp64": 0x7FFFFFFFFFFFFFFF}
 IEEE_NAN = {"fp32": 0x7FC00000, "fp16": 0x7E00, "fp64": 0x7FF8000000000000}
 
 NO_FLOOR = -(1 << 20)  # "no lower cap on the alignment exponent"
+MAX_FLOOR = 1 << 16    # |emax_floor| of a real cap is far below this (seed 002: -133)
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,9 @@ class Spec:
 
     # -- validation ---------------------------------------------------------------------
     def __post_init__(self):
-        errs = []
+        errs = self._kind_errors()
+        if errs:
+            raise ValueError("invalid Spec: " + "; ".join(errs))
         if self.op not in OPS:
             errs.append(f"op must be one of {OPS}, got {self.op!r}")
         for fname in ("in_format", "in_format_b", "out_format", "scale_format"):
@@ -133,9 +137,45 @@ class Spec:
         if self.op in ("fma", "e_fdpa", "ftz_addmul", "tr_fdpa", "gtr_fdpa") and \
                 not self.rho.startswith("rne"):
             errs.append(f"{self.op} rounds to nearest (rho rne_*)")
-        errs += self._multipass_errors()
+        errs += self._multipass_errors() + self._range_errors()
         if errs:
             raise ValueError("invalid Spec: " + "; ".join(errs))
+
+    def _kind_errors(self) -> list[str]:
+        """Each field of the kind its annotation says (ints: anything with __index__, kept
+        as int; flush_inputs: a bool or 0/1)."""
+        errs = []
+        for name, kind in FIELD_KINDS.items():
+            v = getattr(self, name)
+            if v is None and name in _OPTIONAL:
+                continue
+            if kind == "int":
+                if isinstance(v, bool) or not hasattr(v, "__index__"):
+                    errs.append(f"{name} must be an int, got {v!r}")
+                    continue
+                object.__setattr__(self, name, operator.index(v))
+            elif kind == "bool":
+                if v not in (0, 1) or not isinstance(v, (bool, int)):
+                    errs.append(f"{name} must be True or False, got {v!r}")
+                    continue
+                object.__setattr__(self, name, bool(v))
+            elif not isinstance(v, str):
+                errs.append(f"{name} must be a str, got {type(v).__name__}")
+        return errs
+
+    def _range_errors(self) -> list[str]:
+        errs = []
+        if self.emax_floor is not None and not -MAX_FLOOR <= self.emax_floor <= MAX_FLOOR:
+            errs.append(f"emax_floor must be in -{MAX_FLOOR}..{MAX_FLOOR} or None, "
+                        f"got {self.emax_floor}")
+        bits = FORMATS[self.out_format].bits if self.out_format in FORMATS else 64
+        if self.nan_bits is not None and not 0 <= self.nan_bits < 1 << bits:
+            errs.append(f"nan_bits must be a {self.out_format} bit pattern in "
+                        f"0..0x{(1 << bits) - 1:X} or None, got {self.nan_bits:#x}")
+        for name in ("block_size", "P", "G"):
+            if not 0 <= getattr(self, name) < 1 << 16:
+                errs.append(f"{name} must be in 0..65535, got {getattr(self, name)}")
+        return errs
 
     def _multipass_errors(self) -> list[str]:
         errs = []
@@ -240,74 +280,86 @@ class Spec:
             bits.append(f"c_join={self.c_join}")
         return " ".join(bits)
 
-    # -- serialisation: lets a custom spec travel through the op's ``arch`` string --------
-    _KEYS = ("op", "in_format", "out_format", "L", "F", "F2", "rho", "P", "G", "in_format_b",
-             "scale_format", "block_size", "emax_floor", "align_round", "flush_inputs",
-             "nan_bits", "passes", "pass_width", "c_join", "arch", "instruction")
-
-    # single-pass specs serialise as before the multi-pass fields existed
-    _DEFAULTS_OMITTED = {("passes", 1), ("pass_width", 0), ("c_join", "first")}
-
+    # -- serialisation (codec.py): lets a custom spec travel through the op's ``arch`` string
     def to_string(self) -> str:
-        parts = []
-        for k in self._KEYS:
-            v = getattr(self, k)
-            if v is None or v == "" or (k, v) in self._DEFAULTS_OMITTED:
-                continue
-            parts.append(f"{k}={int(v) if isinstance(v, bool) else quote(str(v), safe='')}")
-        return "spec:" + ",".join(parts)
+        """'spec:field=value,...' (None, "" and the single-pass defaults of the multi-pass
+        fields left out); computed once per Spec."""
+        s = self.__dict__.get("_string")
+        if s is None:
+            s = codec.encode("spec", ((k, v) for k, v in
+                                      ((k, getattr(self, k)) for k in FIELD_KINDS)
+                                      if v is not None and v != "" and
+                                      (k, v) not in _DEFAULTS_OMITTED), escape_all=True)
+            object.__setattr__(self, "_string", s)
+        return s
 
     @classmethod
     def from_string(cls, s: str) -> "Spec":
-        if not s.startswith("spec:"):
-            raise ValueError(f"not a serialised spec: {s!r}")
-        kw = {}
-        ints = {"L", "F", "F2", "P", "G", "block_size", "emax_floor", "nan_bits", "passes",
-                "pass_width"}
-        for part in s[5:].split(","):
-            if not part:
-                continue
-            k, _, v = part.partition("=")
-            v = unquote(v)
-            if k not in cls._KEYS:
-                raise ValueError(f"unknown spec field {k!r}")
-            if k in ints:
-                try:
-                    kw[k] = int(v, 0)
-                except ValueError:
-                    raise ValueError(f"spec field {k} must be an integer, got {v!r}") from None
-            elif k == "flush_inputs":
-                kw[k] = bool(int(v))
-            else:
-                kw[k] = v
-        missing = [k for k in ("op", "in_format", "out_format") if k not in kw]
-        if missing:
-            raise ValueError(f"serialised spec lacks the field(s) {', '.join(missing)}: "
-                             f"{s!r} (Spec.to_string() writes every field)")
-        return cls(**kw)
+        """The Spec of a string :meth:`to_string` wrote (cached: the op parses each once)."""
+        return parse_spec(s)
 
-    # -- the flat integer vector the C++ kernels read -----------------------------------
-    def to_params(self, c_mode: str = "chain") -> list[int]:
-        """Integer parameter vector for ``torch.ops.mma_emu._gemm`` (layout: csrc/core/params.h)."""
-        fa, fb, fo = self.fmt_a, self.fmt_b, self.fmt_out
-        sc = FORMATS[self.scale_format] if self.scale_format else None
+    # -- the parameters the C++ kernels read ----------------------------------------------
+    def param_values(self, c_mode: str = "chain") -> dict:
+        """The kernels' parameters by name (MMA_PARAMS, csrc/core/layout.h); op, rho and the
+        NaN styles as names, which torch_mma_emu/cpp.py numbers as the extension does.
+        ``fs_*`` describe the scale format (zeros when unscaled)."""
         nan = self.nan_encoding
-        p = [
-            OP_CODES[self.op], self.L, self.F, self.F2, RHO_CODES[self.rho], self.P, self.G,
-            self.block_size,
-            self.emax_floor if self.emax_floor is not None else NO_FLOOR,
-            1 if self.align_round == "rd" else 0,
-            int(self.flush_inputs),
-            1 if c_mode == "epilogue" else 0,
-            nan & 0xFFFFFFFF, (nan >> 32) & 0xFFFFFFFF,
-        ]
-        for f in (fa, fb, fo, sc):
-            if f is None:
-                p += [0, 0, 0, 0, 0, 0, 0]
-            else:
-                p += [f.code, f.exp_bits, f.man_bits, f.bias,
-                      ("ieee", "fn", "fnuz", "none", "e8m0").index(f.nan_style),
-                      int(f.signed), f.container_bits]
-        # appended fields (keep the ones above in place: other kernels read them by index)
-        p += [self.passes, self.width, 1 if self.c_join == "final" else 0]
-        return p
+        v = {"op": self.op, "L": self.L, "F": self.F, "F2": self.F2, "rho": self.rho,
+             "P": self.P, "G": self.G, "block": self.block_size,
+             "emax_floor": self.emax_floor if self.emax_floor is not None else NO_FLOOR,
+             "align_rd": int(self.align_round == "rd"), "flush_inputs": int(self.flush_inputs),
+             "epilogue": int(c_mode == "epilogue"),
+             "nan_lo": nan & 0xFFFFFFFF, "nan_hi": (nan >> 32) & 0xFFFFFFFF,
+             "passes": self.passes, "pass_width": self.width,
+             "c_final": int(self.c_join == "final")}
+        sc = FORMATS[self.scale_format] if self.scale_format else None
+        for key, f in (("fa", self.fmt_a), ("fb", self.fmt_b), ("fo", self.fmt_out), ("fs", sc)):
+            v.update({f"{key}_code": f.code if f else 0, f"{key}_ebits": f.exp_bits if f else 0,
+                      f"{key}_mbits": f.man_bits if f else 0, f"{key}_bias": f.bias if f else 0,
+                      f"{key}_nan_style": f.nan_style if f else NAN_STYLES[0],
+                      f"{key}_signed": int(f.signed) if f else 0,
+                      f"{key}_container": f.container_bits if f else 0})
+        return v
+
+    def to_params(self, c_mode: str = "chain") -> list[int]:
+        """The integer vector ``torch.ops.mma_emu._gemm`` takes (torch_mma_emu/cpp.py)."""
+        from .cpp import params
+        return list(params(self, c_mode))
+
+
+# The serialised fields, in order, with the kind of each value: every compared field of the
+# dataclass (its annotations say the kind; notes is free text and stays out).
+FIELD_KINDS = codec.field_kinds(Spec)
+# single-pass specs serialise as before the multi-pass fields existed
+_DEFAULTS_OMITTED = {("passes", 1), ("pass_width", 0), ("c_join", "first")}
+_OPTIONAL = {f.name for f in dataclasses.fields(Spec) if f.type.endswith("| None")}
+_REQUIRED = [f.name for f in dataclasses.fields(Spec)
+             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+
+
+def as_spec(x) -> Spec | None:
+    """``x`` as a Spec when it is one or its string ('spec:...'); None otherwise (an arch
+    name or alias)."""
+    if isinstance(x, Spec):
+        return x
+    if isinstance(x, str) and x.startswith("spec:"):
+        return parse_spec(x)
+    return None
+
+
+def parse_spec(s: str) -> Spec:
+    """The Spec of a 'spec:...' string (:meth:`Spec.to_string`), parsed once per string."""
+    if not isinstance(s, str):
+        raise TypeError(f"a serialised Spec is a str ('spec:...'), got {type(s).__name__}")
+    return _parse_spec(s)
+
+
+@lru_cache(maxsize=4096)
+def _parse_spec(s: str) -> Spec:
+    kw = codec.decode("spec", s, FIELD_KINDS)
+    missing = [k for k in _REQUIRED if k not in kw]
+    if missing:
+        raise ValueError(f"serialised spec lacks the field(s) {', '.join(missing)}: "
+                         f"{s!r} (Spec.to_string() writes every field)")
+    return Spec(**kw)
+

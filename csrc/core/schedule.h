@@ -1,5 +1,5 @@
 // Per-output-element interpreter of a schedule program (torch_mma_emu/schedule.py compiles
-// a Schedule or an FPRev SumTree into it).  A small postfix stack machine over exact values
+// a Schedule or an FPRev SumTree into it; the opcodes by name: MMA_SCHED_OPS, layout.h).  A small postfix stack machine over exact values
 // (doubles hold every fp16/fp32/fp64 value exactly):
 //
 //   PARTIAL s         push partial result s (a slice or block chain computed by _gemm)
@@ -26,10 +26,7 @@
 
 namespace mma {
 
-enum SchedOp : int64_t {
-  kSPartial = 0, kSC = 1, kSZero = 2, kSAdd = 3, kSNode = 4,
-  kSEpiAlpha = 5, kSEpiFma = 6, kSEpiMulAdd = 7, kSChain = 8
-};
+enum SchedOp : int64_t { MMA_SCHED_OPS(MMA_ENUM_MEMBER) };  // layout.h
 constexpr int kSchedStack = 64;   // the compiler orders children so chains stay shallow
 constexpr int kSchedMaxWidth = 256;
 

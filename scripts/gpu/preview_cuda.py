@@ -14,17 +14,14 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import os
 import statistics
 import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-from torch_mma_emu.preview import convert, emulate  # noqa: E402
-from torch_mma_emu.preview.tiny_gpt import tiny_gpt  # noqa: E402
+from torch_mma_emu.preview import convert, emulate
+from torch_mma_emu.preview.tiny_gpt import tiny_gpt
 
 
 def step(model, tokens):

@@ -19,6 +19,8 @@ from fractions import Fraction
 import numpy as np
 import torch
 
+from ..reference.rounding import round_float
+
 # (significand bits incl. the hidden one, minimum normal exponent, maximum exponent)
 _FORMATS = {
     "float64": (53, -1022, 1023),
@@ -39,28 +41,16 @@ def _fmt_name(dtype) -> str:
 
 
 def round_exact(v: Fraction, fmt: str = "float32", mode: str = "rne") -> float:
-    """Round the exact value ``v`` to ``fmt`` (``mode``: "rne" or "rz"), as a Python float."""
+    """Round the exact value ``v`` to ``fmt`` (``mode``: "rne" or "rz"), as a Python float.
+    IEEE overflow: RNE gives infinity, RZ the largest finite value."""
     if mode not in ("rne", "rz"):
         raise ValueError(f"rounding mode must be 'rne' or 'rz', got {mode!r}")
     p, emin, emax = _FORMATS[_fmt_name(fmt)]
-    if v == 0:
-        return 0.0
-    sign = -1 if v < 0 else 1
-    a = abs(v)
-    e = a.numerator.bit_length() - a.denominator.bit_length()
-    if Fraction(2) ** e > a:
-        e -= 1
-    u = max(e, emin) - (p - 1)  # exponent of the unit in the last place
-    scaled = a / Fraction(2) ** u
-    q = scaled.numerator // scaled.denominator
-    rem = scaled - q
-    if mode == "rne" and (rem > Fraction(1, 2) or (rem == Fraction(1, 2) and q % 2)):
-        q += 1
-    if q.bit_length() - 1 + u > emax:  # overflow
-        if mode == "rz":
-            return sign * math.ldexp(2 ** p - 1, emax - p + 1)
-        return sign * math.inf
-    return sign * math.ldexp(q, u)
+    r = round_float(Fraction(v), p - 1, emin, emax, mode)
+    sign = -1.0 if r.sign else 1.0
+    if r.kind == "inf":
+        return sign * (math.ldexp(2 ** p - 1, emax - p + 1) if mode == "rz" else math.inf)
+    return sign * float(r.mag)
 
 
 def exact_sum(fmt: str = "float32", mode: str = "rne"):

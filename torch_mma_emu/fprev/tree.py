@@ -63,20 +63,31 @@ class SumTree:
             self._check()
 
     def _check(self) -> None:
+        # parents in a dict first: memory follows the nodes given, not n, until the tree is
+        # known to be whole (a JSON file can claim any n)
         n, total = self.n, self.num_nodes
-        parent = [-1] * total
+        par: dict[int, int] = {}
         for idx, ch in enumerate(self.children):
             for c in ch:
                 if not 0 <= c < total or c == n + idx:
                     raise ValueError(f"node {n + idx} has an invalid child {c}")
-                if parent[c] != -1:
-                    raise ValueError(f"node {c} has two parents ({parent[c]} and {n + idx})")
-                parent[c] = n + idx
-        if not 0 <= self.root < total or parent[self.root] != -1:
+                if c in par:
+                    raise ValueError(f"node {c} has two parents ({par[c]} and {n + idx})")
+                par[c] = n + idx
+        if not 0 <= self.root < total or self.root in par:
             raise ValueError(f"invalid root {self.root}")
-        orphans = [v for v in range(total) if parent[v] == -1 and v != self.root]
-        if orphans:
-            raise ValueError(f"nodes not connected to the root: {orphans[:10]}")
+        if len(par) != total - 1:
+            orphans = []
+            for v in range(total):
+                if v not in par and v != self.root:
+                    orphans.append(v)
+                    if len(orphans) == 10:
+                        break
+            raise ValueError(f"nodes not connected to the root: {orphans}"
+                             + (f" (of {total - 1 - len(par)})" if len(orphans) == 10 else ""))
+        parent = [-1] * total
+        for c, p in par.items():
+            parent[c] = p
         self._parent = parent
         self.sizes()  # also proves the structure is acyclic
 
@@ -304,11 +315,27 @@ class SumTree:
         except (TypeError, ValueError):
             raise ValueError("serialised SumTree: nodes must be [kind, [children]] pairs") \
                 from None
-        return cls(int(d["n"]), nodes, root=int(d["root"]), meta=d.get("meta") or {})
+        n, root = d["n"], d["root"]
+        for name, v in (("n", n), ("root", root)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"serialised SumTree: {name} must be an integer, got {v!r}")
+        meta = d.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise ValueError(f"serialised SumTree: meta must be an object, got "
+                             f"{type(meta).__name__}")
+        return cls(n, nodes, root=root, meta=meta)
 
     @classmethod
     def from_json(cls, s: str) -> "SumTree":
-        return cls.from_dict(json.loads(s))
+        if not isinstance(s, (str, bytes, bytearray)):
+            raise TypeError(f"SumTree.from_json takes JSON text, got {type(s).__name__}")
+        try:
+            d = json.loads(s)
+        except RecursionError:
+            raise ValueError("not a serialised SumTree: the JSON nests too deeply") from None
+        except ValueError as e:
+            raise ValueError(f"not a serialised SumTree: not JSON ({e})") from None
+        return cls.from_dict(d)
 
     # ------------------------------------------------------------------ conveniences
     def describe(self) -> str:

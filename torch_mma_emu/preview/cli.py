@@ -10,8 +10,7 @@ model from the shell and write a report (table on stdout, PNG and JSON).
 when the model has it, else from ``--input randn:SHAPE`` / ``randint:HIGH:SHAPE``.  Compared
 layers: ``model.preview_layers()`` when defined, else ``--layers``, else the model's
 top-level children.  ``--out`` ending in ``.png`` names the plot (the JSON goes next to it);
-otherwise it is a folder receiving preview.png and preview.json.  ``scripts/preview_model.py``
-is the same command.
+otherwise it is a folder receiving preview.png and preview.json.
 """
 from __future__ import annotations
 
@@ -27,7 +26,7 @@ import torch
 from ..registry import ARCHS, canonical_arch
 from .model_preview import FORMATS, _options, preview_model, runs_for
 
-__all__ = ["register", "main", "load_model", "make_input", "render", "plot"]
+__all__ = ["register", "load_model", "make_input", "render", "plot"]
 
 
 def load_model(spec: str, kwargs: dict):
@@ -339,17 +338,3 @@ def run(args) -> int:
             print(f"\nwrote {png}")
     print(f"wrote {js}  (total {wall:.1f} s)")
     return 0
-
-
-def main(argv=None) -> int:
-    """``scripts/preview_model.py``: the same command, outside ``mma-emu``; bad arguments
-    exit with code 2 and one line."""
-    ap = argparse.ArgumentParser(prog="preview_model.py",
-                                 description=__doc__.split("\n\n")[0].replace("\n", " "))
-    _add_arguments(ap)
-    args = ap.parse_args(argv)
-    try:
-        return run(args)
-    except (ValueError, TypeError) as e:
-        print(f"preview: error: {e}", file=sys.stderr)
-        return 2

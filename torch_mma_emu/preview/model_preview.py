@@ -1,5 +1,5 @@
 """Run one model under many (arch, format) previews and measure how each diverges: the
-engine of ``scripts/preview_model.py``.
+engine of ``mma-emu preview``.
 
 For every format (fp32, tf32, xf32, fp16, bf16, fp8) and every arch with an instruction
 for it, the model runs a batch under :func:`emulate`; a native run of the same dtype on
@@ -18,6 +18,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn as nn
 
+from ..formats import FLOAT_DTYPES
 from ..registry import ARCHS
 from .compare import capture, divergence, top1_agreement, ulp_distance
 from .mode import emulate
@@ -27,8 +28,8 @@ __all__ = ["Run", "PreviewResult", "FORMATS", "runs_for", "preview_model"]
 
 # preview format -> (model dtype, emulate() options builder, archs predicate)
 FORMATS = ("fp32", "tf32", "xf32", "fp16", "bf16", "fp8")
-_DTYPE = {"fp32": torch.float32, "tf32": torch.float32, "xf32": torch.float32,
-          "fp16": torch.float16, "bf16": torch.bfloat16, "fp8": torch.bfloat16}
+# the model runs in the format's dtype; fp8 previews run a bf16 model (scaled fp8 products)
+_DTYPE = {**{f: FLOAT_DTYPES[f] for f in FORMATS if f != "fp8"}, "fp8": torch.bfloat16}
 
 
 def _fp8_name(arch: str) -> Optional[str]:

@@ -27,9 +27,10 @@ from typing import Mapping, Optional
 
 import torch
 
-from ..formats import FORMATS, get_format
+from ..formats import (FLOAT_DTYPES, FORMATS, OUT_DTYPES, default_out, format_of_dtype,
+                       get_format)
 from ..registry import ARCHS, canonical_arch, spec as registry_spec
-from ..spec import Spec
+from ..spec import Spec, as_spec
 
 __all__ = ["Plan", "Policy", "OP_KINDS", "FORMAT_CHOICES", "tf32_settings"]
 
@@ -37,18 +38,18 @@ __all__ = ["Plan", "Policy", "OP_KINDS", "FORMAT_CHOICES", "tf32_settings"]
 OP_KINDS = ("mm", "addmm", "bmm", "baddbmm", "conv", "attention", "scaled_mm")
 # Values ``formats=`` accepts besides format names.
 SPECIAL_CHOICES = ("auto", "native")
-FORMAT_CHOICES = ("fp64", "fp32", "tf32", "xf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2",
-                  "fp8_e4m3fnuz", "fp8_e5m2fnuz")
+FORMAT_CHOICES = tuple(FLOAT_DTYPES)     # the formats that come in float tensors
 FP32_FORMATS = ("auto", "fp32", "tf32", "xf32")
 BIAS_MODES = ("epilogue", "chain")
 ALT_IMPL = ("off", "backward", "always")
 FP8 = ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz")
 
-_FLOAT_DTYPES = {torch.float64: "fp64", torch.float32: "fp32", torch.float16: "fp16",
-                 torch.bfloat16: "bf16"}
-for _n in FP8:
-    if FORMATS[_n].torch_dtype is not None:
-        _FLOAT_DTYPES[FORMATS[_n].torch_dtype] = _n
+
+
+def _own_format(dtype: torch.dtype) -> Optional[str]:
+    """The format a float tensor of ``dtype`` holds (None: integers and codes)."""
+    f = format_of_dtype(dtype)
+    return f.name if f is not None else None
 
 
 @dataclass(frozen=True)
@@ -130,7 +131,7 @@ def _has_pair(arch: str, fa: str, fb: str) -> bool:
 
 
 def _supported(arch: str) -> list[str]:
-    return [f for f in FORMAT_CHOICES if _has(arch, f, "fp64" if f == "fp64" else "fp32")]
+    return [f for f in FORMAT_CHOICES if _has(arch, f, default_out(f))]
 
 
 def _check_schedules(schedule) -> dict:
@@ -158,17 +159,12 @@ class Policy:
                  fp16_accumulation: Optional[bool] = None, fp16_alt_impl: str = "off",
                  schedule=None):
         self.schedules = _check_schedules(schedule)
-        if isinstance(arch, Spec):
-            self.spec: Optional[Spec] = arch
-            self.arch = arch.to_string()
-            self.arch_name = f"custom({arch.arch})"
+        self.spec: Optional[Spec] = as_spec(arch)
+        if self.spec is not None:   # the op's schema takes the arch as a string
+            self.arch = self.spec.to_string()
+            self.arch_name = f"custom({self.spec.arch})"
         elif isinstance(arch, str):
-            if arch.startswith("spec:"):
-                self.spec = Spec.from_string(arch)
-                self.arch, self.arch_name = arch, f"custom({self.spec.arch})"
-            else:
-                self.spec = None
-                self.arch = self.arch_name = canonical_arch(arch)
+            self.arch = self.arch_name = canonical_arch(arch)
         else:
             raise TypeError(f"arch must be an arch name ({', '.join(ARCHS)}) or a Spec, "
                             f"got {type(arch).__name__}")
@@ -228,8 +224,7 @@ class Policy:
                 raise ValueError(f"formats[{key!r}]={val!r}; allowed: "
                                  f"{', '.join(SPECIAL_CHOICES + FORMAT_CHOICES)}")
             if self.spec is None:
-                out_name = "fp64" if name == "fp64" else "fp32"
-                if not _has(self.arch, name, out_name):
+                if not _has(self.arch, name, default_out(name)):
                     raise ValueError(f"formats[{key!r}]={val!r}: {self.arch} has no {name} "
                                      f"instruction; it supports "
                                      f"{', '.join(_supported(self.arch))}")
@@ -257,16 +252,16 @@ class Policy:
         if choice == "native":
             return NATIVE
         if a_dtype != b_dtype:
-            fa, fb = _FLOAT_DTYPES.get(a_dtype), _FLOAT_DTYPES.get(b_dtype)
+            fa, fb = _own_format(a_dtype), _own_format(b_dtype)
             if fa in FP8 and fb in FP8 and choice == "auto" and self.spec is None:
                 if not _has_pair(self.arch, fa, fb):  # e.g. e4m3 x e5m2 (fp8 training)
                     raise ValueError(f"emulate: {self.arch} has no instruction for {fa} x "
                                      f"{fb} inputs")
                 return Plan(self.arch, f"{fa} x {fb}")
             return NATIVE  # PyTorch raises its own error for mixed dtypes
-        if a_dtype not in _FLOAT_DTYPES:
+        own = _own_format(a_dtype)
+        if own is None:
             return NATIVE  # an integer product
-        own = _FLOAT_DTYPES[a_dtype]
         if self.spec is not None:
             return self._spec_plan(own)
         if choice != "auto":
@@ -276,7 +271,7 @@ class Policy:
     def _spec_plan(self, own: str) -> Plan:
         s = self.spec
         fmt = s.fmt_a.name
-        acc = {"fp32": torch.float32, "fp16": torch.float16, "fp64": torch.float64}[s.out_format]
+        acc = OUT_DTYPES[s.out_format]
         if fmt in ("tf32", "xf32"):
             return Plan(self.arch, fmt, acc, cast=None if own == "fp32" else torch.float32,
                         in_format=f"{fmt},{s.fmt_b.name}" if s.fmt_b.name != fmt else fmt)

@@ -16,11 +16,12 @@ from typing import Optional
 
 import torch
 
+from ..registry import ARCHS
+
 __all__ = ["Choice", "gpu_choice", "SM"]
 
 # compute capability of the registry's NVIDIA archs
-SM = {"sm70": (7, 0), "sm75": (7, 5), "sm80": (8, 0), "sm86": (8, 6), "sm89": (8, 9),
-      "sm90": (9, 0), "sm100": (10, 0), "sm120": (12, 0)}
+SM = {a.name: a.capability for a in ARCHS.values() if a.capability}
 # ROCm: AOTriton builds for these (MI100 / gfx908 has none: math path)
 _ROCM_FUSED = ("gfx90a", "gfx942")
 _HALF = (torch.float16, torch.bfloat16)

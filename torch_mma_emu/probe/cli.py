@@ -186,11 +186,18 @@ def cmd_probe(args) -> int:
     return 0 if all(c.ok for c in checks) else 1
 
 
+def _one_line(e: Exception) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
+
+
 def _files(paths) -> list[Path]:
     out = []
     for p in map(Path, paths):
         if p.is_dir():
-            out += sorted(p.glob("*.npz"))
+            found = sorted(p.glob("*.npz"))
+            if not found:
+                raise ValueError(f"{p} holds no .npz files")
+            out += found
         else:
             out.append(p)
     return out
@@ -199,16 +206,18 @@ def _files(paths) -> list[Path]:
 def cmd_fit(args) -> int:
     from .fit import fit
     from .tables import table4
-    files = _files(args.data)
-    if not files:
-        print("mma-emu fit: no .npz files given", file=sys.stderr)
+    try:
+        files = _files(args.data)
+    except ValueError as e:
+        print(f"mma-emu fit: {e}", file=sys.stderr)
         return 2
     rows, docs = [], []
     for path in _bar(files, "fit"):
         try:
             res = fit(path, args.format, args.out, passes=not args.single_pass)
         except (ValueError, TypeError, OSError) as e:
-            print(f"mma-emu fit: {path}: {e}", file=sys.stderr)
+            where = "" if path.name in str(e) else f"{path}: "
+            print(f"mma-emu fit: {where}{_one_line(e)}", file=sys.stderr)
             return 2
         if args.json:
             docs.append({"file": path.name, "features": res.features.describe(),

@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..formats import INT_OF_SIZE, formats_of_dtype, out_format
 from ..spec import Spec
 from . import search, space
-from .samples import Samples, from_arrays, load
+from .samples import Samples, check_bit_patterns, from_arrays, load
 from .targets import values_of
 
 
@@ -80,8 +81,7 @@ def data_features(samples: Samples) -> DataFeatures:
 
 
 def _decode(codes: torch.Tensor, dtype) -> torch.Tensor:
-    view = {torch.float16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
-    return codes.to(view[dtype]).view(dtype).to(torch.float64)
+    return codes.to(INT_OF_SIZE[dtype.itemsize]).view(dtype).to(torch.float64)
 
 
 @dataclass
@@ -125,10 +125,6 @@ class FitResult:
         return "\n".join(lines)
 
 
-_DTYPE_FORMAT = {torch.float16: "fp16", torch.bfloat16: "bf16",
-                 torch.float8_e4m3fn: "fp8_e4m3", torch.float8_e5m2: "fp8_e5m2",
-                 torch.float8_e4m3fnuz: "fp8_e4m3fnuz", torch.float8_e5m2fnuz: "fp8_e5m2fnuz"}
-_OUT_NAME = {torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
 
 
 def _from_tensors(a, b, c, d, in_format, out_dtype):
@@ -147,23 +143,28 @@ def _from_tensors(a, b, c, d, in_format, out_dtype):
         raise TypeError(f"samples: a is {a.dtype} but b is {b.dtype} (say in_format='fmtA,fmtB' "
                         "and pass values of one dtype, or bit patterns)")
     if in_format is None:
-        if a.is_floating_point() and a.dtype in _DTYPE_FORMAT:
-            in_format = _DTYPE_FORMAT[a.dtype]
+        own = formats_of_dtype(a.dtype) if a.dtype not in (torch.float32, torch.float64) else ()
+        if a.is_floating_point() and len(own) == 1:
+            in_format = own[0]
         else:
             raise ValueError(f"samples: say in_format= for a, b of dtype {a.dtype} "
                              "(float32 may hold fp32, tf32 or xf32 values)")
     if out_dtype is None and d.is_floating_point():
-        if d.dtype not in _OUT_NAME:
-            raise TypeError(f"samples: d has dtype {d.dtype}; the output is fp16, fp32 or fp64")
-        out_dtype = _OUT_NAME[d.dtype]
+        try:
+            out_dtype = out_format(d.dtype)
+        except TypeError:
+            raise TypeError(f"samples: d has dtype {d.dtype}; the output is fp16, fp32 or "
+                            "fp64") from None
 
-    def arr(t):
+    def arr(t, name):
         t = t.detach().cpu()
         if t.is_floating_point():
             return t.to(torch.float64).numpy()      # exact for every input/output dtype
-        return t.to(torch.int64).numpy() & 0xFFFFFFFF   # fp32 bit patterns
-    return from_arrays(arr(a), arr(b), arr(c), arr(d), in_format, out_dtype,
-                       source="tensors")
+        x = t.to(torch.int64).numpy()               # fp32 bit patterns (or their int32 view)
+        check_bit_patterns(x, name)
+        return x & 0xFFFFFFFF
+    return from_arrays(arr(a, "a"), arr(b, "b"), arr(c, "c"), arr(d, "d"), in_format,
+                       out_dtype, source="tensors")
 
 
 def _as_samples(samples, in_format, out_dtype) -> Samples:

@@ -10,33 +10,16 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import partial
 
+from ..reference.rounding import INT_MODES, round_int
 from .context import Ctx, Interval
 from .vectors import Unrealizable
 
 EXACT_BITS = 41          # beyond the Spec's largest F (40): call the sum exact
 
 # rounding of x (in units of the last kept place) by each candidate mode
-MODES = {
-    "rz": lambda x: math.trunc(x),
-    "rd": lambda x: math.floor(x),
-    "ru": lambda x: math.ceil(x),
-    "ra": lambda x: math.ceil(x) if x > 0 else math.floor(x),
-    "rne": lambda x: _rn(x, "even"),
-    "rna": lambda x: _rn(x, "away"),
-}
-
-
-def _rn(x: Fraction, tie: str) -> int:
-    f = math.floor(x)
-    d = x - f
-    if d > Fraction(1, 2):
-        return f + 1
-    if d < Fraction(1, 2):
-        return f
-    if tie == "even":
-        return f if f % 2 == 0 else f + 1
-    return f + 1 if x > 0 else f
+MODES = {m: partial(round_int, mode=m) for m in INT_MODES}
 
 
 FRACTIONS = [Fraction(n, 4) for n in (2, 6, 1, 3, 5, 7)]   # 0.5, 1.5, 0.25, 0.75, 1.25, 1.75

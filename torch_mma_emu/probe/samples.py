@@ -177,6 +177,20 @@ def _stand_in(iface: Interface):
 # recorded files
 # ------------------------------------------------------------------------------------
 
+def check_bit_patterns(x: np.ndarray, name: str) -> None:
+    """Integer samples are fp32 bit patterns: 0..2**32-1 (uint32), or their int32 view
+    (-2**31..-1 for the patterns with the sign bit set); anything else is refused, never
+    wrapped."""
+    if x.size == 0:
+        return
+    lo, hi = int(x.min()), int(x.max())
+    if lo < -(1 << 31) or hi > 0xFFFFFFFF:
+        bad = lo if lo < -(1 << 31) else hi
+        raise ValueError(f"samples: {name} holds the integer {bad}, which is not an fp32 bit "
+                         "pattern: integer samples must lie in 0..0xFFFFFFFF (uint32), or "
+                         "-0x80000000..0x7FFFFFFF as int32")
+
+
 def _u32_to_f32(x) -> torch.Tensor:
     return torch.from_numpy(np.asarray(x).astype(np.int64).astype(np.int32)).view(torch.float32)
 
@@ -187,12 +201,17 @@ def from_arrays(a, b, c, d, in_format, out_dtype=None, *, source="arrays") -> Sa
     to the output format (RNE) as the recording harness did; d must be exact outputs."""
     iface = interface(in_format, out_dtype)
 
-    def f32(x):
+    def f32(x, name):
         x = np.asarray(x)
         if np.issubdtype(x.dtype, np.integer):        # fp32 bit patterns
+            check_bit_patterns(x, name)
             return _u32_to_f32(x).to(torch.float64)
+        if not np.issubdtype(x.dtype, np.floating):
+            raise TypeError(f"samples: {name} has dtype {x.dtype}; allowed: uint32 fp32 bit "
+                            "patterns (or int32 / int64 holding them) or float values")
         return torch.from_numpy(x.astype(np.float64))
-    av, bv, cv, dv = f32(a), f32(b), f32(c).reshape(-1), f32(d).reshape(-1)
+    av, bv = f32(a, "a"), f32(b, "b")
+    cv, dv = f32(c, "c").reshape(-1), f32(d, "d").reshape(-1)
     if av.dim() != 2 or bv.shape != av.shape or cv.numel() != av.shape[0] or \
             dv.numel() != av.shape[0]:
         raise ValueError(f"samples need a (S, K), b (S, K), c (S,), d (S,); got "
@@ -223,27 +242,71 @@ def from_arrays(a, b, c, d, in_format, out_dtype=None, *, source="arrays") -> Sa
     return s
 
 
+def _index_entry(idx: Path, name: str) -> dict:
+    """The entry of ``index.json`` (a list of {"file", "in_format", "out_dtype", ...}) for
+    the file ``name``, or {} when it names none."""
+    import json
+    try:
+        doc = json.loads(idx.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        raise ValueError(f"{idx}: not a readable JSON index: {e}") from None
+    if not isinstance(doc, list) or not all(isinstance(e, dict) for e in doc):
+        raise ValueError(f"{idx}: an index is a JSON list of objects "
+                         "{\"file\": ..., \"in_format\": ..., \"out_dtype\": ...}; got "
+                         f"{type(doc).__name__}")
+    for e in doc:
+        if e.get("file") == name:
+            bad = [k for k in ("in_format", "out_dtype") if not isinstance(e.get(k), str)]
+            if bad:
+                raise ValueError(f"{idx}: the entry of {name} lacks {' and '.join(bad)} "
+                                 "(format names such as \"fp16\", \"fp32\")")
+            return e
+    return {}
+
+
+def _npz_arrays(p: Path) -> dict:
+    """Arrays a, b, c, d of an .npz file (clear errors for anything else)."""
+    import zipfile
+    import zlib
+    why = f"{p.name}: cannot read it as an .npz (numpy.savez) with arrays a, b, c, d"
+    try:
+        with open(p, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise ValueError(f"{why}: {e}") from None
+    if magic not in (b"PK\x03\x04", b"PK\x05\x06"):
+        kind = "empty" if not magic else ("a single .npy array" if magic == b"\x93NUM"
+                                          else "not a zip archive")
+        raise ValueError(f"{why}: the file is {kind}")
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            missing = [k for k in ("a", "b", "c", "d") if k not in z.files]
+            if missing:
+                raise ValueError(f"it lacks arrays {missing}")
+            return {k: z[k] for k in "abcd"}
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error, KeyError) as e:
+        raise ValueError(f"{why}: {e or type(e).__name__}") from None
+
+
 def load(path, in_format=None, out_dtype=None) -> Samples:
     """A recorded ``.npz`` (arrays a, b, c, d).  For files of tests/data/hwdata the formats
     come from the directory's index.json when not given."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no such samples file: {p}")
+    if p.is_dir():
+        raise ValueError(f"{p} is a directory; give an .npz file (mma-emu fit takes "
+                         "directories)")
     if in_format is None or out_dtype is None:
         idx = p.parent / "index.json"
         if idx.exists():
-            import json
-            for e in json.loads(idx.read_text()):
-                if e.get("file") == p.name:
-                    in_format = in_format or e["in_format"]
-                    out_dtype = out_dtype or e["out_dtype"]
+            e = _index_entry(idx, p.name)
+            in_format = in_format or e.get("in_format")
+            out_dtype = out_dtype or e.get("out_dtype")
         if in_format is None:
             raise ValueError(f"{p.name}: say in_format= (and out_dtype=); no index.json "
                              "entry names them")
-    z = np.load(p)
-    missing = [k for k in ("a", "b", "c", "d") if k not in z]
-    if missing:
-        raise ValueError(f"{p.name} lacks arrays {missing} (needs a, b, c, d)")
+    z = _npz_arrays(p)
     return from_arrays(z["a"], z["b"], z["c"], z["d"], in_format, out_dtype, source=p.name)
 
 

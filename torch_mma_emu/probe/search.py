@@ -44,10 +44,9 @@ def mismatches(spec: Spec, samples: Samples, stop_at: int = 1) -> int:
     """Number of samples the spec gets wrong (stops counting at ``stop_at``; 0: count all)."""
     from ..ops import emulated_mm
     bad = 0
-    arch = spec.to_string()
     iface = samples.iface
     for b in samples.batches:
-        D = emulated_mm(b.A, b.B, b.C, arch=arch, in_format=iface.in_format_arg,
+        D = emulated_mm(b.A, b.B, b.C, arch=spec, in_format=iface.in_format_arg,
                         out_dtype=iface.out_dtype, scale_a=b.scale_a, scale_b=b.scale_b)
         bad += int((output_codes(D.reshape(-1)) != b.D).sum())
         if stop_at and bad >= stop_at:

@@ -24,11 +24,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..formats import FORMATS, Format, get_format, value_table
+from ..formats import (FORMATS, INT_OF_SIZE, OUT_DTYPES, Format, default_out, get_format,
+                       out_format, storage_dtype, value_table)
 from ..spec import Spec
 
-OUT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "fp64": torch.float64}
-_INT_VIEW = {torch.float16: torch.int16, torch.float32: torch.int32, torch.float64: torch.int64}
 
 
 @dataclass(frozen=True)
@@ -157,7 +156,7 @@ class NativeTarget(Target):
             raise ValueError(f"unknown instruction {instruction!r}; known: "
                              f"{', '.join(native.INSTRUCTIONS)}")
         self.instruction = instruction
-        self.k = native.INSTRUCTIONS[instruction][1]
+        self.k = native.INSTRUCTIONS[instruction].k
         self.fmt = fa if fa == fb else f"{fa},{fb}"
         self.label = (f"native {torch.cuda.get_device_name(self.device)} "
                       f"({native.device_arch(self.device)}, {instruction})")
@@ -239,12 +238,6 @@ class CallableTarget(Target):
 # ------------------------------------------------------------------------------------
 # encoding and decoding operands
 # ------------------------------------------------------------------------------------
-
-def storage_dtype(fmt: Format) -> torch.dtype:
-    if fmt.container_bits == 32:
-        return torch.float32
-    return fmt.torch_dtype if fmt.torch_dtype is not None else torch.uint8
-
 
 def _code_table(fmt: Format) -> dict:
     """value -> code for a small code-only format (fp6/fp4); -0.0 keyed separately."""
@@ -330,8 +323,8 @@ def signed64(code: int) -> int:
 def output_codes(D: torch.Tensor) -> torch.Tensor:
     """Bit patterns of an output tensor as int64: non-negative for fp16/fp32; fp64 patterns
     with the sign bit set are negative (``int(x) & MASK64`` gives the pattern)."""
-    bits = D.contiguous().view(_INT_VIEW[D.dtype]).to(torch.int64).reshape(-1)
-    width = {torch.float16: 16, torch.float32: 32, torch.float64: 64}[D.dtype]
+    bits = D.contiguous().view(INT_OF_SIZE[D.element_size()]).to(torch.int64).reshape(-1)
+    width = 8 * D.element_size()
     if width < 64:
         bits = bits & ((1 << width) - 1)
     return bits
@@ -342,22 +335,7 @@ def output_codes(D: torch.Tensor) -> torch.Tensor:
 # ------------------------------------------------------------------------------------
 
 def _out_name(out_dtype, fa: Format) -> str:
-    if out_dtype is None:
-        return "fp64" if fa.name == "fp64" else "fp32"
-    if isinstance(out_dtype, torch.dtype):
-        for k, v in OUT_DTYPES.items():
-            if v == out_dtype:
-                return k
-        raise TypeError(f"out_dtype {out_dtype} is not an accumulator type; allowed: "
-                        "torch.float32, torch.float16, torch.float64")
-    try:
-        name = get_format(out_dtype).name
-    except ValueError:
-        name = None
-    if name not in OUT_DTYPES:
-        raise TypeError(f"out_dtype {out_dtype!r} is not an accumulator type; allowed: "
-                        "fp32, fp16, fp64")
-    return name
+    return out_format(out_dtype) or default_out(fa.name)
 
 
 def interface(in_format, out_dtype=None, scale_format=None, block_size=None) -> Interface:

@@ -68,7 +68,7 @@ class VerifyResult:
 
 def _model(spec: Spec, target, A, B, C, sa, sb):
     from ..ops import emulated_mm
-    return emulated_mm(A, B, C, arch=spec.to_string(), in_format=target.iface.in_format_arg,
+    return emulated_mm(A, B, C, arch=spec, in_format=target.iface.in_format_arg,
                        out_dtype=target.iface.out_dtype, scale_a=sa, scale_b=sb)
 
 

@@ -6,7 +6,8 @@ from typing import Sequence
 
 import torch
 
-from ..formats import FORMATS, get_format
+from ..formats import (FORMATS, INT_OF_SIZE, OUT_DTYPES, formats_of_dtype, get_format,
+                       storage_dtype)
 from ..registry import spec as registry_spec
 from ..spec import Spec
 from . import ieee
@@ -145,7 +146,6 @@ def dot(spec: Spec, a_codes: Sequence[int], b_codes: Sequence[int], c_code: int,
 # Tensors <-> codes
 # --------------------------------------------------------------------------------------
 
-_INT_VIEW = {8: torch.uint8, 16: torch.int16, 32: torch.int32, 64: torch.int64}
 
 
 def tensor_to_codes(t: torch.Tensor) -> list:
@@ -155,9 +155,9 @@ def tensor_to_codes(t: torch.Tensor) -> list:
     if t.dtype == torch.uint8:
         return t.tolist()
     bits = t.element_size() * 8
-    if not t.is_floating_point() or bits not in _INT_VIEW:
+    if not t.is_floating_point() or t.element_size() not in INT_OF_SIZE:
         raise TypeError(f"cannot take codes of a {t.dtype} tensor")
-    ints = t.view(_INT_VIEW[bits]).to(torch.int64)
+    ints = t.view(INT_OF_SIZE[t.element_size()]).to(torch.int64)
     if bits < 64:
         ints = ints & ((1 << bits) - 1)
         return ints.tolist()
@@ -171,30 +171,21 @@ def _map_nested(x, f):
     return f(x)
 
 
-_OUT_DTYPE = {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16}
-
-
 def codes_to_tensor(codes, out_format: str) -> torch.Tensor:
     """Tensor of ``out_format`` (fp64 / fp32 / fp16) holding exactly these bit patterns."""
     fmt = get_format(out_format)
     bits = fmt.bits
     signed = lambda v: v - (1 << bits) if v >= (1 << (bits - 1)) else v  # noqa: E731
     ints = torch.tensor(_map_nested(codes, lambda v: signed(int(v))), dtype=torch.int64)
-    return ints.to(_INT_VIEW[bits]).view(_OUT_DTYPE[fmt.name])
+    return ints.to(INT_OF_SIZE[bits // 8]).view(OUT_DTYPES[fmt.name])
 
 
 def _check_input(t: torch.Tensor, fmt_name: str, what: str):
     fmt = FORMATS[fmt_name]
+    need = {torch.uint8: "torch.uint8 codes"}.get(storage_dtype(fmt), str(storage_dtype(fmt)))
     if fmt.container_bits == 32:
-        ok = t.dtype == torch.float32
-        need = "torch.float32 (fp32 words)"
-    elif fmt.torch_dtype is not None and fmt.nan_style != "none":
-        ok = t.dtype == fmt.torch_dtype or t.dtype == torch.uint8 and fmt.bits <= 8
-        need = str(fmt.torch_dtype)
-    else:
-        ok = t.dtype == torch.uint8
-        need = "torch.uint8 codes"
-    if not ok:
+        need += " (fp32 words)"
+    if fmt_name not in formats_of_dtype(t.dtype):
         raise TypeError(f"{what} in format {fmt_name} must be a {need} tensor, got {t.dtype}")
 
 
@@ -223,7 +214,7 @@ def mm(spec, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None,
     _check_input(B, spec.fmt_b.name, "B")
     M, K = A.shape
     N = B.shape[1]
-    out_dtype = _OUT_DTYPE[spec.out_format]
+    out_dtype = OUT_DTYPES[spec.out_format]
     if C is None:
         Cc = torch.zeros((M, N), dtype=out_dtype)
     else:

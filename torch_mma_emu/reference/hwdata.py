@@ -1,4 +1,4 @@
-"""Run the reference model over recorded tensor-core samples (``shared/hwdata/*.npz``).
+"""Run the reference model over recorded tensor-core samples (``tests/data/hwdata/*.npz``).
 
 Each file holds uint32 binary32 bit patterns ``a`` (S, K), ``b`` (S, K), ``c`` (S,) and the
 GPU's answer ``d`` (S,); ``index.json`` gives arch / in_format / out_dtype per file.  For
@@ -17,15 +17,11 @@ from .values import decode, x_of
 from .gemm import dot
 
 _HERE = Path(__file__).resolve()
-CANDIDATE_DIRS = [
-    _HERE.parents[2] / "tests" / "data" / "hwdata",
-    _HERE.parents[3] / "shared" / "hwdata",
-    Path("/work/shared/hwdata"),
-]
+CANDIDATE_DIRS = [_HERE.parents[2] / "tests" / "data" / "hwdata"]
 
 
 def hwdata_dir() -> Path | None:
-    """Where the recorded samples are: ``$MMA_EMU_HWDATA``, tests/data/hwdata, shared/hwdata."""
+    """Where the recorded samples are: ``$MMA_EMU_HWDATA``, else tests/data/hwdata."""
     env = os.environ.get("MMA_EMU_HWDATA")
     dirs = ([Path(env)] if env else []) + CANDIDATE_DIRS
     for d in dirs:
@@ -70,14 +66,15 @@ def out_to_fp32_word(out_format: str, code: int) -> int:
 
 
 def instruction_for_entry(entry: dict) -> str | None:
-    """The registry instruction an index entry's ``instruction`` names: the variant whose
-    name contains it (``mma.sync.m16n8k32`` on Hopper / Blackwell), else None (the default;
-    ``wmma (mma.sync)`` names the API, not an instruction variant)."""
-    from ..registry import instructions
-    want = entry.get("instruction", "").replace(" ", "").lower()
-    names = instructions(entry["arch"], entry["in_format"], entry["out_dtype"])
-    hits = [n for n in names if want and want in n.replace(" ", "").lower()]
-    return hits[0] if hits else None
+    """The id of the instruction an index entry's ``instruction`` names (the variant
+    ``mma.sync.m16n8k32`` on Hopper / Blackwell), else None: the default (``wmma (mma.sync)``
+    names the API, not an instruction)."""
+    from ..registry import row
+    try:
+        return row(entry["arch"], entry["in_format"], entry["out_dtype"],
+                   instruction=entry.get("instruction", "")).instruction
+    except ValueError:
+        return None
 
 
 def spec_for_entry(entry: dict):

@@ -1,5 +1,7 @@
 """Rounding of exact rationals, and encoding of results into bit patterns.
 
+* :func:`round_int`: an exact rational to an integer in any of six modes (the one copy:
+  the probes classify observed roundings with it, FPRev's replay rounds with it).
 * :func:`rz_f`, :func:`rd_f`: the fixed-point roundings of seed 003 (``RZ_F`` truncates toward
   zero to a multiple of ``2**-F``, sign-magnitude; ``RD_F`` rounds toward minus infinity).
 * :func:`round_float`: the single "round an exact rational to a binary floating-point format"
@@ -33,15 +35,34 @@ def rd_f(x: Fraction, F: int) -> Fraction:
     return Fraction(math.floor(x * pow2(F))) * pow2(-F)
 
 
-def rne_int(x: Fraction) -> int:
-    """Nearest integer to ``x``, ties to even."""
+INT_MODES = ("rz", "rd", "ru", "ra", "rne", "rna")
+
+
+def round_int(x: Fraction, mode: str = "rne") -> int:
+    """``x`` rounded to an integer: ``rz`` toward zero, ``rd`` down, ``ru`` up, ``ra`` away
+    from zero, ``rne`` nearest with ties to even, ``rna`` nearest with ties away."""
+    if mode == "rz":
+        return math.trunc(x)
+    if mode == "rd":
+        return math.floor(x)
+    if mode == "ru":
+        return math.ceil(x)
+    if mode == "ra":
+        return math.ceil(x) if x > 0 else math.floor(x)
+    if mode not in ("rne", "rna"):
+        raise ValueError(f"rounding mode must be one of {INT_MODES}, got {mode!r}")
     fl = math.floor(x)
     rest = x - fl
-    if rest > Fraction(1, 2):
-        return fl + 1
-    if rest < Fraction(1, 2):
-        return fl
-    return fl if fl % 2 == 0 else fl + 1
+    if rest != Fraction(1, 2):
+        return fl + 1 if rest > Fraction(1, 2) else fl
+    if mode == "rne":
+        return fl if fl % 2 == 0 else fl + 1
+    return fl + 1 if x > 0 else fl
+
+
+def rne_int(x: Fraction) -> int:
+    """Nearest integer to ``x``, ties to even."""
+    return round_int(x, "rne")
 
 
 # --------------------------------------------------------------------------------------

@@ -8,10 +8,12 @@ import Triton.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Optional
 
-from ..registry import ARCHS, canonical_arch
+from ..isa import FAMILIES, family_archs
+from ..registry import ARCHS, canonical_arch, row as registry_row
 
 # Triton's scalar type names -> the project's format names (triton.language dtype.name)
 TL_FORMATS = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp64": "fp64",
@@ -19,12 +21,15 @@ TL_FORMATS = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp64": "fp64",
               "fp8e5b16": "fp8_e5m2fnuz"}
 OCP_FP8 = ("fp8_e4m3", "fp8_e5m2")
 FNUZ_FP8 = ("fp8_e4m3fnuz", "fp8_e5m2fnuz")
-PATHS = ("wgmma", "mma.sync", "tcgen05", "mfma", "fma")
+PATHS = FAMILIES          # the instruction families of isa.py
 PRECISIONS = ("tf32", "tf32x3", "ieee", "bf16x3", "bf16x6")
-NV_CC = {"sm70": 70, "sm75": 75, "sm80": 80, "sm86": 86, "sm89": 89, "sm90": 90,
-         "sm100": 100, "sm120": 120}
+NV_CC = {a.name: 10 * a.capability[0] + a.capability[1] for a in ARCHS.values()
+         if a.capability}                # Triton's "cuda:90" form
 CDNA = {"gfx908": 1, "gfx90a": 2, "gfx942": 3}
 _BITS = {"fp16": 16, "bf16": 16, "fp32": 32, "tf32": 32, "fp64": 64}
+# the instruction families of each vendor's archs
+_VENDOR_PATHS = {v: {p for p in PATHS if any(ARCHS[a].vendor == v for a in family_archs(p))}
+                 for v in ("nvidia", "amd")}
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,9 @@ class DotPlan:
     the FMA path), ``promote_every`` (Hopper fp8: K elements per partial accumulator added
     in fp32), ``round_result`` (the fp32 chain is rounded to this format after the dot: AMD
     keeps fp16 accumulators in fp32), ``instruction`` (a registry variant; None: the arch's
-    default row) and ``note`` (assumptions)."""
+    default row), ``row`` (the id of the arch's instruction of this path, isa.py,
+    that the default row models; None where the default row, of another family, stands in)
+    and ``note`` (assumptions)."""
 
     path: str
     fmt_a: str
@@ -47,6 +54,7 @@ class DotPlan:
     round_result: Optional[str] = None
     instruction: Optional[str] = None
     note: str = ""
+    row: Optional[str] = None
 
     @property
     def in_format(self) -> str:
@@ -106,9 +114,9 @@ def _nv_plan(arch, fa, fb, out, precision, imp, M, N, K, batched, num_warps, for
         return DotPlan("fma", "fp32", "fp32", "fp32", convert="fp32",
                        note="Triton's FMA path: operands converted to fp32, FMA chain along K")
     path = force or _nv_path(cc, fmt, out, imp, M, N, K, batched, num_warps)
-    if path not in ("wgmma", "mma.sync", "tcgen05"):
+    if path not in _VENDOR_PATHS["nvidia"]:
         raise ValueError(f"torch_mma_emu.triton: {arch} has no {path} path")
-    if path == "wgmma" and cc != 90 or path == "tcgen05" and not 100 <= cc < 110:
+    if arch not in family_archs(path):
         raise ValueError(f"torch_mma_emu.triton: {path} does not exist on {arch}")
     fmt_b = "tf32" if fb == "fp32" else fb
     note = ""
@@ -167,7 +175,7 @@ def _amd_plan(arch, fa, fb, out, precision, imp, M, N, K, batched, num_warps, fo
                 "MFMA for tiles under 16 rows or columns, which is not modelled; use tiles of "
                 "16 or more (or instruction='fma' for the FMA path)")
         path = "mfma" if K % _mfma_kdim(v, fmt, non_k) == 0 else "fma"
-    if path not in ("mfma", "fma"):
+    if path not in _VENDOR_PATHS["amd"]:
         raise ValueError(f"torch_mma_emu.triton: {arch} has no {path} path")
     if path == "fma":
         if out != "fp32":
@@ -200,8 +208,18 @@ def choose(arch: str, fmt_a: str, fmt_b: str, out: str, precision: str = "tf32",
         raise TypeError(f"torch_mma_emu.triton: tl.dot of {fmt_a} x {fmt_b}: Triton takes "
                         "equal types (fp8 types mix)")
     vendor = ARCHS[arch].vendor
-    if vendor == "nvidia":
-        return _nv_plan(arch, fmt_a, fmt_b, out, precision, max_num_imprecise_acc, M, N, K,
-                        batched, num_warps, instruction)
-    return _amd_plan(arch, fmt_a, fmt_b, out, precision, max_num_imprecise_acc, M, N, K,
-                     batched, num_warps, instruction)
+    make = _nv_plan if vendor == "nvidia" else _amd_plan
+    plan = make(arch, fmt_a, fmt_b, out, precision, max_num_imprecise_acc, M, N, K, batched,
+                num_warps, instruction)
+    return replace(plan, row=_row_of(arch, plan.fmt_a, plan.fmt_b, plan.out, plan.path))
+
+
+@lru_cache(maxsize=None)
+def _row_of(arch, fa, fb, out, path) -> Optional[str]:
+    """The instruction id of the arch's default row for these types when it is of the
+    path's family (the instruction Triton issues), else None."""
+    try:
+        r = registry_row(arch, fa, out, in_format_b=fb)
+    except ValueError:
+        return None
+    return r.instruction if r.instr.family == path else None

@@ -19,9 +19,9 @@ from typing import Optional
 
 import torch
 
-from .dot import TORCH_OF, format_of, to_numpy, to_torch
+from ..formats import FLOAT_DTYPES, INT_OF_SIZE
+from .dot import format_of, to_numpy, to_torch
 
-_INT = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
 _FP8 = ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz")
 
 
@@ -32,7 +32,7 @@ def toward_zero(x: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
     over = y.double().abs() > x.double().abs()
     if not bool(over.any()):
         return y
-    bits = y.view(_INT[y.element_size()])
+    bits = y.view(INT_OF_SIZE[y.element_size()])
     return torch.where(over, bits - 1, bits).view(dt)   # same sign, magnitude one code less
 
 
@@ -48,13 +48,13 @@ def convert(arch: Optional[str], vendor: Optional[str], data, src_ty, dst_ty,
     fs, fd = format_of(src_ty), format_of(dst_ty)
     if fs is None or fd is None or fs == fd:
         return None
-    widen = torch.finfo(TORCH_OF[fd]).bits > torch.finfo(TORCH_OF[fs]).bits
+    widen = torch.finfo(FLOAT_DTYPES[fd]).bits > torch.finfo(FLOAT_DTYPES[fs]).bits
     if fd in _FP8 and vendor != "nvidia":
         return None
     if fd not in _FP8 and fd != "bf16" and fs not in _FP8 and fs != "bf16" and not rtz:
         return None                          # NumPy's fp16 / fp32 / fp64 casts are RNE
     x = to_torch(data, fs)
-    dt = TORCH_OF[fd]
+    dt = FLOAT_DTYPES[fd]
     if widen:
         y = x.to(dt)
     elif rtz:

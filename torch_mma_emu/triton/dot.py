@@ -11,14 +11,11 @@ from typing import Callable, Optional
 import numpy as np
 import torch
 
+from ..formats import FLOAT_DTYPES
 from ..ops import emulated_mm
 from ..schedule import Schedule, _tf32_round
 from .choice import TL_FORMATS, DotPlan
 
-TORCH_OF = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32,
-            "fp64": torch.float64, "fp8_e4m3": torch.float8_e4m3fn,
-            "fp8_e5m2": torch.float8_e5m2, "fp8_e4m3fnuz": torch.float8_e4m3fnuz,
-            "fp8_e5m2fnuz": torch.float8_e5m2fnuz}
 _NP_CONTAINER = {1: np.uint8, 2: np.int16, 4: np.float32, 8: np.float64}
 
 
@@ -29,7 +26,7 @@ def format_of(tl_dtype) -> Optional[str]:
 
 def to_torch(data: np.ndarray, fmt: str) -> torch.Tensor:
     """The interpreter's array as a tensor of ``fmt`` (bits unchanged)."""
-    dt = TORCH_OF[fmt]
+    dt = FLOAT_DTYPES[fmt]
     arr = np.ascontiguousarray(data)
     if arr.dtype.kind == "f":
         t = torch.from_numpy(arr)
@@ -54,15 +51,15 @@ def nan_to_zero(x: torch.Tensor) -> torch.Tensor:
 def run_plan(plan: DotPlan, arch, A, B, C, variant: Optional[str] = None) -> torch.Tensor:
     """``C + A @ B`` as the plan says, with ``emulated_mm`` on ``arch``."""
     if plan.convert:
-        A, B = A.to(TORCH_OF[plan.convert]), B.to(TORCH_OF[plan.convert])
-    out = TORCH_OF[plan.out]
+        A, B = A.to(FLOAT_DTYPES[plan.convert]), B.to(FLOAT_DTYPES[plan.convert])
+    out = FLOAT_DTYPES[plan.out]
     Cin = C.to(out)
     fmt = plan.in_format
     in_format = fmt if ("fp32" in fmt or "tf32" in fmt or "xf32" in fmt) else None
     sched = Schedule(promote_every=plan.promote_every) if plan.promote_every else None
     D = emulated_mm(A, B, Cin, arch=arch, in_format=in_format, out_dtype=out,
-                    instruction=variant or plan.instruction, schedule=sched)
-    return D.to(TORCH_OF[plan.round_result]) if plan.round_result else D
+                    instruction=variant or plan.instruction or plan.row, schedule=sched)
+    return D.to(FLOAT_DTYPES[plan.round_result]) if plan.round_result else D
 
 
 def split_fp32(A, B, C, precision: str, dot: Callable) -> torch.Tensor:

@@ -28,13 +28,17 @@ def calls_dot(fn, _seen=None) -> bool:
     return any(isinstance(glb.get(n), JITFunction) and calls_dot(glb[n], _seen) for n in names)
 
 
+class NativeLaunchRefused(RuntimeError):
+    """A compiled graph would launch a dot kernel natively inside a block."""
+
+
 def guard(orig, current):
     """``CachingAutotuner.run`` refusing a dot-carrying user kernel inside a block."""
     def run(self, *args, **kwargs):
         if current() is not None and _is_user_kernel(self) and calls_dot(self.fn):
             name = (getattr(self, "inductor_meta", None) or {}).get("kernel_name") \
                 or getattr(getattr(self.fn, "fn", self.fn), "__name__", "kernel")
-            raise RuntimeError(
+            raise NativeLaunchRefused(
                 f"torch_mma_emu.triton: torch.compile (Inductor) compiled the Triton kernel "
                 f"{name} and launches it natively, so its tl.dot would NOT be emulated "
                 "inside this block.  Launch it outside the compiled graph (wrap the launch "

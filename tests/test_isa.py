@@ -1,0 +1,93 @@
+"""The instruction table (torch_mma_emu/isa.py): every registry row points to an
+instruction that takes its types on its arch, the native kernels' codes are the CUDA
+source's, and instruction= names resolve through the table only."""
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import torch_mma_emu as tme
+from torch_mma_emu import isa as ins, native, registry
+from torch_mma_emu.triton import choice
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_rows_point_to_instructions_that_take_their_types():
+    for r in registry.ROWS:
+        i = ins.get(r.instruction)
+        where = f"{r.arch} {r.formats} -> {r.out} ({r.instruction})"
+        assert r.arch in i.archs, where
+        assert set(r.formats) <= set(i.inputs), where
+        assert r.out in i.outputs, where
+        assert (r.scale_format in i.scales) if r.scale_format else not i.scales, where
+        if r.op not in ("fma",) and i.k is not None:    # a fused op covers at most k products
+            assert r.params.get("passes", 1) * r.params["L"] <= i.k, where
+    used = {r.instruction for r in registry.ROWS}
+    # every instruction is run by a row (no dead records)
+    assert set(ins.INSTRUCTIONS) == used
+
+
+def test_records_are_well_formed():
+    for i in ins.INSTRUCTIONS.values():
+        assert i.family in ins.FAMILIES, i.id
+        assert set(i.archs) <= set(registry.ARCHS), i.id
+        assert i.kernel is None or i.kernel in ins.KERNELS, i.id
+        if i.kernel:                     # the kernel issues this instruction's PTX
+            k = ins.KERNELS[i.kernel]
+            assert k.k == i.k and set(i.inputs) <= set(k.inputs), i.id
+            assert (k.rows == 64) == i.group, i.id
+        assert len(i.shape) == 3
+
+
+def _enum(src: str, name: str) -> dict:
+    body = re.search(rf"enum {name} : int \{{(.*?)\}};", src, re.S).group(1)
+    return {m.group(2): int(m.group(1)) for m in re.finditer(r"= (\d+),\s*// (\S+)", body)}
+
+
+def test_kernel_codes_match_the_cuda_source():
+    src = (ROOT / "csrc" / "cuda" / "mma_instr.cu").read_text()
+    assert _enum(src, "Kind") == {n: k.kind for n, k in ins.KERNELS.items()}
+    assert _enum(src, "Type") == ins.KERNEL_TYPES
+    assert native.INSTRUCTIONS is ins.KERNELS
+
+
+@pytest.mark.parametrize("arch,fmt,out,name,want", [
+    ("sm90", "fp8_e4m3", torch.float16, "mma.sync", "mma.sync.m16n8k32"),
+    ("sm90", "fp8_e4m3", torch.float16, "mma.sync.m16n8k32 (fp8)", "mma.sync.m16n8k32"),
+    ("sm90", "fp8_e4m3", torch.float16, "MMA.Sync.M16N8K32", "mma.sync.m16n8k32"),
+    ("sm90", "fp8_e4m3", torch.float16, "wgmma", "qgmma.k32"),
+    ("sm90", "fp8_e4m3", torch.float16, "QGMMA", "qgmma.k32"),
+    ("sm90", "fp16", None, "HGMMA", "hgmma.k16"),
+    ("sm90", "fp16", None, "wgmma.m64nNk16", "hgmma.k16"),
+    ("sm100", "fp8_e4m3", "fp16", "mma.sync", "mma.sync.m16n8k32"),
+    ("sm100", "fp16", None, "kind::f16", "tcgen05.f16"),
+    ("sm100", "fp16", None, "tcgen05", "tcgen05.f16"),
+    ("sm89", "fp8_e5m2", None, "mma.sync.m16n8k32", "qmma.16832"),
+    ("sm80", "fp16", None, "mma.m16n8k16", "hmma.16816"),
+    ("sm80", "fp16", None, "HMMA.16816", "hmma.16816"),
+    ("sm80", "tf32", None, "mma.m16n8k8", "hmma.1684"),
+    ("sm120", "fp16", None, "m16n8k16", "sm120.f16"),
+    ("gfx90a", "bf16", None, "v_mfma_f32_32x32x4bf16", "mfma.32x32x4bf16"),
+    ("gfx90a", "bf16", None, "mfma", "mfma.32x32x8bf16_1k"),
+    ("gfx908", "fp64", None, "v_fma_f64", "v_fma_f64"),
+    ("sm80", "fp32", None, "fma", "ffma"),
+])
+def test_instruction_names_resolve_by_the_table(arch, fmt, out, name, want):
+    row = registry.row(arch, fmt, out, instruction=name)
+    assert row.instruction == want
+    assert tme.spec(arch, fmt, out, instruction=name) == \
+        tme.spec(arch, fmt, out, instruction=want)
+
+
+@pytest.mark.parametrize("name", ["mma", "HMMA", "k8", "x", "m16n8", "gmma"])
+def test_parts_of_names_are_not_names(name):
+    with pytest.raises(ValueError, match="has no instruction"):
+        tme.spec("sm90", "fp8_e4m3", torch.float16, instruction=name)
+
+
+def test_triton_paths_are_the_table_families():
+    assert choice.PATHS == ins.FAMILIES
+    assert ins.family_archs("wgmma") == ("sm90",)
+    assert ins.family_archs("tcgen05") == ("sm100",)
