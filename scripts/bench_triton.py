@@ -12,23 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 import warnings
 
 import torch
 
 import torch_mma_emu.triton as tmt
 from torch_mma_emu import triton_kernels as K
-
-
-def best(fn, repeat):
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+from torch_mma_emu.timing import best_of
 
 
 def main(argv=None) -> int:
@@ -51,7 +41,7 @@ def main(argv=None) -> int:
             args.arch))):
         for name, fn in runs:
             with block():
-                rows.append((name, label, best(fn, args.repeat)))
+                rows.append((name, label, best_of(fn, args.repeat, warm_up=True)))
     base = rows[0][2]
     print(f"# Triton under emulate({args.arch!r}) vs the plain interpreter, {n}^3, "
           f"torch {torch.__version__}, best of {args.repeat}")

@@ -236,6 +236,14 @@ def hold(switches) -> Iterator[None]:
         leave_all(switches)
 
 
+def _ours(wrapper: Callable, original: Callable) -> Callable:
+    """Mark ``wrapper`` (of ``original``) as one of ours: a later switch-on does not wrap it
+    again, and ``__wrapped__`` leads to the original."""
+    wrapper._mma_emu_keeps = True
+    wrapper.__wrapped__ = original
+    return wrapper
+
+
 # -- PyTorch settings that would hide products -------------------------------------------
 def _mha_fastpath(p: Patches) -> None:
     mha = getattr(torch.backends, "mha", None)
@@ -308,9 +316,7 @@ def _stepping_aside(fn):
         if PRODUCT_DECOMPS.is_on:
             return NotImplemented
         return fn(*args, **kwargs)
-    decomp._mma_emu_keeps = True
-    decomp.__wrapped__ = fn
-    return decomp
+    return _ours(decomp, fn)
 
 
 PRODUCT_DECOMPS = patch_switch(
@@ -350,9 +356,7 @@ def _flex_compile(p: Patches) -> None:
             from torch._dynamo.backends.debugging import aot_eager
             return aot_eager(model_, example_inputs_)
         return compile_fx(model_, example_inputs_, *args, **kwargs)
-    compile_fx_or_eager._mma_emu_keeps = True
-    compile_fx_or_eager.__wrapped__ = compile_fx
-    p.set(cfx, "compile_fx", compile_fx_or_eager)
+    p.set(cfx, "compile_fx", _ours(compile_fx_or_eager, compile_fx))
 
 
 FLEX_COMPILE = patch_switch(
@@ -375,9 +379,7 @@ def _flex_cpu_grad(p: Patches) -> None:
         if FLEX_CPU_GRAD.is_on and query.device.type == "cpu":
             return None       # the GPU being previewed has the backward (emulated)
         return check(query, key, value)
-    validate_device._mma_emu_keeps = True
-    validate_device.__wrapped__ = check
-    p.set(fa, "_validate_device", validate_device)
+    p.set(fa, "_validate_device", _ours(validate_device, check))
 
 
 FLEX_CPU_GRAD = patch_switch(
@@ -405,8 +407,7 @@ def _flex_lowering(p: Patches) -> None:
                                        "its products are not emulated (compile with "
                                        "backend='aot_eager', or call it eagerly)")
             return _fn(*args, **kwargs)
-        lower._mma_emu_keeps = True
-        p.item(lowerings, hop, lower)
+        p.item(lowerings, hop, _ours(lower, fn))
 
 
 FLEX_LOWERING = patch_switch(
@@ -539,9 +540,7 @@ def _answering(want: Optional[tuple], fn: Callable) -> Callable:
         if not TORCHAO_GPU_CHECKS.is_on:
             return fn(*args, **kwargs)
         return True if want is None else torchao_answers() >= want
-    answer._mma_emu_keeps = True
-    answer.__wrapped__ = fn
-    return answer
+    return _ours(answer, fn)
 
 
 TORCHAO_GPU_CHECKS = patch_switch(
