@@ -244,6 +244,13 @@ def _ours(wrapper: Callable, original: Callable) -> Callable:
     return wrapper
 
 
+def _replace(p: Patches, owner, name: str, wrap: Callable[[Callable], Callable]) -> None:
+    """``owner.name = wrap(original)``, unless it is missing or one of ours already."""
+    fn = getattr(owner, name, None)
+    if fn is not None and not getattr(fn, "_mma_emu_keeps", False):
+        p.set(owner, name, _ours(wrap(fn), fn))
+
+
 # -- PyTorch settings that would hide products -------------------------------------------
 def _mha_fastpath(p: Patches) -> None:
     mha = getattr(torch.backends, "mha", None)
@@ -347,16 +354,15 @@ def _flex_compile(p: Patches) -> None:
         import torch._inductor.compile_fx as cfx
     except Exception:  # no Inductor in this build
         return
-    compile_fx = cfx.compile_fx
-    if getattr(compile_fx, "_mma_emu_keeps", False):
-        return
 
-    def compile_fx_or_eager(model_, example_inputs_, *args, **kwargs):
-        if FLEX_COMPILE.is_on and holds_flex(model_):
-            from torch._dynamo.backends.debugging import aot_eager
-            return aot_eager(model_, example_inputs_)
-        return compile_fx(model_, example_inputs_, *args, **kwargs)
-    p.set(cfx, "compile_fx", _ours(compile_fx_or_eager, compile_fx))
+    def wrap(compile_fx):
+        def compile_fx_or_eager(model_, example_inputs_, *args, **kwargs):
+            if FLEX_COMPILE.is_on and holds_flex(model_):
+                from torch._dynamo.backends.debugging import aot_eager
+                return aot_eager(model_, example_inputs_)
+            return compile_fx(model_, example_inputs_, *args, **kwargs)
+        return compile_fx_or_eager
+    _replace(p, cfx, "compile_fx", wrap)
 
 
 FLEX_COMPILE = patch_switch(
@@ -371,15 +377,14 @@ def _flex_cpu_grad(p: Patches) -> None:
         import torch.nn.attention.flex_attention as fa
     except ImportError:         # no flex attention in this build
         return
-    check = getattr(fa, "_validate_device", None)
-    if check is None or getattr(check, "_mma_emu_keeps", False):
-        return
 
-    def validate_device(query, key, value):
-        if FLEX_CPU_GRAD.is_on and query.device.type == "cpu":
-            return None       # the GPU being previewed has the backward (emulated)
-        return check(query, key, value)
-    p.set(fa, "_validate_device", _ours(validate_device, check))
+    def wrap(check):
+        def validate_device(query, key, value):
+            if FLEX_CPU_GRAD.is_on and query.device.type == "cpu":
+                return None       # the GPU being previewed has the backward (emulated)
+            return check(query, key, value)
+        return validate_device
+    _replace(p, fa, "_validate_device", wrap)
 
 
 FLEX_CPU_GRAD = patch_switch(
@@ -528,10 +533,10 @@ def _torchao_checks(p: Patches) -> None:
             continue
         for name, fn in list(vars(mod).items()):
             m = check.match(name)
-            if m and callable(fn) and not getattr(fn, "_mma_emu_keeps", False):
-                p.set(mod, name, _answering((int(m.group(1)), int(m.group(2))), fn))
-    if not getattr(torch.cuda.is_available, "_mma_emu_keeps", False):
-        p.set(torch.cuda, "is_available", _answering(None, torch.cuda.is_available))
+            if m and callable(fn):
+                want = (int(m.group(1)), int(m.group(2)))
+                _replace(p, mod, name, functools.partial(_answering, want))
+    _replace(p, torch.cuda, "is_available", functools.partial(_answering, None))
 
 
 def _answering(want: Optional[tuple], fn: Callable) -> Callable:
@@ -540,7 +545,7 @@ def _answering(want: Optional[tuple], fn: Callable) -> Callable:
         if not TORCHAO_GPU_CHECKS.is_on:
             return fn(*args, **kwargs)
         return True if want is None else torchao_answers() >= want
-    return _ours(answer, fn)
+    return answer
 
 
 TORCHAO_GPU_CHECKS = patch_switch(
