@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import sys
 import threading
 from typing import Any, Callable, Iterator, Optional
@@ -244,9 +245,18 @@ def _ours(wrapper: Callable, original: Callable) -> Callable:
     return wrapper
 
 
+def _module(name: str):
+    """The module, or None where this build of PyTorch lacks it (no Inductor, no flex)."""
+    try:
+        return importlib.import_module(name)
+    except Exception:  # noqa: BLE001 (any failure to import: the feature is absent)
+        return None
+
+
 def _replace(p: Patches, owner, name: str, wrap: Callable[[Callable], Callable]) -> None:
-    """``owner.name = wrap(original)``, unless it is missing or one of ours already."""
-    fn = getattr(owner, name, None)
+    """``owner.name = wrap(original)``, unless owner or the attribute is missing or it is
+    one of ours already."""
+    fn = getattr(owner, name, None) if owner is not None else None
     if fn is not None and not getattr(fn, "_mma_emu_keeps", False):
         p.set(owner, name, _ours(wrap(fn), fn))
 
@@ -349,49 +359,40 @@ def holds_flex(gm) -> bool:
                for node in mod.graph.nodes)
 
 
-def _flex_compile(p: Patches) -> None:
-    try:
-        import torch._inductor.compile_fx as cfx
-    except Exception:  # no Inductor in this build
-        return
-
-    def wrap(compile_fx):
-        def compile_fx_or_eager(model_, example_inputs_, *args, **kwargs):
-            if FLEX_COMPILE.is_on and holds_flex(model_):
-                from torch._dynamo.backends.debugging import aot_eager
-                return aot_eager(model_, example_inputs_)
-            return compile_fx(model_, example_inputs_, *args, **kwargs)
-        return compile_fx_or_eager
-    _replace(p, cfx, "compile_fx", wrap)
+def _compile_fx_or_eager(compile_fx):
+    def compile_fx_or_eager(model_, example_inputs_, *args, **kwargs):
+        if FLEX_COMPILE.is_on and holds_flex(model_):
+            from torch._dynamo.backends.debugging import aot_eager
+            return aot_eager(model_, example_inputs_)
+        return compile_fx(model_, example_inputs_, *args, **kwargs)
+    return compile_fx_or_eager
 
 
-FLEX_COMPILE = patch_switch(
+def _validate_device_but_cpu_grad(check):
+    def validate_device(query, key, value):
+        if FLEX_CPU_GRAD.is_on and query.device.type == "cpu":
+            return None       # the GPU being previewed has the backward (emulated)
+        return check(query, key, value)
+    return validate_device
+
+
+def _replacing(name: str, changes: str, module: str, attr: str, wrap) -> Switch:
+    """A switch that replaces ``module.attr`` by ``wrap(original)`` (where both exist)."""
+    return patch_switch(name, changes, lambda p: _replace(p, _module(module), attr, wrap))
+
+
+FLEX_COMPILE = _replacing(
     "flex attention compile", "torch._inductor.compile_fx.compile_fx: a graph that holds the "
     "flex-attention operators is compiled as backend='aot_eager' (the compiled code calls "
     "the operators at run time and the mode emulates them; the rest of that graph runs as "
-    "aot_eager's aten ops too); other graphs as before", _flex_compile)
-
-
-def _flex_cpu_grad(p: Patches) -> None:
-    try:
-        import torch.nn.attention.flex_attention as fa
-    except ImportError:         # no flex attention in this build
-        return
-
-    def wrap(check):
-        def validate_device(query, key, value):
-            if FLEX_CPU_GRAD.is_on and query.device.type == "cpu":
-                return None       # the GPU being previewed has the backward (emulated)
-            return check(query, key, value)
-        return validate_device
-    _replace(p, fa, "_validate_device", wrap)
-
-
-FLEX_CPU_GRAD = patch_switch(
+    "aot_eager's aten ops too); other graphs as before",
+    "torch._inductor.compile_fx", "compile_fx", _compile_fx_or_eager)
+FLEX_CPU_GRAD = _replacing(
     "flex attention CPU grad", "torch.nn.attention.flex_attention._validate_device: CPU inputs "
     "that require grad pass (PyTorch refuses them: 'FlexAttention does not support backward "
     "on CPU'); the preview models a GPU, which has the backward, and the backward operator "
-    "reaches the mode", _flex_cpu_grad)
+    "reaches the mode", "torch.nn.attention.flex_attention", "_validate_device",
+    _validate_device_but_cpu_grad)
 
 
 def _flex_lowering(p: Patches) -> None:
