@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-import timeit
 import warnings
 
 import torch
 
 import torch_mma_emu.triton as tmt
 from torch_mma_emu import triton_kernels as K
-
-
-def best(fn, repeat):
-    """Best of ``repeat`` timed runs after a warm-up run."""
-    fn()
-    return min(timeit.repeat(fn, repeat=repeat, number=1))
+from torch_mma_emu.timing import best_of
 
 
 def main(argv=None) -> int:
@@ -47,7 +41,7 @@ def main(argv=None) -> int:
             args.arch))):
         for name, fn in runs:
             with block():
-                rows.append((name, label, best(fn, args.repeat)))
+                rows.append((name, label, best_of(fn, args.repeat, warm_up=True)))
     base = rows[0][2]
     print(f"# Triton under emulate({args.arch!r}) vs the plain interpreter, {n}^3, "
           f"torch {torch.__version__}, best of {args.repeat}")

@@ -48,7 +48,7 @@ class BelowSpy(TorchDispatchMode):
         kwargs = kwargs or {}
         if any(isinstance(a, torch.Tensor) and (isinstance(a, FakeTensor) or a.is_meta)
                for a in args):
-            return func(*args, **kwargs)      # shape propagation (the mode's _restride)
+            return func(*args, **kwargs)      # shape propagation (the handlers' restride, dispatch_args.py)
         if isinstance(func, torch._ops.HigherOrderOperator):
             name = func.name()
         else:

@@ -276,7 +276,7 @@ def test_sdpa_backward_products_are_emulated():
 
 def test_cuda_attention_handlers_bind_their_schemas():
     # the CUDA fused kernels cannot run here; their handlers are driven with CPU tensors
-    from torch_mma_emu.preview import sdpa_route
+    from torch_mma_emu.preview import attention, sdpa_route
     from torch_mma_emu.preview.mode import EmulateMode
     em = emulate("sm90")
     q, k, v = (rnd(1, 2, 4, 8, seed=s) for s in range(3))
@@ -292,10 +292,12 @@ def test_cuda_attention_handlers_bind_their_schemas():
          [True, True, True, False]), {})
     assert bwd[3] is None
     lse = fwd[1][..., :4]
-    cpu = em._attn_bwd(aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
-                       (go, q, k, v, fwd[0], lse, 0.0, False), {})
+    cpu = attention.handle_backward(
+        em, aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+        (go, q, k, v, fwd[0], lse, 0.0, False), {})
     assert all(same(a, b) for a, b in zip(bwd[:3], cpu))
-    fl = em._attn_fwd(aten._scaled_dot_product_flash_attention.default, (q, k, v), {})
+    fl = attention.handle_forward(em, aten._scaled_dot_product_flash_attention.default,
+                                  (q, k, v), {})
     assert same(fl[0], ref) and len(fl) == 9
     assert isinstance(EmulateMode.ignore_compile_internals(), bool)
 

@@ -25,15 +25,46 @@ from typing import Optional
 
 import torch
 
-__all__ = ["adapt"]
+__all__ = ["adapt", "ceil_div", "swizzled_numel", "unswizzle", "unpack_fp4"]
 
 _FP4 = getattr(torch, "float4_e2m1fn_x2", None)
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def swizzled_numel(rows: int, cols: int) -> int:
+    """Elements of a scale matrix (rows, cols) in cuBLAS's 128x4 tile layout (padded)."""
+    return ceil_div(rows, 128) * 128 * ceil_div(cols, 4) * 4
+
+
+def unswizzle(scale: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    """(rows, cols) scales from cuBLAS's block-scaling-factor layout: 128x4 tiles, row-major
+    over the tiles, each tile stored as 32 x (4 x 4): element (r, c) of a tile at
+    ``(r % 32) * 16 + (r // 32) * 4 + c`` (cuBLAS docs, "1D block scaling factors layout";
+    what ``to_blocked`` in PyTorch's tests writes).  The tensor is read in memory order."""
+    nr, nc = ceil_div(rows, 128), ceil_div(cols, 4)
+    flat = scale.contiguous().view(torch.uint8).reshape(-1)
+    t = flat.view(nr, nc, 32, 4, 4).permute(0, 3, 2, 1, 4).reshape(nr * 128, nc * 4)
+    return t[:rows, :cols].contiguous().view(scale.dtype)
+
+
+def unpack_fp4(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """One uint8 E2M1 code per element from ``float4_e2m1fn_x2`` packed along ``dim``: the
+    low nibble holds the element of even index, the high nibble the next one."""
+    u = t.view(torch.uint8)
+    lo, hi = u & 0xF, u >> 4
+    d = dim % u.dim()
+    out = torch.stack((lo, hi), dim=d + 1)
+    shape = list(u.shape)
+    shape[d] *= 2
+    return out.reshape(shape)
 
 
 def adapt(A, B, scale_a, scale_b, in_format: Optional[str], arch: str = ""):
     """``(A, B, in_format)`` with packed fp4 operands unpacked; raises a ``ValueError`` /
     ``TypeError`` saying what to pass for the other foreign layouts."""
-    from .preview.scaled import ceil_div, swizzled_numel, unpack_fp4
     packed = [t is not None and _FP4 is not None and t.dtype == _FP4 for t in (A, B)]
     if any(packed):
         if in_format not in (None, "fp4_e2m1", "fp4_e2m1,fp4_e2m1"):

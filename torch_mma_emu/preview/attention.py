@@ -16,15 +16,23 @@ Dropout (``keep`` mask, probability p): ``O = prod(drop(P).to(dtype), V) / l`` w
 ``drop(P) = where(keep, P / (1-p), 0)``; backward ``dV = prod(drop(P)^T, dO)``,
 ``dP = drop(prod(dO, V^T))``, the rest unchanged (FlashAttention-2 with dropout).
 Grouped-query attention (fewer K/V heads) repeats K/V heads and sums their gradients.
+
+The mode's handlers of the flash / cuDNN / CPU-flash attention ops (forward and backward)
+are at the end; the memory-efficient op is sdpa_route.py's.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Callable, Optional
 
 import torch
 
-__all__ = ["attention_forward", "attention_backward"]
+from .dispatch_args import bind, phase, restride
+from .gemm import acc_product
+
+__all__ = ["attention_forward", "attention_backward", "handle_forward", "handle_backward",
+           "FLASH_OPS"]
 
 Prod = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -106,3 +114,73 @@ def attention_backward(dO, q, k, v, O, lse, mask, is_causal: bool, scale: Option
         dK = dK.unflatten(-3, (hk, rep)).sum(-3)
         dV = dV.unflatten(-3, (hk, rep)).sum(-3)
     return dQ.to(dtype), dK.to(dtype), dV.to(dtype), dS
+
+
+# -- under emulate: the flash / cuDNN / CPU-flash attention ops ------------------------------
+FLASH_OPS = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+             "_scaled_dot_product_cudnn_attention")
+
+
+def _plan(mode, func, q, k, dropout_p, shapes):
+    plan = mode._plan("attention", q, k, phase())
+    if dropout_p and dropout_p > 0:
+        key = ("dropout", str(func))
+        if key not in mode._warned:
+            mode._warned.add(key)
+            warnings.warn(f"emulate: {func} with dropout_p={dropout_p} runs natively "
+                          "(its random mask cannot be reproduced); use eval() or "
+                          "dropout_p=0 to emulate attention", stacklevel=4)
+        mode._note(func, "attention", "native", shapes, "dropout")
+        return None
+    if plan.native or q.dtype != k.dtype:
+        mode._note(func, "attention", "native", shapes, "policy: native")
+        return None
+    return plan
+
+
+def handle_forward(mode, func, args, kwargs):
+    a = bind(func, args, kwargs)
+    q, k, v = a["query"], a["key"], a["value"]
+    mask = a.get("attn_mask", a.get("attn_bias"))
+    plan = _plan(mode, func, q, k, a.get("dropout_p"), [q.shape, k.shape, v.shape])
+    if plan is None:
+        return func(*args, **kwargs)
+    out, lse = attention_forward(q, k, v, mask, bool(a.get("is_causal")), a.get("scale"),
+                                 acc_product(plan))
+    mode._note(func, "attention", plan.label, [q.shape, k.shape, v.shape])
+    lse = lse.to(torch.float32) if q.dtype != torch.float64 else lse
+    return restride(_outputs(func, q, k, out, lse), func, args, kwargs)
+
+
+def _outputs(func, q, k, out, lse):
+    name = func.overloadpacket.__name__
+    if name == "_scaled_dot_product_flash_attention_for_cpu":
+        return out, lse
+    i64 = dict(dtype=torch.int64)
+    Lq, Lk = q.shape[-2], k.shape[-2]
+    e_i = q.new_empty(0, dtype=torch.int32)
+    if name == "_scaled_dot_product_flash_attention":
+        return (out, lse, e_i, e_i, Lq, Lk, q.new_zeros(2, **i64), q.new_empty(0, **i64),
+                q.new_empty(0))
+    # _scaled_dot_product_cudnn_attention
+    return (out, lse, e_i, e_i, Lq, Lk, q.new_zeros((), **i64), q.new_zeros((), **i64),
+            q.new_empty(0))
+
+
+def handle_backward(mode, func, args, kwargs):
+    a = bind(func, args, kwargs)
+    q, k, v = a["query"], a["key"], a["value"]
+    mask = a.get("attn_mask", a.get("attn_bias"))
+    if mask is not None and mask.numel() == 0:
+        mask = None
+    plan = _plan(mode, func, q, k, a.get("dropout_p"), [q.shape, k.shape, v.shape])
+    if plan is None:
+        return func(*args, **kwargs)
+    dO = a.get("grad_out", a.get("grad_out_"))
+    if dO is None:  # undefined output gradient (gradcheck's check_undefined_grad)
+        return tuple(torch.zeros_like(t) for t in (q, k, v))
+    dq, dk, dv, _ = attention_backward(dO, q, k, v, a["out"], a["logsumexp"], mask,
+                                       bool(a.get("is_causal")), a.get("scale"),
+                                       acc_product(plan))
+    mode._note(func, "attention", plan.label, [q.shape, k.shape, v.shape])
+    return restride((dq, dk, dv), func, args, kwargs)

@@ -322,15 +322,18 @@ def compare_outputs(outputs: dict, ref: dict, types: dict, modules: list,
     return rows
 
 
+def block_outputs(tracker: Optional[LayerTracker]) -> dict:
+    """``{path: [outputs]}`` captured by another block (the reference of a report)."""
+    other = tracker.capture if tracker is not None else None
+    if other is None or not other.done:
+        raise ValueError("report: the reference block captured no module call (use "
+                         "emulate(..., record=True) and call a module inside it)")
+    return other.outputs
+
+
 def reference_outputs(cap: Capture, reference: Any, mode_factory) -> tuple[dict, str]:
-    """``{path: [outputs]}`` of the reference run and its label."""
-    from .mode import EmulateMode
-    if isinstance(reference, EmulateMode):
-        other = reference.layer_tracker.capture if reference.layer_tracker else None
-        if other is None or not other.done:
-            raise ValueError("report: the reference block captured no module call (use "
-                             "emulate(..., record=True) and call a module inside it)")
-        return other.outputs, reference.policy.arch_name
+    """``{path: [outputs]}`` of the reference run (``"fp64"``, ``"native"`` or an arch run
+    by ``mode_factory``) and its label."""
     model = cap.model
     if reference in ("fp64", "float64", torch.float64):
         from .grouped import Float64Groups

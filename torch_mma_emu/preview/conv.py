@@ -10,6 +10,8 @@ emulations of one matrix-unit GEMM per convolution, not of a particular library 
 * transposed convolution and the data gradient: zero insertion (stride), padding and a
   forward convolution with the flipped, channel-swapped kernel (the implicit-GEMM dgrad);
 * weight gradient: ``dW[o, c k] = sum_{n, l} dy[n, o, l] * cols(x)[n, c k, l]``.
+
+The mode's handlers of ``aten.convolution`` and ``convolution_backward`` are at the end.
 """
 from __future__ import annotations
 
@@ -19,8 +21,11 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
+from .dispatch_args import bind, phase, restride
+from .gemm import mm_product
+
 __all__ = ["im2col", "check_conv", "conv_forward", "conv_transpose", "conv_wgrad",
-           "conv_backward"]
+           "conv_backward", "handle_conv", "handle_conv_backward"]
 
 MM = Callable[..., torch.Tensor]
 
@@ -155,3 +160,40 @@ def conv_backward(grad_y, x, w, stride, padding, dilation, transposed: bool, out
     if output_mask[2]:
         gb = grad_y.sum(dim=[0] + list(range(2, 2 + nd)))
     return gx, gw, gb
+
+
+# -- under emulate: aten.convolution and convolution_backward ------------------------------
+def handle_conv(mode, func, args, kwargs):
+    a = bind(func, args, kwargs)
+    x, w, bias = a["input"], a["weight"], a["bias"]
+    plan = mode._plan("conv", x, w, phase())
+    if plan.native or x.dtype != w.dtype or x.dim() < 3:
+        mode._note(func, "conv", "native", [x.shape, w.shape], "policy: native")
+        return func(*args, **kwargs)
+    mm = mm_product(plan, mode.policy.bias, x.dtype)
+    st, pad, dil = list(a["stride"]), list(a["padding"]), list(a["dilation"])
+    if a["transposed"]:
+        y = conv_transpose(x, w, st, pad, list(a["output_padding"]), dil, a["groups"], mm,
+                           bias)
+    else:
+        y = conv_forward(x, w, st, pad, dil, a["groups"], mm, bias)
+    mode._note(func, "conv", plan.label, [x.shape, w.shape])
+    if a.get("out") is not None:
+        a["out"].resize_(y.shape)
+        return a["out"].copy_(y)
+    return restride(y, func, args, kwargs)
+
+
+def handle_conv_backward(mode, func, args, kwargs):
+    a = bind(func, args, kwargs)
+    gy, x, w = a["grad_output"], a["input"], a["weight"]
+    plan = mode._plan("conv", gy, w, "backward")
+    if plan.native or gy.dtype != w.dtype:
+        mode._note(func, "conv", "native", [gy.shape, w.shape], "policy: native")
+        return func(*args, **kwargs)
+    mm = mm_product(plan, mode.policy.bias, gy.dtype)
+    gx, gw, gb = conv_backward(gy, x, w, list(a["stride"]), list(a["padding"]),
+                               list(a["dilation"]), a["transposed"],
+                               list(a["output_padding"]), a["groups"], a["output_mask"], mm)
+    mode._note(func, "conv", plan.label, [gy.shape, x.shape, w.shape])
+    return restride((gx, gw, gb), func, args, kwargs)

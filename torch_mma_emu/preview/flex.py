@@ -2,7 +2,7 @@
 
 Flex attention reaches the mode as the higher-order operators
 ``torch.ops.higher_order.flex_attention`` and ``flex_attention_backward`` (eager, compiled
-with ``aot_eager``, and compiled with Inductor while a block is open: flex_hooks.py).  Both
+with ``aot_eager``, and compiled with Inductor while a block is open: switches.py).  Both
 are emulated in the form of Inductor's Triton templates (``flex_attention.py.jinja``,
 ``flex_backwards.py.jinja``) with the whole sequence in one block, as for SDPA
 (attention.py).  ``prod(A, B)`` is the emulated product returning the fp32 accumulator.
@@ -41,6 +41,7 @@ import math
 import torch
 
 from .dispatch_args import phase
+from .gemm import acc_product
 
 __all__ = ["flex_forward", "flex_backward", "HANDLERS", "RCP_LN2"]
 
@@ -153,35 +154,34 @@ def _plan(mode, func, q, k, v, shapes):
     return plan
 
 
-def handle_forward(mode, func, args, kwargs):
-    a = dict(zip(_FWD, args), **kwargs)
-    q, k, v = a["query"], a["key"], a["value"]
-    shapes = [q.shape, k.shape, v.shape]
-    plan = _plan(mode, func, q, k, v, shapes)
-    if plan is None:
-        return func(*args, **kwargs)
-    out = flex_forward(q, k, v, a["score_mod"], a["block_mask"], a["scale"],
-                       a.get("kernel_options") or {},
-                       tuple(a.get("score_mod_other_buffers") or ()),
-                       tuple(a.get("mask_mod_other_buffers") or ()), mode._prod_fn(plan))
-    mode._note(func, "attention", plan.label, shapes, "flex attention (Triton form)")
-    return out
+def _handler(names: tuple, run, note: str):
+    """A mode handler: binds ``names`` (the operator's positional arguments), returns
+    ``run(a, q, k, v, prod, buffers)`` emulated, or calls the operator natively where the
+    policy says so; records the call."""
+    def handle(mode, func, args, kwargs):
+        a = dict(zip(names, args), **kwargs)
+        q, k, v = a["query"], a["key"], a["value"]
+        shapes = [q.shape, k.shape, v.shape]
+        plan = _plan(mode, func, q, k, v, shapes)
+        if plan is None:
+            return func(*args, **kwargs)
+        buffers = (tuple(a.get("score_mod_other_buffers") or ()),
+                   tuple(a.get("mask_mod_other_buffers") or ()))
+        out = run(a, q, k, v, acc_product(plan), buffers)
+        mode._note(func, "attention", plan.label, shapes, note)
+        return out
+    return handle
 
 
-def handle_backward(mode, func, args, kwargs):
-    a = dict(zip(_BWD, args), **kwargs)
-    q, k, v = a["query"], a["key"], a["value"]
-    shapes = [q.shape, k.shape, v.shape]
-    plan = _plan(mode, func, q, k, v, shapes)
-    if plan is None:
-        return func(*args, **kwargs)
-    out = flex_backward(q, k, v, a["out"], a["logsumexp"], a["grad_out"],
-                        a.get("grad_logsumexp"), a["fw_graph"], a["joint_graph"],
-                        a["block_mask"], a["scale"],
-                        tuple(a.get("score_mod_other_buffers") or ()),
-                        tuple(a.get("mask_mod_other_buffers") or ()), mode._prod_fn(plan))
-    mode._note(func, "attention", plan.label, shapes, "flex attention backward (Triton form)")
-    return out
-
+handle_forward = _handler(
+    _FWD, lambda a, q, k, v, prod, bufs: flex_forward(
+        q, k, v, a["score_mod"], a["block_mask"], a["scale"], a.get("kernel_options") or {},
+        *bufs, prod),
+    "flex attention (Triton form)")
+handle_backward = _handler(
+    _BWD, lambda a, q, k, v, prod, bufs: flex_backward(
+        q, k, v, a["out"], a["logsumexp"], a["grad_out"], a.get("grad_logsumexp"),
+        a["fw_graph"], a["joint_graph"], a["block_mask"], a["scale"], *bufs, prod),
+    "flex attention backward (Triton form)")
 
 HANDLERS = {"flex_attention": handle_forward, "flex_attention_backward": handle_backward}

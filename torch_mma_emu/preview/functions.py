@@ -6,8 +6,8 @@ in the wrong form.
   ``nn.RNN`` call): on CPU in fp32 / bf16 PyTorch runs them as one oneDNN kernel
   (``mkldnn_rnn_layer``, backward ``mkldnn_rnn_layer_backward``) whose products never reach
   a dispatch mode.  The call runs with oneDNN off (``torch.backends.mkldnn``, for the call
-  only; a shared count restores it when the last overlapping call in any thread ends), so
-  PyTorch's cell-by-cell code issues ``addmm`` / ``mm`` that are routed, forward
+  only; ``switches.ONEDNN_OFF`` restores it when the last overlapping call in any thread
+  ends), so PyTorch's cell-by-cell code issues ``addmm`` / ``mm`` that are routed, forward
   and backward (the backward nodes are those of that code).
 * ``F.scaled_dot_product_attention``: the preview models the kernel the *target* GPU would
   run, not this CPU's choice: sdpa_route.py picks the aten op (PyTorch's math path, the
@@ -16,12 +16,12 @@ in the wrong form.
 """
 from __future__ import annotations
 
-import threading
 from typing import Optional
 
 import torch
 from torch.overrides import TorchFunctionMode
 
+from ..switches import ONEDNN_OFF
 from . import sdpa_route
 
 __all__ = ["FunctionRouter"]
@@ -30,35 +30,6 @@ _RNNS = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
 _SDPA = torch._C._nn.scaled_dot_product_attention
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
-
-
-class SharedOff:
-    """A process-wide boolean setting held off while at least one call (in any thread)
-    needs it off: the first to enter saves it, the last to leave restores it.  (Saving and
-    restoring per call would let two overlapping calls leave it off for good.)"""
-
-    def __init__(self, get, put):
-        self.get, self.put = get, put
-        self.depth = 0
-        self.saved = None
-        self.lock = threading.Lock()
-
-    def __enter__(self):
-        with self.lock:
-            if self.depth == 0:
-                self.saved = self.get()
-                self.put(False)
-            self.depth += 1
-
-    def __exit__(self, *exc):
-        with self.lock:
-            self.depth -= 1
-            if self.depth == 0:
-                self.put(self.saved)
-
-
-# (torch.backends.mkldnn.flags would also set oneDNN's TF32 flag, with a warning)
-ONEDNN_OFF = SharedOff(torch._C._get_mkldnn_enabled, torch._C._set_mkldnn_enabled)
 
 
 def _sdpa_args(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,

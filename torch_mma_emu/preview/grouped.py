@@ -27,6 +27,10 @@ from typing import Callable, Iterator, Optional
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import scaled
+from .dispatch_args import bind, phase
+from .gemm import run_product
+
 __all__ = ["pieces", "output_shape", "run_groups", "grouped_native", "Float64Groups",
            "handle_grouped_mm", "handle_scaled_grouped_mm"]
 
@@ -101,7 +105,6 @@ def run_groups(A, B, offs, out_dtype, mm: Callable) -> torch.Tensor:
 def grouped_native(func, args, kwargs):
     """``_grouped_mm`` run natively group by group with ``torch.mm`` (for dtypes PyTorch's
     own kernel lacks, e.g. the float64 reference of ``report``)."""
-    from .dispatch_args import bind
     a = bind(func, args, kwargs)
     A, B = a["self"], a["mat2"]
     dt = a.get("out_dtype") or A.dtype
@@ -110,8 +113,6 @@ def grouped_native(func, args, kwargs):
 
 # -- the dispatch-mode handlers (``mode`` is the EmulateMode) -------------------------------
 def handle_grouped_mm(mode, func, args, kwargs):
-    from .dispatch_args import bind, phase
-    from .gemm import run_product
     a = bind(func, args, kwargs)
     A, B, offs = a["self"], a["mat2"], a.get("offs")
     if a.get("bias") is not None:
@@ -150,8 +151,6 @@ def _group_scales(A, B, sa, sb, offs):
 
 
 def handle_scaled_grouped_mm(mode, func, args, kwargs):
-    from . import scaled
-    from .dispatch_args import bind
     a = bind(func, args, kwargs)
     A, B, sa, sb, offs = a["self"], a["mat2"], a["scale_a"], a["scale_b"], a.get("offs")
     arch = mode.policy.arch_name
@@ -173,8 +172,8 @@ def handle_scaled_grouped_mm(mode, func, args, kwargs):
             if x.shape[0] == 0 or y.shape[-1] == 0 or x.shape[-1] == 0:
                 continue
             sp = scaled.build(x, y, [s_a], [scaled.ROWWISE], [], [s_b], [scaled.ROWWISE], [])
-            out[idx] = mode._run_scaled(func, sp, None, out_dtype, a.get("use_fast_accum"),
-                                        None)
+            out[idx] = scaled.run_scaled(mode, func, sp, None, out_dtype,
+                                          a.get("use_fast_accum"), None)
     except (ValueError, scaled.NotEmulated, IndexError) as e:
         raise ValueError(f"emulate({arch}): {func}: {e}") from None
     return out

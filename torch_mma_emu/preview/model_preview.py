@@ -20,6 +20,7 @@ import torch.nn as nn
 
 from ..formats import FLOAT_DTYPES
 from ..registry import ARCHS
+from ..timing import best_of
 from .compare import capture, divergence, top1_agreement, ulp_distance
 from .mode import emulate
 from .policy import _has
@@ -101,16 +102,6 @@ def _cast_inputs(inputs, dtype):
     return tuple(t.to(dtype) if t.is_floating_point() else t for t in inputs)
 
 
-def _timed(fn, repeat: int) -> float:
-    """Best of ``repeat`` runs (the least disturbed by other work on a shared machine)."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
-
-
 def preview_model(model: nn.Module, inputs, layers: Optional[Sequence[str]] = None,
                   archs: Optional[Sequence[str]] = None,
                   formats: Optional[Sequence[str]] = None, repeat: int = 1,
@@ -162,7 +153,7 @@ def preview_model(model: nn.Module, inputs, layers: Optional[Sequence[str]] = No
             capture(models[dt], layers, *_cast_inputs(inputs, dt))   # warm-up
         m, x = models[dt], _cast_inputs(inputs, dt)
         # the native forward of this dtype is timed next to each emulated one
-        run.native_seconds = _timed(lambda: capture(m, layers, *x), repeat)
+        run.native_seconds = best_of(lambda: capture(m, layers, *x), repeat)
         if run.arch == "native":
             run.outputs = capture(m, layers, *x)
             run.seconds = run.native_seconds
@@ -175,7 +166,7 @@ def preview_model(model: nn.Module, inputs, layers: Optional[Sequence[str]] = No
             def fwd():
                 with emulate(run.arch, **run.options):
                     capture(m, layers, *x)
-            run.seconds = _timed(fwd, repeat)
+            run.seconds = best_of(fwd, repeat)
         run.vs_fp64 = {k: divergence(v, ref[k]) for k, v in run.outputs.items()}
         run.top1_vs_fp64 = top1_agreement(run.outputs["output"], ref["output"])
     between = {}

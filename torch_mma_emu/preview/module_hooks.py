@@ -8,8 +8,8 @@ record modules run by other threads, and PyTorch writes a global hook's ``with_k
 flag one statement after the hook itself, so a module called in another thread at that
 moment ran the hook without ``kwargs`` (``TypeError: _post() missing 'out'``).
 
-Here the hooks are installed once while at least one listener exists (reference counted,
-under a lock), accept both call forms, and call only the listeners registered for the
+Here the hooks are installed once while at least one listener exists (a reference-counted
+``switches.Switch``), accept both call forms, and call only the listeners registered for the
 calling thread.  Hooks do nothing while Dynamo traces (they would be traced into the
 compiled code).
 """
@@ -22,6 +22,8 @@ import torch
 from torch.nn.modules import module as nn_module
 from torch.nn.modules.module import (register_module_forward_hook,
                                      register_module_forward_pre_hook)
+
+from ..switches import Switch
 
 __all__ = ["Listener", "add_listener", "remove_listener", "listener_count"]
 
@@ -36,15 +38,30 @@ class _Hub:
     def __init__(self):
         self.lock = threading.Lock()
         self.by_thread: dict[int, list] = {}
-        self.count = 0
-        self.handles: list = []
+        self.hooks = Switch(
+            "module hooks", "register_module_forward_pre_hook / register_module_forward_hook "
+            "(with_kwargs): one process-wide pair while a listener exists",
+            self._register, self._unregister)
+
+    @property
+    def count(self) -> int:
+        return self.hooks.depth
+
+    def _register(self) -> list:
+        return [register_module_forward_pre_hook(self._pre),
+                register_module_forward_hook(self._post, with_kwargs=True)]
+
+    @staticmethod
+    def _unregister(handles: list) -> None:
+        for h in handles:
+            h.remove()
+            # the handle of a global with_kwargs hook leaves its flag behind (torch 2.13),
+            # which makes torch.compile(module) warn about global hooks
+            getattr(nn_module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
 
     def add(self, listener, tid: int) -> None:
         with self.lock:
-            if self.count == 0:
-                self.handles = [register_module_forward_pre_hook(self._pre),
-                                register_module_forward_hook(self._post, with_kwargs=True)]
-            self.count += 1
+            self.hooks.enter()
             # a new list each time: a hook running in that thread iterates the old one
             self.by_thread[tid] = self.by_thread.get(tid, []) + [listener]
 
@@ -58,14 +75,7 @@ class _Hub:
                 self.by_thread[tid] = rest
             else:
                 self.by_thread.pop(tid, None)
-            self.count -= 1
-            if self.count == 0:
-                for h in self.handles:
-                    h.remove()
-                    # the handle of a global with_kwargs hook leaves its flag behind (torch
-                    # 2.13), which makes torch.compile(module) warn about global hooks
-                    getattr(nn_module, "_global_forward_hooks_with_kwargs", {}).pop(h.id, None)
-                self.handles = []
+            self.hooks.leave()
 
     def _pre(self, mod, args):
         if torch.compiler.is_compiling():

@@ -151,6 +151,15 @@ class _Emulated:
         self.register_parameter("weight", original.weight)
         self.register_parameter("bias", original.bias)
 
+    def _operands(self, x: torch.Tensor, name: str):
+        """``(x, weight, bias, forward plan, backward plan)`` after autocast; the input's
+        dtype must be the weight's."""
+        x, w, b = _autocast(x, self.weight, self.bias)
+        fwd, bwd = self._plans.get(x.dtype)
+        if x.dtype != w.dtype:
+            raise TypeError(f"{name}: input dtype {x.dtype} != weight dtype {w.dtype}")
+        return x, w, b, fwd, bwd
+
     @property
     def original(self) -> nn.Module:
         return self.__dict__["_original"]
@@ -166,10 +175,7 @@ class EmulatedLinear(_Emulated, nn.Linear):
         self._setup(original, policy, "addmm" if original.bias is not None else "mm", "mm")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x, w, b = _autocast(x, self.weight, self.bias)
-        fwd, bwd = self._plans.get(x.dtype)
-        if x.dtype != w.dtype:
-            raise TypeError(f"EmulatedLinear: input dtype {x.dtype} != weight dtype {w.dtype}")
+        x, w, b, fwd, bwd = self._operands(x, "EmulatedLinear")
         if fwd.native:
             return F.linear(x, w, b)
         lead = x.shape[:-1]
@@ -192,10 +198,7 @@ class _EmulatedHFConv1D(_Emulated):
         self._setup(original, policy, "addmm" if original.bias is not None else "mm", "mm")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x, w, b = _autocast(x, self.weight, self.bias)
-        fwd, bwd = self._plans.get(x.dtype)
-        if x.dtype != w.dtype:
-            raise TypeError(f"EmulatedConv1D: input dtype {x.dtype} != weight dtype {w.dtype}")
+        x, w, b, fwd, bwd = self._operands(x, "EmulatedConv1D")
         x2 = x.reshape(-1, x.shape[-1])
         if fwd.native:
             y = torch.addmm(b, x2, w) if b is not None else x2 @ w

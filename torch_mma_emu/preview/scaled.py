@@ -15,16 +15,23 @@ PyTorch's scaled products come in five recipes (``torch.nn.functional.ScalingTyp
 
 cuBLAS takes MX / NVFP4 scales in its 128x4 tile layout ("swizzled", ``SWIZZLE_32_4_4``):
 ``unswizzle`` undoes it.  fp4 operands come packed two per byte along K: ``unpack_fp4``
-gives ``emulated_mm``'s one code per byte.
+gives ``emulated_mm``'s one code per byte (packed_layouts.py holds both).  The mode's
+handler of ``torch._scaled_mm`` / ``F.scaled_mm`` is at the end (``run_scaled`` serves the
+grouped form too, grouped.py).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from ..formats import format_of_dtype
+from ..ops import emulated_mm
+from ..packed_layouts import ceil_div, swizzled_numel, unpack_fp4, unswizzle  # noqa: F401
+from .dispatch_args import bind, phase
+from .gemm import run_product
 
 # torch.nn.functional.ScalingType / SwizzleType values (_scaled_mm_v2 takes them as ints)
 TENSORWISE, ROWWISE, BLOCK_1X16, BLOCK_1X32, BLOCK_1X128, BLOCK_128X128 = range(6)
@@ -79,39 +86,6 @@ class ScaledProduct:
     kblock_a: Optional[torch.Tensor] = None
     kblock_b: Optional[torch.Tensor] = None
     post: Optional[torch.Tensor] = None
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-# -- layouts ------------------------------------------------------------------------------
-def swizzled_numel(rows: int, cols: int) -> int:
-    """Elements of a scale matrix (rows, cols) in cuBLAS's 128x4 tile layout (padded)."""
-    return ceil_div(rows, 128) * 128 * ceil_div(cols, 4) * 4
-
-
-def unswizzle(scale: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    """(rows, cols) scales from cuBLAS's block-scaling-factor layout: 128x4 tiles, row-major
-    over the tiles, each tile stored as 32 x (4 x 4): element (r, c) of a tile at
-    ``(r % 32) * 16 + (r // 32) * 4 + c`` (cuBLAS docs, "1D block scaling factors layout";
-    what ``to_blocked`` in PyTorch's tests writes).  The tensor is read in memory order."""
-    nr, nc = ceil_div(rows, 128), ceil_div(cols, 4)
-    flat = scale.contiguous().view(torch.uint8).reshape(-1)
-    t = flat.view(nr, nc, 32, 4, 4).permute(0, 3, 2, 1, 4).reshape(nr * 128, nc * 4)
-    return t[:rows, :cols].contiguous().view(scale.dtype)
-
-
-def unpack_fp4(t: torch.Tensor, dim: int) -> torch.Tensor:
-    """One uint8 E2M1 code per element from ``float4_e2m1fn_x2`` packed along ``dim``: the
-    low nibble holds the element of even index, the high nibble the next one."""
-    u = t.view(torch.uint8)
-    lo, hi = u & 0xF, u >> 4
-    d = dim % u.dim()
-    out = torch.stack((lo, hi), dim=d + 1)
-    shape = list(u.shape)
-    shape[d] *= 2
-    return out.reshape(shape)
 
 
 # -- recognising the recipe ---------------------------------------------------------------
@@ -295,3 +269,112 @@ def build(A, B, scales_a, recipes_a, swizzles_a, scales_b, recipes_b, swizzles_b
                              Au, Bu, kblock_a=ka, kblock_b=kbb)
     raise NotEmulated(f"scale recipes {RECIPE_NAMES.get(pair[0], pair[0])} x "
                       f"{RECIPE_NAMES.get(pair[1], pair[1])}: emulate models {ALLOWED}")
+
+
+# -- under emulate: torch._scaled_mm / F.scaled_mm (fp8 and fp4 with scales) -------------------
+def handle_scaled_mm(mode, func, args, kwargs):
+    """``torch._scaled_mm`` and ``F.scaled_mm`` (aten ``_scaled_mm_v2``): the recipe
+    (:func:`build`), then :func:`run_scaled`."""
+    a = bind(func, args, kwargs)
+    A, B, out = a["self"], a["mat2"], a.get("out")
+    arch = mode.policy.arch_name
+    if mode.policy.choice("scaled_mm") == "native":
+        mode._note(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
+        return func(*args, **kwargs)
+    v2 = func.overloadpacket.__name__ == "_scaled_mm_v2"
+    if not v2 and out is not None and a.get("out_dtype") not in (None, out.dtype):
+        raise RuntimeError(f"{func}: out_dtype must match output matrix type "
+                           f"({a['out_dtype']} vs out {out.dtype})")    # as PyTorch
+    out_dtype = out.dtype if out is not None else (a.get("out_dtype") or A.dtype)
+    if not v2 and a.get("scale_result") is not None and is_fp8(out_dtype):
+        return _native(mode, func, args, kwargs, A, B, "scale_result (the fp8 output scale) "
+                       "is not modelled")
+    # (cuBLAS ignores scale_result for other outputs)
+    cdim = list(a.get("contraction_dim") or [])
+    if cdim not in ([], [1, 0], [-1, 0]):
+        raise ValueError(f"emulate({arch}): {func}: contraction_dim={cdim} is not modelled "
+                         "(A's last and B's first dimension: [] or [1, 0]); "
+                         "formats={'scaled_mm': 'native'} runs it natively")
+    try:
+        if v2:
+            sp = build(A, B, a["scale_a"], a["recipe_a"], a["swizzle_a"] or [],
+                       a["scale_b"], a["recipe_b"], a["swizzle_b"] or [], v2=True)
+        else:
+            sa, sb = a["scale_a"], a["scale_b"]
+            ra, rb = recipe_v1(A, B, sa, sb)
+            sp = build(A, B, [sa], [ra], [SWIZZLE_32_4_4], [sb], [rb], [SWIZZLE_32_4_4])
+    except NotEmulated as e:
+        raise ValueError(f"emulate({arch}): {func}: {e}; "
+                         "formats={'scaled_mm': 'native'} runs it natively") from None
+    # PyTorch runs these recipes of F.scaled_mm on one GPU family only
+    only = "sm90" if sp.recipe == "blockwise" else \
+        "sm100" if sp.label == "MX fp4_e2m1" else None
+    if v2 and only is not None and mode.policy.spec is None and mode.policy.arch != only:
+        raise ValueError(f"emulate({arch}): F.scaled_mm runs {sp.label.split(' (')[0]} "
+                         f"({sp.recipe}) products on {only} only (PyTorch raises on other GPUs)")
+    return run_scaled(mode, func, sp, a.get("bias"), out_dtype, a.get("use_fast_accum"), out)
+
+
+def _native(mode, func, args, kwargs, A, B, why):
+    """A scaled product the emulator does not model: native, recorded, warned (every call:
+    its numbers are this machine's, not the arch's)."""
+    mode._note(func, "scaled_mm", "native", [A.shape, B.shape], why)
+    warnings.warn(f"emulate({mode.policy.arch_name}): {func} runs natively ({why}); "
+                  "its result is this machine's, not the emulated arch's", stacklevel=4)
+    return func(*args, **kwargs)
+
+
+def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
+    """One recognised scaled product under ``mode``: block scales inside the instruction
+    (MX / NVFP4), per 128-long K block (blockwise), or on the fp32 accumulator with NVIDIA's
+    fp32 promotion every ``mode.fp8_promotion`` K elements (unless ``use_fast_accum``)."""
+    shapes = [tuple(sp.A.shape), tuple(sp.B.shape)]
+    policy = mode.policy
+    nvidia = not policy.arch.startswith("gfx") and policy.spec is None
+    step = mode.fp8_promotion if (nvidia and not fast_accum) else None
+    K, N = sp.A.shape[1], sp.B.shape[1]
+    if bias is not None and bias.numel() != N:
+        raise ValueError(f"emulate({policy.arch_name}): {func}: bias must have N = {N} "
+                         f"elements, got {tuple(bias.shape)}")
+    if fast_accum and sp.in_format is not None:
+        raise ValueError(f"emulate({policy.arch_name}): {func}: use_fast_accum is not "
+                         "available for fp4 operands (PyTorch raises)")
+    try:
+        if sp.block_a is not None:                   # MX / NVFP4: inside the instruction
+            acc = emulated_mm(sp.A, sp.B, arch=policy.arch, in_format=sp.in_format,
+                              scale_a=sp.block_a, scale_b=sp.block_b)
+            label = sp.label
+        elif sp.kblock_a is not None:                # blockwise: per 128-long K block
+            acc, label = None, sp.label
+            for j, k0 in enumerate(range(0, K, 128)):
+                part = emulated_mm(sp.A[:, k0:k0 + 128], sp.B[k0:k0 + 128], arch=policy.arch)
+                part = part * (sp.kblock_a[:, j:j + 1] * sp.kblock_b[j:j + 1])
+                acc = part if acc is None else acc + part
+        else:
+            plan = mode._plan("scaled_mm", sp.A, sp.B, phase())
+            label = plan.label + (" (rowwise scales)" if sp.recipe == "rowwise" else "")
+            if step is None or K <= step:
+                acc = run_product(sp.A, sp.B, plan, out_dtype=torch.float32)
+            else:
+                acc = None
+                for k0 in range(0, K, step):
+                    part = run_product(sp.A[:, k0:k0 + step], sp.B[k0:k0 + step], plan,
+                                       out_dtype=torch.float32)
+                    acc = part if acc is None else acc + part
+                label += f" (fp32 promotion every {step})"
+    except ValueError as e:
+        hint = ""
+        if sp.block_a is not None:
+            hint = (f"; block-scaled ({sp.recipe}) products run on "
+                    f"{', '.join(block_scaled_archs())}")
+        raise ValueError(f"emulate({policy.arch_name}): {func} ({sp.recipe} scales): "
+                         f"{e}{hint}") from None
+    D = acc if sp.post is None else acc * sp.post
+    if bias is not None:
+        D = D + bias.to(torch.float32)
+    mode._note(func, "scaled_mm", label, shapes)
+    D = D.to(out_dtype)
+    if out is not None:
+        out.resize_(D.shape)
+        return out.copy_(D)
+    return D

@@ -40,7 +40,8 @@ from typing import Optional
 import torch
 
 from .attention import attention_backward, attention_forward
-from .dispatch_args import bind
+from .dispatch_args import bind, restride
+from .gemm import acc_product
 from .sdpa_target import Choice, gpu_choice
 
 __all__ = ["route", "traced_route", "handle_forward", "handle_backward"]
@@ -159,25 +160,33 @@ def _arch(mode) -> str:
     return mode.policy.spec.arch if mode.policy.spec is not None else mode.policy.arch
 
 
-def handle_forward(mode, func, args, kwargs):
-    """``_scaled_dot_product_efficient_attention`` emulated: ``(out, lse, philox_seed,
-    philox_offset)`` with lse padded to a multiple of 32 (or empty), as the GPU kernel
-    returns them."""
-    from .mode import _restride
+def _operands(mode, func, args, kwargs, phase: str):
+    """``(bound args, q, k, v, mask, dropout p, shapes, plan)``; plan None (recorded) where
+    the policy leaves attention native."""
     a = bind(func, args, kwargs)
     q, k, v, mask = a["query"], a["key"], a["value"], _bias(a["attn_bias"])
     p = float(a["dropout_p"] or 0.0)
     shapes = [q.shape, k.shape, v.shape]
-    plan = mode._plan("attention", q, k, "forward")
+    plan = mode._plan("attention", q, k, phase)
     if plan.native or not (q.dtype == k.dtype == v.dtype):
         mode._note(func, "attention", "native", shapes, "policy: native")
+        plan = None
+    return a, q, k, v, mask, p, shapes, plan
+
+
+def handle_forward(mode, func, args, kwargs):
+    """``_scaled_dot_product_efficient_attention`` emulated: ``(out, lse, philox_seed,
+    philox_offset)`` with lse padded to a multiple of 32 (or empty), as the GPU kernel
+    returns them."""
+    a, q, k, v, mask, p, shapes, plan = _operands(mode, func, args, kwargs, "forward")
+    if plan is None:
         return func(*args, **kwargs)
     if p and not 0 < p < 1:
         raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), got {p}")
     seed = int(torch.randint(0, 2 ** 62, ())) if p else 0
     keep = _keep(seed, q, k, p) if p else None
     out, lse = attention_forward(q, k, v, mask, bool(a["is_causal"]), a["scale"],
-                                 mode._prod_fn(plan), keep, p)
+                                 acc_product(plan), keep, p)
     L = q.shape[-2]
     width = math.ceil(L / 32) * 32 if a["compute_log_sumexp"] else 0
     # fp32 as the kernel's (fp64 keeps its lse: attention.py's gradient-check path)
@@ -188,21 +197,15 @@ def handle_forward(mode, func, args, kwargs):
     mode._note(func, "attention", plan.label, shapes,
                _note(q, k, v, mask, p, a["is_causal"], _arch(mode)))
     i64 = dict(dtype=torch.int64, device=q.device)
-    out, lse_out = _restride((out, lse_out), func, args, kwargs)
+    out, lse_out = restride((out, lse_out), func, args, kwargs)
     return out, lse_out, torch.tensor(seed, **i64), torch.zeros((), **i64)
 
 
 def handle_backward(mode, func, args, kwargs):
     """``_scaled_dot_product_efficient_attention_backward`` emulated (the flash form's
     backward; the mask's gradient summed to its shape)."""
-    from .mode import _restride
-    a = bind(func, args, kwargs)
-    q, k, v, mask = a["query"], a["key"], a["value"], _bias(a["attn_bias"])
-    p = float(a["dropout_p"] or 0.0)
-    shapes = [q.shape, k.shape, v.shape]
-    plan = mode._plan("attention", q, k, "backward")
-    if plan.native or not (q.dtype == k.dtype == v.dtype):
-        mode._note(func, "attention", "native", shapes, "policy: native")
+    a, q, k, v, mask, p, shapes, plan = _operands(mode, func, args, kwargs, "backward")
+    if plan is None:
         return func(*args, **kwargs)
     dO = a["grad_out_"]
     if dO is None:        # undefined output gradient (gradcheck's check_undefined_grad)
@@ -211,7 +214,7 @@ def handle_backward(mode, func, args, kwargs):
     lse = a["logsumexp"][..., :q.shape[-2]]
     dq, dk, dv, dS = attention_backward(dO, q, k, v, a["out"], lse, mask,
                                         bool(a["is_causal"]), a["scale"],
-                                        mode._prod_fn(plan), keep, p)
+                                        acc_product(plan), keep, p)
     mode._note(func, "attention", plan.label, shapes,
                _note(q, k, v, mask, p, a["is_causal"], _arch(mode)))
     db = None
@@ -224,5 +227,5 @@ def handle_backward(mode, func, args, kwargs):
             if n == 1 and db.shape[i] != 1:
                 db = db.sum(i, keepdim=True)
     # (the kernel's strides: Inductor checks them; the bias gradient's rows padded to 16)
-    outs = _restride((dq, dk, dv) if db is None else (dq, dk, dv, db), func, args, kwargs)
+    outs = restride((dq, dk, dv) if db is None else (dq, dk, dv, db), func, args, kwargs)
     return tuple(outs) + ((None,) if db is None else ())

@@ -18,18 +18,12 @@ usual.  Recipes whose *forward* needs a GPU kernel (torchao's Triton / CUDA cast
 """
 from __future__ import annotations
 
-import contextlib
 import re
-import sys
-from typing import Iterator
-
-import torch
 
 from ..registry import canonical_arch
+from ..switches import torchao_checks
 
 __all__ = ["gpu_checks_pass"]
-
-_CHECK = re.compile(r"^is_sm_at_least_(\d+)(\d)$")
 
 
 def _answers(arch: str) -> tuple[int, int]:
@@ -41,28 +35,9 @@ def _answers(arch: str) -> tuple[int, int]:
     return int(m.group(1)), int(m.group(2))
 
 
-@contextlib.contextmanager
-def gpu_checks_pass(arch) -> Iterator[None]:
+def gpu_checks_pass(arch):
     """torchao's ``is_sm_at_least_*`` (in every loaded torchao module that imported them)
     answer for ``arch``'s compute capability, ``torch.cuda.is_available()`` is True;
-    everything is restored on exit."""
-    cap = _answers(arch)
-    saved = []
-
-    def patch(obj, name, value):
-        saved.append((obj, name, getattr(obj, name)))
-        setattr(obj, name, value)
-    try:
-        for modname, mod in list(sys.modules.items()):
-            if not (modname == "torchao" or modname.startswith("torchao.")) or mod is None:
-                continue
-            for name in list(vars(mod)):
-                m = _CHECK.match(name)
-                if m and callable(vars(mod)[name]):
-                    want = (int(m.group(1)), int(m.group(2)))
-                    patch(mod, name, lambda want=want: cap >= want)
-        patch(torch.cuda, "is_available", lambda: True)
-        yield
-    finally:
-        for obj, name, value in reversed(saved):
-            setattr(obj, name, value)
+    everything is restored when the last such block closes (``switches.TORCHAO_GPU_CHECKS``:
+    nested and concurrent blocks answer for the innermost one opened)."""
+    return torchao_checks(_answers(arch))

@@ -22,7 +22,7 @@ does exactly what the original does:
 * Inductor's ``CachingAutotuner.run``: a user kernel with a dot that torch.compile compiled
   and would launch natively raises (inductor.py).
 
-Threads started while a block is open adopt the innermost open block (``threads.py``).
+Threads started while a block is open adopt the innermost open block (``switches.py``).
 The interpreter keeps its state in one global builder, so interpreted launches are
 serialised by a lock (a plain interpreted launch in another thread waits too).  Everything is
 restored when the last block closes.  An interpreter whose layout differs from the one this
@@ -31,17 +31,15 @@ was written against (Triton 3.x) makes :func:`check_layout` raise and names what
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import threading
 
-from .. import threads
+from .. import switches
 from . import combine
 
 _LAUNCH = threading.RLock()     # one interpreted launch at a time (global builder state)
-_PATCH = threading.Lock()
 _TLS = threading.local()        # .stack: open blocks of this thread; .depth: launches running
-_saved: list = []               # (owner, name, previous value or _MISSING)
-_users = 0
 _MISSING = object()
 _orig: dict = {}
 _interpreted: dict = {}         # python function -> InterpretedFunction
@@ -99,13 +97,9 @@ def check_layout():
     return ti, jit, autotuner
 
 
-def _set(owner, name, value):
-    _saved.append((owner, name, owner.__dict__.get(name, _MISSING)))
-    setattr(owner, name, value)
-
-
-def _install():
+def _install(p: switches.Patches) -> None:
     ti, jit, autotuner = check_layout()
+    _set = functools.partial(p.set, mine=False)
     from triton.language.semantic import TritonSemantic
     IB = ti.InterpreterBuilder
     _orig.update(jit_run=jit.JITFunction.run, jit_call=jit.JITFunction.__call__,
@@ -146,49 +140,34 @@ def _install():
         _set(CachingAutotuner, "run", inductor.guard(CachingAutotuner.run, current))
 
 
-def _uninstall():
-    while _saved:
-        owner, name, old = _saved.pop()
-        if old is _MISSING:
-            delattr(owner, name)
-        else:
-            setattr(owner, name, old)
+SEAM = switches.patch_switch(
+    "Triton interpreter seam", "the class attributes of Triton's interpreter, JIT, autotuner "
+    "and Inductor's CachingAutotuner listed in this module's doc, replaced by functions that "
+    "ask whether the calling thread has a block open", _install)
 
 
 def enter(block) -> None:
-    global _users
-    with _PATCH:
-        if _users == 0:
-            try:
-                _install()
-            except BaseException:
-                _uninstall()
-                raise
-        _users += 1
+    SEAM.enter()
     block._open = getattr(block, "_open", 0) + 1
     _TLS.stack = getattr(_TLS, "stack", []) + [block]
-    threads.HOOK.enter("triton", block, adopt)     # threads started inside it adopt it
+    switches.THREADS.enter("triton", block, adopt)     # threads started inside it adopt it
 
 
 def adopt(block) -> None:
     """Make ``block`` the calling thread's block too (a thread started inside it:
-    threads.py); it counts while the block is open."""
+    switches.py); it counts while the block is open."""
     _TLS.stack = getattr(_TLS, "stack", []) + [block]
 
 
 def leave(block) -> None:
-    global _users
-    threads.HOOK.leave(block)
+    switches.THREADS.leave(block)
     block._open -= 1
     stack = getattr(_TLS, "stack", [])
     for i in range(len(stack) - 1, -1, -1):
         if stack[i] is block:
             _TLS.stack = stack[:i] + stack[i + 1:]
             break
-    with _PATCH:
-        _users -= 1
-        if _users == 0:
-            _uninstall()
+    SEAM.leave()
 
 
 def _interpreted_of(fn):
