@@ -13,8 +13,10 @@ P = "torch_mma_emu"
 
 # (layer, what it holds, modules and packages)
 LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("data", "format, instruction and string tables; helpers that import nothing of the package",
-     ("formats", "isa", "codec", "threads", "text_table", "_dev_layout", "_C", "_layers")),
+    ("data", "format, instruction and string tables; process-wide switches, timing: helpers "
+             "that import nothing of the package",
+     ("formats", "isa", "codec", "switches", "timing", "text_table", "_dev_layout", "_C",
+      "_layers")),
     ("model", "what an instruction computes: Spec, the arch registry, input families, the "
               "pure-Python reference",
      ("spec", "registry", "inputs", "reference", "exact_gemm")),
@@ -34,8 +36,6 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 BACK_ARROWS: tuple[tuple[str, str, str], ...] = (
     ("schedule", "fprev.tree",
      "a tree schedule is given and checked as an FPRev SumTree (from_tree, reveal's JSON)"),
-    ("packed_layouts", "preview.scaled",
-     "packed fp4 / swizzled scale helpers still live with the preview's scaled ops"),
     ("triton_kernels.gemm", "triton",
      "the native Triton GEMM asks whether an emulation block is open (interpreter launch)"),
 )
