@@ -1,5 +1,5 @@
 """A small GPT-style decoder (pre-LayerNorm blocks, causal SDPA, GELU MLP) with
-deterministic weights: the default model of ``scripts/preview_model.py``.  No downloads.
+deterministic weights: the default model of ``mma-emu preview``.  No downloads.
 
 Its products reach a dispatch mode as ``addmm`` (the Linear layers, on (B*T, d) rows),
 ``mm`` (the bias-free LM head) and the fused attention kernel.
