@@ -1,6 +1,7 @@
 // Per-output-element interpreter of a schedule program (torch_mma_emu/schedule.py compiles
-// a Schedule or an FPRev SumTree into it; the opcodes by name: MMA_SCHED_OPS, layout.h).  A small postfix stack machine over exact values
-// (doubles hold every fp16/fp32/fp64 value exactly):
+// a Schedule or an FPRev SumTree into it; the opcodes by name: MMA_SCHED_OPS, layout.h).
+// A small postfix stack machine over exact values (doubles hold every fp16/fp32/fp64 value
+// exactly):
 //
 //   PARTIAL s         push partial result s (a slice or block chain computed by _gemm)
 //   C                 push C[i, j]
