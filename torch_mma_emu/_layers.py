@@ -66,3 +66,7 @@ def markdown() -> str:
     out += ["", "Imports that run back up (each inside a function):", ""]
     out += [f"* `{a}` -> `{b}`: {why}" for a, b, why in BACK_ARROWS]
     return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":      # python -m torch_mma_emu._layers: the table for docs/design.md
+    print(markdown(), end="")

@@ -206,8 +206,18 @@ MMA_HD uint64_t fused_op(const Params& P, const OutFmt& o, const Chunk& ch, uint
     case kGstFdpa: return gst_fdpa(P, o, ch, c);
     case kTrFdpa: return tr_fdpa(P, o, ch, c);
     case kGtrFdpa: return gtr_fdpa(P, o, ch, c);
-    default: return e_fdpa(P, o, ch, c);
+    case kEFdpa: return e_fdpa(P, o, ch, c);
+    default: return P.nan_bits;  // not a fused op: NaN, never another op's plausible bits
   }
 }
+
+// A new elementary operation (layout.h MMA_OPS) needs a case in fused_op above and in the
+// CUDA launch switch (gemm_cuda.cu), its reference (reference/ops.py) and the steps of
+// docs/design.md "How to add"; this count makes adding it to MMA_OPS alone a compile error.
+#define MMA_COUNT_OP(py, cpp) +1
+static_assert(0 MMA_OPS(MMA_COUNT_OP) == 8,
+              "new elementary op: add it to fused_op (fdpa.h) and gemm_cuda.cu's launch "
+              "switch (docs/design.md, How to add), then update this count");
+#undef MMA_COUNT_OP
 
 }  // namespace mma

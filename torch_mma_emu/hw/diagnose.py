@@ -6,7 +6,7 @@ import torch
 
 from .. import registry
 from ..ops import emulated_mm
-from ..registry import spec as registry_spec
+from ..registry import ARCHS, spec as registry_spec
 from .common import compare, emulate
 
 
@@ -87,7 +87,7 @@ def diagnose(path, spec, kw, native_out, dev, c_mode, arch, odt):
     if same(spec, kw, other):
         found.append(f"c_mode={other}")
     fa, fb = spec.in_format, spec.in_format_b or spec.in_format
-    for a in ("sm70", "sm75", "sm80", "sm89", "sm90", "sm100", "sm120"):
+    for a in (n for n, ar in ARCHS.items() if ar.vendor == "nvidia"):
         if a == arch:
             continue
         try:
