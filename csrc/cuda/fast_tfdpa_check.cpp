@@ -1,7 +1,7 @@
 // Host check of csrc/cuda/fast_tfdpa.h: the CUDA kernel's register T-FDPA chunk against the
 // core's fused_op on random chunks.  Built with the host compiler by
 // tests/test_gpu_fastpath_host.py (no CUDA needed).  Reads lines
-//     count seed p0 p1 ... p41        (the cpp.params(spec) vector)
+//     count seed p[0] ... p[kNumParams - 1]   (the cpp.params(spec) vector, layout.h order)
 // and prints "checked mismatches" per line, then the first mismatches in detail.
 #include <cstdio>
 #include <cstdlib>
