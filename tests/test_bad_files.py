@@ -103,6 +103,10 @@ def test_fit_refuses_bad_samples(capsys, files, arg, msg):
         with pytest.raises(ValueError) as e:
             fit(str(files / arg), "fp16", "fp32")
         assert msg in str(e.value)
+        # a file that cannot be read names itself (SamplesFileError: fit adds no prefix);
+        # bad contents are a plain ValueError, which fit's command line prefixes with the path
+        from torch_mma_emu.probe.samples import SamplesFileError
+        assert isinstance(e.value, SamplesFileError) == (arg not in ("wide.npz",)), arg
 
 
 def test_fit_refuses_wide_bit_patterns_from_arrays_and_tensors():

@@ -190,6 +190,7 @@ def _files(paths) -> list[Path]:
 
 def cmd_fit(args) -> int:
     from .fit import fit
+    from .samples import SamplesFileError
     from .tables import table4
     try:
         files = _files(args.data)
@@ -201,7 +202,7 @@ def cmd_fit(args) -> int:
         try:
             res = fit(path, args.format, args.out, passes=not args.single_pass)
         except (ValueError, TypeError, OSError) as e:
-            where = "" if path.name in str(e) else f"{path}: "
+            where = "" if isinstance(e, SamplesFileError) else f"{path}: "   # it names the file
             print(f"mma-emu fit: {where}{_one_line(e)}", file=sys.stderr)
             return 2
         if args.json:

@@ -13,6 +13,11 @@ import torch
 from .targets import Interface, encode, interface, output_codes, signed64
 
 
+class SamplesFileError(ValueError):
+    """A samples file (or its index.json) that cannot be read as samples; the message names
+    the file."""
+
+
 @dataclass
 class Batch:
     """S samples of one length K: A (S, 1, K), B (S, K, 1), C (S, 1, 1), D codes (S,)."""
@@ -249,16 +254,16 @@ def _index_entry(idx: Path, name: str) -> dict:
     try:
         doc = json.loads(idx.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as e:
-        raise ValueError(f"{idx}: not a readable JSON index: {e}") from None
+        raise SamplesFileError(f"{idx}: not a readable JSON index: {e}") from None
     if not isinstance(doc, list) or not all(isinstance(e, dict) for e in doc):
-        raise ValueError(f"{idx}: an index is a JSON list of objects "
+        raise SamplesFileError(f"{idx}: an index is a JSON list of objects "
                          "{\"file\": ..., \"in_format\": ..., \"out_dtype\": ...}; got "
                          f"{type(doc).__name__}")
     for e in doc:
         if e.get("file") == name:
             bad = [k for k in ("in_format", "out_dtype") if not isinstance(e.get(k), str)]
             if bad:
-                raise ValueError(f"{idx}: the entry of {name} lacks {' and '.join(bad)} "
+                raise SamplesFileError(f"{idx}: the entry of {name} lacks {' and '.join(bad)} "
                                  "(format names such as \"fp16\", \"fp32\")")
             return e
     return {}
@@ -273,11 +278,11 @@ def _npz_arrays(p: Path) -> dict:
         with open(p, "rb") as f:
             magic = f.read(4)
     except OSError as e:
-        raise ValueError(f"{why}: {e}") from None
+        raise SamplesFileError(f"{why}: {e}") from None
     if magic not in (b"PK\x03\x04", b"PK\x05\x06"):
         kind = "empty" if not magic else ("a single .npy array" if magic == b"\x93NUM"
                                           else "not a zip archive")
-        raise ValueError(f"{why}: the file is {kind}")
+        raise SamplesFileError(f"{why}: the file is {kind}")
     try:
         with np.load(p, allow_pickle=False) as z:
             missing = [k for k in ("a", "b", "c", "d") if k not in z.files]
@@ -285,7 +290,7 @@ def _npz_arrays(p: Path) -> dict:
                 raise ValueError(f"it lacks arrays {missing}")
             return {k: z[k] for k in "abcd"}
     except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error, KeyError) as e:
-        raise ValueError(f"{why}: {e or type(e).__name__}") from None
+        raise SamplesFileError(f"{why}: {e or type(e).__name__}") from None
 
 
 def load(path, in_format=None, out_dtype=None) -> Samples:
@@ -295,7 +300,7 @@ def load(path, in_format=None, out_dtype=None) -> Samples:
     if not p.exists():
         raise FileNotFoundError(f"no such samples file: {p}")
     if p.is_dir():
-        raise ValueError(f"{p} is a directory; give an .npz file (mma-emu fit takes "
+        raise SamplesFileError(f"{p} is a directory; give an .npz file (mma-emu fit takes "
                          "directories)")
     if in_format is None or out_dtype is None:
         idx = p.parent / "index.json"
@@ -304,11 +309,11 @@ def load(path, in_format=None, out_dtype=None) -> Samples:
             in_format = in_format or e.get("in_format")
             out_dtype = out_dtype or e.get("out_dtype")
         if in_format is None:
-            raise ValueError(f"{p.name}: say in_format= (and out_dtype=); no index.json "
+            raise SamplesFileError(f"{p.name}: say in_format= (and out_dtype=); no index.json "
                              "entry names them")
     z = _npz_arrays(p)
     return from_arrays(z["a"], z["b"], z["c"], z["d"], in_format, out_dtype, source=p.name)
 
 
-__all__ = ["Batch", "Samples", "from_runner_log", "random_samples", "random_batches",
+__all__ = ["Batch", "Samples", "SamplesFileError", "from_runner_log", "random_samples", "random_batches",
            "check_schedule", "from_arrays", "load"]
