@@ -93,9 +93,6 @@ def _convert(kind: str, name: str, v: str, what: str):
     return x
 
 
-_KIND_OF_TYPE = {"int": "int", "float": "float", "bool": "bool", "str": "str"}
-
-
 def field_kinds(cls) -> dict:
     """``{name: kind}`` of a dataclass's compared fields, in order, read off their
     annotations (``int``, ``float``, ``bool``, ``str``, optionally ``X | None`` or
@@ -106,7 +103,9 @@ def field_kinds(cls) -> dict:
             continue
         t = str(f.type).replace(" | None", "")
         t = t[len("Optional["):-1] if t.startswith("Optional[") else t
-        out[f.name] = _KIND_OF_TYPE[t]
+        if t not in KINDS:
+            raise TypeError(f"{cls.__name__}.{f.name}: annotation {f.type!r} is none of {KINDS}")
+        out[f.name] = t
     return out
 
 
