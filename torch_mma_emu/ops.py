@@ -444,11 +444,11 @@ class _EmulatedMM(torch.autograd.Function):
         return out, 0
 
 
-@torch._dynamo.assume_constant_result
 def _spec_string(spec: Spec) -> str:
-    """``spec.to_string()`` as a constant while Dynamo traces: a Spec is frozen, so its
-    string is fixed, and traced, an int field that differs between calls would become a
-    symbolic int that cannot be written into a string."""
+    """``spec.to_string()``, computed when the Spec was made: while Dynamo traces it reads the
+    cached string as a constant guarded by value, so a Spec that differs recompiles.  (Not
+    ``assume_constant_result``: Dynamo before torch 2.13 cannot take a frozen dataclass as
+    its argument, and tracing the encoder would turn an int field symbolic.)"""
     return spec.to_string()
 
 
