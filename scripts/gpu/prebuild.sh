@@ -7,7 +7,8 @@
 # about 4.6 GB), builds the CPU and CUDA kernels for TORCH_CUDA_ARCH_LIST (9.0a: the wgmma
 # kernels) and leaves the library where steps.sh's `build` step looks for a carried build.
 # A binary built here may still not load there (other system libraries): steps.sh then
-# builds there as before.  Safe to run twice; takes about 15 minutes on 2 cores.
+# builds there as before.  Safe to run twice; about 5 minutes on 2 cores (measured:
+# 144 s for the build, 47 s for the torch install).
 #
 #   bash scripts/gpu/prebuild.sh                 # then carry .gpu_build in call 1
 #   MMA_EMU_GPU_PYTHON=python3.12  MMA_EMU_GPU_TORCH=2.11.0  TORCH_CUDA_ARCH_LIST=9.0a
