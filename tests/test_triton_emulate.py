@@ -352,15 +352,26 @@ def test_threads_started_inside_tme_emulate_are_covered():
     assert not tmt.active()
 
 
-def test_another_triton_version_is_named_when_a_block_opens(monkeypatch):
-    """The instruction choice and rewrites are Triton 3.6's: another version gets a warning
-    that says so (3.8, torch 2.14's, with what it was seen to compile otherwise)."""
+def test_another_triton_version_is_named_when_its_rules_decide(monkeypatch):
+    """The instruction choice and rewrites are Triton 3.6's: under another version the first
+    dot whose instruction Triton's rules pick warns, once per block (opening a block, e.g.
+    every torch_mma_emu.emulate, says nothing; a forced instruction says nothing)."""
     assert hook.version_warning("3.6.0") is None
     msg = hook.version_warning("3.8.0")
     assert "Triton 3.8.0" in msg and "3.6" in msg and "N = 8" in msg
     assert "seen with" not in hook.version_warning("3.9.1")
     assert hook.version_warning("weird") is not None
     monkeypatch.setattr(triton, "__version__", "3.8.0")
-    with pytest.warns(UserWarning, match="Triton 3.8.0 is installed"):
-        with tmt.emulate("sm90"):
+    A, B = torch.zeros(64, 16), torch.zeros(16, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with tmt.emulate("sm90", instruction="mma.sync") as forced:
+            forced.plan(A, B, "fp16", "fp16", "fp32", "tf32", 0)
+        with tmt.emulate("sm90") as block:
             pass
+    with tmt.emulate("sm90") as block:
+        with pytest.warns(UserWarning, match="Triton 3.8.0 is installed"):
+            block.plan(A, B, "fp16", "fp16", "fp32", "tf32", 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            block.plan(A, B, "fp16", "fp16", "fp32", "tf32", 0)

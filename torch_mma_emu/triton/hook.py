@@ -34,7 +34,6 @@ import dataclasses
 import functools
 import inspect
 import threading
-import warnings
 
 from .. import switches
 from . import combine
@@ -127,10 +126,6 @@ def version_warning(version: str) -> str | None:
 
 def _install(p: switches.Patches) -> None:
     ti, jit, autotuner = check_layout()
-    import triton
-    msg = version_warning(getattr(triton, "__version__", "?"))
-    if msg:
-        warnings.warn(msg, stacklevel=4)
     _set = functools.partial(p.set, mine=False)
     from triton.language.semantic import TritonSemantic
     IB = ti.InterpreterBuilder
