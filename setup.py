@@ -12,6 +12,7 @@ pip hides it, see _import_installed_torch).
 """
 import glob
 import os
+import shutil
 import subprocess
 import sys
 
@@ -52,6 +53,32 @@ if not TORCH_RANGE[0] <= TORCH_MINOR <= TORCH_RANGE[1]:
              f"({os.path.dirname(torch.__file__)}). Install a supported torch first, e.g. "
              "`pip install torch==2.13.0`.")
 
+def _cuda_home_behind_nvcc_wrapper():
+    """torch takes CUDA_HOME as the folder above the `nvcc` found on PATH; where that nvcc is a
+    link or a wrapper script (/usr/local/bin/nvcc running /usr/local/cuda-13.0/bin/nvcc), the
+    toolkit, with its headers and libcudart, is elsewhere: ask nvcc where it runs from (its
+    dry run prints `_HERE_=<bin folder>`) and name that before torch guesses.  An explicit
+    CUDA_HOME / CUDA_PATH is kept."""
+    if torch.version.cuda is None or os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH"):
+        return
+    nvcc = shutil.which("nvcc")
+    if nvcc is None or os.path.exists(os.path.join(os.path.dirname(os.path.dirname(nvcc)),
+                                                    "include", "cuda_runtime.h")):
+        return
+    try:
+        out = subprocess.run([nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    for line in (out.stdout + out.stderr).splitlines():
+        if line.startswith("#$ _HERE_="):
+            home = os.path.dirname(os.path.realpath(line.split("=", 1)[1].strip()))
+            if os.path.exists(os.path.join(home, "include", "cuda_runtime.h")):
+                os.environ["CUDA_HOME"] = home
+            return
+
+
+_cuda_home_behind_nvcc_wrapper()
 from torch.utils.cpp_extension import (  # noqa: E402  (after the torch check)
     CUDA_HOME, BuildExtension, CppExtension, CUDAExtension)
 
@@ -75,6 +102,14 @@ def _cuda_targets():
     return None, "no visible GPU and no TORCH_CUDA_ARCH_LIST (set it to build CUDA, e.g. '9.0a')"
 
 
+def _cudart_dirs():
+    """Where libcudart lies when it is not in CUDA_HOME/lib64 (torch's only guess): toolkits
+    unpacked from archives or pip's cuda-toolkit keep it in CUDA_HOME/lib."""
+    lib64, lib = os.path.join(CUDA_HOME, "lib64"), os.path.join(CUDA_HOME, "lib")
+    has = lambda d: bool(glob.glob(os.path.join(d, "libcudart.so*")))  # noqa: E731
+    return [lib] if not has(lib64) and has(lib) else []
+
+
 def get_extensions():
     cpp_sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp"))
     cuda_sources = sorted(glob.glob("csrc/cuda/*.cu"))
@@ -92,7 +127,7 @@ def get_extensions():
           file=sys.stderr)
     extra = {"cxx": cxx_flags, "nvcc": ["-O3", "-std=c++20", "--fmad=false", "-lineinfo"]}
     return [CUDAExtension("torch_mma_emu._C", cpp_sources + cuda_sources,
-                          extra_compile_args=extra,
+                          extra_compile_args=extra, library_dirs=_cudart_dirs(),
                           define_macros=[("MMA_EMU_WITH_CUDA", "1")])]
 
 

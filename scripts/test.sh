@@ -23,11 +23,11 @@ elif [ -n "$tp_missing" ]; then
 fi
 if command -v nvcc >/dev/null 2>&1 && [ -f scripts/check_cuda_compile.sh ]; then
   echo "[test] compiling the CUDA sources with nvcc"
-  bash scripts/check_cuda_compile.sh
+  PYTHON="$VPY" bash scripts/check_cuda_compile.sh
 fi
 if [ "${MMA_EMU_SKIP_WHEEL:-0}" != 1 ]; then
   echo "[test] the wheel a user installs: build, install into a fresh venv, run"
-  VPY="$VPY" bash scripts/check_wheel.sh
+  PYTHON="$VPY" VPY="$VPY" bash scripts/check_wheel.sh
 fi
 marker=()
 [ "${MMA_EMU_SLOW:-0}" = 1 ] || marker=(-m "not slow")

@@ -18,7 +18,7 @@ from torch_mma_emu.schedule_search import candidate_schedules, match_schedules, 
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ["scripts/gpu/env.sh", "scripts/gpu/steps.sh", "scripts/validate_hw.sh",
-           "scripts/_setup_env.sh", "scripts/build_ext.sh"]
+           "scripts/_setup_env.sh", "scripts/build_ext.sh", "scripts/gpu/prebuild.sh"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)

@@ -120,6 +120,49 @@ def test_cuda_targets(monkeypatch, case, cuda, home, gpus, env, want):
     assert why
 
 
+def _toolkit(root: Path, lib: str) -> Path:
+    """A fake CUDA toolkit: include/cuda_runtime.h and libcudart.so in `lib`."""
+    (root / "bin").mkdir(parents=True)
+    (root / "include").mkdir()
+    (root / "include" / "cuda_runtime.h").write_text("")
+    (root / lib).mkdir()
+    (root / lib / "libcudart.so").write_text("")
+    return root
+
+
+def test_cuda_home_found_behind_an_nvcc_wrapper(tmp_path, monkeypatch):
+    """/usr/local/bin/nvcc as a wrapper script (this machine's layout): torch would take
+    /usr/local as CUDA_HOME and fail to link libcudart; setup.py asks nvcc where it runs from."""
+    home = _toolkit(tmp_path / "cuda-13.0", "lib")
+    wrap = tmp_path / "wrapper" / "bin"
+    wrap.mkdir(parents=True)
+    (wrap / "nvcc").write_text(f"#!/bin/sh\necho '#$ _HERE_={home}/bin' >&2\n")
+    (wrap / "nvcc").chmod(0o755)
+    mod = _setup_module()
+    for k in ("CUDA_HOME", "CUDA_PATH"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("PATH", f"{wrap}:{os.environ['PATH']}")
+    monkeypatch.setattr(mod.torch.version, "cuda", "13.0")
+    mod._cuda_home_behind_nvcc_wrapper()
+    assert os.environ.get("CUDA_HOME") == str(home)
+    # an explicit choice is kept, and a CPU torch never asks nvcc
+    monkeypatch.setenv("CUDA_HOME", "/elsewhere")
+    mod._cuda_home_behind_nvcc_wrapper()
+    assert os.environ["CUDA_HOME"] == "/elsewhere"
+    monkeypatch.delenv("CUDA_HOME")
+    monkeypatch.setattr(mod.torch.version, "cuda", None)
+    mod._cuda_home_behind_nvcc_wrapper()
+    assert "CUDA_HOME" not in os.environ
+
+
+@pytest.mark.parametrize("lib,want", [("lib64", False), ("lib", True)])
+def test_cudart_found_in_lib_or_lib64(tmp_path, monkeypatch, lib, want):
+    home = _toolkit(tmp_path / "cuda", lib)
+    mod = _setup_module()
+    monkeypatch.setattr(mod, "CUDA_HOME", str(home))
+    assert mod._cudart_dirs() == ([str(home / "lib")] if want else [])
+
+
 def test_setup_declares_the_layout_and_the_torch_pin():
     mod = _setup_module()
     assert "torch_mma_emu.triton_kernels" in mod.SETUP["packages"]

@@ -238,10 +238,13 @@ def test_emulate_blocks_in_two_threads_leave_in_the_other_order():
     for t in ts:
         t.join(30)
     assert not errors
-    # (Inductor's settings are per thread in torch 2.13: each thread gets and restores its own)
     assert seen["inside"]["inductor"][0] == "ATEN"      # still on for the second block
     assert seen["first inside"][0] == seen["started inside"][0] == "ATEN"
-    assert seen["first after"] == seen["second after"] == before["inductor"]
+    assert seen["second after"] == before["inductor"]
+    if switches._config_per_thread():    # torch 2.13+: each thread gets and restores its own
+        assert seen["first after"] == before["inductor"]
+    else:                                # torch 2.11/2.12: process-wide, the second holds it
+        assert seen["first after"] == seen["inside"]["inductor"]
     assert _diff(before, _state()) == []
 
 

@@ -11,7 +11,7 @@ import triton.language as tl  # noqa: E402
 
 import torch_mma_emu as tme  # noqa: E402
 import torch_mma_emu.triton as tmt  # noqa: E402
-from helpers import rnd, same  # noqa: E402
+from helpers import rnd, same, triton_as_modelled  # noqa: E402
 
 tt = pytest.importorskip("triton_ttgir")
 
@@ -136,9 +136,11 @@ def test_compiler_makes_a_dot_of_a_broadcast_multiply_and_sum(arch, shape, dot):
            "ADD": "constexpr"}
     text = tt.ttgir(sum_of_products_kernel, sig,
                     dict(zip(("BM", "BN", "BK"), shape), ADD=True), arch)
-    assert [d[0] for d in tt.dots(text)] == ([dot] if dot else [])
+    triton_as_modelled([d[0] for d in tt.dots(text)] == ([dot] if dot else []),
+                       f"a broadcast multiply + sum ({arch}, {shape})")
     if dot:
-        assert "inputPrecision = tf32" in text or "inputPrecision = 0" in text
+        triton_as_modelled("inputPrecision = tf32" in text or "inputPrecision = 0" in text,
+                           f"the input precision of the dot ({arch})")
         assert "arith.addf" not in text.split("tt.func private")[0]   # the += folded too
 
 
@@ -254,8 +256,10 @@ def test_project_kernels_compile_to_the_folded_dots(arch, tile, dot):
                                  dict(HAS_C=True, BLOCK_M=tile, BLOCK_N=tile, BLOCK_K=16))
     text = tt.ttgir(sum_gemm._sum_gemm_kernel, sig, const, arch)
     loop = text.split("scf.for")[1].split("scf.yield")[0]
-    assert {d[0] for d in tt.dots(text)} == {dot} and "arith.addf" not in loop
-    assert "inputPrecision = tf32" in text or "inputPrecision = 0" in text
+    triton_as_modelled({d[0] for d in tt.dots(text)} == {dot} and "arith.addf" not in loop,
+                       f"sum_gemm's K loop ({arch}, tile {tile})")
+    triton_as_modelled("inputPrecision = tf32" in text or "inputPrecision = 0" in text,
+                       f"the input precision of the dot ({arch})")
     for dt, fused in ((torch.float16, True), (torch.float8_e4m3fn, False)):
         if dt != torch.float16 and arch != "sm90":
             continue
@@ -373,11 +377,16 @@ def test_sum_of_products_over_another_axis():
                             (2, (16, 16, 16), ["mma.sync"]), (-2, (32, 32, 16), ["mma.sync"])):
         const = dict(zip(("BM", "BN", "BK"), shape), AX=ax)
         if dots is None:
-            with pytest.raises(RuntimeError, match="PassManager::run failed"):
+            try:
                 tt.ttgir(sum_axis_kernel, sig, const, "sm90")
+                failed = False
+            except RuntimeError as e:
+                failed = "PassManager::run failed" in str(e)
+            triton_as_modelled(failed, f"tl.sum over axis {ax} of {shape} (3.6: fails)")
         else:
-            assert [d[0] for d in tt.dots(tt.ttgir(sum_axis_kernel, sig, const, "sm90"))] \
-                == dots
+            triton_as_modelled(
+                [d[0] for d in tt.dots(tt.ttgir(sum_axis_kernel, sig, const, "sm90"))] == dots,
+                f"tl.sum over axis {ax} of {shape}")
     A, B = rnd(32, 16, dtype=torch.float32, seed=1), rnd(16, 32, dtype=torch.float32, seed=2)
     C = torch.zeros(32, 32)
     with tmt.emulate("sm90") as em:

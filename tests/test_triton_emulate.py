@@ -9,7 +9,7 @@ import warnings
 import pytest
 import torch
 
-pytest.importorskip("triton")
+triton = pytest.importorskip("triton")
 
 import torch_mma_emu as tme  # noqa: E402
 import torch_mma_emu.triton as tmt  # noqa: E402
@@ -104,9 +104,10 @@ def test_activation_helper_and_strided_operands():
 
 def test_seam_is_restored_on_exit_and_on_error():
     from triton.runtime import autotuner, interpreter as ti, jit
+    # create_dot_scaled: absent from Triton 3.6's interpreter (the block adds it), present in 3.8
     before = (jit.JITFunction.run, jit.JITFunction.__call__, ti.InterpretedFunction.run,
               autotuner.Autotuner.run, ti.InterpreterBuilder.create_dot, ti._patch_lang_tensor,
-              ti.interpreter_builder.options)
+              ti.interpreter_builder.options, getattr(ti.InterpreterBuilder, "create_dot_scaled", None))
     with pytest.raises(RuntimeError, match="boom"):
         with tmt.emulate("sm90"):
             with tmt.emulate("gfx942"):
@@ -115,8 +116,8 @@ def test_seam_is_restored_on_exit_and_on_error():
             raise RuntimeError("boom")
     after = (jit.JITFunction.run, jit.JITFunction.__call__, ti.InterpretedFunction.run,
              autotuner.Autotuner.run, ti.InterpreterBuilder.create_dot, ti._patch_lang_tensor,
-             ti.interpreter_builder.options)
-    assert before == after and not hasattr(ti.InterpreterBuilder, "create_dot_scaled")
+             ti.interpreter_builder.options, getattr(ti.InterpreterBuilder, "create_dot_scaled", None))
+    assert before == after
     assert hook.current() is None and not tmt.active()
 
 
@@ -349,3 +350,28 @@ def test_threads_started_inside_tme_emulate_are_covered():
         t.join()
     assert same(out[0], tme.emulated_mm(A, B, arch="sm80"))
     assert not tmt.active()
+
+
+def test_another_triton_version_is_named_when_its_rules_decide(monkeypatch):
+    """The instruction choice and rewrites are Triton 3.6's: under another version the first
+    dot whose instruction Triton's rules pick warns, once per block (opening a block, e.g.
+    every torch_mma_emu.emulate, says nothing; a forced instruction says nothing)."""
+    assert hook.version_warning("3.6.0") is None
+    msg = hook.version_warning("3.8.0")
+    assert "Triton 3.8.0" in msg and "3.6" in msg and "N = 8" in msg
+    assert "seen with" not in hook.version_warning("3.9.1")
+    assert hook.version_warning("weird") is not None
+    monkeypatch.setattr(triton, "__version__", "3.8.0")
+    A, B = torch.zeros(64, 16), torch.zeros(16, 64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with tmt.emulate("sm90", instruction="mma.sync") as forced:
+            forced.plan(A, B, "fp16", "fp16", "fp32", "tf32", 0)
+        with tmt.emulate("sm90") as block:
+            pass
+    with tmt.emulate("sm90") as block:
+        with pytest.warns(UserWarning, match="Triton 3.8.0 is installed"):
+            block.plan(A, B, "fp16", "fp16", "fp32", "tf32", 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            block.plan(A, B, "fp16", "fp16", "fp32", "tf32", 0)

@@ -7,6 +7,7 @@ from functools import lru_cache
 from typing import Optional
 
 import torch
+from torch._subclasses.fake_tensor import is_fake
 
 from . import cpp
 from .formats import (INT_OF_SIZE, OPERAND_DTYPES, OUT_DTYPES, Format, format_of_dtype,
@@ -366,6 +367,42 @@ _emulated_mm_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 # ---------------------------------------------------------------------------------------
+# The rounding of a result to its storage dtype, kept where a compiler would drop it.  A GPU
+# kernel writes its fp32 accumulators as bf16 / fp16; emulated, that is ``D.to(dtype)``
+# after the op, and Inductor fuses such a cast into the next pointwise op and skips the
+# rounding (the consumer reads the fp32 value: torch 2.11-2.14 by default), so a compiled
+# model would not compute what the GPU does.  While a graph is traced the cast is this
+# op of its own, which Inductor calls and cannot see into; eager code casts as before.
+# ---------------------------------------------------------------------------------------
+
+@torch.library.custom_op("mma_emu::round_to", mutates_args=())
+def _round_to_op(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return x.to(dtype, copy=True)
+
+
+@_round_to_op.register_fake
+def _(x, dtype):
+    return torch.empty_like(x, dtype=dtype)
+
+
+def _round_to_setup(ctx, inputs, output):
+    ctx.in_dtype = inputs[0].dtype
+
+
+_round_to_op.register_autograd(lambda ctx, g: (g.to(ctx.in_dtype), None),
+                               setup_context=_round_to_setup)
+
+
+def round_result(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x.to(dtype)`` as a kernel's store: a rounding no compiler fuses away."""
+    if x.dtype == dtype:
+        return x
+    if torch.compiler.is_compiling() or is_fake(x):
+        return _round_to_op(x, dtype)
+    return x.to(dtype)
+
+
+# ---------------------------------------------------------------------------------------
 # torch.func: the public wrapper runs the op through an autograd.Function that adds what a
 # torch.library custom op cannot declare: a forward-mode formula (jvp / forward_ad) and a
 # vmap rule.  Under torch.compile the custom op is called directly (Dynamo does not trace
@@ -444,11 +481,11 @@ class _EmulatedMM(torch.autograd.Function):
         return out, 0
 
 
-@torch._dynamo.assume_constant_result
 def _spec_string(spec: Spec) -> str:
-    """``spec.to_string()`` as a constant while Dynamo traces: a Spec is frozen, so its
-    string is fixed, and traced, an int field that differs between calls would become a
-    symbolic int that cannot be written into a string."""
+    """``spec.to_string()``, computed when the Spec was made: while Dynamo traces it reads the
+    cached string as a constant guarded by value, so a Spec that differs recompiles.  (Not
+    ``assume_constant_result``: Dynamo before torch 2.13 cannot take a frozen dataclass as
+    its argument, and tracing the encoder would turn an int field symbolic.)"""
     return spec.to_string()
 
 

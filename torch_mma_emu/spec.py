@@ -140,6 +140,9 @@ class Spec:
         errs += self._multipass_errors() + self._range_errors()
         if errs:
             raise ValueError("invalid Spec: " + "; ".join(errs))
+        # the op's string now, not on first use: Dynamo reads the cached string as a guarded
+        # constant, and cannot trace the encoder (see ops._spec_string)
+        self.to_string()
 
     def _kind_errors(self) -> list[str]:
         """Each field of the kind its annotation says (ints: anything with __index__, kept

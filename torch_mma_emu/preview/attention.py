@@ -28,6 +28,7 @@ from typing import Callable, Optional
 
 import torch
 
+from ..ops import round_result
 from .dispatch_args import bind, phase, restride
 from .gemm import acc_product
 
@@ -89,7 +90,7 @@ def attention_forward(q, k, v, mask, is_causal: bool, scale: Optional[float], pr
     empty = l == 0
     O = torch.where(empty, torch.zeros_like(O), O / torch.where(empty, torch.ones_like(l), l))
     lse = torch.where(empty, torch.zeros_like(l), m + torch.log(l)).squeeze(-1)
-    return O.to(dtype), lse
+    return round_result(O, dtype), lse
 
 
 def attention_backward(dO, q, k, v, O, lse, mask, is_causal: bool, scale: Optional[float],
@@ -113,7 +114,7 @@ def attention_backward(dO, q, k, v, O, lse, mask, is_causal: bool, scale: Option
     if rep > 1:
         dK = dK.unflatten(-3, (hk, rep)).sum(-3)
         dV = dV.unflatten(-3, (hk, rep)).sum(-3)
-    return dQ.to(dtype), dK.to(dtype), dV.to(dtype), dS
+    return round_result(dQ, dtype), round_result(dK, dtype), round_result(dV, dtype), dS
 
 
 # -- under emulate: the flash / cuDNN / CPU-flash attention ops ------------------------------

@@ -21,6 +21,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..ops import round_result
 from .dispatch_args import bind, phase, restride
 from .gemm import mm_product
 
@@ -59,6 +60,9 @@ def im2col(x: torch.Tensor, kernel, stride, padding, dilation):
     return cols, out_sp
 
 
+_HALF = (torch.float16, torch.bfloat16)   # kept in fp32 by eager adds, rounded once
+
+
 def check_conv(x, w, groups: int, transposed: bool = False) -> None:
     """PyTorch's shape rules for a convolution, as clear ValueErrors."""
     if x.dim() != w.dim() or x.dim() not in (3, 4, 5):
@@ -85,8 +89,9 @@ def conv_forward(x, w, stride, padding, dilation, groups: int, mm: MM,
     cols = cols.reshape(N, G, Kg, cols.shape[-1])
     wm = w.reshape(G, Cout // G, Kg)
     y = mm(wm, cols).reshape(N, Cout, *out_sp)           # (N, G, Cout/G, L) -> (N, Cout, ...)
-    if bias is not None:
-        y = y + bias.to(y.dtype).reshape(1, Cout, *([1] * len(out_sp)))
+    if bias is not None:   # computed in fp32 and rounded once, as eager bf16 / fp16 adds do
+        b = bias.reshape(1, Cout, *([1] * len(out_sp)))
+        y = round_result(y.float() + b.float(), y.dtype) if y.dtype in _HALF else y + b.to(y.dtype)
     return y
 
 

@@ -24,7 +24,7 @@ from typing import Optional
 
 import torch
 
-from ..ops import emulated_mm
+from ..ops import emulated_mm, round_result
 from .dispatch_args import bind, phase
 from .policy import Plan
 
@@ -77,7 +77,7 @@ def run_product(A: torch.Tensor, B: torch.Tensor, plan: Plan, *,
             D = D * alpha
         if use_c:
             D = D + (C.to(acc) if beta == 1 else C.to(acc) * beta)
-    return D.to(out_dtype)
+    return round_result(D, out_dtype)
 
 
 def acc_product(plan: Plan):

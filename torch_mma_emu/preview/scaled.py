@@ -28,7 +28,7 @@ from typing import Optional
 import torch
 
 from ..formats import format_of_dtype
-from ..ops import emulated_mm
+from ..ops import emulated_mm, round_result
 from ..packed_layouts import ceil_div, swizzled_numel, unpack_fp4, unswizzle  # noqa: F401
 from .dispatch_args import bind, phase
 from .gemm import run_product
@@ -373,7 +373,7 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
     if bias is not None:
         D = D + bias.to(torch.float32)
     mode._note(func, "scaled_mm", label, shapes)
-    D = D.to(out_dtype)
+    D = round_result(D, out_dtype)
     if out is not None:
         out.resize_(D.shape)
         return out.copy_(D)

@@ -147,6 +147,12 @@ class TritonEmulation:
         if self.variant is not None:
             f = lambda x: "tf32" if x == "fp32" and precision == "tf32" else x  # noqa: E731
             return DotPlan("registry", f(fa), f(fb), out, instruction=self.variant)
+        if self.path is None and "triton version" not in self._warned:
+            self._warned.add("triton version")     # Triton's rules decide: say whose
+            import triton
+            msg = hook.version_warning(getattr(triton, "__version__", "?"))
+            if msg:
+                warnings.warn(msg, stacklevel=3)
         return choose(self.arch, fa, fb, out, precision, imp, (M, N, K), A.dim() == 3,
                       self._num_warps, self.path)
 

@@ -97,6 +97,33 @@ def check_layout():
     return ti, jit, autotuner
 
 
+# The Triton whose compiler choice.py and combine.py model (its TTGIR checked them); the GPU
+# machine has it.  Another version may choose other instructions for the same tl.dot.
+MODELLED_TRITON = (3, 6)
+# what Triton 3.8 (torch 2.14's) was seen to compile otherwise (tests/test_triton_choice.py
+# and test_triton_combine.py, TTGIR on the CPU)
+SEEN_DIFFERENT = {(3, 8): "wgmma (sm90) and tcgen05 (sm100) for N = 8 tiles where 3.6 takes "
+                          "mma.sync, and no tl.dot made of a broadcast multiply + tl.sum on "
+                          "NVIDIA"}
+
+
+def version_warning(version: str) -> str | None:
+    """What to tell a user whose Triton is not the modelled one (None: it is)."""
+    try:
+        mm = tuple(int(x) for x in version.split(".")[:2])
+    except ValueError:
+        mm = None
+    if mm == MODELLED_TRITON:
+        return None
+    seen = SEEN_DIFFERENT.get(mm)
+    return (f"torch_mma_emu.triton: Triton {version} is installed, but the instruction choice "
+            f"and compiler rewrites replayed here are Triton "
+            f"{'.'.join(map(str, MODELLED_TRITON))}'s; where {version} compiles otherwise "
+            "the emulation follows " + ".".join(map(str, MODELLED_TRITON)) +
+            (f" (seen with {version}: {seen})" if seen else "") +
+            ". emulate(arch, instruction=...) picks the instruction explicitly.")
+
+
 def _install(p: switches.Patches) -> None:
     ti, jit, autotuner = check_layout()
     _set = functools.partial(p.set, mine=False)
