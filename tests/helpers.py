@@ -75,7 +75,7 @@ def assert_same_bits(D, R, what):
 
 def triton_as_modelled(ok: bool, what: str) -> None:
     """Assert that the installed Triton compiles ``what`` as the modelled Triton (3.6) does;
-    with another Triton version a difference is the known gap the emulation warns about
+    with a Triton version that disagrees (3.8) a difference is the known gap the emulation warns about
     (torch_mma_emu.triton.hook.version_warning): an xfail that names it, not a pass."""
     if ok:
         return

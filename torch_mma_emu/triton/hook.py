@@ -100,6 +100,8 @@ def check_layout():
 # The Triton whose compiler choice.py and combine.py model (its TTGIR checked them); the GPU
 # machine has it.  Another version may choose other instructions for the same tl.dot.
 MODELLED_TRITON = (3, 6)
+# versions whose TTGIR agreed with every case of those tests (3.7: torch 2.12's)
+AGREES = {(3, 6), (3, 7)}
 # what Triton 3.8 (torch 2.14's) was seen to compile otherwise (tests/test_triton_choice.py
 # and test_triton_combine.py, TTGIR on the CPU)
 SEEN_DIFFERENT = {(3, 8): "wgmma (sm90) and tcgen05 (sm100) for N = 8 tiles where 3.6 takes "
@@ -113,7 +115,7 @@ def version_warning(version: str) -> str | None:
         mm = tuple(int(x) for x in version.split(".")[:2])
     except ValueError:
         mm = None
-    if mm == MODELLED_TRITON:
+    if mm in AGREES:
         return None
     seen = SEEN_DIFFERENT.get(mm)
     return (f"torch_mma_emu.triton: Triton {version} is installed, but the instruction choice "
