@@ -241,9 +241,9 @@ def test_emulate_blocks_in_two_threads_leave_in_the_other_order():
     assert seen["inside"]["inductor"][0] == "ATEN"      # still on for the second block
     assert seen["first inside"][0] == seen["started inside"][0] == "ATEN"
     assert seen["second after"] == before["inductor"]
-    if switches._config_per_thread():    # torch 2.13+: each thread gets and restores its own
+    if switches._config_per_thread():    # torch 2.12+: each thread gets and restores its own
         assert seen["first after"] == before["inductor"]
-    else:                                # torch 2.11/2.12: process-wide, the second holds it
+    else:                                # torch 2.11: process-wide, the second holds it
         assert seen["first after"] == seen["inside"]["inductor"]
     assert _diff(before, _state()) == []
 

@@ -292,7 +292,7 @@ def _inductor_settings(p: Patches) -> None:
 @functools.lru_cache(maxsize=None)
 def _config_per_thread() -> bool:
     """Whether Inductor's settings are per thread: PyTorch's config modules keep a user's
-    value in a ContextVar (torch 2.13; a new thread starts with the defaults)."""
+    value in a ContextVar (torch 2.12-2.14, not 2.11; a new thread starts with the defaults)."""
     try:
         import torch._inductor.config as ind_config
         entry = ind_config._config["fx_graph_cache"]
