@@ -107,6 +107,7 @@ def test_infer_a_callable_target_backed_by_the_reference_oracle(arch, fmt, out):
     assert inf.report.target.startswith("callable")
 
 
+@pytest.mark.slow   # 262 s on 2 cores (measured with --durations): runs with MMA_EMU_SLOW=1
 def test_infer_reports_when_nothing_fits():
     """A unit outside the model space (each product rounded to bf16 before an exact sum) is
     refused with the rounds that were tried, and features() shows why."""
