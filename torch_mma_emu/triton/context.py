@@ -34,7 +34,7 @@ class TritonEmulation:
     the interpreter's own NumPy arithmetic).  ``counts`` says which plans ran how often."""
 
     def __init__(self, arch, instruction: Optional[str] = None, *,
-                 autotune: Union[str, Callable] = "first"):
+                 autotune: Union[str, Callable] = "first", exact_math: bool = True):
         self.spec = arch if isinstance(arch, Spec) else None
         self.arch = None if arch is None or self.spec is not None else canonical_arch(arch)
         if instruction is not None and not isinstance(instruction, str):
@@ -50,6 +50,7 @@ class TritonEmulation:
             raise ValueError("torch_mma_emu.triton.emulate: autotune must be 'first' or a "
                              "function (list of triton.Config) -> triton.Config")
         self.autotune = autotune
+        self.exact_math = bool(exact_math)
         self.counts: Counter = Counter()
         self._num_warps = 4
         self._warned: set = set()
@@ -68,9 +69,10 @@ class TritonEmulation:
         return f"<torch_mma_emu.triton block: {what}>"
 
     def summary(self) -> str:
-        if not self.counts:
-            return "no tl.dot ran"
-        return "\n".join(f"{n:8d}  {k}" for k, n in self.counts.most_common())
+        from . import extras
+        dots = (["no tl.dot ran"] if not self.counts else
+                [f"{n:8d}  {k}" for k, n in self.counts.most_common()])
+        return "\n".join(dots + extras.summary_lines(self))
 
     # -- what the hook asks ------------------------------------------------------------
     @property
@@ -251,7 +253,8 @@ class TritonEmulation:
 
 
 def emulate(arch, instruction: Optional[str] = None, *,
-            autotune: Union[str, Callable] = "first") -> TritonEmulation:
+            autotune: Union[str, Callable] = "first", exact_math: bool = True
+            ) -> TritonEmulation:
     """Run Triton kernels as ``arch``'s matrix units compute them (docs/triton.md).
 
     ::
@@ -269,12 +272,15 @@ def emulate(arch, instruction: Optional[str] = None, *,
     ``"mfma"``, ``"fma"``) or name a registry instruction variant (``tme.instructions``).
     ``arch`` may be a :class:`~torch_mma_emu.Spec`: every dot then uses it.  ``autotune``:
     which config an autotuned kernel runs ("first", or a function of the config list).
-    Everything else (loads, ``tl.exp``, ``tl.sum``, atomics) is the interpreter's NumPy
-    arithmetic: docs/triton.md lists what is and is not emulated."""
+    ``tl.exp``, ``/``, ``tl.sqrt``, ... run as the target's instructions (target_math.py;
+    ``exact_math=False``: NumPy's, faster), fp32 ``a * b + c`` is contracted into one fma
+    where the compiled code does (contract.py), atomics are recorded (extras.py); the rest
+    (loads, ``tl.sum``) is the interpreter's NumPy arithmetic: docs/triton.md lists what is
+    and is not emulated."""
     if arch is None:
         raise ValueError("torch_mma_emu.triton.emulate: give an arch (tme.archs()) or a Spec; "
                          "torch_mma_emu.triton.interpret() runs the plain interpreter")
-    return TritonEmulation(arch, instruction, autotune=autotune)
+    return TritonEmulation(arch, instruction, autotune=autotune, exact_math=exact_math)
 
 
 def interpret(*, autotune: Union[str, Callable] = "first") -> TritonEmulation:

@@ -160,6 +160,8 @@ def _install(p: switches.Patches) -> None:
     _set(IB, "create_expand_dims", _create_expand_dims)
     _set(IB, "create_broadcast", _create_broadcast)
     _set(ti.ReduceOps, "sum", _reduce_sum)
+    from . import extras        # math, contraction, atomics and interpreter gaps (extras.py)
+    extras.install(_set, ti, current)
     try:      # user kernels torch.compile hands to Inductor (inductor.py)
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except ImportError:

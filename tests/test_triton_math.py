@@ -1,0 +1,136 @@
+"""Math as the target computes it: target_math.SEQUENCES checked against the PTX Triton
+compiles on the CPU for sm_90, and kernels under ``emulate("H100")`` returning the bits of
+the gpu_math models of those instructions (the plain interpreter does not)."""
+import numpy as np
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+import triton.language as tl  # noqa: E402
+
+import torch_mma_emu.triton as tmt  # noqa: E402
+from torch_mma_emu import gpu_math  # noqa: E402
+from torch_mma_emu.triton import ptx_of, target_math  # noqa: E402
+
+
+@triton.jit
+def unary(X, Y, Z, OUT, N, OP: tl.constexpr, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    m = o < N
+    x = tl.load(X + o, mask=m)
+    y = tl.load(Y + o, mask=m)
+    z = tl.load(Z + o, mask=m)
+    if OP == "create_exp":
+        r = tl.exp(x)
+    elif OP == "create_exp2":
+        r = tl.exp2(x)
+    elif OP == "create_fdiv":
+        r = x / y
+    elif OP == "create_precise_divf":
+        r = tl.math.div_rn(x, y)
+    elif OP == "create_sqrt":
+        r = tl.sqrt(x)
+    elif OP == "create_precise_sqrt":
+        r = tl.sqrt_rn(x)
+    elif OP == "create_rsqrt":
+        r = tl.rsqrt(x)
+    elif OP == "create_fma":
+        r = tl.fma(x, y, z)
+    elif OP == "create_log":
+        r = tl.log(x)
+    elif OP == "create_log2":
+        r = tl.log2(x)
+    elif OP == "create_sin":
+        r = tl.sin(x)
+    elif OP == "create_cos":
+        r = tl.cos(x)
+    else:
+        r = tl.erf(x)
+    tl.store(OUT + o, r, mask=m)
+
+
+SIG = {"X": "*fp32", "Y": "*fp32", "Z": "*fp32", "OUT": "*fp32", "N": "i32",
+       "OP": "constexpr", "BLOCK": "constexpr"}
+PTX_NAME = {"mul.rn.f32": "mul.f32"}        # PTX writes the default rounding without .rn
+
+
+@pytest.mark.parametrize("method", sorted(target_math.SEQUENCES))
+def test_table_is_the_compiled_ptx(method):
+    ptx = ptx_of.compile_ptx(unary, SIG, {"OP": method, "BLOCK": 32}, num_warps=1)
+    ops = ptx_of.float_ops(ptx)
+    steps = target_math.SEQUENCES[method][1]["fp32"]
+    if steps is None:                        # a libdevice routine: a long inlined body
+        assert len(ops) > 6, ops
+        assert not any(o.endswith("approx.f32") or o.endswith("approx.ftz.f32")
+                       for o in ops[:1]), ops
+    else:
+        assert ops == [PTX_NAME.get(s[0], s[0]) for s in steps]
+
+
+def _inputs(n=512, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g) * 20
+    x[:8] = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-40,
+                          -130.0, 88.0])
+    y = torch.randn(n, generator=g) * 3
+    y[:4] = torch.tensor([3e38, 1e-40, 0.0, -0.0])
+    z = torch.randn(n, generator=g)
+    return x, y, z
+
+
+def _run(block, method, x, y, z):
+    out = torch.empty_like(x)
+    with block as em:
+        unary[(1,)](x, y, z, out, x.numel(), OP=method, BLOCK=x.numel())
+    return out, em
+
+
+MODEL = {"create_exp": lambda x, y, z: gpu_math.evaluate(
+             "ex2.approx.f32", gpu_math.evaluate("mul.rn.f32", x, target_math.LOG2E)),
+         "create_exp2": lambda x, y, z: gpu_math.evaluate("ex2.approx.ftz.f32", x),
+         "create_fdiv": lambda x, y, z: gpu_math.evaluate("div.full.f32", x, y),
+         "create_precise_divf": lambda x, y, z: gpu_math.evaluate("div.rn.f32", x, y),
+         "create_precise_sqrt": lambda x, y, z: gpu_math.evaluate("sqrt.rn.f32", np.abs(x)),
+         "create_rsqrt": lambda x, y, z: gpu_math.evaluate("rsqrt.approx.ftz.f32", x),
+         "create_fma": lambda x, y, z: gpu_math.evaluate("fma.rn.f32", x, y, z)}
+
+
+@pytest.mark.parametrize("method", sorted(MODEL))
+def test_emulated_kernel_returns_the_model_bits(method):
+    x, y, z = _inputs()
+    if method == "create_precise_sqrt":
+        x = x.abs()
+    got, em = _run(tmt.emulate("H100"), method, x, y, z)
+    want = MODEL[method](x.numpy(), y.numpy(), z.numpy())
+    assert np.array_equal(got.numpy().view(np.uint32), want.view(np.uint32))
+    assert "bit-exact" in em.summary() and "APPROXIMATE" not in em.summary()
+    plain, _ = _run(tmt.interpret(), method, x, y, z)
+    if method in ("create_exp", "create_exp2", "create_fdiv", "create_rsqrt"):
+        assert not torch.equal(plain.view(torch.int32), got.view(torch.int32))
+
+
+def test_approximate_functions_are_named():
+    x, y, z = _inputs()
+    got, em = _run(tmt.emulate("H100"), "create_log", x.abs() + 0.5, y, z)
+    s = em.summary()
+    assert "tl.log fp32 = __nv_logf" in s and "APPROXIMATE" in s
+    assert target_math.approximate(em) == ["tl.log fp32 = __nv_logf (float64 rounded)"]
+    ref = np.log((x.abs() + 0.5).numpy().astype(np.float64))
+    fin = np.isfinite(ref)
+    assert np.max(np.abs(got.numpy()[fin] / ref[fin] - 1)) < 2 ** -22
+    _, em = _run(tmt.emulate("H100"), "create_sqrt", x.abs(), y, z)
+    assert "tl.sqrt fp32 = sqrt.approx.ftz.f32 [APPROXIMATE]" in em.summary()
+
+
+def test_exact_math_false_keeps_numpy_and_says_so():
+    x, y, z = _inputs()
+    got, em = _run(tmt.emulate("H100", exact_math=False), "create_exp2", x, y, z)
+    plain, _ = _run(tmt.interpret(), "create_exp2", x, y, z)
+    assert torch.equal(got.view(torch.int32), plain.view(torch.int32))
+    assert "NumPy (exact_math=False)" in em.summary()
+
+
+def test_amd_target_is_named_approximate():
+    x, y, z = _inputs()
+    _, em = _run(tmt.emulate("MI300X"), "create_exp", x, y, z)
+    assert "gfx942: not modelled" in em.summary() and "APPROXIMATE" in em.summary()
