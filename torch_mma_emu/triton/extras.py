@@ -1,16 +1,44 @@
 """What an emulate block adds around the dots, registered with the interpreter seam
-(hook.py calls :func:`install` once): the target's math (target_math.py), floating-point
-contraction as the compiled code does it (contract.py), atomics recorded (atomics.py), and
-the interpreter gaps third-party kernels meet (gaps.py).  ``summary_lines`` is what
-``em.summary()`` adds for them."""
+(hook.py calls :func:`install` once and :func:`begin_launch` / :func:`end_launch` around
+each launch): the target's math (target_math.py), floating-point contraction as the
+compiled code does it (contract.py), atomics recorded (atomics.py), and the interpreter gaps
+third-party kernels meet (gaps.py).  ``summary_lines`` is what ``em.summary()`` adds."""
 from __future__ import annotations
 
-from . import target_math
+from . import contract, target_math
+
+
+def _emulating(block) -> bool:
+    return block is not None and (block.arch is not None or block.spec is not None)
 
 
 def install(set_attr, ti, current) -> None:
-    target_math.install(set_attr, ti.InterpreterBuilder, current)
+    IB = ti.InterpreterBuilder
+    target_math.install(set_attr, IB, current)
+    prev = {n: getattr(IB, n) for n in ("create_fmul", "create_fadd", "create_fsub")}
+
+    def create_fmul(self, lhs, rhs):
+        return contract.fmul(current(), prev["create_fmul"](self, lhs, rhs), lhs, rhs)
+
+    def create_fadd(self, lhs, rhs):
+        out = contract.fadd(current(), lhs, rhs)
+        return prev["create_fadd"](self, lhs, rhs) if out is None else out
+
+    def create_fsub(self, lhs, rhs):
+        out = contract.fadd(current(), lhs, rhs, negate_rhs=True)
+        return prev["create_fsub"](self, lhs, rhs) if out is None else out
+    set_attr(IB, "create_fmul", create_fmul)
+    set_attr(IB, "create_fadd", create_fadd)
+    set_attr(IB, "create_fsub", create_fsub)
+
+
+def begin_launch(block, fn, args, kwargs) -> None:
+    block._launch_info = contract.Launch(fn, args, kwargs) if _emulating(block) else None
+
+
+def end_launch(block) -> None:
+    block._launch_info = None
 
 
 def summary_lines(block) -> list[str]:
-    return target_math.summary_lines(block)
+    return target_math.summary_lines(block) + contract.summary_lines(block)

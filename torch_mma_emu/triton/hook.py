@@ -36,7 +36,7 @@ import inspect
 import threading
 
 from .. import switches
-from . import combine
+from . import combine, extras
 
 _LAUNCH = threading.RLock()     # one interpreted launch at a time (global builder state)
 _TLS = threading.local()        # .stack: open blocks of this thread; .depth: launches running
@@ -160,8 +160,7 @@ def _install(p: switches.Patches) -> None:
     _set(IB, "create_expand_dims", _create_expand_dims)
     _set(IB, "create_broadcast", _create_broadcast)
     _set(ti.ReduceOps, "sum", _reduce_sum)
-    from . import extras        # math, contraction, atomics and interpreter gaps (extras.py)
-    extras.install(_set, ti, current)
+    extras.install(_set, ti, current)     # math, contraction, atomics, interpreter gaps
     try:      # user kernels torch.compile hands to Inductor (inductor.py)
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except ImportError:
@@ -220,6 +219,7 @@ def _launch(block, interp, args, grid, warmup, kwargs):
             if block.min_dot_size is not None:
                 b.codegen_fns["min_dot_size"] = block.min_dot_size
             block.begin_launch(kwargs)
+            extras.begin_launch(block, interp.fn, args, kwargs)
             return _orig["interp_run"](interp, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
             _TLS.depth -= 1
@@ -229,6 +229,7 @@ def _launch(block, interp, args, grid, warmup, kwargs):
             else:
                 b.codegen_fns["min_dot_size"] = saved[1]
             block.end_launch()
+            extras.end_launch(block)
 
 
 def _jit_run(self, *args, grid, warmup, **kwargs):
