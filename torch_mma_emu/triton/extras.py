@@ -5,7 +5,7 @@ compiled code does it (contract.py), atomics recorded (atomics.py), and the inte
 third-party kernels meet (gaps.py).  ``summary_lines`` is what ``em.summary()`` adds."""
 from __future__ import annotations
 
-from . import contract, target_math
+from . import contract, gaps, target_math
 
 
 def _emulating(block) -> bool:
@@ -31,6 +31,18 @@ def install(set_attr, ti, current) -> None:
     set_attr(IB, "create_fadd", create_fadd)
     set_attr(IB, "create_fsub", create_fsub)
 
+    for name, op in (("create_atomic_rmw", None), ("create_atomic_cas", "cas")):
+        def atomic(self, *args, _prev=getattr(IB, name), _op=op):
+            out = _prev(self, *args)
+            kind = _op or getattr(args[0], "name", str(args[0])).lower()
+            gaps.record_atomic(current(), kind, out.dtype)
+            return out
+        set_attr(IB, name, atomic)
+    set_attr(ti.FunctionRewriter, "_transform_ast",
+             gaps.transform_ast(ti.FunctionRewriter._transform_ast, current))
+    from triton.runtime.autotuner import Autotuner
+    set_attr(Autotuner, "__getitem__", gaps.autotuner_getitem(Autotuner, current))
+
 
 def begin_launch(block, fn, args, kwargs) -> None:
     block._launch_info = contract.Launch(fn, args, kwargs) if _emulating(block) else None
@@ -40,5 +52,12 @@ def end_launch(block) -> None:
     block._launch_info = None
 
 
+def launch_result(interp, kwargs, out):
+    """What ``kernel[grid](...)`` returns: the interpreter's result, or a stand-in for the
+    compiled kernel that library caches keep and launch again (gaps.Relaunch)."""
+    return gaps.Relaunch(interp, kwargs) if out is None else out
+
+
 def summary_lines(block) -> list[str]:
-    return target_math.summary_lines(block) + contract.summary_lines(block)
+    return (target_math.summary_lines(block) + contract.summary_lines(block)
+            + gaps.summary_lines(block))

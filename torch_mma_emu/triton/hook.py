@@ -220,7 +220,8 @@ def _launch(block, interp, args, grid, warmup, kwargs):
                 b.codegen_fns["min_dot_size"] = block.min_dot_size
             block.begin_launch(kwargs)
             extras.begin_launch(block, interp.fn, args, kwargs)
-            return _orig["interp_run"](interp, *args, grid=grid, warmup=warmup, **kwargs)
+            out = _orig["interp_run"](interp, *args, grid=grid, warmup=warmup, **kwargs)
+            return extras.launch_result(interp, kwargs, out)
         finally:
             _TLS.depth -= 1
             b.options = saved[0]

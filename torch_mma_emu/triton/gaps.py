@@ -1,0 +1,145 @@
+"""Atomics, and the gaps of Triton's interpreter that third-party kernels meet, filled while
+a block is open (``tmt.emulate`` and ``tmt.interpret`` alike):
+
+* **atomics**: a GPU applies the atomics of different programs in an order it does not
+  promise (float ``atomic_add`` results can change bits from run to run); the interpreter
+  applies them in grid order, one of the orders a GPU may take.  Each atomic op is counted in
+  ``em.summary()`` and the first float one warns once per block.
+* **loop variables are tensors**: compiled Triton makes ``for i in range(n)`` (and
+  ``tl.range``) an i32 loop (i64 when a bound is), so kernels call ``i.to(tl.int64)`` on it
+  (fla's chunk kernels); the interpreter gives Python ints.  Kernels are rewritten so that
+  inside a block the loop variable is a scalar tensor (``tl.static_range`` stays ints).
+* **autotuner subclasses that override ``run``** and time configs on the GPU driver
+  (FlagGems' ``LibTuner``: "0 active drivers" on a CPU): ``kernel[grid](...)`` on any
+  ``Autotuner`` goes to the block's config choice, as the plain ``Autotuner`` does.
+* **launch results kept by library caches** (FlagGems' ``LibEntry`` keeps what the first
+  ``fn.run`` returns and launches it with ``kernel[grid](*args)`` afterwards): an interpreted
+  launch returns a :class:`Relaunch` that does that in the interpreter.
+"""
+from __future__ import annotations
+
+import ast
+import warnings
+from collections import Counter
+
+import numpy as np
+
+RANGE_NAME = "_tme_loop_range"       # what rewritten kernels call for range / tl.range
+_current = None                       # hook.current, set by install (no import circle)
+
+
+def _counts(block) -> Counter:
+    c = getattr(block, "_atomic_counts", None)
+    if c is None:
+        c = block._atomic_counts = Counter()
+    return c
+
+
+def record_atomic(block, op: str, dtype) -> None:
+    if block is None:
+        return
+    name = getattr(dtype, "name", str(dtype))
+    _counts(block)[(op, name)] += 1
+    if name.startswith(("fp", "bf")) and "atomics" not in block._warned:
+        block._warned.add("atomics")
+        warnings.warn(f"torch_mma_emu.triton: tl.atomic_{op} on {name}: a GPU applies atomics "
+                      "in an order it does not promise, so the bits of a float atomic "
+                      "reduction can change from run to run; the emulation applies them in "
+                      "grid order (one order a GPU may take)", stacklevel=4)
+
+
+def summary_lines(block) -> list[str]:
+    c = getattr(block, "_atomic_counts", None)
+    if not c:
+        return []
+    ops = ", ".join(f"{n} x atomic_{op} {dt}" for (op, dt), n in sorted(c.items()))
+    return [f"atomics (order not deterministic on a GPU; applied in grid order): {ops}"]
+
+
+# -- loop variables ------------------------------------------------------------------------
+def loop_range(*args, **kwargs):
+    """``range`` / ``tl.range`` in a rewritten kernel: scalar int32 (int64) tensors inside a
+    block, Python ints outside."""
+    extra = ("num_stages", "loop_unroll_factor", "disallow_acc_multi_buffer", "flatten",
+             "warp_specialize", "disable_licm")
+    step = kwargs.pop("step", None)
+    for k in extra:
+        kwargs.pop(k, None)
+    if kwargs:
+        raise TypeError(f"range() got unexpected keyword arguments {sorted(kwargs)}")
+    vals = [int(a) if hasattr(a, "__index__") else a for a in args]
+    if step is not None:
+        vals = (vals + [0, 0])[:2] if len(vals) < 2 else vals[:2]
+        vals.append(int(step))
+    r = range(*vals)
+    if _current is None or _current() is None:
+        return r
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+    wide = any(getattr(getattr(a, "dtype", None), "name", "") == "int64" for a in args) or \
+        not all(-2 ** 31 <= v < 2 ** 31 for v in (r.start, r.stop))
+    ty, npt = (tl.int64, np.int64) if wide else (tl.int32, np.int32)
+    return (tl.tensor(TensorHandle(np.array([i], dtype=npt), ty), ty) for i in r)
+
+
+class _Loops(ast.NodeTransformer):
+    def visit_For(self, node):
+        self.generic_visit(node)
+        it = node.iter
+        if isinstance(it, ast.Call):
+            f = it.func
+            plain = isinstance(f, ast.Name) and f.id == "range"
+            tl_range = isinstance(f, ast.Attribute) and f.attr == "range" \
+                and isinstance(f.value, ast.Name) and f.value.id in ("tl", "triton_language")
+            if plain or tl_range:
+                it.func = ast.copy_location(ast.Name(id=RANGE_NAME, ctx=ast.Load()), f)
+        return node
+
+
+def transform_ast(orig, current):
+    """``FunctionRewriter._transform_ast`` plus the loop rewrite (and the name it calls)."""
+    global _current
+    _current = current
+
+    def _transform_ast(self, src):
+        tree = orig(self, src)
+        self.fn.__globals__.setdefault(RANGE_NAME, loop_range)
+        return ast.fix_missing_locations(_Loops().visit(tree))
+    return _transform_ast
+
+
+# -- autotuners and launch results ---------------------------------------------------------
+def autotuner_getitem(autotuner_cls, current):
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            block = current()
+            if block is not None and type(self).run is not autotuner_cls.run:
+                return block.run_autotuned(self, args, dict(kwargs, grid=grid, warmup=False))
+            return self.run(*args, grid=grid, warmup=False, **kwargs)
+        return launch
+    return __getitem__
+
+
+class Relaunch:
+    """What an interpreted launch returns in place of the compiled kernel: ``[grid](*args)``
+    launches it again in the interpreter with the first launch's keyword arguments
+    (constexprs, options); positional arguments fill the other parameters in order, as a
+    compiled kernel takes them."""
+
+    def __init__(self, interp, kwargs):
+        import inspect
+        self._interp, self._kwargs = interp, dict(kwargs)
+        params = inspect.signature(interp.fn).parameters.values()
+        self._names = [p.name for p in params if p.name not in kwargs
+                       and "constexpr" not in str(p.annotation)]
+        self.metadata = type("metadata", (), {"num_warps": kwargs.get("num_warps", 4),
+                                              "num_stages": kwargs.get("num_stages", 3),
+                                              "shared": 0})()
+        self.n_regs, self.n_spills = 0, 0
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            named = dict(zip(self._names, args))
+            return self._interp.run(grid=grid, warmup=False, **named,
+                                    **{**self._kwargs, **kwargs})
+        return launch
