@@ -52,10 +52,9 @@ def _table(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 _EX2, _RCP, _RSQ = _table(tables.EX2), _table(tables.RCP), _table(tables.RSQ)
 
 
-def approx_square(x: np.ndarray) -> np.ndarray:
-    """The hardware's squarer of a (<= 17-bit) integer: the exact square less every
-    partial-product bit in the 19 lowest columns, i.e. the diagonal bits ``x_k 2^(2k)`` and
-    the doubled cross terms ``x_i x_j 2^(i+j+1)`` (i < j) that fall below column 19."""
+def _dropped(x: np.ndarray) -> np.ndarray:
+    """The partial-product bits the squarer drops: the diagonal bits ``x_k 2^(2k)`` and the
+    doubled cross terms ``x_i x_j 2^(i+j+1)`` (i < j) in the 19 lowest columns."""
     x = x.astype(U64)
     low = U64((1 << 19) - 1)
     diag = np.zeros_like(x)
@@ -65,7 +64,19 @@ def approx_square(x: np.ndarray) -> np.ndarray:
     for i in range(9):                      # row i: x_i * (bits of x above i), shifted
         row = (x << U64(i + 1)) & ~U64((1 << (2 * i + 2)) - 1) & U64(0xFFFFFFFF)
         err += np.where((x >> U64(i)) & U64(1), row & low, U64(0))
-    return x * x - err
+    return err
+
+
+_DROPPED: list = []           # the dropped bits depend on x's low 18 bits only: one table
+
+
+def approx_square(x: np.ndarray) -> np.ndarray:
+    """The hardware's squarer of a (<= 17-bit) integer: the exact square less the
+    partial-product bits in the 19 lowest columns (:func:`_dropped`, tabulated)."""
+    if not _DROPPED:
+        _DROPPED.append(_dropped(np.arange(1 << 18, dtype=U64)))
+    x = x.astype(U64)
+    return x * x - _DROPPED[0][(x & U64((1 << 18) - 1)).astype(np.int64)]
 
 
 def _parts(x: np.ndarray):
