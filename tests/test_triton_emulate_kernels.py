@@ -13,6 +13,7 @@ pytest.importorskip("triton")
 
 import torch_mma_emu as tme  # noqa: E402
 import torch_mma_emu.triton as tmt  # noqa: E402
+from torch_mma_emu import gpu_math  # noqa: E402
 from helpers import rnd, same  # noqa: E402
 from torch_mma_emu.registry import ARCHS  # noqa: E402
 from torch_mma_emu.schedule import Schedule  # noqa: E402
@@ -218,7 +219,21 @@ def test_batched_gemm_3d_dots(arch, dt, conv):
         assert not same(D, tme.emulated_mm(A, B, arch=arch))
 
 
-# --- fused attention: the reference is emulated_mm calls and the interpreter's NumPy ops ---
+# --- fused attention: the reference is emulated_mm calls, on NVIDIA the sm_90 instructions
+# of tl.math.exp2 and of the fma the compiler contracts (gpu_math; on AMD neither is
+# modelled: exp2 in float64 rounded, two roundings) and the interpreter's NumPy ops ---
+
+def _ex2(x, arch):
+    x = np.asarray(x, np.float32)
+    if ARCHS[arch].vendor == "nvidia":
+        return gpu_math.evaluate("ex2.approx.ftz.f32", x)
+    return np.exp2(x.astype(np.float64)).astype(np.float32)
+
+
+def _fma(a, b, c, arch):
+    if ARCHS[arch].vendor == "nvidia":
+        return gpu_math.evaluate("fma.rn.f32", *[np.asarray(v, np.float32) for v in (a, b, c)])
+    return a * b + c
 
 def attention_ref(q, k, v, scale, causal, arch, bm=64, bn=64):
     Z, Nq, D = q.shape
@@ -241,9 +256,9 @@ def attention_ref(q, k, v, scale, causal, arch, bm=64, bn=64):
                     valid = valid & (cols[None, :] <= rows[:, None])
                 s = np.where(valid, s, f32(-np.inf))
                 m_new = np.maximum(m_i, np.nanmax(s, 1))
-                p = np.exp2(s - m_new[:, None])
-                alpha = np.exp2(m_i - m_new)
-                l_i = l_i * alpha + np.sum(p, 1)
+                p = _ex2(s - m_new[:, None], arch)            # ex2.approx.ftz.f32
+                alpha = _ex2(m_i - m_new, arch)
+                l_i = _fma(l_i, alpha, np.sum(p, 1), arch)    # contracted in the PTX
                 acc = tme.emulated_mm(torch.from_numpy(p).to(q.dtype), vb,
                                       torch.from_numpy(acc * alpha[:, None]),
                                       arch=arch).numpy()

@@ -230,8 +230,14 @@ def summary_lines(block) -> list[str]:
     if not c:
         return []
     fma, twice = c[("fma", None)], c[("rounded twice", None)]
-    lines = [f"contraction (PTX compiled on the CPU): {fma} product-additions fused into "
-             f"fma.rn.f32, {twice} rounded twice"]
+    lines = []
+    if fma or twice or len(c) > sum(1 for k in c if k[0] == "not modelled"):
+        lines.append(f"contraction (PTX compiled on the CPU): {fma} product-additions fused "
+                     f"into fma.rn.f32, {twice} rounded twice")
+    for (k, where), n in c.items():
+        if k == "not modelled":
+            lines.append(f"contraction: not modelled on {where} (mul + add rounded twice, "
+                         f"{n} launches)")
     amb = sum(n for (k, _), n in c.items() if k == "ambiguous")
     if amb:
         lines.append(f"  {amb} at source locations the PTX fuses only sometimes (majority)")

@@ -45,7 +45,12 @@ def install(set_attr, ti, current) -> None:
 
 
 def begin_launch(block, fn, args, kwargs) -> None:
-    block._launch_info = contract.Launch(fn, args, kwargs) if _emulating(block) else None
+    """Contraction is read from sm_90 PTX: NVIDIA archs only (AMD's is not modelled)."""
+    block._launch_info = None
+    if _emulating(block) and block.arch is not None and block.vendor == "nvidia":
+        block._launch_info = contract.Launch(fn, args, kwargs)
+    elif _emulating(block):
+        contract.counts(block)[("not modelled", block.arch or "a Spec")] += 1
 
 
 def end_launch(block) -> None:
