@@ -42,6 +42,7 @@ def install(set_attr, ti, current) -> None:
              gaps.transform_ast(ti.FunctionRewriter._transform_ast, current))
     from triton.runtime.autotuner import Autotuner
     set_attr(Autotuner, "__getitem__", gaps.autotuner_getitem(Autotuner, current))
+    gaps.install_driver(set_attr, current)
 
 
 def begin_launch(block, fn, args, kwargs) -> None:
