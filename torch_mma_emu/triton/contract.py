@@ -47,8 +47,9 @@ def _skip_dirs() -> tuple:
     global _SKIP
     if not _SKIP:
         import triton
-        _SKIP = tuple(os.path.dirname(m.__file__) + os.sep for m in (triton, np))
-        _SKIP += (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
+        here = os.path.dirname(os.path.abspath(__file__))      # torch_mma_emu/triton
+        _SKIP = tuple(os.path.dirname(m.__file__) + os.sep for m in (triton, np)) + (
+            here + os.sep, os.path.join(os.path.dirname(here), "gpu_math") + os.sep)
     return _SKIP
 
 
