@@ -340,3 +340,31 @@ def test_evaluate_rejects_bad_input():
         gpu_math.evaluate("ex2.approx.f32", np.float32([1]), np.float32([1]))
     out = gpu_math.evaluate("div.full.f32", np.ones((2, 3), F), 2.0)      # broadcasts
     assert out.shape == (2, 3) and out.dtype == F and np.all(out == 0.5)
+
+
+def test_ptx_run_follows_branches_per_lane():
+    """gpu_math.ptx_run: forward branches are per lane, predicates and integer ops as PTX
+    defines them (unordered compares true on NaN), unsupported code raises."""
+    from torch_mma_emu.gpu_math import ptx_run
+    ptx = """
+    @%p9 ld.global.b32 { %r1 }, [ %rd1 + 0 ];
+    setp.ltu.f32 %p1, %r1, 0f00000000;
+    mov.b32 %r2, %r1;
+    @%p1 bra $L__A;
+    mul.f32 %r2, %r1, 0f40000000;
+    $L__A:
+    add.s32 %r3, %r2, -1;
+    setp.lt.s32 %p7, %r8, %r9;
+    @%p7 st.global.b32 [ %rd2 + 0 ], { %r3 };
+    """
+    prog, src, dst = ptx_run.routine(ptx)
+    assert [p[0] for p in prog] == ["setp.ltu.f32", "mov.b32", "bra", "mul.f32", "label",
+                                    "add.s32"]           # the store's mask is not sliced in
+    x = np.array([-3.0, 2.0, np.nan, 0.0], F)
+    got = ptx_run.run(prog, src, dst, x).view(np.uint32)
+    want = np.array([x[0], 4.0, x[2], 0.0], F).view(np.uint32) - np.uint32(1)
+    assert np.array_equal(got, want)
+    bad, s, d = ptx_run.routine(ptx.replace("mul.f32 %r2, %r1, 0f40000000",
+                                            "ld.local.b32 %r2, [%rd5]"))
+    with pytest.raises(ptx_run.Unsupported):
+        ptx_run.run(bad, s, d, x)

@@ -50,6 +50,8 @@ def begin_launch(block, fn, args, kwargs) -> None:
     block._launch_info = None
     if _emulating(block) and block.arch is not None and block.vendor == "nvidia":
         block._launch_info = contract.Launch(fn, args, kwargs)
+        if block.exact_math:
+            target_math.prepare(fn)
     elif _emulating(block):
         contract.counts(block)[("not modelled", block.arch or "a Spec")] += 1
 
