@@ -368,3 +368,11 @@ def test_ptx_run_follows_branches_per_lane():
                                             "ld.local.b32 %r2, [%rd5]"))
     with pytest.raises(ptx_run.Unsupported):
         ptx_run.run(bad, s, d, x)
+
+
+def test_large_inputs_run_in_chunks(monkeypatch):
+    monkeypatch.setattr(gpu_math, "CHUNK", 1000)
+    x = np.random.default_rng(8).uniform(-20, 20, 4321).astype(F)
+    chunked = gpu_math.evaluate("ex2.approx.f32", x.reshape(29, 149))
+    monkeypatch.setattr(gpu_math, "CHUNK", 1 << 22)
+    assert np.array_equal(chunked.reshape(-1), gpu_math.evaluate("ex2.approx.f32", x))

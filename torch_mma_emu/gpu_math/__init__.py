@@ -180,8 +180,17 @@ def evaluate(name: str, x, y=None, z=None) -> np.ndarray:
                         f"{', z' if rec.arity > 2 else ''})")
     arrs = np.broadcast_arrays(*[_as_f32(v, name, w) for v, w in zip(args, "xyz")])
     shape = arrs[0].shape
-    out = rec.fn(*[np.ascontiguousarray(a).reshape(-1) for a in arrs])
-    return np.asarray(out, dtype=np.float32).reshape(shape)
+    flat = [np.ascontiguousarray(a).reshape(-1) for a in arrs]
+    n = flat[0].size
+    if n <= CHUNK:
+        return np.asarray(rec.fn(*flat), dtype=np.float32).reshape(shape)
+    out = np.empty(n, np.float32)          # in chunks: the models' temporaries are 64-bit
+    for i in range(0, n, CHUNK):
+        out[i:i + CHUNK] = rec.fn(*[a[i:i + CHUNK] for a in flat])
+    return out.reshape(shape)
+
+
+CHUNK = 1 << 22
 
 
 def approximate() -> list[str]:
