@@ -108,6 +108,47 @@ def rsqrt_ref(x: float) -> float:
     return float((Fraction(1, 2) + Fraction(frac, 1 << 24)) * Fraction(2) ** (-k // 2))
 
 
+def sqrt_ref(x: float) -> float:
+    b = b32(x)
+    e, m = (b >> 23) & 0xFF, b & ((1 << 23) - 1)
+    if math.isnan(x) or (x < 0 and e != 0) or x == -math.inf:
+        return f32(NAN_BITS)
+    if e == 0:
+        return math.copysign(0.0, x)
+    if e == 255:
+        return math.inf
+    k, idx = e - 127, m >> 17
+    if k % 2:
+        k, idx = k - 1, idx + 64
+    c0, c1, c2 = tables.SQRT[idx]
+    xl = m & ((1 << 17) - 1)
+    s = (c0 << 33) + (c1 * xl << 18) - c2 * sq_ref(xl) + (tables.SQRT_BIAS >> 29)
+    return float((1 + Fraction((s >> 35) & ((1 << 23) - 1), 1 << 23)) * Fraction(2) ** (k // 2))
+
+
+def lg2_ref(x: float) -> float:
+    b = b32(x)
+    e, m = (b >> 23) & 0xFF, b & ((1 << 23) - 1)
+    if math.isnan(x) or (x < 0 and e != 0) or x == -math.inf:
+        return f32(NAN_BITS)
+    if e == 0:
+        return -math.inf
+    if e == 255:
+        return math.inf
+    if x == 1:
+        return 0.0
+    c0, c1, c2 = tables.LG2[m >> 17]
+    xl = m & ((1 << 17) - 1)
+    s = (c0 << 30) + (c1 * xl << 18) - c2 * sq_ref(xl) + (tables.LG2_BIAS >> 31)
+    v = abs(s + ((e - 127) << 56)) >> 20 << 20      # a fixed-point magnitude, truncated
+    if v == 0:
+        return 0.0
+    top = v.bit_length() - 1                         # renormalise to 23 fraction bits
+    frac = (v >> (top - 23)) & ((1 << 23) - 1) if top >= 23 else (v << (23 - top)) & ((1 << 23) - 1)
+    mag = (1 + Fraction(frac, 1 << 23)) * Fraction(2) ** (top - 56)
+    return float(-mag if e < 127 else mag)
+
+
 def _sample(rng, n):
     """Random bit patterns plus the edges: powers of two and their neighbours, table row
     starts, integers and halves, subnormals, signed zeros, infinities, NaN."""
@@ -124,7 +165,9 @@ def _sample(rng, n):
 
 @pytest.mark.parametrize("name,ref", [("ex2.approx.ftz.f32", ex2_ref),
                                       ("rcp.approx.ftz.f32", rcp_ref),
-                                      ("rsqrt.approx.ftz.f32", rsqrt_ref)])
+                                      ("rsqrt.approx.ftz.f32", rsqrt_ref),
+                                      ("sqrt.approx.ftz.f32", sqrt_ref),      # candidates
+                                      ("lg2.approx.ftz.f32", lg2_ref)])
 def test_mufu_matches_scalar_reference(name, ref):
     x = _sample(np.random.default_rng(7), 3000)
     got = ev(name, x).view(np.uint32)
@@ -151,7 +194,13 @@ def test_tables_interpolate_their_functions():
     for i, (c0, _, _) in enumerate(tables.RSQ):
         m = (1 + (i % 64) / 64) * (2 if i >= 64 else 1)
         assert abs(c0 / 2 ** 26 - 1 / math.sqrt(m)) < 2 ** -22
-    assert len(tables.EX2) == 64 and len(tables.RCP) == len(tables.RSQ) == 128
+    for i, (c0, _, _) in enumerate(tables.SQRT):
+        m = (1 + (i % 64) / 64) * (2 if i >= 64 else 1)
+        assert abs(c0 / 2 ** 25 - math.sqrt(m)) < 2 ** -22
+    for i, (c0, _, _) in enumerate(tables.LG2):
+        assert abs(c0 / 2 ** 26 - math.log2(1 + i / 64)) < 2 ** -22
+    assert len(tables.EX2) == len(tables.LG2) == 64
+    assert len(tables.RCP) == len(tables.RSQ) == len(tables.SQRT) == 128
 
 
 @pytest.mark.parametrize("name,fn,lo,hi,bound", [

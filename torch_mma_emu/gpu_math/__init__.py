@@ -10,9 +10,10 @@ the model is bit-exact and on what evidence, and the NumPy function.  ::
     gpu_math.evaluate("ex2.approx.ftz.f32", np.float32([0.5, -3.25]))
     gpu_math.FUNCTIONS["div.full.f32"].exact     # True: MUFU.RCP then one FMUL
 
-``exact=False`` marks a model whose core ``MUFU`` op has no public bit model for sm_90
-(LG2, SQRT, SIN, COS, TANH): the float64 function rounded, with the hardware's special
-values, flush-to-zero and range reduction; callers name these as approximate.
+``exact=False`` marks a model whose core ``MUFU`` op has no bit model checked on sm_90:
+LG2 and SQRT are ptx-math's models of sm_5x-sm_75 (candidates until a GPU sweep confirms
+them), SIN, COS and TANH the float64 function rounded, with the hardware's special values,
+flush-to-zero and range reduction; callers name these as approximate.
 """
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ MUFU_EVIDENCE = ("coefficients and structure from B. Carleton's ptx-math (github
 SASS_EVIDENCE = "the SASS ptxas (Triton 3.6's) emits for sm_90, read with cuobjdump"
 IEEE_EVIDENCE = "IEEE 754 correctly rounded (PTX ISA: .rn is round to nearest even)"
 APPROX = "no public bit model of the MUFU op on sm_90: float64 function rounded"
+CANDIDATE = ("candidate: ptx-math's model (github.com/bcarlet/ptx-math), validated by its author "
+             "on sm_5x-sm_75 GPUs, not yet on sm_90")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,13 +125,14 @@ _ROWS = [
      "2 ulp for |b| in [2^-126, 2^126]", f"{MUFU_EVIDENCE}; {SASS_EVIDENCE}", _div_approx),
     ("div.approx.ftz.f32", 2, _E, "MUFU.RCP(b); FMUL.FTZ", "2 ulp for |b| in [2^-126, 2^126]",
      f"{MUFU_EVIDENCE}; {SASS_EVIDENCE}", lambda a, b: _div_approx(a, b, True)),
-    ("lg2.approx.ftz.f32", 1, _A, "MUFU.LG2", "abs 2^-22.6 for x in [0.5, 2]", APPROX, mufu.lg2),
+    ("lg2.approx.ftz.f32", 1, _A, "MUFU.LG2", "abs 2^-22.6 for x in [0.5, 2]", CANDIDATE,
+     mufu.lg2),
     ("lg2.approx.f32", 1, _A, "|x| < 2^-126: FMUL x, 2^24; MUFU.LG2; FADD r, -24",
-     "abs 2^-22.6 for x in [0.5, 2]", f"{APPROX}; {SASS_EVIDENCE}",
+     "abs 2^-22.6 for x in [0.5, 2]", f"{CANDIDATE}; {SASS_EVIDENCE}",
      lambda x: _scaled_in(x, mufu.lg2, lambda r: ieee.add(r, np.float32(-24)))),
-    ("sqrt.approx.ftz.f32", 1, _A, "MUFU.SQRT", "rel 2^-23", APPROX, mufu.sqrt),
+    ("sqrt.approx.ftz.f32", 1, _A, "MUFU.SQRT", "rel 2^-23", CANDIDATE, mufu.sqrt),
     ("sqrt.approx.f32", 1, _A, "|x| < 2^-126: FMUL x, 2^24; MUFU.SQRT; FMUL r, 2^-12",
-     "rel 2^-23", f"{APPROX}; {SASS_EVIDENCE}",
+     "rel 2^-23", f"{CANDIDATE}; {SASS_EVIDENCE}",
      lambda x: _scaled_in(x, mufu.sqrt, lambda r: ieee.mul(r, np.float32(2.0 ** -12)))),
     ("sin.approx.f32", 1, _A, "FMUL.RZ x, 1/(2 pi); MUFU.SIN", "abs 2^-20.9 in [-pi, pi]",
      f"{APPROX}; {SASS_EVIDENCE}", _trig(mufu.sin)),
