@@ -141,17 +141,31 @@ def test_libdevice_routines_run_as_their_ptx(method, fn, ulp):
         assert g[2] == 1 and g[3] == -1 and bits[1] == 0x80000000 and bits[4] == 0x7FFFFFFF
 
 
+@pytest.mark.parametrize("method,fn", [("create_sin", np.sin), ("create_cos", np.cos)])
+def test_sin_cos_fast_path_as_ptx_slow_path_named(method, fn):
+    """__nv_sinf / __nv_cosf: their fast path runs as PTX (within CUDA's 2 ulp); lanes that
+    reach the large-argument reduction (local memory, a loop: |x| >= 105615, infinities) are
+    float64 rounded and named APPROXIMATE."""
+    x, y, z = _inputs()
+    x[100:104] = torch.tensor([1e6, -3e7, 105616.0, 2e38])
+    got, em = _run(tmt.emulate("H100"), method, x, y, z)
+    s = em.summary()
+    name = target_math.LIBDEVICE[(method, "fp32")]
+    assert f"{name} (its" in s and "[bit-exact]" in s
+    assert f"{name} slow path, 6 elements" in s and "[APPROXIMATE]" in s   # +-inf and 4
+    xs = x.numpy().astype(np.float64)
+    ok = np.isfinite(xs) & (np.abs(xs) < 105615) & (np.abs(xs) >= 2.0 ** -126)
+    assert _ulps(got.numpy()[ok], fn(xs[ok])) <= 2
+    big = np.abs(xs) >= 105615
+    assert np.allclose(got.numpy()[big & np.isfinite(xs)], fn(xs[big & np.isfinite(xs)]),
+                       atol=1e-6)
+
+
 def test_approximate_functions_are_named():
     x, y, z = _inputs()
-    got, em = _run(tmt.emulate("H100"), "create_sin", x, y, z)
-    s = em.summary()
-    assert "tl.sin fp32 = __nv_sinf" in s and "[APPROXIMATE]" in s and "not modelled" in s
-    assert len(target_math.approximate(em)) == 1
-    ref = np.sin(x.numpy().astype(np.float64))
-    fin = np.isfinite(ref)
-    assert np.max(np.abs(got.numpy()[fin] - ref[fin])) < 2 ** -22
     _, em = _run(tmt.emulate("H100"), "create_sqrt", x.abs(), y, z)
     assert "tl.sqrt fp32 = sqrt.approx.ftz.f32 [APPROXIMATE]" in em.summary()
+    assert target_math.approximate(em) == ["tl.sqrt fp32 = sqrt.approx.ftz.f32"]
 
 
 def test_exact_math_false_keeps_numpy_and_says_so():

@@ -5,9 +5,10 @@ GPU computes wherever every instruction on the path is bit-exact.
 Supported: 32-bit float, integer and predicate instructions without memory access, and
 forward branches (if-conversion: each lane follows its own path, registers are merged by
 the lanes active at each write).  :func:`routine` cuts the computation of one stored value
-out of a kernel's PTX (the instructions it depends on, and every branch); anything else
-(local memory, backward branches, 64-bit arithmetic on the value's path) raises
-:class:`Unsupported`, and the caller falls back to an approximation.
+out of a kernel's PTX (the instructions it depends on, and every branch).  A lane that
+reaches anything else (local memory, a backward branch, 64-bit arithmetic: libdevice's
+slow paths, e.g. ``__nv_sinf`` for |x| >= 105615) is given up (:func:`run_lanes`), and the
+caller computes it otherwise; the other lanes still get the GPU's bits.
 """
 from __future__ import annotations
 
@@ -175,14 +176,31 @@ def _int(op, vals):
 
 
 def run(prog, src: str, dst: str, x: np.ndarray) -> np.ndarray:
-    """The routine ``prog`` (from :func:`routine`) on float32 ``x``: float32 results."""
+    """The routine ``prog`` (from :func:`routine`) on float32 ``x``: float32 results;
+    raises :class:`Unsupported` if any lane meets an instruction this does not run."""
+    out, dead = run_lanes(prog, src, dst, x)
+    if dead.any():
+        raise Unsupported(dead_reason[0] if dead_reason else "unsupported code")
+    return out
+
+
+dead_reason: list = []        # why the last run_lanes gave lanes up (the first reason)
+
+
+def run_lanes(prog, src: str, dst: str, x: np.ndarray):
+    """(float32 results, lanes given up): a lane that reaches an instruction this does not
+    run (local memory, a backward branch: libdevice's slow paths) is given up, the others
+    run to the end."""
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
     n = x.size
     regs = {src: x.view(np.uint32).copy()}
     preds: dict = {}
     active = np.ones(n, bool)
+    dead = np.zeros(n, bool)
     pending: dict = {}
+    seen: set = set()
     labels = {ins[1] for ins in prog if ins[0] == "label"}
+    dead_reason.clear()
 
     def val(tok):
         if tok in regs:
@@ -194,44 +212,67 @@ def run(prog, src: str, dst: str, x: np.ndarray) -> np.ndarray:
         except ValueError:
             raise Unsupported(f"operand {tok!r}") from None
 
+    def give_up(lanes, why):
+        nonlocal active, dead
+        dead |= lanes
+        active = active & ~lanes
+        if not dead_reason:
+            dead_reason.append(why)
+
     for op, ops, guard, _ in prog:
         if op == "label":
+            seen.add(ops)
             active = active | pending.pop(ops, np.zeros(n, bool))
             continue
         lanes = active
         if guard:
-            p = preds[guard[0]]
+            p = preds.get(guard[0])
+            if p is None:
+                give_up(lanes, f"predicate {guard[0]} read before it is written")
+                continue
             lanes = active & (~p if guard[1] else p)
+        if not lanes.any():
+            continue
         if op == "bra":
-            if ops[0] not in labels:
-                raise Unsupported("a branch out of the routine")
+            if ops[0] not in labels or ops[0] in seen:
+                give_up(lanes, "a backward branch or one out of the routine")
+                continue
             pending[ops[0]] = pending.get(ops[0], np.zeros(n, bool)) | lanes
             active = active & ~lanes
             continue
-        if op == "ret":
-            raise Unsupported("ret inside the routine")
-        d, args = ops[0], ops[1:]
-        if op.startswith("setp."):
-            new = _setp(op, val(args[0]), val(args[1]))
-            preds[d] = np.where(lanes, new, preds.get(d, np.zeros(n, bool)))
-            continue
-        if op.startswith("not.pred"):
-            preds[d] = np.where(lanes, ~preds[args[0]], preds.get(d, np.zeros(n, bool)))
-            continue
-        if op.startswith("selp."):
-            new = np.where(preds[args[2]], val(args[0]), val(args[1]))
-        elif op in ("mov.b32", "mov.f32", "mov.u32", "mov.s32"):
-            new = val(args[0])
-        elif op.startswith("cvt."):
-            new = _cvt(op, val(args[0]))
-        elif op.endswith(".f32"):
-            new = _float(op, [val(a) for a in args])
-        else:
-            new = _int(op, [val(a) for a in args])
-        regs[d] = np.where(lanes, new, regs.get(d, np.zeros(n, np.uint32))).astype(np.uint32)
-    if pending:
-        raise Unsupported("a branch to a label after the result")
-    return regs[dst].view(np.float32)
+        try:
+            _step(op, ops, lanes, regs, preds, val, n)
+        except Unsupported as e:
+            give_up(lanes, str(e))
+    for lanes in pending.values():
+        give_up(lanes, "a branch to a label after the result")
+    return regs.get(dst, np.zeros(n, np.uint32)).view(np.float32), dead
+
+
+def _step(op, ops, lanes, regs, preds, val, n):
+    if op == "ret":
+        raise Unsupported("ret inside the routine")
+    d, args = ops[0], ops[1:]
+    if op.startswith("setp."):
+        new = _setp(op, val(args[0]), val(args[1]))
+        preds[d] = np.where(lanes, new, preds.get(d, np.zeros(n, bool)))
+        return
+    if op == "not.pred":
+        preds[d] = np.where(lanes, ~preds[args[0]], preds.get(d, np.zeros(n, bool)))
+        return
+    if op.startswith("selp."):
+        if args[2] not in preds:
+            raise Unsupported(f"predicate {args[2]} read before it is written")
+        new = np.where(preds[args[2]], val(args[0]), val(args[1]))
+    elif op in ("mov.b32", "mov.f32", "mov.u32", "mov.s32"):
+        new = val(args[0])
+    elif op.startswith("cvt."):
+        new = _cvt(op, val(args[0]))
+    elif op.endswith(".f32"):
+        new = _float(op, [val(a) for a in args])
+    else:
+        new = _int(op, [val(a) for a in args])
+    regs[d] = np.where(lanes, new, regs.get(d, np.zeros(n, np.uint32))).astype(np.uint32)
 
 
 def exact(prog) -> bool:

@@ -142,11 +142,15 @@ def _routine(method: str):
                                  num_warps=1)
         try:
             got = ptx_run.routine(ptx)
-            ptx_run.run(*got, np.float32([1.5, -2.0]))      # every instruction runs
+            ptx_run.run(*got, np.float32([1.5, -2.0]))      # the common path runs
             _ROUTINES[method] = got
         except ptx_run.Unsupported as e:
             _ROUTINES[method] = f"an instruction not modelled ({e})"
     return _ROUTINES[method]
+
+
+def dead_reason() -> str:
+    return ptx_run.dead_reason[0] if ptx_run.dead_reason else "unsupported code"
 
 
 def counts(block) -> Counter:
@@ -181,10 +185,18 @@ def evaluate(block, method: str, args):
         got = _routine(method) if dt == "fp32" else None
         if isinstance(got, tuple):
             prog, src, dst = got
+            out, dead = ptx_run.run_lanes(prog, src, dst, data[0])
             how = f"{LIBDEVICE[(method, dt)]} (its {len(prog)} PTX instructions)"
             counts(block)[(tl_name, dt, how, ptx_run.exact(prog))] += 1
-            out = ptx_run.run(prog, src, dst, data[0]).reshape(data[0].shape)
-            return TensorHandle(out.copy(), args[0].dtype)
+            if dead.any():                  # the routine's slow path: float64 rounded
+                why = dead_reason()
+                counts(block)[(tl_name, dt, f"{LIBDEVICE[(method, dt)]} slow path, "
+                               f"{int(dead.sum())} elements ({why}): float64 rounded",
+                               False)] += 1
+                flat = data[0].reshape(-1)
+                out = out.copy()
+                out[dead] = _approx(method, [flat[dead]], np_dtype)
+            return TensorHandle(out.reshape(data[0].shape).copy(), args[0].dtype)
         why = "float64 rounded" + (f"; its PTX has {got}" if got else "")
         counts(block)[(tl_name, dt, f"{LIBDEVICE[(method, dt)]} ({why})", False)] += 1
         return TensorHandle(_approx(method, data, np_dtype), args[0].dtype)
