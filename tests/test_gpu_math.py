@@ -425,3 +425,40 @@ def test_large_inputs_run_in_chunks(monkeypatch):
     chunked = gpu_math.evaluate("ex2.approx.f32", x.reshape(29, 149))
     monkeypatch.setattr(gpu_math, "CHUNK", 1 << 22)
     assert np.array_equal(chunked.reshape(-1), gpu_math.evaluate("ex2.approx.f32", x))
+
+
+@pytest.mark.parametrize("mode", ["rm", "rp", "rz"])
+def test_directed_fma_brackets_the_exact_value(mode):
+    from torch_mma_emu.gpu_math import ieee
+    a, b, c = _adversarial(np.random.default_rng(12), 1500)
+    got = ieee.fma_directed(a, b, c, mode)
+    for x, y, z, g in zip(a, b, c, got):
+        q = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+        lo, hi = Fraction(float(np.nextafter(g, F(-np.inf)))), Fraction(float(np.nextafter(g, F(np.inf))))
+        gq = Fraction(float(g))
+        if mode == "rm" or (mode == "rz" and q >= 0):
+            assert gq <= q < hi, (x, y, z, g)
+        else:
+            assert lo < q <= gq, (x, y, z, g)
+
+
+def test_ptx_run_if_else_diamond():
+    """``@p bra`` to the else block and ``bra.uni`` over it (how LLVM lays out if / else):
+    each lane takes exactly one side."""
+    from torch_mma_emu.gpu_math import ptx_run
+    ptx = """
+    ld.global.b32 { %r1 }, [ %rd1 + 0 ];
+    setp.lt.f32 %p1, %r1, 0f00000000;
+    @%p1 bra $L__ELSE;
+    bra.uni $L__THEN;
+    $L__ELSE:
+    mul.f32 %r2, %r1, 0fC0000000;
+    bra.uni $L__END;
+    $L__THEN:
+    add.f32 %r2, %r1, 0f3F800000;
+    $L__END:
+    st.global.b32 [ %rd2 + 0 ], { %r2 };
+    """
+    prog, src, dst = ptx_run.routine(ptx)
+    x = np.array([-1.5, 2.0, -0.25, 0.0], F)
+    assert np.array_equal(ptx_run.run(prog, src, dst, x), np.where(x < 0, -2 * x, x + 1))

@@ -143,16 +143,17 @@ def test_libdevice_routines_run_as_their_ptx(method, fn, ulp):
 
 @pytest.mark.parametrize("method,fn", [("create_sin", np.sin), ("create_cos", np.cos)])
 def test_sin_cos_fast_path_as_ptx_slow_path_named(method, fn):
-    """__nv_sinf / __nv_cosf: their fast path runs as PTX (within CUDA's 2 ulp); lanes that
-    reach the large-argument reduction (local memory, a loop: |x| >= 105615, infinities) are
-    float64 rounded and named APPROXIMATE."""
+    """__nv_sinf / __nv_cosf: their fast path runs as PTX (within CUDA's 2 ulp, infinities
+    to NaN); lanes that reach the large-argument reduction (local memory, a loop:
+    |x| >= 105615) are float64 rounded and named APPROXIMATE."""
     x, y, z = _inputs()
     x[100:104] = torch.tensor([1e6, -3e7, 105616.0, 2e38])
     got, em = _run(tmt.emulate("H100"), method, x, y, z)
     s = em.summary()
     name = target_math.LIBDEVICE[(method, "fp32")]
     assert f"{name} (its" in s and "[bit-exact]" in s
-    assert f"{name} slow path, 6 elements" in s and "[APPROXIMATE]" in s   # +-inf and 4
+    assert f"{name} slow path, 4 elements" in s and "[APPROXIMATE]" in s
+    assert np.all(got.numpy()[2:4].view(np.uint32) == 0x7FFFFFFF)     # sin/cos(+-inf)
     xs = x.numpy().astype(np.float64)
     ok = np.isfinite(xs) & (np.abs(xs) < 105615) & (np.abs(xs) >= 2.0 ** -126)
     assert _ulps(got.numpy()[ok], fn(xs[ok])) <= 2
@@ -180,3 +181,36 @@ def test_amd_target_is_named_approximate():
     x, y, z = _inputs()
     _, em = _run(tmt.emulate("MI300X"), "create_exp", x, y, z)
     assert "gfx942: not modelled" in em.summary() and "APPROXIMATE" in em.summary()
+
+
+@triton.jit
+def libdevice_calls(X, Y, OP: tl.constexpr, BLOCK: tl.constexpr):
+    from triton.language.extra.cuda import libdevice  # noqa: F401 (the scan finds the names)
+    o = tl.arange(0, BLOCK)
+    x = tl.load(X + o)
+    if OP == "exp":
+        r = libdevice.exp(x)
+    elif OP == "tanh":
+        r = libdevice.tanh(x)
+    else:
+        r = libdevice.rsqrt(x)
+    tl.store(Y + o, r)
+
+
+@pytest.mark.parametrize("op,fn", [("exp", np.exp), ("tanh", np.tanh),
+                                   ("rsqrt", lambda v: 1 / np.sqrt(v))])
+def test_libdevice_calls_run_as_their_ptx(op, fn):
+    """The interpreter raises on any libdevice call; inside emulate("H100") a unary fp32 one
+    runs as the PTX it inlines to (CUDA's bounds: expf, tanhf 2 ulp; rsqrtf 2 ulp)."""
+    x = torch.randn(1024, generator=torch.Generator().manual_seed(5)) * 4
+    if op == "rsqrt":
+        x = x.abs() + 1e-3
+    y = torch.empty_like(x)
+    with tmt.emulate("H100") as em:
+        libdevice_calls[(1,)](x, y, OP=op, BLOCK=1024)
+    assert f"libdevice.{op} fp32 = __nv_{op}f (its" in em.summary()
+    assert "[bit-exact]" in em.summary()
+    assert _ulps(y.numpy(), fn(x.numpy().astype(np.float64))) <= 2
+    with pytest.raises(Exception):
+        with tmt.interpret():
+            libdevice_calls[(1,)](x, y, OP=op, BLOCK=1024)

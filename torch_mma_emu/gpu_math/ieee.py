@@ -81,3 +81,32 @@ def fma(a, b, c, ftz: bool = False) -> np.ndarray:
         fix = fin & (err != 0) & even               # round to odd: step towards err
         s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
     return _out(s, ftz)
+
+
+def fma_directed(a, b, c, mode: str, ftz: bool = False) -> np.ndarray:
+    """``fma.{rm,rp,rz}.f32``: a*b + c rounded once toward -inf, +inf or zero.  The float64
+    sum and its exact error (TwoSum) give the sign of (exact - nearest float32), which says
+    whether the nearest float32 must step."""
+    a, b, c = _f64(_in(a, ftz), _in(b, ftz), _in(c, ftz))
+    with np.errstate(all="ignore"):
+        p = a * b
+        s = p + c
+        bp = s - c
+        err = (p - bp) + (c - (s - bp))
+        r = s.astype(np.float32)
+        d = np.where(np.isfinite(s), (s - r.astype(np.float64)) + err, 0.0)
+        if mode == "rm":
+            step = np.where(d < 0, -np.inf, 0.0)
+        elif mode == "rp":
+            step = np.where(d > 0, np.inf, 0.0)
+        else:                                       # rz: towards zero
+            step = np.where((r > 0) & (d < 0) | (r < 0) & (d > 0) |
+                            np.isinf(r) & np.isfinite(s), -np.sign(r) * np.inf, 0.0)
+        big = np.isinf(r) & np.isfinite(s)          # past the largest float32
+        if mode == "rm":
+            step = np.where(big & (r > 0), -np.inf, step)
+        elif mode == "rp":
+            step = np.where(big & (r < 0), np.inf, step)
+        move = step != 0
+        r[move] = np.nextafter(r[move], step[move].astype(np.float32))
+    return _out(r.astype(np.float64), ftz)

@@ -60,7 +60,7 @@ def routine(ptx: str):
     needed, keep = {dst}, []
     for ins in reversed(body):
         op, ops, guard, _ = ins
-        if op == "label" or op == "bra":
+        if op == "label" or op.split(".")[0] == "bra":      # bra, bra.uni
             keep.append(ins)
             if guard:
                 needed.add(guard[0])
@@ -118,6 +118,15 @@ def _setp(op, a, b):
 def _cvt(op, a):
     parts = op.split(".")
     dst, src = parts[-2], parts[-1]
+    if dst == src == "f32":                 # to an integer value and / or saturated to [0, 1]
+        f = flush(_f(a)) if "ftz" in parts else _f(a).copy()
+        rnd = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
+        for p in parts[1:-2]:
+            if p in rnd:
+                f = rnd[p](f).astype(np.float32)
+        if "sat" in parts:
+            f = np.where(np.isnan(f), np.float32(0), np.clip(f, 0, 1)).astype(np.float32)
+        return _b(f)
     if dst == "f32" and src in ("s32", "u32"):
         v = (_s(a) if src == "s32" else a).astype(np.float64)
         return _b(v.astype(np.float32))
@@ -143,6 +152,8 @@ def _float(op, vals):
         return _b(getattr(ieee, name)(fs[0], fs[1], ftz))
     if name == "fma" and "rn" in parts:
         return _b(ieee.fma(fs[0], fs[1], fs[2], ftz))
+    if name == "fma" and parts[1] in ("rm", "rp", "rz"):
+        return _b(ieee.fma_directed(fs[0], fs[1], fs[2], parts[1], ftz))
     if name in ("neg", "abs"):
         b = _b(flush(fs[0])) if ftz else vals[0]
         return b ^ np.uint32(0x80000000) if name == "neg" else b & np.uint32(0x7FFFFFFF)
@@ -233,7 +244,7 @@ def run_lanes(prog, src: str, dst: str, x: np.ndarray):
             lanes = active & (~p if guard[1] else p)
         if not lanes.any():
             continue
-        if op == "bra":
+        if op.split(".")[0] == "bra":
             if ops[0] not in labels or ops[0] in seen:
                 give_up(lanes, "a backward branch or one out of the routine")
                 continue

@@ -362,6 +362,7 @@ def _patch_lang_core(lang, scope):
     torch.float8_e4m3fnuz / e5m2fnuz), which its ``dtype.to_ir`` does not know: a kernel
     taking such tensors could not even load them."""
     _orig["patch_core"](lang, scope)
+    extras.patch_lang(lang, scope)
     to_ir = lang.dtype.to_ir
 
     def fnuz_to_ir(self, builder, _to_ir=to_ir):
