@@ -21,6 +21,7 @@ from ..gpu_math import ptx_run
 _SYMBOLS: dict = {}          # __nv_ symbol -> libdevice function name (unary fp32 ones)
 _ROUTINES: dict = {}         # name -> (prog, src, dst) or the reason it cannot run
 _DIR: list = []
+_PREPARED: set = set()       # kernels whose file was scanned
 # the float64 function for lanes of a slow path
 F64 = {"exp": np.exp, "exp2": np.exp2, "exp10": lambda v: 10.0 ** v, "expm1": np.expm1,
        "log": np.log, "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sin": np.sin,
@@ -76,6 +77,9 @@ def routine(name: str):
 
 def prepare(fn) -> None:
     """Compile the routines of the ``libdevice.<name>`` calls in the kernel's source file."""
+    if fn in _PREPARED:
+        return
+    _PREPARED.add(fn)
     try:
         text = open(inspect.getsourcefile(fn)).read()
     except (TypeError, OSError):

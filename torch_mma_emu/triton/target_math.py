@@ -112,6 +112,9 @@ def prepare(fn) -> None:
     appears in the kernel's source file."""
     import inspect
     global compiling_allowed
+    if fn in _PREPARED:
+        return
+    _PREPARED.add(fn)
     try:
         text = open(inspect.getsourcefile(fn)).read()
     except (TypeError, OSError):
@@ -123,6 +126,7 @@ def prepare(fn) -> None:
                 _routine(method)
     finally:
         compiling_allowed = False
+_PREPARED: set = set()        # kernels whose file was scanned
 
 
 compiling_allowed = False
