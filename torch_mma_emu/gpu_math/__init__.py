@@ -34,6 +34,8 @@ MUFU_EVIDENCE = ("coefficients and structure from B. Carleton's ptx-math (github
 SASS_EVIDENCE = "the SASS ptxas (Triton 3.6's) emits for sm_90, read with cuobjdump"
 IEEE_EVIDENCE = "IEEE 754 correctly rounded (PTX ISA: .rn is round to nearest even)"
 APPROX = "no public bit model of the MUFU op on sm_90: float64 function rounded"
+MINMAX = ("PTX ISA: max/min return the non-NaN operand (.NaN: NaN); zeros of opposite sign "
+          "assumed ordered -0 < +0, not confirmed on hardware")
 CANDIDATE = ("candidate: ptx-math's model (github.com/bcarlet/ptx-math), validated by its author "
              "on sm_5x-sm_75 GPUs, not yet on sm_90")
 
@@ -155,6 +157,13 @@ _ROWS = [
     ("mul.rn.f32", 2, _E, "FMUL", "0.5 ulp", IEEE_EVIDENCE, ieee.mul),
     ("add.rn.f32", 2, _E, "FADD", "0.5 ulp", IEEE_EVIDENCE, ieee.add),
     ("sub.rn.f32", 2, _E, "FADD (negated b)", "0.5 ulp", IEEE_EVIDENCE, ieee.sub),
+    # exact but for the sign of a zero result from -0 and +0 (assumed -0 < +0)
+    ("max.f32", 2, _A, "FMNMX", "exact", MINMAX, lambda a, b: ieee.minmax(a, b, "max")),
+    ("min.f32", 2, _A, "FMNMX", "exact", MINMAX, lambda a, b: ieee.minmax(a, b, "min")),
+    ("max.NaN.f32", 2, _A, "FMNMX.NAN", "exact", MINMAX,
+     lambda a, b: ieee.minmax(a, b, "max", True)),
+    ("min.NaN.f32", 2, _A, "FMNMX.NAN", "exact", MINMAX,
+     lambda a, b: ieee.minmax(a, b, "min", True)),
 ]
 FUNCTIONS: dict[str, Record] = {r[0]: Record(*r) for r in _ROWS}
 

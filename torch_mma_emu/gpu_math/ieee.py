@@ -110,3 +110,20 @@ def fma_directed(a, b, c, mode: str, ftz: bool = False) -> np.ndarray:
         move = step != 0
         r[move] = np.nextafter(r[move], step[move].astype(np.float32))
     return _out(r.astype(np.float64), ftz)
+
+
+def minmax(a, b, op: str, nan: bool = False) -> np.ndarray:
+    """``max.f32`` / ``min.f32`` (a NaN operand gives the other; both NaN: NaN) and
+    ``max.NaN.f32`` / ``min.NaN.f32`` (any NaN gives NaN).  Zeros of opposite signs are
+    ordered -0 < +0 (IEEE 754-2019 maximumNumber / maximum): an assumption."""
+    a, b = np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    pick_b = (b > a) if op == "max" else (b < a)
+    zeros = (a == 0) & (b == 0)
+    sb = np.signbit(b)
+    pick_b |= zeros & ((~sb) if op == "max" else sb)
+    na, nb = np.isnan(a), np.isnan(b)
+    if nan:
+        r = np.where(na | nb, np.float32(np.nan), np.where(pick_b, b, a))
+    else:
+        r = np.where(na, b, np.where(nb, a, np.where(pick_b, b, a)))
+    return canon_nan(r)

@@ -41,6 +41,10 @@ SEQUENCES: dict[str, tuple[str, dict]] = {
                                            "fp64": (("sqrt.rn.f64", "x"),)}),
     "create_rsqrt": ("tl.rsqrt", {"fp32": (("rsqrt.approx.ftz.f32", "x"),), "fp64": None}),
     "create_fma": ("tl.fma", {"fp32": (("fma.rn.f32", "x", "y", "z"),), "fp64": None}),
+    "create_maxnumf": ("tl.maximum", {"fp32": (("max.f32", "x", "y"),)}),
+    "create_minnumf": ("tl.minimum", {"fp32": (("min.f32", "x", "y"),)}),
+    "create_maximumf": ("tl.maximum(propagate_nan=ALL)", {"fp32": (("max.NaN.f32", "x", "y"),)}),
+    "create_minimumf": ("tl.minimum(propagate_nan=ALL)", {"fp32": (("min.NaN.f32", "x", "y"),)}),
     "create_log": ("tl.log", {"fp32": None, "fp64": None}),
     "create_log2": ("tl.log2", {"fp32": None, "fp64": None}),
     "create_sin": ("tl.sin", {"fp32": None, "fp64": None}),
@@ -183,6 +187,9 @@ def evaluate(block, method: str, args):
     steps = per_dtype[dt]
     if block.arch is None or block.vendor != "nvidia":
         what = "a Spec names no target" if block.arch is None else f"{block.arch}: not modelled"
+        if method not in _F64:                      # min / max: the interpreter's NumPy
+            counts(block)[(tl_name, dt, f"NumPy ({what})", False)] += 1
+            return None
         counts(block)[(tl_name, dt, f"float64 rounded ({what})", False)] += 1
         return TensorHandle(_approx(method, data, np_dtype), args[0].dtype)
     if steps is None:
