@@ -189,6 +189,10 @@ def test_schedule_search_ranks_candidates():
     assert c[0] == Schedule() and Schedule(split_k=3, reduce="pairwise") in c
     assert Schedule(split_k=2, reduce="pairwise") not in c        # the same order as sequential
     assert Schedule(promote_every=128, c_mode="epilogue") in c
+    assert Schedule(split_k=4, split_grain="cublas") in c
+    c3 = candidate_schedules(K=256, L=16, split_ks=(3,), promote=False,
+                             merges=("workspace", "fp16_serial"))
+    assert Schedule(split_k=3, split_grain="cublas", merge="fp16_serial") in c3
     assert all(s.promote_every in (None, 16, 32, 64, 128) for s in c)
     g = torch.Generator().manual_seed(0)
     A, B = torch.randn(32, 256, generator=g).half(), torch.randn(256, 32, generator=g).half()

@@ -22,7 +22,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("spec", "registry", "inputs", "reference", "exact_gemm")),
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
                "the native GPU backends and their Triton kernels",
-     ("cpp", "ops", "schedule", "schedule_search", "packed_layouts", "sharding", "native",
+     ("cpp", "ops", "schedule", "schedule_split", "schedule_partials", "schedule_search",
+      "packed_layouts", "sharding", "native",
       "triton_kernels")),
     ("tools", "built on the engine: FPRev, probing and fitting, hardware checks, Triton "
               "emulation, model preview, the compare tables, the README's tables",
