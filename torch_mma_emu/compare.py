@@ -17,6 +17,7 @@ from . import registry
 from .formats import FLOAT_DTYPES, FORMATS, OUT_DTYPES, default_out
 from .schedule import TreeScheduleError
 from .text_table import format_table
+from .tf32 import tf32_truncate
 
 
 def _unscaled_formats(arch: str) -> list[str]:
@@ -101,8 +102,7 @@ def _ulp(x: torch.Tensor, out: str) -> torch.Tensor:
 def _rounded_inputs(A, B, f):
     """A and B rounded to input format ``f``, as float64."""
     if f in ("tf32", "xf32"):   # the instructions drop the low 13 bits
-        return tuple((x.float().view(torch.int32) & ~0x1FFF).view(torch.float32).double()
-                     for x in (A, B))
+        return tuple(tf32_truncate(x.float()).double() for x in (A, B))
     return A.to(FLOAT_DTYPES[f]).double(), B.to(FLOAT_DTYPES[f]).double()
 
 

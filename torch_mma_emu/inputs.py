@@ -15,6 +15,7 @@ import torch
 
 from .formats import FORMATS, INT_OF_SIZE, OUT_DTYPES, Format, storage_dtype, value_table
 from .spec import Spec
+from .tf32 import tf32_round, tf32_truncate
 
 FAMILIES = ("normal", "cancel", "bitstream")
 
@@ -27,10 +28,7 @@ def to_format(values: torch.Tensor, fmt: Format) -> torch.Tensor:
             values = values.clamp(-fmt.max_finite, fmt.max_finite)
         t = values.to(dt)
         if fmt.container_bits == 32:  # keep tf32/xf32 values representable (RNE to 10 bits)
-            t = values.to(torch.float32)
-            bits = t.view(torch.int32)
-            t = ((bits + 0x1000 + ((bits >> 13) & 1)) & ~0x1FFF).view(torch.float32)
-            t = torch.where(torch.isfinite(t), t, values.to(torch.float32))
+            t = tf32_round(values.to(torch.float64), "rne")
         return t
     table = value_table(fmt.name)  # codes of fp6/fp4 and fp8-as-codes: nearest code
     finite = torch.isfinite(table)
@@ -124,5 +122,5 @@ def _values(t: torch.Tensor, fmt: Format) -> torch.Tensor:
         return value_table(fmt.name)[t.long()]
     v = t.to(torch.float64)
     if fmt.container_bits == 32:
-        v = (t.view(torch.int32) & ~0x1FFF).view(torch.float32).to(torch.float64)
+        v = tf32_truncate(t).to(torch.float64)
     return torch.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)

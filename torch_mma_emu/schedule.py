@@ -6,8 +6,9 @@ of operations, for one output element ``d = alpha * (A @ B) + beta * C``:
 
 1. ``input_precision`` (float32 inputs on tensor-core archs): ``"tf32"`` (the hardware
    truncates the low 13 bits), ``"tf32_rn"`` (inputs rounded to tf32, nearest-even, first),
-   ``"tf32x3"`` (Triton: ``hi = cvt.rna.tf32(x)``, ``lo = x - hi``; per ``dot_k`` tile
-   ``acc = dot(a_lo, b_hi, acc); acc = dot(a_hi, b_lo, acc); acc = dot(a_hi, b_hi, acc)``),
+   ``"tf32x3"`` (Triton 3.6's F32DotTC: ``hi = cvt.rna.tf32(x)``, ``lo = x - hi``; per
+   ``dot_k`` tile ``r = dot(a_lo, b_hi, +0); r = dot(a_hi, b_lo, r)``, NaN -> +0,
+   ``r = dot(a_hi, b_hi, r); acc = r + acc`` in fp32: schedule_partials.f32dottc_tf32x3),
    ``"ieee"`` (fp32 FMA chain).  ``None``: the operands' own format.
 2. K is cut into ``split_k`` slices at multiples of a grain G: the instruction's K
    (``Spec.L``, ``split_grain=None``; slices past K are empty, each +0), or ``split_grain``
@@ -382,9 +383,11 @@ PRESETS: dict[str, Preset] = {
         "use_fast_accum=False): cuBLASLt promotes fp8 partial sums into fp32 registers; "
         "the interval (128 here) is not documented by NVIDIA"),
     "triton_tf32x3": Preset(
-        Schedule(input_precision="tf32x3"), "Triton tl.dot(input_precision='tf32x3'): "
-        "F32DotTC pass, hi = cvt.rna.tf32, three tf32 dots (lo*hi, hi*lo, hi*hi) chained "
-        "through the accumulator (lib/Dialect/TritonGPU/Transforms/F32DotTC.cpp)"),
+        Schedule(input_precision="tf32x3"), "Triton 3.6 tl.dot(input_precision='tf32x3'): "
+        "F32DotTC pass (lib/Dialect/TritonGPU/Transforms/F32DotTC.cpp, its test "
+        "test/TritonGPU/tf32x3-matmul.mlir, and the TTGIR Triton 3.6 emits for sm90): hi = "
+        "cvt.rna.tf32, r = dot(lo, hi, 0), r = dot(hi, lo, r), NaN -> 0, r = dot(hi, hi, r), "
+        "then acc + r in fp32 per tl.dot"),
     "triton_tf32": Preset(Schedule(input_precision="tf32"),
                           "Triton tl.dot default input_precision='tf32' on fp32 inputs"),
     "triton_ieee": Preset(Schedule(input_precision="ieee"),
@@ -557,19 +560,6 @@ def _reduce_program(items: list[list[int]], how: str, empties: int = 0) -> list[
             e = -(-e // 2)      # +0 pairs: +0 each, an odd one carried up
         level = nxt
     return level[0]
-
-
-def _tf32_round(x: torch.Tensor, mode: str) -> torch.Tensor:
-    """float32 -> nearest tf32 value (mode "rne" or "rna": ties away, cvt.rna.tf32.f32);
-    NaN and infinities are kept.  On the bits: add half an ulp of tf32 (less one, plus the
-    kept lsb, for ties to even) and clear the 13 dropped bits; a carry into the exponent is
-    the next binade or infinity, as IEEE rounding gives.  int32 arithmetic wraps, the sign
-    bit is never reached from a finite magnitude."""
-    bits = x.contiguous().view(torch.int32)
-    half = 0x1000 if mode == "rna" else 0xFFF + ((bits >> 13) & 1)
-    r = (bits + half) & ~0x1FFF
-    special = (bits & 0x7F800000) == 0x7F800000
-    return torch.where(special, bits, r).view(torch.float32).view(x.shape)
 
 
 def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,

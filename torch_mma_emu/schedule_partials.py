@@ -3,21 +3,34 @@ block-scaled products and slices that do not start on whole instructions): slice
 promotion blocks as chains over K ranges, in one batched call where their lengths agree."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 
-__all__ = ["_run_chains", "_scaled_chains"]
+__all__ = ["_run_chains", "_scaled_chains", "f32dottc_tf32x3"]
+
+
+def f32dottc_tf32x3(ah, bh, al, bl, acc, dot: Callable, zero):
+    """One ``tl.dot(a, b, acc, input_precision="tf32x3")`` as Triton 3.6's F32DotTC pass
+    lowers it: ``dot(x, y, c)`` is one tf32 dot from accumulator c; the small products from
+    ``zero``, the NaNs of their sum replaced by +0, the big product, then ``r + acc`` with
+    one fp32 addition.  The one implementation of this order (schedule.py's tf32x3 and
+    torch_mma_emu.triton's interpreter dots both call it)."""
+    r = dot(al, bh, zero)
+    r = dot(ah, bl, r)
+    r = torch.where(torch.isnan(r), torch.zeros_like(r), r)
+    r = dot(ah, bh, r)
+    return r + acc
 
 
 def _tf32x3_chain(a3, b3, lo, k0, k1, start, gemm, dot_k):
-    """tf32x3: three tf32 dots per tl.dot tile of dot_k, chained through the accumulator."""
+    """tf32x3: one F32DotTC decomposition per tl.dot tile of dot_k, each added to acc."""
     acc, step = start, dot_k or max(k1 - k0, 1)
+    zero = start.new_zeros(start.shape)
     for t0 in range(k0, k1, step):
         t1 = min(k1, t0 + step)
-        ah, al = a3[:, :, t0:t1], lo[0][:, :, t0:t1]
-        bh, bl = b3[:, t0:t1, :], lo[1][:, t0:t1, :]
-        acc = gemm(al, bh, acc)
-        acc = gemm(ah, bl, acc)
-        acc = gemm(ah, bh, acc)
+        acc = f32dottc_tf32x3(a3[:, :, t0:t1], b3[:, t0:t1, :], lo[0][:, :, t0:t1],
+                              lo[1][:, t0:t1, :], acc, gemm, zero)
     return acc
 
 

@@ -7,6 +7,7 @@ import torch
 from .. import registry
 from ..ops import emulated_mm
 from ..registry import ARCHS, spec as registry_spec
+from ..tf32 import tf32_round
 from .common import compare, emulate
 
 
@@ -33,10 +34,8 @@ def split_k(spec, kw, dev, s, tree):
 
 
 def tf32_rounded(t: torch.Tensor) -> torch.Tensor:
-    """fp32 words rounded to tf32 (RNE on the low 13 bits) instead of truncated."""
-    b = t.view(torch.int32)
-    r = ((b + 0x1000 + ((b >> 13) & 1)) & ~0x1FFF).view(torch.float32)
-    return torch.where(torch.isfinite(t), r, t)
+    """fp32 words rounded to tf32 (nearest even) instead of truncated."""
+    return tf32_round(t, "rne")
 
 
 def _ieee_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
