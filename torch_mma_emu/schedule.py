@@ -610,8 +610,9 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
     jobs: list[tuple[int, int, bool]] = []   # chains (k0, k1, starts from C)
     # The CPU kernel runs the slices' and blocks' chains itself (CHAIN ops, straight into
     # its reduction: no partial tensors); elsewhere _gemm computes them as PARTIALs.
+    # (CHAIN ops start on whole instructions; the fp16 merges take the slices as partials)
     inline = _CPU_CHAINS and c3.device.type == "cpu" and lo is None and \
-        grain % spec.L == 0     # CHAIN ops start on whole instructions
+        grain % spec.L == 0 and sched.merge == "workspace"
 
     def push(k0, k1, from_c=False):
         if inline:
@@ -645,7 +646,8 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
             parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k)
         a3, b3, sc = *empty, (None, None)
     if sched.merge != "workspace":     # each slice's value, merged in fp16 here
-        vals = [cpp.sched(spec, a3, b3, c3, parts, code, consts, *sc) for code in slice_code]
+        vals = [parts[code[1] * Bt:(code[1] + 1) * Bt] if len(code) == 2 and code[0] == _PARTIAL
+                else cpp.sched(spec, a3, b3, c3, parts, code, consts, *sc) for code in slice_code]
         merged = merge_partials(vals, sched.merge)
         return cpp.sched(spec, *empty, c3, merged, [_PARTIAL, 0] + epi, consts)
     prog = _reduce_program(slice_code, sched.reduce, empties) + epi
