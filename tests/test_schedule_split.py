@@ -264,3 +264,20 @@ def test_runs_it_cannot_model_raise():
         tme.emulated_mm(A, B, arch="sm80", out_dtype=torch.float16, schedule=s)
     with pytest.raises(ValueError, match="not a multiple of the instruction's K"):
         emm(A, B, arch="sm80", schedule=Schedule(residue_tile=12))
+
+
+def test_compare_marks_rows_a_library_schedule_cannot_run(capsys):
+    from torch_mma_emu.cli import main
+    rc = main(["compare", "--random", "--size", "32", "--arch", "sm80", "--schedule",
+               "cublas_cutlass_split_k_4_fp16_serial", "--no-progress"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    rows = {tuple(ln.split()[:3]): ln for ln in out.splitlines() if ln.startswith("sm80 ")}
+    assert "cannot run the schedule" in rows[("sm80", "fp64", "fp64")]
+    assert "cannot run the schedule" in rows[("sm80", "fp16", "fp16")]
+    assert "cannot run" not in rows[("sm80", "fp16", "fp32")]
+    # no row can: the reason, exit 2
+    rc = main(["compare", "--random", "--size", "32", "--arch", "sm80", "--format", "fp64",
+               "--schedule", "cublas_cutlass_split_k_4_fp16_serial", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "needs an instruction with fp32 output" in err

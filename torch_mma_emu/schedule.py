@@ -48,8 +48,8 @@ from typing import Optional
 import torch
 
 from . import codec, cpp
-from .schedule_split import (GRAIN_CUBLAS, MERGES, grain_elements, k_slices, merge_partials,
-                             residue_groups)
+from .schedule_split import (GRAIN_CUBLAS, MERGES, ScheduleRowError, grain_elements, k_slices,
+                             merge_partials, residue_groups)
 from .schedule_partials import _run_chains, _scaled_chains
 from .spec import Spec
 
@@ -442,7 +442,7 @@ def _slots(ks: list[int], width: int) -> list[int]:
     return list(range(len(ks)))
 
 
-class TreeScheduleError(ValueError):
+class TreeScheduleError(ScheduleRowError):
     """A tree schedule that this product cannot run: its K, its arch's elementary operation
     (a node wider than the fused length) or the interpreter's stack (``compare`` marks such
     rows instead of failing)."""
@@ -598,12 +598,12 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
     grain = grain_elements(sched.split_grain, spec, L)
     if sched.residue_tile is not None:
         if scales is not None or lo is not None:
-            raise ValueError("residue_tile cannot run block-scaled or tf32x3 products")
+            raise ScheduleRowError("residue_tile cannot run block-scaled or tf32x3 products")
         if sched.residue_tile % spec.L:
-            raise ValueError(f"residue_tile={sched.residue_tile} is not a multiple of the "
+            raise ScheduleRowError(f"residue_tile={sched.residue_tile} is not a multiple of the "
                              f"instruction's K ({spec.instruction or spec.op}: L = {spec.L})")
     if sched.merge != "workspace" and spec.out_format != "fp32":
-        raise ValueError(f"merge={sched.merge!r} rounds fp32 partials to fp16: it needs an "
+        raise ScheduleRowError(f"merge={sched.merge!r} rounds fp32 partials to fp16: it needs an "
                          f"instruction with fp32 output, not {spec.out_format}")
     c_in_chain = sched.c_mode == "chain"
     zero = torch.zeros((), dtype=c3.dtype, device=c3.device).expand(Bt, M, N)

@@ -25,8 +25,13 @@ import torch
 
 from .spec import Spec
 
-__all__ = ["MERGES", "GRAIN_CUBLAS", "grain_elements", "k_slices", "residue_groups",
-           "merge_partials"]
+__all__ = ["MERGES", "GRAIN_CUBLAS", "ScheduleRowError", "grain_elements", "k_slices",
+           "residue_groups", "merge_partials"]
+
+
+class ScheduleRowError(ValueError):
+    """A schedule that this product's instruction cannot run (its output format, its K, its
+    scale blocks); ``compare`` marks such rows instead of failing."""
 
 # name -> (what it does, the cuBLASLt REDUCTION_SCHEME / kernel bitequiv read it from)
 MERGES = {
@@ -52,7 +57,7 @@ def grain_elements(split_grain: Optional[str], spec: Spec, unit: int) -> int:
     else:
         g = int(split_grain)
     if spec.scaled and g % spec.block_size:
-        raise ValueError(f"split_grain={g} does not start the slices on scale blocks "
+        raise ScheduleRowError(f"split_grain={g} does not start the slices on scale blocks "
                          f"({spec.block_size} elements)")
     return g
 
