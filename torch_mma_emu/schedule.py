@@ -324,7 +324,9 @@ _BY_OTHERS = "measured by others on GB200 (sm_100), not yet by us"
 
 PRESETS: dict[str, Preset] = {
     "plain": Preset(Schedule(), "one accumulator chain per output: CUTLASS / Triton "
-                    "`acc = tl.dot(a, b, acc)` loops without split-K"),
+                    "`acc = tl.dot(a, b, acc)` loops without split-K; cuBLAS's aligned "
+                    f"GEMMs without split-K (SPLITK_NUM = 1) keep one fp32 accumulator over K "
+                    f"({_BITEQUIV}; measured by others on GB200)"),
     "triton_fp8_hopper": Preset(
         Schedule(), "Triton tl.dot on fp8 (sm90 wgmma): max_num_imprecise_acc=None means "
         "no upcasting (triton.experimental.gluon warpgroup_mma docs), the wgmma chain runs "
