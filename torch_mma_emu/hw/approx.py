@@ -152,7 +152,8 @@ def model(name: str, *xs: np.ndarray) -> np.ndarray:
     """The model's outputs (uint32 bits) of ``name`` on bit patterns ``xs``."""
     from ..gpu_math import evaluate
     args = [np.ascontiguousarray(x, dtype=np.uint32).view(np.float32) for x in xs]
-    r = evaluate(name, *args)
+    with np.errstate(all="ignore"):          # NaN and Inf inputs are part of the sweep
+        r = evaluate(name, *args)
     return np.ascontiguousarray(np.asarray(r, dtype=np.float32)).view(np.uint32)
 
 
@@ -201,14 +202,17 @@ def _blocks(name, order, seed):
 def sweep(names, hw_fn, time_limit: float, workers: int, log, seed: int = SEED, blocks=None):
     """{name: dict(checked, mismatches, kept)}: the model against ``hw_fn(name, *xs)`` over
     seeded random 2^22-wide blocks of the fp32 bit patterns (random pairs for two-operand
-    instructions) until each instruction's share of ``time_limit`` is spent or every block is
-    done.  At most two blocks per worker are in flight (16 MB each)."""
+    instructions) until each instruction's share of ``time_limit`` is spent (a bit-exact model
+    twice an approximate one's; at least one block each) or every block is done.  At most two
+    blocks per worker are in flight (16 MB each)."""
     order = np.random.default_rng(seed).permutation((1 << 32) // BLOCK) if blocks is None \
         else np.asarray(blocks)
     res = {n: dict(checked=0, mismatches=0, kept=[]) for n in names}
     if not names:
         return res
-    t0, per = time.time(), time_limit / len(names)
+    end = time.time() + time_limit
+    weight = {n: 1 + bool(models.get(n)) for n in names} if (models := model_table()) else \
+        dict.fromkeys(names, 1)            # a bit-exact model gets twice an approximate one's time
 
     def take(r, got):
         _, count, nbad, kept = got
@@ -218,10 +222,12 @@ def sweep(names, hw_fn, time_limit: float, workers: int, log, seed: int = SEED, 
             r["kept"].append(kept)
 
     with mp.get_context("spawn").Pool(workers) as pool:
-        for i, name in enumerate(names):
-            deadline, r, pending = t0 + per * (i + 1), res[name], deque()
-            for start, xs in _blocks(name, order, seed):
-                if time.time() > deadline:
+        for i, name in enumerate(names):     # each gets its share of what is left, >= 1 block
+            now = time.time()
+            share = weight[name] / sum(weight[n] for n in names[i:])
+            deadline, r, pending = now + max(0.0, end - now) * share, res[name], deque()
+            for j, (start, xs) in enumerate(_blocks(name, order, seed)):
+                if j and time.time() > deadline:
                     break
                 hw = hw_fn(name, *xs) if xs is not None else hw_fn(
                     name, (np.arange(BLOCK, dtype=np.uint64) + start).astype(np.uint32))
@@ -310,7 +316,7 @@ def main(argv=None) -> int:
         np.savez_compressed(args.out, **arrays)
     log(f"[approx] recorded {len(rec)} instructions into {args.out} "
         f"({os.path.getsize(args.out)} bytes)")
-    swept = [n for n in names if n in models and n in rec]
+    swept = sorted((n for n in names if n in models and n in rec), key=lambda n: not models[n])
     sw = sweep(swept, hw_fn, args.time_limit, args.workers, log)
     for name, s in sw.items():
         if s["kept"]:
