@@ -260,7 +260,7 @@ def test_triton_step_compares_bit_for_bit_and_archives_mismatches(tmp_path):
     assert "| matmul fp8_e4m3 imprecise=32 | wgmma fp8_e4m3->fp32, fp32 promotion every 32 " \
            "x8 | 7680 | 0 | 0 | exact | ok |" in text
     assert "| attention integer scores causal |" in text and "MISMATCH" not in text
-    assert text.count("| ok |") == 30 and not tar.exists()
+    assert text.count("| ok |") == 38 and not tar.exists()
     assert "| torch.compile (inductor) launch inside emulate | - | - | - | - | refused | " \
            "skipped (no GPU) |" in text
     assert mod.main(["--stand-in", "--quick", "--out", str(out), "--archive", str(tar),
