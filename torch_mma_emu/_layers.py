@@ -18,8 +18,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("formats", "tf32", "isa", "codec", "switches", "timing", "text_table", "_dev_layout",
       "_C", "_layers")),
     ("model", "what an instruction computes: Spec, the arch registry, input families, the "
-              "pure-Python reference",
-     ("spec", "registry", "inputs", "reference", "exact_gemm")),
+              "pure-Python reference, the GPU's float32 math instructions",
+     ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math")),
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
                "the native GPU backends and their Triton kernels",
      ("cpp", "ops", "schedule", "schedule_split", "schedule_partials", "schedule_search",
