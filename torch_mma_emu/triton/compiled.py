@@ -1,0 +1,168 @@
+"""``tl.reduce`` (so ``tl.sum``, ``tl.max``, ``tl.min``, ``tl.argmax``, ...) in the compiled
+order inside an emulate block on an NVIDIA arch.
+
+At each launch (hook.py ``_launch``) the kernel is compiled to TTGIR for the launch's
+specialisation (layout.py, cached), before the interpreter patches ``triton.language``.
+Each interpreted reduction is matched to its ``tt.reduce`` by its source frames (the
+interpreter keeps file and line numbers; the TTGIR keeps the MLIR call-site chain), shape
+and axis, and runs as reduce.py's tree.  What cannot be matched or is not modelled runs in
+NumPy's order, and ``em.summary()`` says so.
+"""
+from __future__ import annotations
+
+import re
+import sys
+import warnings
+
+import numpy as np
+
+from . import layout, reduce
+
+_STACK: list = []        # per running launch: [compiled or None, why-not, block]
+_NAMES = re.compile(r"\b(sum|max|min|reduce|argmax|argmin|xor_sum|softmax)\s*\(")
+
+
+def _may_reduce(fn) -> bool:
+    """Cheap test whether compiling is worth it: the source calls a reduction or a @jit
+    helper (which may)."""
+    try:
+        src = fn.__code__.co_names
+        text = getattr(fn, "_tme_src", None)
+        if text is None:
+            import inspect
+            text = fn._tme_src = inspect.getsource(fn)
+    except (OSError, TypeError, AttributeError):
+        return True
+    if _NAMES.search(text):
+        return True
+    g = getattr(fn, "__globals__", {})
+    return any(type(g.get(n)).__name__ in ("JITFunction", "InterpretedFunction")
+               for n in src)
+
+
+def begin(block, interp, args, kwargs) -> None:
+    """Compile this launch's kernel for the block's arch (NVIDIA only) if it may reduce."""
+    entry = [None, "", block]
+    _STACK.append(entry)
+    if block.arch is None or block.vendor != "nvidia":
+        entry[1] = "not an NVIDIA arch: reductions in NumPy's order"
+        return
+    fn = getattr(interp, "fn", None)
+    if fn is None or not _may_reduce(fn):
+        return
+    try:
+        entry[0] = layout.compile_launch(fn, args, kwargs, layout.target_of(block.arch))
+    except Exception as e:           # the compile is a model input, never fatal
+        entry[1] = f"compiling to TTGIR failed ({type(e).__name__}: {str(e)[:120]})"
+        name = getattr(fn, "__name__", "kernel")
+        if name not in block._warned:
+            block._warned.add(name)
+            warnings.warn(f"torch_mma_emu.triton: {name}: {entry[1]}; its reductions run in "
+                          "NumPy's order, not the GPU's", stacklevel=4)
+
+
+def end() -> None:
+    if _STACK:
+        _STACK.pop()
+
+
+def _stack_frames() -> set:
+    out, f = set(), sys._getframe(2)
+    while f is not None:
+        out.add((f.f_code.co_filename, f.f_lineno))
+        f = f.f_back
+    return out
+
+
+def _match(sites, shape, axis):
+    frames = _stack_frames()
+    best, score = [], 0
+    for s in sites:
+        if s.shape != shape or s.axis != axis or not s.frames:
+            continue
+        if all(fr in frames for fr in s.frames):
+            if len(s.frames) > score:
+                best, score = [s], len(s.frames)
+            elif len(s.frames) == score:
+                best.append(s)
+    if len({s.encoding for s in best}) == 1:
+        return best[0]
+    return None
+
+
+_ELEM = {"fp32": "f32", "fp16": "f16", "bf16": "bf16"}
+
+
+def _combine(ops, tensors, site):
+    """A vectorised combine for this reduction (None: not modelled)."""
+    import triton.language as tl
+    kinds = [_ELEM.get(t.dtype.name) for t in tensors]
+    if len(tensors) == 1 and kinds[0] is not None:
+        return reduce.known_combine(site.ops, kinds[0])
+    fn = ops.combine_fn
+    for name, is_max in (("_argmax_combine_tie_break_left", True),
+                         ("_argmin_combine_tie_break_left", False),
+                         ("_argmax_combine_tie_break_fast", True),
+                         ("_argmin_combine_tie_break_fast", False)):
+        if fn is getattr(tl.standard, name, None) and len(tensors) == 2:
+            left = name.endswith("left")
+            kind = kinds[0]
+
+            def arg(a, b, is_max=is_max, left=left, kind=kind):
+                v1, i1 = a
+                v2, i2 = b
+                if kind == "bf16":
+                    v1, v2 = reduce.bf16_to_f32(v1), reduce.bf16_to_f32(v2)
+                better = (v1 > v2) if is_max else (v1 < v2)
+                if left:
+                    better = better | ((v1 == v2) & (i1 < i2))
+                return np.where(better, a[0], b[0]), np.where(better, i1, i2)
+            return arg
+    return None
+
+
+def reduce_apply(ops, input):
+    """``ReduceOps.apply_impl`` in the compiled order (None: leave it to the interpreter)."""
+    if not _STACK or _STACK[-1][0] is None:
+        if _STACK and _STACK[-1][2] is not None and _STACK[-1][1]:
+            _STACK[-1][2].counts[f"tl.reduce in NumPy's order: {_STACK[-1][1]}"] += 1
+        return None
+    compiled, _, block = _STACK[-1]
+    if not isinstance(input, tuple):
+        input = (input,)
+    axis = ops.axis
+    datas = [np.asarray(t.handle.data) for t in input]
+    if axis is None:
+        datas, axis = [d.reshape(-1) for d in datas], 0
+    shape = tuple(datas[0].shape)
+    site = _match(compiled.reduces, shape, axis)
+    what = "tl.reduce " + "/".join(t.dtype.name for t in input)
+    if site is None or site.bases is None:
+        why = site.why_not if site is not None else "no matching tt.reduce in the TTGIR"
+        block.counts[f"{what} in NumPy's order ({why})"] += 1
+        return None
+    combine = _combine(ops, input, site)
+    if combine is None:
+        block.counts[f"{what} in NumPy's order (combine {'; '.join(site.ops)} not "
+                     "modelled)"] += 1
+        return None
+    try:
+        tree = reduce.tree_of(site.bases, axis)
+    except NotImplementedError as e:
+        block.counts[f"{what} in NumPy's order ({e})"] += 1
+        return None
+    outs = reduce.run(tree, datas, axis, combine)
+    enc = site.encoding.split("<")[0].split(".")[-1]
+    block.counts[f"{what} axis {axis} of {list(shape)} #{enc}: {tree.describe()}"] += 1
+    ret = []
+    for t, o in zip(input, outs):
+        o = np.asarray(o)
+        if ops.keep_dims:
+            if ops.axis is not None:
+                o = np.expand_dims(o, ops.axis)
+            else:
+                o = o.reshape((1,) * len(input[0].handle.data.shape))
+        elif ops.axis is None:
+            o = o.reshape(())
+        ret.append(ops.to_tensor(o, t.dtype))
+    return ret
