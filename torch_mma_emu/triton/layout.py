@@ -54,13 +54,15 @@ class Compiled:
     reduces: list = field(default_factory=list)
     num_warps: int = 4
     attrs: dict = field(default_factory=dict)
+    runtime_args: tuple = ()     # names of the parameters the compiled kernel takes
 
 
 def target_of(arch: str):
     """The ``GPUTarget`` Triton compiles for on ``arch`` (None: not an NVIDIA arch)."""
     from triton.backends.compiler import GPUTarget
+    from ..registry import canonical_arch
     from .choice import NV_CC
-    cc = NV_CC.get(arch)
+    cc = NV_CC.get(canonical_arch(arch))
     return None if cc is None else GPUTarget("cuda", cc, 32)
 
 
@@ -107,7 +109,8 @@ def compile_launch(fn, args, kwargs, target, *, ptx: bool = False) -> Compiled:
         mod = stage(mod, meta)
         texts[name] = mod if isinstance(mod, str) else str(mod)
     out = Compiled(texts["ttgir"], texts.get("ptx", ""), texts.get("llir", ""),
-                   num_warps=options.num_warps, attrs=attrs)
+                   num_warps=options.num_warps, attrs=attrs,
+                   runtime_args=tuple(k for k, v in signature.items() if v != "constexpr"))
     out.reduces = parse_reduces(out.ttgir, out.num_warps)
     with _LOCK:
         _CACHE[key] = out

@@ -1,0 +1,516 @@
+"""A checker that needs no GPU: run the PTX Triton compiles for a launch, instruction by
+instruction, on the CPU, and compare its bits with the emulation's.
+
+The PTX is evaluated for all threads of a CTA at once (every register is a NumPy array over
+the threads; predicated instructions act where their predicate holds), one program id after
+another: ``ld.global`` / ``st.global`` on host copies of the arguments, ``st.shared`` /
+``ld.shared`` on a shared-memory array, ``bar.sync`` as a no-op (the threads run in
+lockstep), ``shfl.sync.bfly`` as the lane exchange, and the floating-point instructions with
+one rounding each (``add.f32``, ``add.f16``/``f16x2``, ``add.bf16``/``bf16x2``, ``max.f32``,
+``min.f32``, ``fma.rn.f32``, ``mul``, conversions).  So the order of every floating-point
+operation is the compiled code's own, derived from nothing but the PTX: an independent
+evaluation to hold the emulated reduction trees (reduce.py) against.  Instructions outside
+this subset (branches, atomics, tensor cores, approximate math) raise
+:class:`Unsupported`, never a silent guess.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from . import reduce as red
+
+
+class Unsupported(NotImplementedError):
+    pass
+
+
+_BASE = 1 << 40          # fake global addresses: argument i at (i + 1) << 32, its offset kept
+
+
+def _imm(tok: str):
+    tok = tok.strip()
+    if tok.startswith("0f"):
+        return np.uint64(int(tok[2:], 16))
+    if tok.startswith("0d"):
+        return np.uint64(int(tok[2:], 16))
+    if tok.lower().startswith(("0x", "-0x")):
+        return np.uint64(int(tok, 16) & 0xFFFFFFFFFFFFFFFF)
+    return np.uint64(int(tok) & 0xFFFFFFFFFFFFFFFF)
+
+
+def _bits(t: str) -> int:
+    m = re.search(r"(\d+)$", t)
+    return int(m.group(1)) if m else 32
+
+
+class CTA:
+    """One CTA of ``n`` threads running a PTX kernel's straight-line body."""
+
+    def __init__(self, body: list, params: dict, memory: list, n: int, ctaid: int):
+        self.body, self.params, self.mem, self.n, self.ctaid = body, params, memory, n, ctaid
+        self.r: dict = {}
+        self.smem = np.zeros(1 << 18, np.uint8)
+
+    # -- operands ------------------------------------------------------------------------
+    def val(self, tok: str) -> np.ndarray:
+        tok = tok.strip()
+        if tok.startswith("%"):
+            if tok in ("%tid.x",):
+                return np.arange(self.n, dtype=np.uint64)
+            if tok in ("%tid.y", "%tid.z", "%ctaid.y", "%ctaid.z"):
+                return np.zeros(self.n, np.uint64)
+            if tok == "%ctaid.x":
+                return np.full(self.n, self.ctaid, np.uint64)
+            if tok in ("%nctaid.x", "%nctaid.y", "%nctaid.z", "%ntid.x"):
+                raise Unsupported(f"special register {tok}")
+            if tok not in self.r:
+                return np.zeros(self.n, np.uint64)      # never written: undefined, 0 here
+            return self.r[tok]
+        if tok == "global_smem":
+            return np.zeros(self.n, np.uint64)
+        return np.full(self.n, _imm(tok), np.uint64)
+
+    def put(self, dst: str, v, pred):
+        v = np.asarray(v).astype(np.uint64) if np.asarray(v).dtype != np.uint64 else v
+        if pred is None:
+            self.r[dst] = v.copy() if v.shape == (self.n,) else np.broadcast_to(v, (self.n,)).copy()
+        else:
+            old = self.r.get(dst, np.zeros(self.n, np.uint64))
+            self.r[dst] = np.where(pred, v, old)
+
+    def addr(self, tok: str) -> np.ndarray:
+        m = re.match(r"\[\s*([%\w.]+)\s*(?:\+\s*(-?\w+))?\s*\]", tok.strip())
+        if not m:
+            raise Unsupported(f"address {tok}")
+        base = self.val(m.group(1)) if m.group(1) != "global_smem" else np.zeros(self.n, np.uint64)
+        off = int(m.group(2), 0) if m.group(2) else 0
+        return base + np.uint64(off & 0xFFFFFFFFFFFFFFFF)
+
+    # -- memory --------------------------------------------------------------------------
+    def _buf(self, addr: np.ndarray, nbytes: int, act: np.ndarray):
+        out = []
+        for a in np.unique(addr[act]):
+            i = int(a) // _BASE - 1
+            if not 0 <= i < len(self.mem) or self.mem[i] is None:
+                raise Unsupported(f"global access outside the arguments at {int(a):#x}")
+            out.append(i)
+        return out
+
+    def gload(self, addr, nbytes, act):
+        res = np.zeros(self.n, np.uint64)
+        for t in np.nonzero(act)[0]:
+            a = int(addr[t])
+            buf = self.mem[a // _BASE - 1]
+            o = a % _BASE
+            if o + nbytes > len(buf):
+                raise Unsupported("global load out of bounds")
+            res[t] = int.from_bytes(bytes(buf[o:o + nbytes]), "little")
+        return res
+
+    def gstore(self, addr, nbytes, v, act):
+        for t in np.nonzero(act)[0]:
+            a = int(addr[t])
+            buf = self.mem[a // _BASE - 1]
+            o = a % _BASE
+            if o + nbytes > len(buf):
+                raise Unsupported("global store out of bounds")
+            buf[o:o + nbytes] = np.frombuffer(int(v[t]).to_bytes(8, "little")[:nbytes], np.uint8)
+
+    def sload(self, addr, nbytes, act):
+        res = np.zeros(self.n, np.uint64)
+        for t in np.nonzero(act)[0]:
+            o = int(addr[t])
+            res[t] = int.from_bytes(bytes(self.smem[o:o + nbytes]), "little")
+        return res
+
+    def sstore(self, addr, nbytes, v, act):
+        for t in np.nonzero(act)[0]:
+            o = int(addr[t])
+            self.smem[o:o + nbytes] = np.frombuffer(int(v[t]).to_bytes(8, "little")[:nbytes],
+                                                    np.uint8)
+
+    # -- execution -----------------------------------------------------------------------
+    def run(self):
+        for line in self.body:
+            self.step(line)
+
+    def step(self, line: str):
+        pred = None
+        m = re.match(r"@(!?)(%p\d+)\s+(.*)$", line)
+        if m:
+            p = self.val(m.group(2)).astype(bool)
+            pred = ~p if m.group(1) else p
+            line = m.group(3)
+        op, _, rest = line.partition(" ")
+        ops = [x.strip() for x in _split_operands(rest)]
+        parts = op.split(".")
+        head = parts[0]
+        f = getattr(self, "i_" + head, None)
+        if f is None:
+            raise Unsupported(f"PTX instruction {op}")
+        f(parts[1:], ops, pred)
+
+    # integer and predicate instructions
+    def i_ret(self, t, o, p):
+        pass
+
+    def i_bar(self, t, o, p):
+        pass
+
+    def i_ld(self, t, o, p):
+        act = np.ones(self.n, bool) if p is None else p
+        space = t[0]
+        vec = next((int(x[1:]) for x in t if re.fullmatch(r"v\d", x)), 1)
+        width = _bits(t[-1]) // 8
+        dsts = [x.strip() for x in o[0].strip("{} ").split(",")]
+        if space == "param":
+            v = self.params[o[1].strip("[] ")]
+            self.put(o[0], np.full(self.n, v, np.uint64), p)
+            return
+        a = self.addr(o[1])
+        load = self.gload if space == "global" else self.sload
+        if space not in ("global", "shared"):
+            raise Unsupported(f"ld.{space}")
+        for k, d in enumerate(dsts):
+            if d != "_":
+                self.put(d, load(a + np.uint64(k * width), width, act), p)
+
+    def i_st(self, t, o, p):
+        act = np.ones(self.n, bool) if p is None else p
+        width = _bits(t[-1]) // 8
+        srcs = [x.strip() for x in o[1].strip("{} ").split(",")]
+        a = self.addr(o[0])
+        store = {"global": self.gstore, "shared": self.sstore}.get(t[0])
+        if store is None:
+            raise Unsupported(f"st.{t[0]}")
+        for k, s in enumerate(srcs):
+            store(a + np.uint64(k * width), width, self.val(s), act)
+
+    def i_mov(self, t, o, p):
+        dst, src = o[0], o[1]
+        if dst.startswith("{"):                        # unpack b32 -> two b16
+            halves = [x.strip() for x in dst.strip("{}").split(",")]
+            v = self.val(src)
+            for k, h in enumerate(halves):
+                if h != "_":
+                    self.put(h, (v >> np.uint64(16 * k)) & np.uint64(0xFFFF), p)
+        elif src.startswith("{"):                      # pack
+            halves = [x.strip() for x in src.strip("{}").split(",")]
+            v = np.zeros(self.n, np.uint64)
+            for k, h in enumerate(halves):
+                v |= (self.val(h) & np.uint64(0xFFFF)) << np.uint64(16 * k)
+            self.put(dst, v, p)
+        else:
+            self.put(dst, self.val(src), p)
+
+    def _int(self, t, o, p, fn):
+        w = _bits(t[-1])
+        mask = np.uint64((1 << w) - 1) if w < 64 else np.uint64(0xFFFFFFFFFFFFFFFF)
+        a = [self.val(x) & mask for x in o[1:]]
+        signed = t[-1].startswith("s")
+        if signed:
+            a = [(x.astype(np.int64) << (64 - w)) >> (64 - w) if w < 64 else x.astype(np.int64)
+                 for x in a]
+        with np.errstate(over="ignore"):
+            r = fn(*a)
+        self.put(o[0], np.asarray(r).astype(np.int64).astype(np.uint64) & mask
+                 if signed else np.asarray(r).astype(np.uint64) & mask, p)
+
+    def i_and(self, t, o, p):
+        if t[-1] == "pred":
+            self.put(o[0], self.val(o[1]) & self.val(o[2]), p)
+        else:
+            self._int(t, o, p, lambda a, b: a & b)
+
+    def i_or(self, t, o, p):
+        if t[-1] == "pred":
+            self.put(o[0], self.val(o[1]) | self.val(o[2]), p)
+        else:
+            self._int(t, o, p, lambda a, b: a | b)
+
+    def i_xor(self, t, o, p):
+        if t[-1] == "pred":
+            self.put(o[0], self.val(o[1]) ^ self.val(o[2]), p)
+        else:
+            self._int(t, o, p, lambda a, b: a ^ b)
+
+    def i_not(self, t, o, p):
+        if t[-1] == "pred":
+            self.put(o[0], 1 - self.val(o[1]), p)
+        else:
+            self._int(t, o, p, lambda a: ~a)
+
+    def i_shl(self, t, o, p):
+        self._int(t, o, p, lambda a, b: a << b)
+
+    def i_shr(self, t, o, p):
+        self._int(t, o, p, lambda a, b: a >> b)
+
+    def i_sub(self, t, o, p):
+        if t[-1].startswith("f"):
+            return self._float(t, o, p, "sub")
+        self._int(t, o, p, lambda a, b: a - b)
+
+    def i_add(self, t, o, p):
+        if t[-1].startswith(("f", "bf")):
+            return self._float(t, o, p, "add")
+        self._int(t, o, p, lambda a, b: a + b)
+
+    def i_mul(self, t, o, p):
+        if t[-1].startswith(("f", "bf")):
+            return self._float(t, o, p, "mul")
+        if t[0] == "wide":
+            a, b = self.val(o[1]) & np.uint64(0xFFFFFFFF), self.val(o[2]) & np.uint64(0xFFFFFFFF)
+            if t[-1].startswith("s"):
+                a = (a.astype(np.int64) << 32) >> 32
+                b = (b.astype(np.int64) << 32) >> 32
+            self.put(o[0], (a * b).astype(np.uint64), p)
+        else:
+            self._int(t, o, p, lambda a, b: a * b)
+
+    def i_mad(self, t, o, p):
+        if t[-1].startswith("f"):
+            raise Unsupported("mad.f32")
+        if t[0] == "wide":
+            a, b = self.val(o[1]) & np.uint64(0xFFFFFFFF), self.val(o[2]) & np.uint64(0xFFFFFFFF)
+            if t[-1].startswith("s"):
+                a = ((a.astype(np.int64) << 32) >> 32).astype(np.uint64)
+                b = ((b.astype(np.int64) << 32) >> 32).astype(np.uint64)
+            with np.errstate(over="ignore"):
+                self.put(o[0], a * b + self.val(o[3]), p)
+        else:
+            self._int(t, o, p, lambda a, b, c: a * b + c)
+
+    def i_setp(self, t, o, p):
+        cmp, ty = t[0], t[-1]
+        if ty.startswith("f"):
+            a, b = (self._f(self.val(x), ty) for x in o[1:3])
+        else:
+            w = _bits(ty)
+            mask = np.uint64((1 << w) - 1) if w < 64 else np.uint64(0xFFFFFFFFFFFFFFFF)
+            a, b = self.val(o[1]) & mask, self.val(o[2]) & mask
+            if ty.startswith("s"):
+                a = (a.astype(np.int64) << (64 - w)) >> (64 - w)
+                b = (b.astype(np.int64) << (64 - w)) >> (64 - w)
+        fn = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+              "gt": np.greater, "ge": np.greater_equal}.get(cmp)
+        if fn is None:
+            raise Unsupported(f"setp.{cmp}")
+        self.put(o[0].split("|")[0], fn(a, b).astype(np.uint64), p)
+
+    def i_selp(self, t, o, p):
+        c = self.val(o[3]).astype(bool)
+        self.put(o[0], np.where(c, self.val(o[1]), self.val(o[2])), p)
+
+    def i_shfl(self, t, o, p):
+        if "bfly" not in t:
+            raise Unsupported("shfl." + ".".join(t))
+        v = self.val(o[1])
+        off = int(self.val(o[2])[0])
+        lane = np.arange(self.n) % 32
+        src = (np.arange(self.n) - lane) + (lane ^ off)
+        self.put(o[0], v[src], p)
+
+    def i_cvt(self, t, o, p):
+        dst_t, src_t = t[-2], t[-1]
+        v = self.val(o[1])
+        if dst_t[0] in "us" and src_t[0] in "us" or dst_t.startswith("b"):
+            self._int([dst_t], [o[0], o[1]], p, lambda a: a)
+            return
+        x = self._f(v, src_t) if src_t.startswith(("f", "bf")) else None
+        if x is None:
+            raise Unsupported("cvt." + ".".join(t))
+        self.put(o[0], self._unf(x.astype(np.float32), dst_t), p)
+
+    # floating point
+    def _f(self, v, ty):
+        if ty in ("f32",):
+            return (v & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.float32)
+        if ty == "f16":
+            return (v & np.uint64(0xFFFF)).astype(np.uint16).view(np.float16)
+        if ty == "bf16":
+            return red.bf16_to_f32((v & np.uint64(0xFFFF)).astype(np.uint16))
+        if ty == "f64":
+            return v.view(np.float64)
+        raise Unsupported(f"float type {ty}")
+
+    def _unf(self, x, ty):
+        if ty == "f32":
+            return red._canon(x.astype(np.float32)).view(np.uint32).astype(np.uint64)
+        if ty == "f16":
+            return red._canon(x.astype(np.float16)).view(np.uint16).astype(np.uint64)
+        if ty == "bf16":
+            return red.f32_to_bf16(x.astype(np.float32)).astype(np.uint64)
+        raise Unsupported(f"float type {ty}")
+
+    def _float(self, t, o, p, what):
+        ty = t[-1]
+        mods = set(t[:-1]) - {"rn"}
+        if mods - {"NaN"} or (what in ("add", "sub", "mul") and mods):
+            raise Unsupported(f"{what}.{'.'.join(t)}")
+        lanes = 2 if ty.endswith("x2") else 1
+        base = ty[:-2] if lanes == 2 else ty
+        out = np.zeros(self.n, np.uint64)
+        for k in range(lanes):
+            sh = np.uint64(16 * k)
+            a, b = ((self.val(x) >> sh) if lanes == 2 else self.val(x) for x in o[1:3])
+            r = self._op(what, base, a, b, "NaN" in mods)
+            out |= (r & np.uint64(0xFFFF if lanes == 2 else 0xFFFFFFFF)) << sh
+        self.put(o[0], out, p)
+
+    def _op(self, what, ty, a, b, nan_prop):
+        if ty == "bf16":
+            a16 = (a & np.uint64(0xFFFF)).astype(np.uint16)
+            b16 = (b & np.uint64(0xFFFF)).astype(np.uint16)
+            if what == "add":
+                return red.fadd(a16, b16, "bf16").astype(np.uint64)
+            if what in ("max", "min"):
+                f = red.fmaximum if nan_prop else red.fmax
+                return f(a16, b16, "bf16", what == "max").astype(np.uint64)
+            x, y = red.bf16_to_f32(a16), red.bf16_to_f32(b16)
+            return red.f32_to_bf16({"sub": x - y, "mul": x * y}[what]).astype(np.uint64)
+        x, y = self._f(a, ty), self._f(b, ty)
+        if what in ("max", "min"):
+            f = red.fmaximum if nan_prop else red.fmax
+            return self._unf(f(x, y, ty, what == "max"), ty)
+        return self._unf({"add": x + y, "sub": x - y, "mul": x * y}[what], ty)
+
+    def i_max(self, t, o, p):
+        if not t[-1].startswith(("f", "bf")):
+            return self._int(t, o, p, np.maximum)
+        self._float(t, o, p, "max")
+
+    def i_min(self, t, o, p):
+        if not t[-1].startswith(("f", "bf")):
+            return self._int(t, o, p, np.minimum)
+        self._float(t, o, p, "min")
+
+    def i_fma(self, t, o, p):
+        raise Unsupported("fma (contraction is checked elsewhere)")
+
+
+def _split_operands(rest: str) -> list:
+    rest = rest.strip().rstrip(";")
+    out, depth, cur = [], 0, ""
+    for ch in rest:
+        if ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur)
+    return out
+
+
+def parse(ptx: str):
+    """(kernel name, parameter names, body lines, threads per CTA) of the first entry."""
+    m = re.search(r"\.visible \.entry (\w+)\(\s*(.*?)\)\s*(?:\.reqntid (\d+))?", ptx, re.S)
+    if not m:
+        raise Unsupported("no .entry in the PTX")
+    params = re.findall(r"\.param \.\S+ (?:\.ptr \.global \.align \d+ )?(\w+)", m.group(2))
+    start = ptx.index("{", m.end())
+    end = ptx.index("\n}", start)
+    body = []
+    for line in ptx[start + 1:end].splitlines():
+        line = line.split("//")[0].strip()
+        if not line or line.startswith((".reg", ".loc", ".shared", "$L", ".file")) \
+                or line.endswith(":"):
+            continue
+        if line in ("{", "}"):
+            continue
+        if line.startswith(("bra", "@%p")) and " bra" in " " + line:
+            raise Unsupported("branches in the PTX (only straight-line kernels are checked)")
+        body.append(line.rstrip(";").strip())
+    return m.group(1), params, body, int(m.group(3) or 0)
+
+
+def run_ptx(ptx: str, args: list, grid: int = 1, num_warps: int = 4) -> list:
+    """Evaluate the kernel's PTX on ``args`` (tensors, ints, floats: the launch's
+    non-constexpr arguments, in order) for ``grid`` programs; returns the tensors as the
+    PTX leaves them (copies)."""
+    import torch
+    name, pnames, body, n = parse(ptx)
+    n = n or 32 * num_warps
+    mem, params, outs = [], {}, []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            t = a.detach().cpu().contiguous().clone()
+            buf = t.view(torch.uint8).reshape(-1).numpy()
+            off = a.storage_offset() * a.element_size() % 16
+            mem.append(np.concatenate([np.zeros(off, np.uint8), buf]))
+            params[pnames[i]] = (i + 1) * _BASE + off
+            outs.append((t, i, off))
+        else:
+            mem.append(None)
+            v = int(a) if not isinstance(a, float) else int(np.float32(a).view(np.uint32))
+            params[pnames[i]] = v & 0xFFFFFFFFFFFFFFFF
+    for extra in pnames[len(args):]:
+        params[extra] = 0
+    for pid in range(grid):
+        CTA(body, params, mem, n, pid).run()
+    res = []
+    for t, i, off in outs:
+        raw = mem[i][off:]
+        res.append(torch.from_numpy(raw.copy()).view(t.dtype).reshape(t.shape))
+    return res
+
+
+def _same_alignment(a):
+    """A copy of tensor ``a`` whose address has the same remainder mod 16 (the launcher
+    specialises on it)."""
+    import torch
+    if not isinstance(a, torch.Tensor):
+        return a
+    es = a.element_size()
+    off = (a.data_ptr() % 16) // es
+    buf = torch.empty(a.numel() + 32 // es, dtype=a.dtype)
+    start = (-(buf.data_ptr() % 16) // es) % (16 // es) + off
+    out = buf[start:start + a.numel()].view(a.shape)
+    out.copy_(a)
+    return out
+
+
+def check(kernel, args: tuple, kwargs: dict, *, grid: int = 1, arch: str = "H100",
+          outputs=None) -> dict:
+    """Run ``kernel[(grid,)](*args, **kwargs)`` twice, emulated (``emulate(arch)``) and as
+    its compiled PTX evaluated here, and compare the bits of every tensor argument (or of
+    the indices in ``outputs``).  Returns {"equal": bool, "mismatches": [...], "summary":
+    em.summary(), "ptx": the PTX}."""
+    import inspect
+
+    import torch
+
+    from . import emulate
+    from .layout import compile_launch, target_of
+    fn = getattr(kernel, "fn", kernel)
+    opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_ctas", "num_stages")}
+    comp = compile_launch(fn, args, kwargs, target_of(arch), ptx=True)
+    bound = inspect.signature(fn).bind(*args, **{k: v for k, v in kwargs.items()
+                                                  if k not in opts})
+    rt = [bound.arguments[k] for k in comp.runtime_args]
+    ptx_out = run_ptx(comp.ptx, rt, grid, opts.get("num_warps", 4))
+    emu_args = [_same_alignment(a) for a in args]
+    emu_kwargs = {k: _same_alignment(v) for k, v in kwargs.items()}
+    with emulate(arch) as em:
+        kernel[(grid,)](*emu_args, **emu_kwargs)
+    bound_e = inspect.signature(fn).bind(*emu_args, **{k: v for k, v in emu_kwargs.items()
+                                                        if k not in opts})
+    mism = []
+    for j, name in enumerate(comp.runtime_args):
+        e = bound_e.arguments[name]
+        if not isinstance(e, torch.Tensor) or (outputs is not None and name not in outputs):
+            continue
+        g = ptx_out[[k for k, n in enumerate(comp.runtime_args)
+                     if isinstance(bound.arguments[n], torch.Tensor)].index(j)]
+        eb = e.contiguous().view(torch.uint8).reshape(-1)
+        gb = g.contiguous().view(torch.uint8).reshape(-1)
+        if not torch.equal(eb, gb):
+            mism.append(name)
+    return {"equal": not mism, "mismatches": mism, "summary": em.summary(), "ptx": comp.ptx}
