@@ -30,7 +30,7 @@ _BASE = 1 << 40          # fake global addresses: argument i at (i + 1) << 32, i
 
 
 def _imm(tok: str):
-    tok = tok.strip()
+    tok = tok.strip().rstrip("U")
     if tok.startswith("0f"):
         return np.uint64(int(tok[2:], 16))
     if tok.startswith("0d"):
@@ -283,6 +283,49 @@ class CTA:
         else:
             self._int(t, o, p, lambda a, b, c: a * b + c)
 
+    def i_ldmatrix(self, t, o, p):
+        """ldmatrix.sync.aligned.m8n8.x{1,2,4}[.trans].shared.b16: lanes 8i..8i+7 give the
+        row addresses of matrix i; lane l receives row l // 4, columns 2(l % 4) and +1 (with
+        .trans: rows 2(l % 4) and +1 of column l // 4)."""
+        if p is not None or "m8n8" not in t:
+            raise Unsupported("ldmatrix." + ".".join(t))
+        count = int(next(x for x in t if re.fullmatch(r"x\d", x))[1:])
+        dsts = [x.strip() for x in o[0].strip("{} ").split(",")]
+        a = self.addr(o[1]).astype(np.int64)
+        warp0 = np.arange(self.n) - np.arange(self.n) % 32
+        lane = np.arange(self.n) % 32
+        for m, d in enumerate(dsts[:count]):
+            out = np.zeros(self.n, np.uint64)
+            for h in range(2):
+                if "trans" in t:
+                    row, col = 2 * (lane % 4) + h, lane // 4
+                else:
+                    row, col = lane // 4, 2 * (lane % 4) + h
+                base = a[warp0 + 8 * m + row] + 2 * col
+                v = self.smem[base].astype(np.uint64) | (self.smem[base + 1].astype(np.uint64) << np.uint64(8))
+                out |= v << np.uint64(16 * h)
+            self.put(d, out, None)
+
+    def i_prmt(self, t, o, p):
+        """prmt.b32 (default mode): result byte i is byte (c >> 4i) & 7 of {b, a}, or its
+        sign replicated when (c >> 4i) & 8."""
+        if t != ["b32"]:
+            raise Unsupported("prmt." + ".".join(t))
+        ab = (self.val(o[1]) & np.uint64(0xFFFFFFFF)) | ((self.val(o[2]) & np.uint64(0xFFFFFFFF)) << np.uint64(32))
+        c = self.val(o[3])
+        out = np.zeros(self.n, np.uint64)
+        for i in range(4):
+            sel = (c >> np.uint64(4 * i)) & np.uint64(15)
+            byte = (ab >> ((sel & np.uint64(7)) * np.uint64(8))) & np.uint64(0xFF)
+            sign = np.where(byte & np.uint64(0x80), np.uint64(0xFF), np.uint64(0))
+            out |= np.where(sel & np.uint64(8), sign, byte) << np.uint64(8 * i)
+        self.put(o[0], out, p)
+
+    def i_bfe(self, t, o, p):
+        if not t[-1].startswith("u"):
+            raise Unsupported("bfe." + ".".join(t))
+        self._int(t, o, p, lambda a, pos, ln: (a >> pos) & ((np.uint64(1) << ln) - np.uint64(1)))
+
     def i_setp(self, t, o, p):
         cmp, ty = t[0], t[-1]
         if ty.startswith("f"):
@@ -305,13 +348,30 @@ class CTA:
         self.put(o[0], np.where(c, self.val(o[1]), self.val(o[2])), p)
 
     def i_shfl(self, t, o, p):
-        if "bfly" not in t:
-            raise Unsupported("shfl." + ".".join(t))
-        v = self.val(o[1])
-        off = int(self.val(o[2])[0])
+        """shfl.sync.{bfly,idx,up,down}.b32 d, a, b, c, membermask (PTX ISA's rule for the
+        source lane and its clamp / segment mask)."""
+        mode = t[1] if t[0] == "sync" else t[0]
+        v = self.val(o[1]).astype(np.int64)
+        b = self.val(o[2]).astype(np.int64) & 31
+        c = self.val(o[3]).astype(np.int64)
         lane = np.arange(self.n) % 32
-        src = (np.arange(self.n) - lane) + (lane ^ off)
-        self.put(o[0], v[src], p)
+        seg = (c >> 8) & 31
+        max_lane = (lane & seg) | (c & 31 & ~seg)
+        min_lane = lane & seg
+        if mode == "bfly":
+            j, ok = lane ^ b, (lane ^ b) <= max_lane
+        elif mode == "idx":
+            j = min_lane | (b & ~seg)
+            ok = j <= max_lane
+        elif mode == "down":
+            j, ok = lane + b, lane + b <= max_lane
+        elif mode == "up":
+            j, ok = lane - b, lane - b >= max_lane
+        else:
+            raise Unsupported("shfl." + ".".join(t))
+        j = np.where(ok, j, lane)
+        src = (np.arange(self.n) - lane) + j
+        self.put(o[0], v[src].astype(np.uint64), p)
 
     def i_cvt(self, t, o, p):
         dst_t, src_t = t[-2], t[-1]
@@ -361,6 +421,10 @@ class CTA:
         self.put(o[0], out, p)
 
     def _op(self, what, ty, a, b, nan_prop):
+        with np.errstate(invalid="ignore", over="ignore"):
+            return self._op_(what, ty, a, b, nan_prop)
+
+    def _op_(self, what, ty, a, b, nan_prop):
         if ty == "bf16":
             a16 = (a & np.uint64(0xFFFF)).astype(np.uint16)
             b16 = (b & np.uint64(0xFFFF)).astype(np.uint16)

@@ -102,9 +102,10 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
 
 
 def fadd(a, b, kind):
-    if kind == "bf16":
-        return f32_to_bf16(bf16_to_f32(a) + bf16_to_f32(b))
-    return _canon(a + b)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if kind == "bf16":
+            return f32_to_bf16(bf16_to_f32(a) + bf16_to_f32(b))
+        return _canon(a + b)
 
 
 def fmax(a, b, kind, is_max=True):
