@@ -125,7 +125,7 @@ def reduce_apply(ops, input):
     """``ReduceOps.apply_impl`` in the compiled order (None: leave it to the interpreter)."""
     if not _STACK or _STACK[-1][0] is None:
         if _STACK and _STACK[-1][2] is not None and _STACK[-1][1]:
-            _STACK[-1][2].counts[f"tl.reduce in NumPy's order: {_STACK[-1][1]}"] += 1
+            _STACK[-1][2].reductions[f"tl.reduce in NumPy's order: {_STACK[-1][1]}"] += 1
         return None
     compiled, _, block = _STACK[-1]
     if not isinstance(input, tuple):
@@ -139,21 +139,21 @@ def reduce_apply(ops, input):
     what = "tl.reduce " + "/".join(t.dtype.name for t in input)
     if site is None or site.bases is None:
         why = site.why_not if site is not None else "no matching tt.reduce in the TTGIR"
-        block.counts[f"{what} in NumPy's order ({why})"] += 1
+        block.reductions[f"{what} in NumPy's order ({why})"] += 1
         return None
     combine = _combine(ops, input, site)
     if combine is None:
-        block.counts[f"{what} in NumPy's order (combine {'; '.join(site.ops)} not "
+        block.reductions[f"{what} in NumPy's order (combine {'; '.join(site.ops)} not "
                      "modelled)"] += 1
         return None
     try:
         tree = reduce.tree_of(site.bases, axis)
     except NotImplementedError as e:
-        block.counts[f"{what} in NumPy's order ({e})"] += 1
+        block.reductions[f"{what} in NumPy's order ({e})"] += 1
         return None
     outs = reduce.run(tree, datas, axis, combine)
     enc = site.encoding.split("<")[0].split(".")[-1]
-    block.counts[f"{what} axis {axis} of {list(shape)} #{enc}: {tree.describe()}"] += 1
+    block.reductions[f"{what} axis {axis} of {list(shape)} #{enc}: {tree.describe()}"] += 1
     ret = []
     for t, o in zip(input, outs):
         o = np.asarray(o)
