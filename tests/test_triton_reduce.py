@@ -181,3 +181,42 @@ def test_argmax_and_not_modelled_combines_fall_back_loudly():
         am[(1,)](x, o, N=128, num_warps=4)
     assert o.item() == 3
     assert "fp32/int32" in em.summary()
+
+
+@triton.jit
+def dot_then_sum(a_ptr, b_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                 AXIS: tl.constexpr):
+    rm, rn, rk = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    a = tl.load(a_ptr + rm[:, None] * K + rk[None, :])
+    b = tl.load(b_ptr + rk[:, None] * N + rn[None, :])
+    s = tl.sum(tl.dot(a, b), axis=AXIS)
+    if AXIS == 1:
+        tl.store(out_ptr + rm, s)
+    else:
+        tl.store(out_ptr + rn, s)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("N", [64, 128])
+def test_sum_of_a_wgmma_result_matches_ptx(axis, N):
+    """A row / column sum of a dot's result reduces over the wgmma accumulator layout
+    (#nvidia_mma v3).  The dot is made exact (one-hot rows of a scaled by powers of two),
+    so its result X is known and the checker fills the wgmma registers with it."""
+    M, K = 64, 16
+    g = torch.Generator().manual_seed(N + axis)
+    a = torch.zeros(M, K)
+    a[torch.arange(M), torch.arange(M) % K] = 2.0 ** torch.randint(-12, 12, (M,), generator=g)
+    b = (torch.rand(K, N, generator=g) + 0.5) * torch.sign(torch.randn(K, N, generator=g))
+    b = b * 2.0 ** torch.randint(-10, 10, (K, N), generator=g)
+    a, b = a.half(), b.half()
+    X = (a.float() @ b.float()).numpy()
+    out = torch.zeros(N if axis == 0 else M)
+    r = ptx_check.check(dot_then_sum, (a, b, out), dict(M=M, N=N, K=K, AXIS=axis,
+                                                          num_warps=4), wgmma=X)
+    assert r["equal"], r["summary"]
+    assert "#nvidia_mma" in r["summary"]
+    # and the order matters here: NumPy's order gives other bits for some rows
+    np_sum = torch.from_numpy(X.sum(axis=axis, dtype="float32"))
+    with tmt.emulate("H100"):
+        dot_then_sum[(1,)](a, b, out, M=M, N=N, K=K, AXIS=axis, num_warps=4)
+    assert not torch.equal(out.view(torch.int32), np_sum.view(torch.int32))

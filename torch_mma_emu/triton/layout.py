@@ -246,6 +246,30 @@ def _blocked(enc: str, shape: tuple) -> Bases:
     return Bases(tuple(shape), tuple(reg), tuple(lane), tuple(warp))
 
 
+def _mma(enc: str, shape: tuple) -> Bases:
+    """The accumulator of ``mma.sync`` (version 2: m16n8 per warp) and ``wgmma`` (version 3:
+    m64nN per warp group, 16 rows per warp): register i of lane l holds row l // 4 +
+    8 * (i // 2 % 2), column 2 * (l % 4) + i % 2 + 8 * (i // 4) (the PTX ISA's fragment
+    layouts); warps tile M, then N; repetitions of the tile are further registers."""
+    major = int(re.search(r"versionMajor = (\d+)", enc).group(1))
+    wpc, instr = _ints(enc, "warpsPerCTA"), _ints(enc, "instrShape")
+    if major not in (2, 3) or len(shape) != 2:
+        raise NotImplementedError(f"reductions over {enc} are not modelled (2-D mma v2 / v3 "
+                                  "are)")
+    n_instr = instr[1] if major == 3 else 8
+
+    def unit(d, v):
+        return tuple((v if v < shape[d] else 0) if k == d else 0 for k in range(2))
+    reg = [unit(1, 1), unit(0, 8)] + [unit(1, 8 << b) for b in range(_log2(n_instr // 8))]
+    lane = [unit(1, 2), unit(1, 4), unit(0, 1), unit(0, 2), unit(0, 4)]
+    warp = [unit(0, 16 << b) for b in range(_log2(wpc[0]))]
+    warp += [unit(1, n_instr << b) for b in range(_log2(wpc[1]))]
+    tile = (16 * wpc[0], n_instr * wpc[1])
+    for d in (1, 0):
+        reg += [unit(d, tile[d] << b) for b in range(_log2(max(1, shape[d] // tile[d])))]
+    return Bases(tuple(shape), tuple(reg), tuple(lane), tuple(warp))
+
+
 def bases_of(enc: str, shape: tuple, aliases: dict) -> Bases:
     """The bit offsets of ``enc`` over ``shape`` (#blocked and #slice of #blocked)."""
     enc = aliases.get(enc, enc)
@@ -261,6 +285,8 @@ def bases_of(enc: str, shape: tuple, aliases: dict) -> Bases:
         drop = lambda v: v[:dim] + v[dim + 1:]  # noqa: E731
         return Bases(tuple(shape), tuple(drop(v) for v in pb.reg if any(drop(v))),
                      tuple(drop(v) for v in pb.lane), tuple(drop(v) for v in pb.warp))
+    if enc.startswith("#ttg.nvidia_mma<"):
+        return _mma(enc, shape)
     kind = enc.split("<")[0]
     raise NotImplementedError(f"reductions over {kind} layouts are not modelled yet "
                               "(#blocked and #slice are)")

@@ -48,8 +48,10 @@ def _bits(t: str) -> int:
 class CTA:
     """One CTA of ``n`` threads running a PTX kernel's straight-line body."""
 
-    def __init__(self, body: list, params: dict, memory: list, n: int, ctaid: int):
+    def __init__(self, body: list, params: dict, memory: list, n: int, ctaid: int,
+                 wgmma=None):
         self.body, self.params, self.mem, self.n, self.ctaid = body, params, memory, n, ctaid
+        self.wgmma = wgmma
         self.r: dict = {}
         self.smem = np.zeros(1 << 18, np.uint8)
 
@@ -157,6 +159,9 @@ class CTA:
         pass
 
     def i_bar(self, t, o, p):
+        pass
+
+    def i_fence(self, t, o, p):          # the threads run in lockstep: orderings hold
         pass
 
     def i_ld(self, t, o, p):
@@ -321,10 +326,39 @@ class CTA:
             out |= np.where(sel & np.uint64(8), sign, byte) << np.uint64(8 * i)
         self.put(o[0], out, p)
 
+    def i_wgmma(self, t, o, p):
+        """``wgmma.mma_async`` of one m64nNk16 tile whose result the caller gives
+        (``wgmma=``, an (64, N) array: the checker does not model the operand descriptors);
+        each thread's accumulator registers are filled as the PTX ISA lays out the m64nN
+        fp32 accumulator: register i of lane l of warp w holds row 16 w + l // 4 +
+        8 (i // 2 % 2), column 2 (l % 4) + i % 2 + 8 (i // 4).  fence / commit / wait: no-ops."""
+        if t[0] in ("fence", "commit_group", "wait_group"):
+            return
+        if t[0] != "mma_async" or self.wgmma is None or self.n != 128:
+            raise Unsupported("wgmma." + ".".join(t) + " (only one m64nN tile over 4 warps, "
+                              "with its result given)")
+        X = np.asarray(self.wgmma, np.float32)
+        regs = [x.strip() for x in o[0].strip("{} ").split(",")]
+        tid = np.arange(self.n)
+        w, lane = tid // 32, tid % 32
+        for i, r in enumerate(regs):
+            row = 16 * w + lane // 4 + 8 * ((i // 2) % 2)
+            col = 2 * (lane % 4) + i % 2 + 8 * (i // 4)
+            self.put(r, X[row, col].view(np.uint32).astype(np.uint64), p)
+
     def i_bfe(self, t, o, p):
-        if not t[-1].startswith("u"):
-            raise Unsupported("bfe." + ".".join(t))
-        self._int(t, o, p, lambda a, pos, ln: (a >> pos) & ((np.uint64(1) << ln) - np.uint64(1)))
+        w = _bits(t[-1])
+        a = self.val(o[1]) & np.uint64((1 << w) - 1)
+        pos = self.val(o[2]) & np.uint64(0xFF)
+        ln = self.val(o[3]) & np.uint64(0xFF)
+        if np.any(pos + ln > w) or np.any(ln == 0):
+            raise Unsupported("bfe with a field past the operand")
+        v = (a >> pos) & ((np.uint64(1) << ln) - np.uint64(1))
+        if t[-1].startswith("s"):          # sign-extend the field
+            sign = (v >> (ln - np.uint64(1))) & np.uint64(1)
+            v = np.where(sign == 1, v | (np.uint64((1 << w) - 1) ^ ((np.uint64(1) << ln)
+                                                                    - np.uint64(1))), v)
+        self.put(o[0], v & np.uint64((1 << w) - 1), p)
 
     def i_setp(self, t, o, p):
         cmp, ty = t[0], t[-1]
@@ -495,7 +529,7 @@ def parse(ptx: str):
     return m.group(1), params, body, int(m.group(3) or 0)
 
 
-def run_ptx(ptx: str, args: list, grid: int = 1, num_warps: int = 4) -> list:
+def run_ptx(ptx: str, args: list, grid: int = 1, num_warps: int = 4, wgmma=None) -> list:
     """Evaluate the kernel's PTX on ``args`` (tensors, ints, floats: the launch's
     non-constexpr arguments, in order) for ``grid`` programs; returns the tensors as the
     PTX leaves them (copies)."""
@@ -518,7 +552,7 @@ def run_ptx(ptx: str, args: list, grid: int = 1, num_warps: int = 4) -> list:
     for extra in pnames[len(args):]:
         params[extra] = 0
     for pid in range(grid):
-        CTA(body, params, mem, n, pid).run()
+        CTA(body, params, mem, n, pid, wgmma).run()
     res = []
     for t, i, off in outs:
         raw = mem[i][off:]
@@ -542,7 +576,7 @@ def _same_alignment(a):
 
 
 def check(kernel, args: tuple, kwargs: dict, *, grid: int = 1, arch: str = "H100",
-          outputs=None) -> dict:
+          outputs=None, wgmma=None) -> dict:
     """Run ``kernel[(grid,)](*args, **kwargs)`` twice, emulated (``emulate(arch)``) and as
     its compiled PTX evaluated here, and compare the bits of every tensor argument (or of
     the indices in ``outputs``).  Returns {"equal": bool, "mismatches": [...], "summary":
@@ -559,7 +593,7 @@ def check(kernel, args: tuple, kwargs: dict, *, grid: int = 1, arch: str = "H100
     bound = inspect.signature(fn).bind(*args, **{k: v for k, v in kwargs.items()
                                                   if k not in opts})
     rt = [bound.arguments[k] for k in comp.runtime_args]
-    ptx_out = run_ptx(comp.ptx, rt, grid, opts.get("num_warps", 4))
+    ptx_out = run_ptx(comp.ptx, rt, grid, opts.get("num_warps", 4), wgmma)
     emu_args = [_same_alignment(a) for a in args]
     emu_kwargs = {k: _same_alignment(v) for k, v in kwargs.items()}
     with emulate(arch) as em:
