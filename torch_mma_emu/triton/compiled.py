@@ -147,7 +147,8 @@ def reduce_apply(ops, input):
                      "modelled)"] += 1
         return None
     try:
-        tree = reduce.tree_of(site.bases, axis)
+        tree = site.tree if site.tree is not None else reduce.tree_of(site.bases, axis)
+        site.tree = tree                       # one tree per compiled site
     except NotImplementedError as e:
         block.reductions[f"{what} in NumPy's order ({e})"] += 1
         return None

@@ -44,6 +44,7 @@ class ReduceSite:
     encoding: str            # the operand's layout, as written in the TTGIR
     bases: Optional[Bases] = None
     why_not: str = ""        # set when the layout is not modelled
+    tree: object = None      # reduce.Tree, made at first use
 
 
 @dataclass
