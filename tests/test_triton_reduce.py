@@ -220,3 +220,31 @@ def test_sum_of_a_wgmma_result_matches_ptx(axis, N):
     with tmt.emulate("H100"):
         dot_then_sum[(1,)](a, b, out, M=M, N=N, K=K, AXIS=axis, num_warps=4)
     assert not torch.equal(out.view(torch.int32), np_sum.view(torch.int32))
+
+
+@triton.jit
+def sum3d(x_ptr, out_ptr, A: tl.constexpr, B: tl.constexpr, C: tl.constexpr,
+          AXIS: tl.constexpr):
+    i = tl.arange(0, A)[:, None, None]
+    j = tl.arange(0, B)[None, :, None]
+    k = tl.arange(0, C)[None, None, :]
+    x = tl.load(x_ptr + i * B * C + j * C + k)
+    s = tl.sum(x, axis=AXIS)
+    if AXIS == 0:
+        tl.store(out_ptr + tl.arange(0, B)[:, None] * C + tl.arange(0, C)[None, :], s)
+    elif AXIS == 1:
+        tl.store(out_ptr + tl.arange(0, A)[:, None] * C + tl.arange(0, C)[None, :], s)
+    else:
+        tl.store(out_ptr + tl.arange(0, A)[:, None] * B + tl.arange(0, B)[None, :], s)
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("num_warps", [2, 4])
+def test_3d_matches_ptx(axis, num_warps):
+    A, B, C = 8, 16, 32
+    x = _adversarial(A * B * C, "spread", axis)[: A * B * C].reshape(A, B, C)
+    shape = [s for d, s in enumerate((A, B, C)) if d != axis]
+    out = torch.zeros(shape)
+    r = ptx_check.check(sum3d, (x, out), dict(A=A, B=B, C=C, AXIS=axis, num_warps=num_warps))
+    assert r["equal"], r["summary"]
+    assert "warps x" in r["summary"]
