@@ -248,3 +248,80 @@ def test_3d_matches_ptx(axis, num_warps):
     r = ptx_check.check(sum3d, (x, out), dict(A=A, B=B, C=C, AXIS=axis, num_warps=num_warps))
     assert r["equal"], r["summary"]
     assert "warps x" in r["summary"]
+
+
+@triton.jit
+def _prod(a, b):
+    return a * b
+
+
+@triton.jit
+def _sum_and_squares(a1, a2, b1, b2):
+    return a1 + b1, a2 + b2
+
+
+@triton.jit
+def user_reduce(x_ptr, out_ptr, out2_ptr, N: tl.constexpr, TWO: tl.constexpr,
+                SQUARE: tl.constexpr = False):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    if TWO:
+        if SQUARE:      # x * x feeds the reduction: LLVM contracts it into the fold
+            y = x * x
+        else:
+            y = tl.load(x_ptr + N + tl.arange(0, N))
+        s, q = tl.reduce((x, y), 0, _sum_and_squares)
+        tl.store(out_ptr, s)
+        tl.store(out2_ptr, q)
+    else:
+        tl.store(out_ptr, tl.reduce(x, 0, _prod))
+
+
+@pytest.mark.parametrize("two", [False, True])
+@pytest.mark.parametrize("aligned", [True, False])
+def test_user_combine_matches_ptx(two, aligned):
+    """tl.reduce with a user combine (a product; a two-operand sum and sum of squares) runs
+    the combine on whole tree levels, in the compiled order."""
+    g = torch.Generator().manual_seed(3)
+    v = torch.exp(torch.randn(1040, generator=g) * (0.05 if not two else 4))
+    x = v[:1024] if aligned else v[1:1025]
+    o1, o2 = torch.zeros(1), torch.zeros(1)
+    r = ptx_check.check(user_reduce, (x, o1, o2), dict(N=512, TWO=two, num_warps=4))
+    assert r["equal"], r["summary"]
+    assert "NumPy" not in r["summary"]
+
+
+@pytest.mark.xfail(strict=True, reason="a multiply feeding a reduction is contracted into "
+                   "the in-thread fold (fma.rn.f32 in the PTX); contraction is not modelled "
+                   "here (issue 30's contraction part)")
+def test_square_contracted_into_the_fold():
+    for seed in range(10):
+        g = torch.Generator().manual_seed(seed)
+        x = torch.randn(1024, generator=g)
+        o1, o2 = torch.zeros(1), torch.zeros(1)
+        r = ptx_check.check(user_reduce, (x, o1, o2), dict(N=512, TWO=True, SQUARE=True,
+                                                            num_warps=1))
+        assert "fma.rn.f32" in r["ptx"]
+        assert r["equal"], seed
+
+
+@triton.jit
+def arg_reduce(x_ptr, out_ptr, N: tl.constexpr, MAX: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    if MAX:
+        tl.store(out_ptr, tl.argmax(x, axis=0))
+    else:
+        tl.store(out_ptr, tl.argmin(x, axis=0))
+
+
+@pytest.mark.parametrize("is_max", [True, False])
+@pytest.mark.parametrize("kind", ["ties", "specials"])
+def test_argmax_argmin_match_ptx(is_max, kind):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(-3, 4, (256,), generator=g).float()      # many ties
+    if kind == "specials":
+        x[[17, 200]] = float("nan")
+        x[[3, 90]] = -0.0
+    o = torch.zeros(1, dtype=torch.int32)
+    for nw in (1, 4, 8):
+        r = ptx_check.check(arg_reduce, (x, o), dict(N=256, MAX=is_max, num_warps=nw))
+        assert r["equal"], r["summary"]

@@ -98,7 +98,9 @@ def _combine(ops, tensors, site):
     import triton.language as tl
     kinds = [_ELEM.get(t.dtype.name) for t in tensors]
     if len(tensors) == 1 and kinds[0] is not None:
-        return reduce.known_combine(site.ops, kinds[0])
+        known = reduce.known_combine(site.ops, kinds[0])
+        if known is not None:
+            return known
     fn = ops.combine_fn
     for name, is_max in (("_argmax_combine_tie_break_left", True),
                          ("_argmin_combine_tie_break_left", False),
@@ -118,7 +120,26 @@ def _combine(ops, tensors, site):
                     better = better | ((v1 == v2) & (i1 < i2))
                 return np.where(better, a[0], b[0]), np.where(better, i1, i2)
             return arg
-    return None
+    return _user_combine(ops, tensors)
+
+
+def _user_combine(ops, tensors):
+    """Any other combine function, called on whole tree levels at once (the interpreter
+    runs its body elementwise on blocks).  Its elementwise arithmetic is the interpreter's
+    (one rounding per operation, no contraction); a body that cannot run on blocks (Python
+    ``and`` / ``or`` on tensors) raises inside, and the reduction falls back to NumPy."""
+    fn = getattr(ops.combine_fn, "fn", None)
+    if fn is None:
+        return None
+    dtypes = [t.dtype for t in tensors]
+
+    def user(a, b):
+        args = [ops.to_tensor(np.ascontiguousarray(x), d) for x, d in zip(a, dtypes)]
+        args += [ops.to_tensor(np.ascontiguousarray(x), d) for x, d in zip(b, dtypes)]
+        out = fn(*args)
+        out = out if isinstance(out, tuple) else (out,)
+        return tuple(np.asarray(o.handle.data).reshape(np.shape(a[0])) for o in out)
+    return user
 
 
 def reduce_apply(ops, input):
@@ -152,7 +173,12 @@ def reduce_apply(ops, input):
     except NotImplementedError as e:
         block.reductions[f"{what} in NumPy's order ({e})"] += 1
         return None
-    outs = reduce.run(tree, datas, axis, combine)
+    try:
+        outs = reduce.run(tree, datas, axis, combine)
+    except Exception as e:                # a user combine that cannot run on blocks
+        block.reductions[f"{what} in NumPy's order (combine not vectorisable: "
+                         f"{type(e).__name__})"] += 1
+        return None
     enc = site.encoding.split("<")[0].split(".")[-1]
     block.reductions[f"{what} axis {axis} of {list(shape)} #{enc}: {tree.describe()}"] += 1
     ret = []

@@ -7,7 +7,7 @@ another: ``ld.global`` / ``st.global`` on host copies of the arguments, ``st.sha
 ``ld.shared`` on a shared-memory array, ``bar.sync`` as a no-op (the threads run in
 lockstep), ``shfl.sync.bfly`` as the lane exchange, and the floating-point instructions with
 one rounding each (``add.f32``, ``add.f16``/``f16x2``, ``add.bf16``/``bf16x2``, ``max.f32``,
-``min.f32``, ``fma.rn.f32``, ``mul``, conversions).  So the order of every floating-point
+``min.f32``, ``fma.rn.f32`` (rounded once, exactly), ``mul``, conversions).  So the order of every floating-point
 operation is the compiled code's own, derived from nothing but the PTX: an independent
 evaluation to hold the emulated reduction trees (reduce.py) against.  Instructions outside
 this subset (branches, atomics, tensor cores, approximate math) raise
@@ -16,6 +16,7 @@ this subset (branches, atomics, tensor cores, approximate math) raise
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 import numpy as np
 
@@ -371,11 +372,18 @@ class CTA:
             if ty.startswith("s"):
                 a = (a.astype(np.int64) << (64 - w)) >> (64 - w)
                 b = (b.astype(np.int64) << (64 - w)) >> (64 - w)
-        fn = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
-              "gt": np.greater, "ge": np.greater_equal}.get(cmp)
-        if fn is None:
-            raise Unsupported(f"setp.{cmp}")
-        self.put(o[0].split("|")[0], fn(a, b).astype(np.uint64), p)
+        ordered = {"eq": np.equal, "ne": np.not_equal, "lt": np.less, "le": np.less_equal,
+                   "gt": np.greater, "ge": np.greater_equal}
+        with np.errstate(invalid="ignore"):
+            if cmp in ordered:
+                r = ordered[cmp](a, b)
+            elif cmp.endswith("u") and cmp[:-1] in ordered and ty.startswith("f"):
+                r = ordered[cmp[:-1]](a, b) | np.isnan(a) | np.isnan(b)   # unordered: NaN true
+            elif cmp in ("num", "nan") and ty.startswith("f"):
+                r = (np.isnan(a) | np.isnan(b)) == (cmp == "nan")
+            else:
+                raise Unsupported(f"setp.{cmp}")
+        self.put(o[0].split("|")[0], r.astype(np.uint64), p)
 
     def i_selp(self, t, o, p):
         c = self.val(o[3]).astype(bool)
@@ -486,7 +494,36 @@ class CTA:
         self._float(t, o, p, "min")
 
     def i_fma(self, t, o, p):
-        raise Unsupported("fma (contraction is checked elsewhere)")
+        """fma.rn.f32: a * b + c rounded once (exactly, with rationals)."""
+        if t != ["rn", "f32"]:
+            raise Unsupported("fma." + ".".join(t))
+        a, b, c = (self._f(self.val(x), "f32") for x in o[1:4])
+        with np.errstate(invalid="ignore", over="ignore"):
+            r = (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)) \
+                .astype(np.float32)           # right for specials and exact zeros
+        for k in np.nonzero(np.isfinite(a) & np.isfinite(b) & np.isfinite(c))[0]:
+            exact = Fraction(float(a[k])) * Fraction(float(b[k])) + Fraction(float(c[k]))
+            if exact != 0:
+                r[k] = _round_f32(exact)
+        self.put(o[0], self._unf(r, "f32"), p)
+
+
+def _round_f32(x: Fraction) -> np.float32:
+    """A nonzero rational rounded to fp32, nearest even (subnormals, overflow to inf)."""
+    neg, m = x < 0, abs(x)
+    e = m.numerator.bit_length() - m.denominator.bit_length()
+    if Fraction(2) ** e > m:
+        e -= 1
+    q = max(e - 23, -149)                          # the quantum of m's binade
+    scaled = m / Fraction(2) ** q
+    n, rem = divmod(scaled.numerator, scaled.denominator)
+    half = Fraction(rem, scaled.denominator)
+    if half > Fraction(1, 2) or (half == Fraction(1, 2) and n % 2 == 1):
+        n += 1
+    v = float(n) * 2.0 ** q
+    with np.errstate(over="ignore"):
+        out = np.float32(v) if v < 2.0 ** 128 else np.float32(np.inf)
+    return -out if neg else out
 
 
 def _split_operands(rest: str) -> list:
