@@ -325,3 +325,21 @@ def test_argmax_argmin_match_ptx(is_max, kind):
     for nw in (1, 4, 8):
         r = ptx_check.check(arg_reduce, (x, o), dict(N=256, MAX=is_max, num_warps=nw))
         assert r["equal"], r["summary"]
+
+
+@triton.jit
+def cumsum1d(x_ptr, out_ptr, N: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    tl.store(out_ptr + tl.arange(0, N), tl.cumsum(x, axis=0))
+
+
+@pytest.mark.parametrize("N,num_warps", [(256, 1), (256, 4), (1024, 4), (1024, 8), (64, 4)])
+@pytest.mark.parametrize("aligned", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_cumsum_matches_ptx(N, num_warps, aligned, dtype):
+    for seed, kind in enumerate(["spread", "cancel", "specials"]):
+        x = _slice(_adversarial(N, kind, seed), N, aligned, dtype)
+        out = torch.zeros(N, dtype=dtype)
+        r = ptx_check.check(cumsum1d, (x, out), dict(N=N, num_warps=num_warps))
+        assert r["equal"], (kind, r["summary"])
+        assert "scan:" in r["summary"]

@@ -19,7 +19,8 @@ import numpy as np
 from . import layout, reduce
 
 _STACK: list = []        # per running launch: [compiled or None, why-not, block]
-_NAMES = re.compile(r"\b(sum|max|min|reduce|argmax|argmin|xor_sum|softmax)\s*\(")
+_NAMES = re.compile(r"\b(sum|max|min|reduce|argmax|argmin|xor_sum|softmax|cumsum|cumprod|"
+                    r"associative_scan)\s*\(")
 
 
 def _may_reduce(fn) -> bool:
@@ -74,11 +75,11 @@ def _stack_frames() -> set:
     return out
 
 
-def _match(sites, shape, axis):
+def _match(sites, shape, axis, kind="reduce"):
     frames = _stack_frames()
     best, score = [], 0
     for s in sites:
-        if s.shape != shape or s.axis != axis or not s.frames:
+        if s.kind != kind or s.shape != shape or s.axis != axis or not s.frames:
             continue
         if all(fr in frames for fr in s.frames):
             if len(s.frames) > score:
@@ -193,3 +194,35 @@ def reduce_apply(ops, input):
             o = o.reshape(())
         ret.append(ops.to_tensor(o, t.dtype))
     return ret
+
+
+def scan_apply(ops, input):
+    """``ScanOps.apply_impl`` in the compiled order (None: leave it to the interpreter)."""
+    if not _STACK or _STACK[-1][0] is None:
+        return None
+    compiled, _, block = _STACK[-1]
+    datas = [np.asarray(t.handle.data) for t in input]
+    shape, axis = tuple(datas[0].shape), ops.axis % datas[0].ndim
+    what = "tl.associative_scan " + "/".join(t.dtype.name for t in input)
+    site = _match(compiled.reduces, shape, axis, "scan")
+    why = None
+    if site is None or site.bases is None:
+        why = site.why_not if site is not None else "no matching tt.scan in the TTGIR"
+    elif site.reverse or ops.reverse:
+        why = "reverse scans are not modelled"
+    combine = None if why else _combine(ops, input, site)
+    if why is None and combine is None:
+        why = f"combine {'; '.join(site.ops)} not modelled"
+    if why is None:
+        try:
+            tree = site.tree if site.tree is not None else reduce.scan_tree_of(site.bases, axis)
+            site.tree = tree
+            outs = reduce.scan_run(tree, datas, axis, combine)
+        except Exception as e:        # a layout or user combine this cannot run
+            why = f"{type(e).__name__}: {e}"[:120]
+    if why is not None:
+        block.reductions[f"{what} in NumPy's order ({why})"] += 1
+        return None
+    enc = site.encoding.split("<")[0].split(".")[-1]
+    block.reductions[f"{what} axis {axis} of {list(shape)} #{enc}: {tree.describe()}"] += 1
+    return [ops.to_tensor(np.asarray(o), t.dtype) for t, o in zip(input, outs)]

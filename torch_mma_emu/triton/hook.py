@@ -67,7 +67,7 @@ def check_layout():
     need = [(ti, "InterpreterBuilder"), (ti, "InterpretedFunction"), (ti, "GridExecutor"),
             (ti, "_patch_lang"), (ti, "_patch_lang_core"),
             (ti, "interpreter_builder"), (ti, "TensorHandle"), (ti, "_patch_lang_tensor"),
-            (ti, "ReduceOps"), (semantic, "TritonSemantic"),
+            (ti, "ReduceOps"), (ti, "ScanOps"), (semantic, "TritonSemantic"),
             (jit, "JITFunction"), (autotuner, "Autotuner")]
     missing = [f"{m.__name__}.{n}" for m, n in need if not hasattr(m, n)]
     if not missing:
@@ -75,7 +75,8 @@ def check_layout():
                                                        "create_fp_to_fp", "create_fadd",
                                                        "create_fmul", "create_expand_dims",
                                                        "create_broadcast")),
-                             (ti.ReduceOps, ("sum", "apply_impl")), (semantic.TritonSemantic, ("dot",)),
+                             (ti.ReduceOps, ("sum", "apply_impl")),
+                             (ti.ScanOps, ("apply_impl",)), (semantic.TritonSemantic, ("dot",)),
                              (ti.InterpretedFunction, ("run", "rewrite", "__call__")),
                              (jit.JITFunction, ("run", "__call__")),
                              (autotuner.Autotuner, ("run",))):
@@ -138,7 +139,8 @@ def _install(p: switches.Patches) -> None:
                  patch_tensor=ti._patch_lang_tensor, patch_core=ti._patch_lang_core,
                  fadd=IB.create_fadd, fmul=IB.create_fmul,
                  expand_dims=IB.create_expand_dims, broadcast=IB.create_broadcast,
-                 reduce_sum=ti.ReduceOps.sum, reduce_apply=ti.ReduceOps.apply_impl)
+                 reduce_sum=ti.ReduceOps.sum, reduce_apply=ti.ReduceOps.apply_impl,
+                 scan_apply=ti.ScanOps.apply_impl)
     # launches run eagerly under torch.compile: without a GPU, Dynamo does not know Triton
     # kernels and would trace into the interpreter (its NumPy as torch ops), and fail
     import torch
@@ -161,6 +163,7 @@ def _install(p: switches.Patches) -> None:
     _set(IB, "create_broadcast", _create_broadcast)
     _set(ti.ReduceOps, "sum", _reduce_sum)
     _set(ti.ReduceOps, "apply_impl", _reduce_apply)     # compiled.py: the GPU's order
+    _set(ti.ScanOps, "apply_impl", _scan_apply)
     try:      # user kernels torch.compile hands to Inductor (inductor.py)
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except ImportError:
@@ -315,6 +318,11 @@ def _reduce_apply(self, input):
     if current() is not None and not any(combine.BMR in t.handle.attr for t in input):
         out = compiled.reduce_apply(self, input)
     return _orig["reduce_apply"](self, input) if out is None else out
+
+
+def _scan_apply(self, input):
+    out = compiled.scan_apply(self, input) if current() is not None else None
+    return _orig["scan_apply"](self, input) if out is None else out
 
 
 def _create_dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format,

@@ -36,6 +36,7 @@ class Bases:
 
 @dataclass
 class ReduceSite:
+    """One ``tt.reduce`` or ``tt.scan`` of the TTGIR."""
     frames: tuple            # ((file, line), ...) innermost first
     axis: int
     shape: tuple
@@ -45,6 +46,8 @@ class ReduceSite:
     bases: Optional[Bases] = None
     why_not: str = ""        # set when the layout is not modelled
     tree: object = None      # reduce.Tree, made at first use
+    kind: str = "reduce"     # or "scan" (tt.scan)
+    reverse: bool = False    # a reverse scan
 
 
 @dataclass
@@ -176,7 +179,8 @@ def parse_reduces(ttgir: str, num_warps: int) -> list:
     i = 0
     while i < len(lines):
         line = lines[i]
-        m = re.search(r'"tt\.reduce"\((.*?)\) <\{axis = (\d+) : i32\}>', line)
+        m = re.search(r'"tt\.(reduce|scan)"\((.*?)\) <\{axis = (\d+) : i32(, reverse = '
+                      r'(true|false))?\}>', line)
         if not m:
             i += 1
             continue
@@ -198,8 +202,8 @@ def parse_reduces(ttgir: str, num_warps: int) -> list:
         enc = t.group(3).strip()
         enc = aliases.get(enc, enc)
         elems = tuple(_TENSOR.match(x).group(2) for x in types if _TENSOR.match(x))
-        site = ReduceSite(tuple(_frames(tail.group(3), defs)), int(m.group(2)), shape, elems,
-                          tuple(ops), enc)
+        site = ReduceSite(tuple(_frames(tail.group(3), defs)), int(m.group(3)), shape, elems,
+                          tuple(ops), enc, kind=m.group(1), reverse=m.group(5) == "true")
         try:
             site.bases = bases_of(enc, shape, aliases)
         except NotImplementedError as e:

@@ -85,7 +85,7 @@ _CANON = {np.dtype(np.float32): np.uint32(0x7FFFFFFF), np.dtype(np.float16): np.
 def _canon(x: np.ndarray) -> np.ndarray:
     nan = np.isnan(x)
     if nan.any():
-        x = x.copy()
+        x = np.array(x)                   # a copy, also of a NumPy scalar
         x.view(np.uint32 if x.dtype == np.float32 else np.uint16)[nan] = _CANON[x.dtype]
     return x
 
@@ -160,3 +160,91 @@ def known_combine(ops: tuple, elem: str) -> Optional[Callable]:
     if make is None or elem not in ("f32", "f16", "bf16"):
         return None
     return make(elem)
+
+
+# -- scans (tl.cumsum, tl.associative_scan) ----------------------------------------------------
+@dataclass(frozen=True)
+class ScanTree:
+    """``idx[c, w, l, r]``: the axis position of register r of lane l of warp w in chunk c
+    (a repetition of the CTA tile along the axis); positions increase along r, l, w, c."""
+    idx: np.ndarray
+
+    def describe(self) -> str:
+        C, W, L, R = self.idx.shape
+        return f"scan: {C} chunks x {W} warps x {L} lanes x {R} registers"
+
+
+def scan_tree_of(bases: Bases, axis: int) -> ScanTree:
+    tree = tree_of(bases, axis)                # validates: each position held once
+    n = bases.shape[axis]
+    regs = [v[axis] for v in bases.reg if v[axis]]
+    lanes = [v[axis] for v in bases.lane if v[axis]]
+    warps = [v[axis] for v in bases.warp if v[axis]]
+    R_in = 1 << sum(1 for v in regs if v < (min(lanes + warps) if lanes + warps else n))
+    inner = [v for v in regs if v < R_in]
+    outer = [v for v in regs if v >= R_in]
+    want = inner + lanes + warps + outer
+    if want != [1 << i for i in range(len(want))]:
+        raise NotImplementedError("a scan over a layout whose registers, lanes and warps do "
+                                  "not tile the axis in order is not modelled")
+    C, W, L = 1 << len(outer), 1 << len(warps), 1 << len(lanes)
+    del tree
+    return ScanTree(np.arange(n).reshape(C, W, L, R_in))
+
+
+def scan_run(tree: ScanTree, arrays: list, axis: int, combine: Callable) -> list:
+    """Inclusive scan of ``arrays`` along ``axis`` in the order Triton 3.6's lowering runs it
+    (read from its PTX): each thread scans its registers; the thread totals are scanned over
+    the lanes (Hillis-Steele, ``shfl.sync.up`` by 1, 2, 4, ...); warp totals go through shared
+    memory and each warp's prefix is the running left fold of the totals before it (across
+    chunks too); the last register of a thread is (its lane-scanned total) + prefix, the
+    others are (the previous thread's final total, or the warp prefix in lane 0) + their
+    in-thread scan.  ``combine(earlier, later)``."""
+    C, W, L, R = tree.idx.shape
+    xs = [np.moveaxis(np.asarray(a), axis, -1)[..., tree.idx] for a in arrays]  # (...,C,W,L,R)
+    s = [[x[..., 0] for x in xs]]
+    for r in range(1, R):
+        s.append(list(combine(tuple(s[-1]), tuple(x[..., r] for x in xs))))
+    v = tuple(s[-1])                                        # thread totals (..., C, W, L)
+    off = 1
+    while off < L:
+        up = tuple(np.concatenate([a[..., :off], a[..., :-off]], axis=-1) for a in v)
+        new = combine(up, v)
+        lane_ok = np.arange(L) >= off
+        v = tuple(np.where(lane_ok, n, a) for n, a in zip(new, v))
+        off *= 2
+    totals = tuple(a[..., -1] for a in v)                   # (..., C, W)
+    prefix = [[None] * W for _ in range(C)]
+    run_ = None
+    for c in range(C):
+        for w in range(W):
+            prefix[c][w] = run_
+            t = tuple(a[..., c, w] for a in totals)
+            run_ = t if run_ is None else tuple(combine(run_, t))
+    out = [np.empty_like(x) for x in xs]
+    for c in range(C):
+        for w in range(W):
+            P = prefix[c][w]
+            lv = tuple(a[..., c, w, :] for a in v)          # (..., L)
+            fin = lv if P is None else tuple(combine(tuple(p[..., None] for p in P), lv))
+            prev = tuple(np.concatenate([f[..., :1], f[..., :-1]], axis=-1) for f in fin)
+            for j, o in enumerate(out):
+                o[..., c, w, :, R - 1] = fin[j]
+            for r in range(R - 1):
+                sr = tuple(a[..., c, w, :] for a in s[r])
+                if P is None:        # lane 0 of the first warp: no prefix at all
+                    E = prev
+                    got = combine(E, sr)
+                    got = tuple(np.where(np.arange(L) == 0, b, g) for b, g in zip(sr, got))
+                else:
+                    E = tuple(np.where(np.arange(L) == 0, p[..., None], q)
+                              for p, q in zip(P, prev))
+                    got = combine(E, sr)
+                for j, o in enumerate(out):
+                    o[..., c, w, :, r] = got[j]
+    res = []
+    for x, o in zip(arrays, out):
+        flat = np.empty(np.moveaxis(np.asarray(x), axis, -1).shape, o.dtype)
+        flat[..., tree.idx] = o
+        res.append(np.moveaxis(flat, -1, axis))
+    return res
