@@ -343,3 +343,41 @@ def test_cumsum_matches_ptx(N, num_warps, aligned, dtype):
         r = ptx_check.check(cumsum1d, (x, out), dict(N=N, num_warps=num_warps))
         assert r["equal"], (kind, r["summary"])
         assert "scan:" in r["summary"]
+
+
+@pytest.mark.parametrize("N,num_warps", [pytest.param(256, 4, marks=pytest.mark.slow),
+                                         (128, 2)])
+def test_fprev_reveals_the_same_tree_from_emulation_and_ptx(N, num_warps):
+    """FPRev (torch_mma_emu.fprev) reveals the summation tree of the emulated kernel and of
+    its PTX evaluated on the CPU: the trees are equal, for an aligned and an unaligned
+    pointer, and those two trees differ from each other and from NumPy's."""
+    from torch_mma_emu import fprev
+    from torch_mma_emu.triton import layout
+    buf = torch.zeros(N + 8)
+    trees = []
+    for off in (0, 1):
+        x, o = buf[off:off + N], torch.zeros(1)
+        comp = layout.compile_launch(sum1d.fn, (x, o), dict(N=N, num_warps=num_warps),
+                                     layout.target_of("H100"), ptx=True)
+
+        def emulated(v, x=x):
+            x.copy_(v)
+            out = torch.zeros(1)
+            with tmt.emulate("H100"):
+                sum1d[(1,)](x, out, N=N, num_warps=num_warps)
+            return out[0]
+
+        def compiled(v, x=x, ptx=comp.ptx):
+            x.copy_(v)
+            return ptx_check.run_ptx(ptx, [x, torch.zeros(1)], 1, num_warps)[1][0]
+        a, b = fprev.reveal(emulated, N), fprev.reveal(compiled, N)
+        assert a == b, (a.describe(), b.describe())
+        trees.append(a)
+    assert trees[0] != trees[1]
+
+    def plain(v):
+        out = torch.zeros(1)
+        with tmt.interpret():
+            sum1d[(1,)](v.clone(), out, N=N, num_warps=num_warps)
+        return out[0]
+    assert fprev.reveal(plain, N) not in trees
