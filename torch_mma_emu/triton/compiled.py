@@ -37,7 +37,9 @@ def _may_reduce(fn) -> bool:
     if _NAMES.search(text):
         return True
     g = getattr(fn, "__globals__", {})
+    import types
     return any(type(g.get(n)).__name__ in ("JITFunction", "InterpretedFunction")
+               or (isinstance(g.get(n), types.ModuleType) and "triton" not in g[n].__name__)
                for n in src)
 
 
@@ -50,6 +52,7 @@ def begin(block, interp, args, kwargs) -> None:
         return
     fn = getattr(interp, "fn", None)
     if fn is None or not _may_reduce(fn):
+        entry[1] = "the kernel was not compiled: its source calls no reduction"
         return
     try:
         entry[0] = layout.compile_launch(fn, args, kwargs, layout.target_of(block.arch))
