@@ -381,3 +381,43 @@ def test_fprev_reveals_the_same_tree_from_emulation_and_ptx(N, num_warps):
             sum1d[(1,)](v.clone(), out, N=N, num_warps=num_warps)
         return out[0]
     assert fprev.reveal(plain, N) not in trees
+
+
+@triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def variants(x_ptr, i_ptr, o_ptr, M: tl.constexpr, N: tl.constexpr):
+    r = tl.arange(0, M)[:, None]
+    c = tl.arange(0, N)[None, :]
+    x = tl.load(x_ptr + r * N + c)
+    tl.store(o_ptr, tl.sum(x))                                   # axis=None over 2-D
+    k = tl.sum(x, axis=1, keep_dims=True)                         # (M, 1)
+    tl.store(o_ptr + 1 + r, k)
+    tl.store(o_ptr + 1 + M + tl.arange(0, N), tl.reduce(x, 0, _max_nan))
+    i = tl.load(i_ptr + r * N + c)
+    tl.store(i_ptr + tl.arange(0, M), tl.sum(i, axis=1))          # integers: exact
+
+
+@pytest.mark.parametrize("num_warps", [1, 4])
+def test_axis_none_keep_dims_nan_propagating_max_and_integers(num_warps):
+    M, N = 16, 64
+    x = _adversarial(M * N, "spread", 11)[: M * N].reshape(M, N).contiguous()
+    x[3, 5] = float("nan")
+    i = torch.randint(-2**20, 2**20, (M, N), dtype=torch.int32)
+    o = torch.zeros(1 + M + N)
+    r = ptx_check.check(variants, (x, i, o), dict(M=M, N=N, num_warps=num_warps))
+    assert r["equal"], r["summary"]
+    assert "NumPy" not in r["summary"]
+
+
+def test_where_the_order_is_not_modelled_the_summary_says_so():
+    x, o = torch.randn(256), torch.zeros(1)
+    with tmt.emulate("MI300X") as em:
+        sum1d[(1,)](x, o, N=256, num_warps=4)
+    assert "NumPy's order" in em.summary() and "AMD" in em.summary()
+    with tmt.interpret() as plain:
+        sum1d[(1,)](x, o, N=256, num_warps=4)
+    assert not plain.reductions

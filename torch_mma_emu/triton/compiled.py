@@ -47,8 +47,12 @@ def begin(block, interp, args, kwargs) -> None:
     """Compile this launch's kernel for the block's arch (NVIDIA only) if it may reduce."""
     entry = [None, "", block]
     _STACK.append(entry)
+    if block.arch is None and getattr(block, "spec", None) is None:
+        entry[2] = None                  # tmt.interpret(): the plain interpreter, uncounted
+        return
     if block.arch is None or block.vendor != "nvidia":
-        entry[1] = "not an NVIDIA arch: reductions in NumPy's order"
+        entry[1] = ("a Spec names no GPU" if block.arch is None else
+                    f"{block.arch} is not an NVIDIA arch (AMD reductions are not modelled)")
         return
     fn = getattr(interp, "fn", None)
     if fn is None or not _may_reduce(fn):
@@ -150,7 +154,7 @@ def reduce_apply(ops, input):
     """``ReduceOps.apply_impl`` in the compiled order (None: leave it to the interpreter)."""
     if not _STACK or _STACK[-1][0] is None:
         if _STACK and _STACK[-1][2] is not None and _STACK[-1][1]:
-            _STACK[-1][2].reductions[f"tl.reduce in NumPy's order: {_STACK[-1][1]}"] += 1
+            _STACK[-1][2].reductions[f"tl.reduce in NumPy's order ({_STACK[-1][1]})"] += 1
         return None
     compiled, _, block = _STACK[-1]
     if not isinstance(input, tuple):
@@ -202,6 +206,9 @@ def reduce_apply(ops, input):
 def scan_apply(ops, input):
     """``ScanOps.apply_impl`` in the compiled order (None: leave it to the interpreter)."""
     if not _STACK or _STACK[-1][0] is None:
+        if _STACK and _STACK[-1][2] is not None and _STACK[-1][1]:
+            _STACK[-1][2].reductions[f"tl.associative_scan in NumPy's order "
+                                     f"({_STACK[-1][1]})"] += 1
         return None
     compiled, _, block = _STACK[-1]
     datas = [np.asarray(t.handle.data) for t in input]
