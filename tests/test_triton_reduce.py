@@ -421,3 +421,21 @@ def test_where_the_order_is_not_modelled_the_summary_says_so():
     with tmt.interpret() as plain:
         sum1d[(1,)](x, o, N=256, num_warps=4)
     assert not plain.reductions
+
+
+@triton.jit
+def cumsum2d(x_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, AXIS: tl.constexpr):
+    off = tl.arange(0, M)[:, None] * N + tl.arange(0, N)[None, :]
+    tl.store(out_ptr + off, tl.cumsum(tl.load(x_ptr + off), axis=AXIS))
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("num_warps", [1, 4, 8])
+def test_cumsum_2d_matches_ptx(axis, num_warps):
+    M, N = 32, 64
+    x = _adversarial(M * N, "spread", axis + 10 * num_warps)[: M * N].reshape(M, N)
+    out = torch.zeros(M, N)
+    r = ptx_check.check(cumsum2d, (x.contiguous(), out), dict(M=M, N=N, AXIS=axis,
+                                                               num_warps=num_warps))
+    assert r["equal"], r["summary"]
+    assert "scan:" in r["summary"]
