@@ -198,10 +198,12 @@ def dot_then_sum(a_ptr, b_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.
 
 @pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("N", [64, 128])
-def test_sum_of_a_wgmma_result_matches_ptx(axis, N):
-    """A row / column sum of a dot's result reduces over the wgmma accumulator layout
-    (#nvidia_mma v3).  The dot is made exact (one-hot rows of a scaled by powers of two),
-    so its result X is known and the checker fills the wgmma registers with it."""
+@pytest.mark.parametrize("arch", ["H100", "A100"])
+def test_sum_of_a_dot_result_matches_ptx(axis, N, arch):
+    """A row / column sum of a dot's result reduces over the wgmma (H100, #nvidia_mma v3)
+    or mma.sync (A100, v2) accumulator layout.  The dot is made exact (one-hot rows of a
+    scaled by powers of two), so its result X is known: the checker fills the wgmma
+    registers with it, and computes mma.sync from its fragments."""
     M, K = 64, 16
     g = torch.Generator().manual_seed(N + axis)
     a = torch.zeros(M, K)
@@ -212,12 +214,13 @@ def test_sum_of_a_wgmma_result_matches_ptx(axis, N):
     X = (a.float() @ b.float()).numpy()
     out = torch.zeros(N if axis == 0 else M)
     r = ptx_check.check(dot_then_sum, (a, b, out), dict(M=M, N=N, K=K, AXIS=axis,
-                                                          num_warps=4), wgmma=X)
+                                                          num_warps=4), wgmma=X, arch=arch)
     assert r["equal"], r["summary"]
     assert "#nvidia_mma" in r["summary"]
+    assert ("wgmma" if arch == "H100" else "mma.sync") in r["ptx"]
     # and the order matters here: NumPy's order gives other bits for some rows
     np_sum = torch.from_numpy(X.sum(axis=axis, dtype="float32"))
-    with tmt.emulate("H100"):
+    with tmt.emulate(arch):
         dot_then_sum[(1,)](a, b, out, M=M, N=N, K=K, AXIS=axis, num_warps=4)
     assert not torch.equal(out.view(torch.int32), np_sum.view(torch.int32))
 

@@ -327,6 +327,50 @@ class CTA:
             out |= np.where(sel & np.uint64(8), sign, byte) << np.uint64(8 * i)
         self.put(o[0], out, p)
 
+    def i_mma(self, t, o, p):
+        """mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 with the PTX ISA's fragments
+        (lane l: group g = l // 4, t = l % 4; A regs: (g, 2t), (g + 8, 2t), (g, 2t + 8),
+        (g + 8, 2t + 8), each two fp16 along k; B regs: k 2t and 2t + 8, n = g; C / D: (g, 2t),
+        (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)).  Only products the checker can compute
+        without the matrix unit's model: every output may have one nonzero term (product
+        or C) at most, so any accumulation order gives it exactly; otherwise it raises."""
+        if p is not None or t[:4] != ["sync", "aligned", "m16n8k16", "row"] \
+                or t[-4:] != ["f32", "f16", "f16", "f32"]:
+            raise Unsupported("mma." + ".".join(t))
+        regs = [[x.strip() for x in op.strip("{} ").split(",")] for op in o[:4]]
+        half = lambda v, h: ((v >> np.uint64(16 * h)) & np.uint64(0xFFFF)).astype(  # noqa
+            np.uint16).view(np.float16).astype(np.float64)
+        lane = np.arange(self.n) % 32
+        g, tq = lane // 4, lane % 4
+        D = [np.zeros(self.n, np.uint64) for _ in range(4)]
+        for w0 in range(0, self.n, 32):
+            sl = slice(w0, w0 + 32)
+            A = np.zeros((16, 16))
+            B = np.zeros((16, 8))
+            C = np.zeros((16, 8))
+            for i, r in enumerate(regs[1]):
+                v = self.val(r)[sl]
+                row = g[sl] + 8 * (i % 2)
+                col = 2 * tq[sl] + 8 * (i // 2)
+                A[row, col], A[row, col + 1] = half(v, 0), half(v, 1)
+            for i, r in enumerate(regs[2]):
+                v = self.val(r)[sl]
+                k = 2 * tq[sl] + 8 * i
+                B[k, g[sl]], B[k + 1, g[sl]] = half(v, 0), half(v, 1)
+            for i, r in enumerate(regs[3]):
+                v = self._f(self.val(r)[sl], "f32").astype(np.float64)
+                C[g[sl] + 8 * (i // 2), 2 * tq[sl] + i % 2] = v
+            terms = (A != 0).astype(int) @ (B != 0).astype(int) + (C != 0)
+            if terms.max() > 1 or not np.all(np.isfinite(A)) or not np.all(np.isfinite(B)):
+                raise Unsupported("mma.sync whose outputs sum several terms (that needs the "
+                                  "matrix unit's model, not this checker)")
+            Dm = (A @ B + C).astype(np.float32)
+            for i in range(4):
+                val = Dm[g[sl] + 8 * (i // 2), 2 * tq[sl] + i % 2]
+                D[i][sl] = val.view(np.uint32).astype(np.uint64)
+        for r, v in zip(regs[0], D):
+            self.put(r, v, None)
+
     def i_wgmma(self, t, o, p):
         """``wgmma.mma_async`` of one m64nNk16 tile whose result the caller gives
         (``wgmma=``, an (64, N) array: the checker does not model the operand descriptors);
