@@ -442,3 +442,19 @@ def test_cumsum_2d_matches_ptx(axis, num_warps):
                                                                num_warps=num_warps))
     assert r["equal"], r["summary"]
     assert "scan:" in r["summary"]
+
+
+@triton.jit(do_not_specialize_on_alignment=["x_ptr"])
+def sum1d_any_alignment(x_ptr, out_ptr, N: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    tl.store(out_ptr, tl.sum(x, axis=0))
+
+
+def test_the_kernels_own_specialisation_options_are_used():
+    """do_not_specialize_on_alignment: an aligned pointer compiles as an unaligned one."""
+    x, o = torch.randn(256), torch.zeros(1)
+    with tmt.emulate("H100") as em:
+        sum1d_any_alignment[(1,)](x, o, N=256, num_warps=4)
+    assert "folds 0,128)" in em.summary()
+    r = ptx_check.check(sum1d_any_alignment, (x, o), dict(N=256, num_warps=4))
+    assert r["equal"]

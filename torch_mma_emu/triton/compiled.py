@@ -43,8 +43,10 @@ def _may_reduce(fn) -> bool:
                for n in src)
 
 
-def begin(block, interp, args, kwargs) -> None:
-    """Compile this launch's kernel for the block's arch (NVIDIA only) if it may reduce."""
+def begin(block, interp, args, kwargs, launched=None) -> None:
+    """Compile this launch's kernel for the block's arch (NVIDIA only) if it may reduce;
+    ``launched``: the kernel object the user launched (its specialisation options)."""
+    layout.remember(launched if launched is not None else interp)
     entry = [None, "", block]
     _STACK.append(entry)
     if block.arch is None and getattr(block, "spec", None) is None:

@@ -211,7 +211,7 @@ def _interpreted_of(fn):
     return f
 
 
-def _launch(block, interp, args, grid, warmup, kwargs):
+def _launch(block, interp, args, grid, warmup, kwargs, launched=None):
     """One launch in the interpreter with the block's target options."""
     from triton.runtime.interpreter import interpreter_builder as b
     with _LAUNCH:
@@ -222,7 +222,7 @@ def _launch(block, interp, args, grid, warmup, kwargs):
             if block.min_dot_size is not None:
                 b.codegen_fns["min_dot_size"] = block.min_dot_size
             block.begin_launch(kwargs)
-            compiled.begin(block, interp, args, kwargs)
+            compiled.begin(block, interp, args, kwargs, launched)
             return _orig["interp_run"](interp, *args, grid=grid, warmup=warmup, **kwargs)
         finally:
             _TLS.depth -= 1
@@ -241,7 +241,7 @@ def _jit_run(self, *args, grid, warmup, **kwargs):
         return _orig["jit_run"](self, *args, grid=grid, warmup=warmup, **kwargs)
     interp = _interpreted_of(self.fn)
     interp.pre_run_hooks = list(getattr(self, "pre_run_hooks", []))
-    return _launch(block, interp, args, grid, warmup, kwargs)
+    return _launch(block, interp, args, grid, warmup, kwargs, self)
 
 
 def _interp_run(self, *args, grid, warmup, **kwargs):

@@ -71,14 +71,32 @@ def target_of(arch: str):
 
 
 def _jit_of(fn):
+    """The kernel as a ``JITFunction`` with the launcher's specialisation options: the
+    one the user launched (``remember``), or one made with an ``InterpretedFunction``'s
+    ``do_not_specialize`` options."""
     from triton.runtime.jit import JITFunction
     j = _JITS.get(fn)
     if j is None:
-        j = _JITS[fn] = JITFunction(fn)
+        kw = {k: v for k, v in _OPTS.get(fn, {}).items()
+              if k in ("do_not_specialize", "do_not_specialize_on_alignment")}
+        j = _JITS[fn] = JITFunction(fn, **kw)
     return j
 
 
+def remember(kernel) -> None:
+    """Note the launched kernel object, so its specialisation options are the compile's."""
+    from triton.runtime.jit import JITFunction
+    fn = getattr(kernel, "fn", None)
+    if fn is None or fn in _JITS:
+        return
+    if isinstance(kernel, JITFunction):
+        _JITS[fn] = kernel
+    else:
+        _OPTS[fn] = dict(getattr(kernel, "kwargs", {}) or {})
+
+
 _JITS: dict = {}
+_OPTS: dict = {}
 
 
 def compile_launch(fn, args, kwargs, target, *, ptx: bool = False) -> Compiled:

@@ -668,7 +668,9 @@ def check(kernel, args: tuple, kwargs: dict, *, grid: int = 1, arch: str = "H100
 
     from . import emulate
     from .layout import compile_launch, target_of
+    from .layout import remember
     fn = getattr(kernel, "fn", kernel)
+    remember(kernel)
     opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_ctas", "num_stages")}
     comp = compile_launch(fn, args, kwargs, target_of(arch), ptx=True)
     bound = inspect.signature(fn).bind(*args, **{k: v for k, v in kwargs.items()
