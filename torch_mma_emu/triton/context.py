@@ -69,8 +69,8 @@ class TritonEmulation:
         return f"<torch_mma_emu.triton block: {what}>"
 
     def summary(self) -> str:
-        lines = [f"{n:8d}  {k}" for k, n in self.counts.most_common()] or ["no tl.dot ran"]
-        return "\n".join(lines + [f"{n:8d}  {k}" for k, n in self.reductions.most_common()])
+        lines = [f"{n:8d}  {k}" for k, n in (self.counts + self.reductions).most_common()]
+        return "\n".join(lines) if lines else "no tl.dot ran"
 
     # -- what the hook asks ------------------------------------------------------------
     @property
