@@ -458,3 +458,19 @@ def test_the_kernels_own_specialisation_options_are_used():
     assert "folds 0,128)" in em.summary()
     r = ptx_check.check(sum1d_any_alignment, (x, o), dict(N=256, num_warps=4))
     assert r["equal"]
+
+
+@triton.jit
+def rcumsum1d(x_ptr, out_ptr, N: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    tl.store(out_ptr + tl.arange(0, N), tl.cumsum(x, axis=0, reverse=True))
+
+
+@pytest.mark.parametrize("N,num_warps", [(256, 1), (256, 4), (1024, 8)])
+@pytest.mark.parametrize("aligned", [True, False])
+def test_reverse_cumsum_matches_ptx(N, num_warps, aligned):
+    x = _slice(_adversarial(N, "spread", N + num_warps), N, aligned, torch.float32)
+    out = torch.zeros(N)
+    r = ptx_check.check(rcumsum1d, (x, out), dict(N=N, num_warps=num_warps))
+    assert r["equal"], r["summary"]
+    assert "scan:" in r["summary"]

@@ -220,8 +220,8 @@ def scan_apply(ops, input):
     why = None
     if site is None or site.bases is None:
         why = site.why_not if site is not None else "no matching tt.scan in the TTGIR"
-    elif site.reverse or ops.reverse:
-        why = "reverse scans are not modelled"
+    elif site.reverse != bool(ops.reverse):
+        why = "the scan's direction differs from the TTGIR's"
     combine = None if why else _combine(ops, input, site)
     if why is None and combine is None:
         why = f"combine {'; '.join(site.ops)} not modelled"
@@ -229,7 +229,11 @@ def scan_apply(ops, input):
         try:
             tree = site.tree if site.tree is not None else reduce.scan_tree_of(site.bases, axis)
             site.tree = tree
-            outs = reduce.scan_run(tree, datas, axis, combine)
+            if site.reverse:     # the mirror image of the forward lowering
+                flip = [np.flip(d, axis) for d in datas]
+                outs = [np.flip(o, axis) for o in reduce.scan_run(tree, flip, axis, combine)]
+            else:
+                outs = reduce.scan_run(tree, datas, axis, combine)
         except Exception as e:        # a layout or user combine this cannot run
             why = f"{type(e).__name__}: {e}"[:120]
     if why is not None:
