@@ -19,6 +19,8 @@ does exactly what the original does:
   / create_broadcast`` and ``ReduceOps.sum``: the compiler's rewrites into and of dots
   (combine.py: ``acc += tl.dot(a, b)`` is ``tl.dot(a, b, acc)``; a broadcast
   multiply-and-sum is a tf32 dot).
+* ``ReduceOps.apply_impl`` / ``ScanOps.apply_impl``: reductions and scans in the compiled
+  order (compiled.py; each launch's TTGIR is compiled first, in ``_launch``).
 * Inductor's ``CachingAutotuner.run``: a user kernel with a dot that torch.compile compiled
   and would launch natively raises (inductor.py).
 
