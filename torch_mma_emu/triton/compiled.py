@@ -152,7 +152,25 @@ def _user_combine(ops, tensors):
     return user
 
 
-def reduce_apply(ops, input):
+def _guarded(impl, kind):
+    """A modelling failure must not break the user's kernel: NumPy's order, a warning once
+    and a summary line instead."""
+    def run(ops, input):
+        try:
+            return impl(ops, input)
+        except Exception as e:
+            block = _STACK[-1][2] if _STACK else None
+            msg = f"{kind} in NumPy's order (internal error {type(e).__name__}: {e})"[:200]
+            if block is not None:
+                block.reductions[msg] += 1
+                if kind not in block._warned:
+                    block._warned.add(kind)
+                    warnings.warn(f"torch_mma_emu.triton: {msg}", stacklevel=2)
+            return None
+    return run
+
+
+def _reduce_apply(ops, input):
     """``ReduceOps.apply_impl`` in the compiled order (None: leave it to the interpreter)."""
     if not _STACK or _STACK[-1][0] is None:
         if _STACK and _STACK[-1][2] is not None and _STACK[-1][1]:
@@ -205,7 +223,7 @@ def reduce_apply(ops, input):
     return ret
 
 
-def scan_apply(ops, input):
+def _scan_apply(ops, input):
     """``ScanOps.apply_impl`` in the compiled order (None: leave it to the interpreter)."""
     if not _STACK or _STACK[-1][0] is None:
         if _STACK and _STACK[-1][2] is not None and _STACK[-1][1]:
@@ -242,3 +260,7 @@ def scan_apply(ops, input):
     enc = site.encoding.split("<")[0].split(".")[-1]
     block.reductions[f"{what} axis {axis} of {list(shape)} #{enc}: {tree.describe()}"] += 1
     return [ops.to_tensor(np.asarray(o), t.dtype) for t, o in zip(input, outs)]
+
+
+reduce_apply = _guarded(_reduce_apply, "tl.reduce")
+scan_apply = _guarded(_scan_apply, "tl.associative_scan")
