@@ -474,3 +474,35 @@ def test_reverse_cumsum_matches_ptx(N, num_warps, aligned):
     r = ptx_check.check(rcumsum1d, (x, out), dict(N=N, num_warps=num_warps))
     assert r["equal"], r["summary"]
     assert "scan:" in r["summary"]
+
+
+@triton.jit
+def _welford(m_a, s_a, n_a, m_b, s_b, n_b):
+    n = n_a + n_b
+    w = tl.math.div_rn(n_b, tl.maximum(n, 1.0))
+    d = m_b - m_a
+    return m_a + d * w, s_a + s_b + d * d * n_a * w, n
+
+
+@triton.jit
+def welford(x_ptr, out_ptr, N: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    m, s, n = tl.reduce((x, tl.zeros_like(x), tl.full(x.shape, 1.0, tl.float32)), 0,
+                        _welford)
+    tl.store(out_ptr, m)
+    tl.store(out_ptr + 1, s)
+    tl.store(out_ptr + 2, n)
+
+
+@pytest.mark.parametrize("num_warps", [1, 4])
+def test_welford_three_operand_reduce_matches_ptx(num_warps):
+    """A Welford mean / M2 reduction (three operands, a user combine), compiled with
+    enable_fp_fusion=False so that the PTX rounds as the combine's source says."""
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(512, generator=g) * 3 + 100
+    out = torch.zeros(3)
+    r = ptx_check.check(welford, (x, out), dict(N=512, num_warps=num_warps,
+                                                enable_fp_fusion=False))
+    assert "fma" not in r["ptx"]
+    assert r["equal"], r["summary"]
+    assert "NumPy" not in r["summary"]

@@ -85,17 +85,32 @@ def _stack_frames() -> set:
 
 
 def _match(sites, shape, axis, kind="reduce"):
+    """The TTGIR site of the running reduction: same kind, shape and axis, then the most
+    source frames in common (a frame within 3 lines counts half: a call written over
+    several lines has its MLIR location on one of them).  None when that leaves sites with
+    different layouts or combines."""
+    cands = [s for s in sites if s.kind == kind and s.shape == shape and s.axis == axis]
+    if not cands:
+        return None
     frames = _stack_frames()
-    best, score = [], 0
-    for s in sites:
-        if s.kind != kind or s.shape != shape or s.axis != axis or not s.frames:
-            continue
-        if all(fr in frames for fr in s.frames):
-            if len(s.frames) > score:
-                best, score = [s], len(s.frames)
-            elif len(s.frames) == score:
-                best.append(s)
-    if len({s.encoding for s in best}) == 1:
+    by_file: dict = {}
+    for f, line in frames:
+        by_file.setdefault(f, []).append(line)
+
+    def score(site):
+        total = 0
+        for f, line in site.frames:
+            if (f, line) in frames:
+                total += 2
+            elif any(abs(line - x) <= 3 for x in by_file.get(f, ())):
+                total += 1
+        return total
+    scores = [score(s) for s in cands]
+    top = max(scores)
+    best = [s for s, sc in zip(cands, scores) if sc == top]
+    if top == 0 and len(cands) > 1:
+        return None
+    if len({(s.encoding, s.ops) for s in best}) == 1:
         return best[0]
     return None
 
@@ -108,6 +123,13 @@ def _combine(ops, tensors, site):
     import triton.language as tl
     kinds = [_ELEM.get(t.dtype.name) for t in tensors]
     if len(tensors) == 1 and kinds[0] is not None:
+        # by identity: hashing a JITFunction computes its cache key, which compiles
+        expect = next((op for n, op in (("_sum_combine", "arith.addf"),
+                                        ("_elementwise_max", "arith.maxnumf"),
+                                        ("_elementwise_min", "arith.minnumf"))
+                       if ops.combine_fn is getattr(tl.standard, n, None)), None)
+        if expect is not None and tuple(site.ops) != (expect,):
+            return None                   # not this reduction's site: do not guess
         known = reduce.known_combine(site.ops, kinds[0])
         if known is not None:
             return known

@@ -107,7 +107,8 @@ def check(kernel, args: tuple, kwargs: dict, *, grid: int = 1, arch: str = "H100
     from .layout import remember
     fn = getattr(kernel, "fn", kernel)
     remember(kernel)
-    opts = {k: v for k, v in kwargs.items() if k in ("num_warps", "num_ctas", "num_stages")}
+    params = inspect.signature(fn).parameters
+    opts = {k: v for k, v in kwargs.items() if k not in params}    # launch options
     comp = compile_launch(fn, args, kwargs, target_of(arch), ptx=True)
     bound = inspect.signature(fn).bind(*args, **{k: v for k, v in kwargs.items()
                                                   if k not in opts})

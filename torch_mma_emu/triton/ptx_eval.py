@@ -516,6 +516,14 @@ class CTA:
             return self._unf(f(x, y, ty, what == "max"), ty)
         return self._unf({"add": x + y, "sub": x - y, "mul": x * y}[what], ty)
 
+    def i_div(self, t, o, p):
+        """div.rn.f32 only (IEEE, correctly rounded); div.full / div.approx are not IEEE."""
+        if t != ["rn", "f32"]:
+            raise Unsupported("div." + ".".join(t))
+        a, b = (self._f(self.val(x), "f32") for x in o[1:3])
+        with np.errstate(all="ignore"):
+            self.put(o[0], self._unf(a / b, "f32"), p)
+
     def i_max(self, t, o, p):
         if not t[-1].startswith(("f", "bf")):
             return self._int(t, o, p, np.maximum)
