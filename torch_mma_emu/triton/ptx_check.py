@@ -56,12 +56,12 @@ def run_ptx(ptx: str, args: list, grid: int = 1, num_warps: int = 4, wgmma=None)
     mem, params, outs = [], {}, []
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
-            t = a.detach().cpu().contiguous().clone()
+            t = _region(a).clone()                 # the bytes the view spans, strides kept
             buf = t.view(torch.uint8).reshape(-1).numpy()
-            off = a.storage_offset() * a.element_size() % 16
+            off = a.data_ptr() % 16
             mem.append(np.concatenate([np.zeros(off, np.uint8), buf]))
             params[pnames[i]] = (i + 1) * _BASE + off
-            outs.append((t, i, off))
+            outs.append((a, i, off))
         else:
             mem.append(None)
             v = int(a) if not isinstance(a, float) else int(np.float32(a).view(np.uint32))
@@ -71,25 +71,32 @@ def run_ptx(ptx: str, args: list, grid: int = 1, num_warps: int = 4, wgmma=None)
     for pid in range(grid):
         CTA(body, params, mem, n, pid, wgmma).run()
     res = []
-    for t, i, off in outs:
-        raw = mem[i][off:]
-        res.append(torch.from_numpy(raw.copy()).view(t.dtype).reshape(t.shape))
+    for a, i, off in outs:
+        flat = torch.from_numpy(mem[i][off:].copy()).view(a.dtype)
+        res.append(flat.as_strided(a.shape, a.stride()))
     return res
 
 
+def _region(a):
+    """The 1-D stretch of storage a (possibly strided) view spans, from its first element."""
+    ext = 1 + sum((s - 1) * st for s, st in zip(a.shape, a.stride())) if a.numel() else 0
+    return a.detach().cpu().as_strided((ext,), (1,))
+
+
 def _same_alignment(a):
-    """A copy of tensor ``a`` whose address has the same remainder mod 16 (the launcher
-    specialises on it)."""
+    """A copy of tensor ``a`` with the same strides, at an address with the same remainder
+    mod 16 (the launcher specialises on it)."""
     import torch
     if not isinstance(a, torch.Tensor):
         return a
     es = a.element_size()
+    region = _region(a)
     off = (a.data_ptr() % 16) // es
-    buf = torch.empty(a.numel() + 32 // es, dtype=a.dtype)
+    buf = torch.empty(region.numel() + 32 // es, dtype=a.dtype)
     start = (-(buf.data_ptr() % 16) // es) % (16 // es) + off
-    out = buf[start:start + a.numel()].view(a.shape)
-    out.copy_(a)
-    return out
+    flat = buf[start:start + region.numel()]
+    flat.copy_(region)
+    return flat.as_strided(a.shape, a.stride())
 
 
 def check(kernel, args: tuple, kwargs: dict, *, grid: int = 1, arch: str = "H100",

@@ -454,8 +454,15 @@ class CTA:
         if dst_t[0] in "us" and src_t[0] in "us" or dst_t.startswith("b"):
             self._int([dst_t], [o[0], o[1]], p, lambda a: a)
             return
+        if src_t[0] in "us" and dst_t == "f32" and "rn" in t and _bits(src_t) <= 32:
+            w = _bits(src_t)                      # int -> f32: exact in f64, one rounding
+            x = (v & np.uint64((1 << w) - 1)).astype(np.int64)
+            if src_t[0] == "s":
+                x = (x << (64 - w)) >> (64 - w)
+            self.put(o[0], self._unf(x.astype(np.float64).astype(np.float32), "f32"), p)
+            return
         x = self._f(v, src_t) if src_t.startswith(("f", "bf")) else None
-        if x is None:
+        if x is None or (dst_t == "f32" and src_t == "f64"):
             raise Unsupported("cvt." + ".".join(t))
         self.put(o[0], self._unf(x.astype(np.float32), dst_t), p)
 
