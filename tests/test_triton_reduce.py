@@ -506,3 +506,22 @@ def test_welford_three_operand_reduce_matches_ptx(num_warps):
     assert "fma" not in r["ptx"]
     assert r["equal"], r["summary"]
     assert "NumPy" not in r["summary"]
+
+
+@pytest.mark.parametrize("dt", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("unaligned", [False, True])
+def test_rowwise_row_sum_matches_ptx(dt, unaligned):
+    """triton_kernels/rowwise.py's row sum (masked loads, runtime length and stride, one
+    program per row, strided rows): the emulation equals the evaluated PTX.  Launched with
+    enable_fp_fusion=False: the tail ``s * scale + shift`` is otherwise one fma on the GPU
+    (contraction, modelled elsewhere)."""
+    rowwise = pytest.importorskip("triton_kernels.rowwise")
+    g = torch.Generator().manual_seed(2)
+    buf = (torch.randn(3, 301, generator=g) * torch.exp(torch.randn(3, 301, generator=g) * 4))
+    buf = buf.to(dt)
+    x = buf[:, 1:] if unaligned else buf[:, :300].contiguous()
+    y = torch.zeros(3)
+    r = ptx_check.check(rowwise._row_sum_kernel, (x, y, 300, x.stride(0), 0.1, 1.0),
+                        dict(BLOCK=512, num_warps=4, enable_fp_fusion=False), grid=3)
+    assert r["equal"], r["summary"]
+    assert "warps x 32 lanes" in r["summary"]
