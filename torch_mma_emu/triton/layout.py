@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 _CACHE: dict = {}
+_BINDERS: dict = {}          # (fn, target) -> (JITFunction, backend, Triton's binder)
 _LOCK = threading.Lock()
 
 
@@ -106,8 +107,15 @@ def compile_launch(fn, args, kwargs, target, *, ptx: bool = False) -> Compiled:
     from triton.runtime.jit import create_function_from_signature
     import triton._C.libtriton as lt
     jf = _jit_of(fn)
-    backend = make_backend(target)
-    binder = create_function_from_signature(jf.signature, jf.params, backend)
+    bkey = (fn, str(target))
+    with _LOCK:
+        hit = _BINDERS.get(bkey)
+    if hit is None or hit[0] is not jf:
+        backend = make_backend(target)
+        hit = (jf, backend, create_function_from_signature(jf.signature, jf.params, backend))
+        with _LOCK:
+            _BINDERS[bkey] = hit
+    _, backend, binder = hit
     kw = {k: v for k, v in kwargs.items() if k not in ("grid", "warmup")}
     bound, spec, opts = binder(*args, **kw)
     key = (fn, str(target), str(spec), str(sorted((k, str(v)) for k, v in kw.items())), ptx)
