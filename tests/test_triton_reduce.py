@@ -525,3 +525,25 @@ def test_rowwise_row_sum_matches_ptx(dt, unaligned):
                         dict(BLOCK=512, num_warps=4, enable_fp_fusion=False), grid=3)
     assert r["equal"], r["summary"]
     assert "warps x 32 lanes" in r["summary"]
+
+
+@pytest.mark.parametrize("shape,axis", [((2, 16), 0), ((2, 16), 1), ((4, 8), 0), ((8, 4), 1),
+                                        ((1, 64), 1), ((64, 1), 0)])
+@pytest.mark.parametrize("num_warps", [1, 4, 8])
+def test_tensors_smaller_than_the_layout_match_ptx(shape, axis, num_warps):
+    """Fewer elements than threads: broadcast lanes and warps hold copies and take no part
+    in the tree."""
+    M, N = shape
+    x = _adversarial(M * N, "spread", M + N + axis)[: M * N].reshape(M, N).contiguous()
+    out = torch.zeros(N if axis == 0 else M)
+    r = ptx_check.check(red2d, (x, out), dict(M=M, N=N, AXIS=axis, MAX=False,
+                                              num_warps=num_warps))
+    assert r["equal"], r["summary"]
+
+
+@pytest.mark.parametrize("num_warps", [4, 8])
+def test_1d_smaller_than_the_layout_matches_ptx(num_warps):
+    for n in (32, 64):
+        x = _adversarial(n, "spread", n)[:n]
+        r = ptx_check.check(sum1d, (x, torch.zeros(1)), dict(N=n, num_warps=num_warps))
+        assert r["equal"], r["summary"]
