@@ -547,3 +547,12 @@ def test_1d_smaller_than_the_layout_matches_ptx(num_warps):
         x = _adversarial(n, "spread", n)[:n]
         r = ptx_check.check(sum1d, (x, torch.zeros(1)), dict(N=n, num_warps=num_warps))
         assert r["equal"], r["summary"]
+
+
+@pytest.mark.parametrize("num_warps", [16, 32])
+def test_many_warps_match_ptx(num_warps):
+    x = _adversarial(2048, "spread", num_warps)[:2048]
+    assert ptx_check.check(sum1d, (x, torch.zeros(1)), dict(N=2048, num_warps=num_warps))[
+        "equal"]
+    assert ptx_check.check(cumsum1d, (x, torch.zeros(2048)),
+                           dict(N=2048, num_warps=num_warps))["equal"]

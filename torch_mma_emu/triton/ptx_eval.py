@@ -237,6 +237,11 @@ class CTA:
         else:
             self._int(t, o, p, lambda a: ~a)
 
+    def i_neg(self, t, o, p):
+        if t[-1].startswith(("f", "bf")):
+            raise Unsupported("neg." + ".".join(t))
+        self._int(t, o, p, lambda a: -a)
+
     def i_shl(self, t, o, p):
         self._int(t, o, p, lambda a, b: a << b)
 
