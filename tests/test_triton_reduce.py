@@ -556,3 +556,36 @@ def test_many_warps_match_ptx(num_warps):
         "equal"]
     assert ptx_check.check(cumsum1d, (x, torch.zeros(2048)),
                            dict(N=2048, num_warps=num_warps))["equal"]
+
+
+@pytest.mark.parametrize("arch", ["B200", "sm120", "A100", "sm89", "sm75"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_other_nvidia_archs_match_ptx(arch, dtype):
+    """Every NVIDIA target compiles the same tree (sm80 / sm89 add bf16 as
+    fma.rn.bf16x2 a, 1.0, b; sm75 through fp32)."""
+    x = _adversarial(1024, "spread", 3)[:1024].to(dtype)
+    r = ptx_check.check(sum1d, (x, torch.zeros(1, dtype=dtype)), dict(N=1024, num_warps=4),
+                        arch=arch)
+    assert r["equal"], r["summary"]
+
+
+def test_fma_rounding_is_exact():
+    """The checker's fma rounds once: against exact rationals, ties to even, subnormals."""
+    from fractions import Fraction
+
+    import numpy as np
+
+    from torch_mma_emu.triton.ptx_eval import _round_f32
+    rng = np.random.default_rng(0)
+    for _ in range(3000):
+        a, b, c = (np.float32(rng.standard_normal() * 2.0 ** int(rng.integers(-30, 30)))
+                   for _ in range(3))
+        ex = Fraction(float(a)) * Fraction(float(b)) + Fraction(float(c))
+        r = _round_f32(ex)
+        for nb in (np.nextafter(r, np.float32(-np.inf)), np.nextafter(r, np.float32(np.inf))):
+            assert abs(Fraction(float(r)) - ex) <= abs(Fraction(float(nb)) - ex)
+    assert _round_f32(Fraction(1, 2 ** 150)) == 0                     # tie to even: 0
+    assert _round_f32(Fraction(3, 2 ** 150)) == np.float32(2.0 ** -148)
+    assert _round_f32(Fraction(2 ** 24 + 1)) == 2 ** 24
+    assert _round_f32(Fraction(2 ** 24 + 3)) == 2 ** 24 + 4
+    assert _round_f32(Fraction(2 ** 8 + 1), bits=8) == 2 ** 8          # bf16 precision

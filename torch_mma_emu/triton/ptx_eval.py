@@ -547,27 +547,42 @@ class CTA:
         self._float(t, o, p, "min")
 
     def i_fma(self, t, o, p):
-        """fma.rn.f32: a * b + c rounded once (exactly, with rationals)."""
-        if t != ["rn", "f32"]:
+        """fma.rn.f32 / .bf16 / .bf16x2: a * b + c rounded once (exactly, with rationals;
+        sm80 / sm89 add bf16 as fma.rn.bf16x2 a, 1.0, b)."""
+        if t not in (["rn", "f32"], ["rn", "bf16"], ["rn", "bf16x2"]):
             raise Unsupported("fma." + ".".join(t))
-        a, b, c = (self._f(self.val(x), "f32") for x in o[1:4])
+        if t[1] == "f32":
+            self.put(o[0], self._unf(self._fma(*(self._f(self.val(x), "f32")
+                                                 for x in o[1:4]), 24, -126), "f32"), p)
+            return
+        lanes = 2 if t[1] == "bf16x2" else 1
+        out = np.zeros(self.n, np.uint64)
+        for k in range(lanes):
+            sh = np.uint64(16 * k)
+            a, b, c = (self._f(self.val(x) >> sh, "bf16") for x in o[1:4])
+            out |= self._unf(self._fma(a, b, c, 8, -126), "bf16") << sh
+        self.put(o[0], out, p)
+
+    @staticmethod
+    def _fma(a, b, c, bits, emin):
         with np.errstate(invalid="ignore", over="ignore"):
             r = (a.astype(np.float64) * b.astype(np.float64) + c.astype(np.float64)) \
                 .astype(np.float32)           # right for specials and exact zeros
         for k in np.nonzero(np.isfinite(a) & np.isfinite(b) & np.isfinite(c))[0]:
             exact = Fraction(float(a[k])) * Fraction(float(b[k])) + Fraction(float(c[k]))
             if exact != 0:
-                r[k] = _round_f32(exact)
-        self.put(o[0], self._unf(r, "f32"), p)
+                r[k] = _round_f32(exact, bits, emin)
+        return r
 
 
-def _round_f32(x: Fraction) -> np.float32:
-    """A nonzero rational rounded to fp32, nearest even (subnormals, overflow to inf)."""
+def _round_f32(x: Fraction, bits: int = 24, emin: int = -126) -> np.float32:
+    """A nonzero rational rounded to ``bits`` significant bits (fp32: 24; bf16: 8, with
+    fp32's exponent range), nearest even, subnormals, overflow to inf; as an fp32."""
     neg, m = x < 0, abs(x)
     e = m.numerator.bit_length() - m.denominator.bit_length()
     if Fraction(2) ** e > m:
         e -= 1
-    q = max(e - 23, -149)                          # the quantum of m's binade
+    q = max(e - (bits - 1), emin - (bits - 1))     # the quantum of m's binade
     scaled = m / Fraction(2) ** q
     n, rem = divmod(scaled.numerator, scaled.denominator)
     half = Fraction(rem, scaled.denominator)
