@@ -589,3 +589,21 @@ def test_fma_rounding_is_exact():
     assert _round_f32(Fraction(2 ** 24 + 1)) == 2 ** 24
     assert _round_f32(Fraction(2 ** 24 + 3)) == 2 ** 24 + 4
     assert _round_f32(Fraction(2 ** 8 + 1), bits=8) == 2 ** 8          # bf16 precision
+
+
+def test_checker_refuses_bad_input_with_a_message():
+    x, o = torch.randn(256), torch.zeros(1)
+    with pytest.raises(ValueError, match="NVIDIA arch"):
+        ptx_check.check(sum1d, (x, o), dict(N=256), arch="MI300X")
+    with pytest.raises(TypeError, match="@triton.jit kernel"):
+        ptx_check.check(lambda a, b: None, (x, o), {})
+    with pytest.raises(ValueError, match="positive int"):
+        ptx_check.check(sum1d, (x, o), dict(N=256), grid=0)
+    with pytest.raises(ptx_check.Unsupported, match="ex2|approx|PTX instruction"):
+        ptx_check.check(exp_sum, (x, o), dict(N=256))
+
+
+@triton.jit
+def exp_sum(x_ptr, out_ptr, N: tl.constexpr):
+    x = tl.load(x_ptr + tl.arange(0, N))
+    tl.store(out_ptr, tl.sum(tl.exp(x), axis=0))

@@ -110,13 +110,22 @@ def check(kernel, args: tuple, kwargs: dict, *, grid: int = 1, arch: str = "H100
     import torch
 
     from . import emulate
-    from .layout import compile_launch, target_of
-    from .layout import remember
-    fn = getattr(kernel, "fn", kernel)
+    from .layout import compile_launch, remember, target_of
+    fn = getattr(kernel, "fn", None)
+    if fn is None or not hasattr(kernel, "__getitem__"):
+        raise TypeError("ptx_check.check: kernel must be a @triton.jit kernel, got "
+                        f"{type(kernel).__name__}")
+    if not isinstance(grid, int) or grid < 1:
+        raise ValueError(f"ptx_check.check: grid must be a positive int, got {grid!r}")
+    from ..registry import canonical_arch
+    target = target_of(arch)
+    if target is None:
+        raise ValueError(f"ptx_check.check: arch must be an NVIDIA arch (the checker reads "
+                         f"PTX), got {arch!r} ({canonical_arch(arch)})")
     remember(kernel)
     params = inspect.signature(fn).parameters
     opts = {k: v for k, v in kwargs.items() if k not in params}    # launch options
-    comp = compile_launch(fn, args, kwargs, target_of(arch), ptx=True)
+    comp = compile_launch(fn, args, kwargs, target, ptx=True)
     bound = inspect.signature(fn).bind(*args, **{k: v for k, v in kwargs.items()
                                                   if k not in opts})
     rt = [bound.arguments[k] for k in comp.runtime_args]
