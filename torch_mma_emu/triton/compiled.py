@@ -24,23 +24,26 @@ _NAMES = re.compile(r"\b(sum|max|min|reduce|argmax|argmin|xor_sum|softmax|cumsum
 
 
 def _may_reduce(fn) -> bool:
-    """Cheap test whether compiling is worth it: the source calls a reduction or a @jit
-    helper (which may)."""
+    """Cheap test whether compiling is worth it: the source calls a reduction, a @jit
+    helper or something in another module (which may)."""
+    import inspect
+    import types
+    hit = _MAY.get(fn)
+    if hit is not None:
+        return hit
     try:
-        src = fn.__code__.co_names
-        text = getattr(fn, "_tme_src", None)
-        if text is None:
-            import inspect
-            text = fn._tme_src = inspect.getsource(fn)
+        names, text = fn.__code__.co_names, inspect.getsource(fn)
     except (OSError, TypeError, AttributeError):
         return True
-    if _NAMES.search(text):
-        return True
     g = getattr(fn, "__globals__", {})
-    import types
-    return any(type(g.get(n)).__name__ in ("JITFunction", "InterpretedFunction")
-               or (isinstance(g.get(n), types.ModuleType) and "triton" not in g[n].__name__)
-               for n in src)
+    hit = _MAY[fn] = bool(_NAMES.search(text)) or any(
+        type(g.get(n)).__name__ in ("JITFunction", "InterpretedFunction")
+        or (isinstance(g.get(n), types.ModuleType) and "triton" not in g[n].__name__)
+        for n in names)
+    return hit
+
+
+_MAY: dict = {}
 
 
 def begin(block, interp, args, kwargs, launched=None) -> None:
