@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
-_CACHE: dict = {}
+_CACHE: "OrderedDict" = OrderedDict()   # specialisation -> Compiled, least recent first
+_CACHE_SIZE = 256
 _BINDERS: dict = {}          # (fn, target) -> (JITFunction, backend, Triton's binder)
 _LOCK = threading.Lock()
 
@@ -121,6 +123,8 @@ def compile_launch(fn, args, kwargs, target, *, ptx: bool = False) -> Compiled:
     key = (fn, str(target), str(spec), str(sorted((k, str(v)) for k, v in kw.items())), ptx)
     with _LOCK:
         hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
     if hit is not None:
         return hit
     options, signature, constexprs, attrs = jf._pack_args(backend, kw, bound, spec, opts)
@@ -144,6 +148,8 @@ def compile_launch(fn, args, kwargs, target, *, ptx: bool = False) -> Compiled:
     out.reduces = parse_reduces(out.ttgir, out.num_warps)
     with _LOCK:
         _CACHE[key] = out
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
     return out
 
 
