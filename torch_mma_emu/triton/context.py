@@ -51,6 +51,7 @@ class TritonEmulation:
                              "function (list of triton.Config) -> triton.Config")
         self.autotune = autotune
         self.counts: Counter = Counter()
+        self.reductions: Counter = Counter()      # each reduction's tree (compiled.py)
         self._num_warps = 4
         self._warned: set = set()
 
@@ -68,9 +69,8 @@ class TritonEmulation:
         return f"<torch_mma_emu.triton block: {what}>"
 
     def summary(self) -> str:
-        if not self.counts:
-            return "no tl.dot ran"
-        return "\n".join(f"{n:8d}  {k}" for k, n in self.counts.most_common())
+        lines = [f"{n:8d}  {k}" for k, n in (self.counts + self.reductions).most_common()]
+        return "\n".join(lines) if lines else "no tl.dot ran"
 
     # -- what the hook asks ------------------------------------------------------------
     @property
