@@ -34,6 +34,7 @@ import sys
 import time
 import traceback
 import warnings
+from collections import Counter
 
 import torch
 
@@ -278,7 +279,8 @@ def main(argv=None) -> int:
             status += f" ({where})" if where else ""
             if expect == "exact":
                 failures += args.stand_in or 0
-        instr = "; ".join(f"{k} x{v}" for k, v in em.counts.items())
+        instr = "; ".join(f"{k} x{v}" for k, v in
+                          (em.counts + getattr(em, "reductions", Counter())).items())
         lines.append(f"| {name} | {instr} | {native.numel()} | {n} | {mad:.3g} | {expect} | "
                      f"{status} |")
         print(lines[-1], flush=True)
