@@ -2,7 +2,8 @@
 """Time Triton kernels under torch_mma_emu.triton.emulate against the plain interpreter in the
 same run: the GEMM written as the chain (``acc = tl.dot(a, b, acc)``) and as
 ``acc += tl.dot(a, b)`` (which the emulation folds into the chain, docs/triton.md), and the
-fp32 sum-of-products GEMM.  Prints seconds (best of --repeat, after one warm-up) and ratios
+fp32 sum-of-products GEMM, and the fused attention (its row max / row sum run in the
+compiled order under emulate).  Prints seconds (best of --repeat, after one warm-up) and ratios
 to the plain interpreter's chain GEMM.
 
     python scripts/bench_triton.py                    # 512^3 fp16, 64 x 64 tiles, sm90
@@ -31,10 +32,13 @@ def main(argv=None) -> int:
     g = torch.Generator().manual_seed(0)
     A, B = (torch.randn(n, n, generator=g).half() for _ in range(2))
     A32, B32 = (torch.randn(n // 2, n // 2, generator=g) for _ in range(2))
+    Q = torch.randn(2, n // 2, 64, generator=g).half()
     runs = [("gemm fp16 chain", lambda: K.matmul(A, B, block_m=64, block_n=64, block_k=64)),
             ("gemm fp16 acc += tl.dot", lambda: K.matmul(A, B, block_m=64, block_n=64,
                                                          block_k=64, dot_form="plus_eq")),
-            (f"sum_matmul fp32 {n // 2}^3", lambda: K.sum_matmul(A32, B32))]
+            (f"sum_matmul fp32 {n // 2}^3", lambda: K.sum_matmul(A32, B32)),
+            # row max / row sum of the dot's result: reductions over the wgmma layout
+            (f"attention fp16 2x{n // 2}x64", lambda: K.attention(Q, Q, Q))]
     warnings.filterwarnings("ignore", ".*is autotuned over")
     rows = []
     for label, block in (("interpreter", tmt.interpret), (args.arch, lambda: tmt.emulate(

@@ -13,7 +13,8 @@ from . import cpp
 from .formats import (INT_OF_SIZE, OPERAND_DTYPES, OUT_DTYPES, Format, format_of_dtype,
                       formats_of_dtype, get_format, out_format, scale_format_of_dtype)
 from .registry import spec as _registry_spec
-from .schedule import Schedule, _tf32_round, as_schedule, run_scheduled
+from .schedule import Schedule, as_schedule, run_scheduled
+from .tf32 import tf32_round, tf32x3_split
 from .spec import Spec, as_spec
 
 __all__ = ["emulated_mm", "resolve_spec"]
@@ -223,10 +224,10 @@ def _input_precision(sched: Optional[Schedule], A, B, in_format):
     if ip == "ieee":
         return A, B, "fp32", None
     if ip == "tf32_rn":
-        return _tf32_round(A, "rne"), _tf32_round(B, "rne"), "tf32", None
+        return tf32_round(A, "rne"), tf32_round(B, "rne"), "tf32", None
     if ip == "tf32x3":
-        ah, bh = _tf32_round(A, "rna"), _tf32_round(B, "rna")
-        return ah, bh, "tf32", (A - ah, B - bh)
+        (ah, al), (bh, bl) = tf32x3_split(A), tf32x3_split(B)
+        return ah, bh, "tf32", (al, bl)
     return A, B, "tf32", None
 
 

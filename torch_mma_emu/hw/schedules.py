@@ -93,7 +93,8 @@ def main(argv=None) -> int:
     lines = [f"# Library schedules against the emulator ({'stand-in' if stand else arch})", "",
              f"torch {torch.__version__}; allow_fp16_reduced_precision_reduction={flag}", "",
              "Each call's result against `emulated_mm(arch=" + arch + ", schedule=...)` for "
-             "every candidate schedule (plain chain, split-K 2..16 in both orders, promotion "
+             "every candidate schedule (plain chain, split-K 2..16 in both orders and at cuBLAS's "
+             "grain with its three merges for torch.mm, promotion "
              "every L * 2^i with C in chain or epilogue); mismatches = outputs whose bits "
              "differ.  'exact' lists every candidate that reproduces the library bit for bit "
              "(some orders coincide at a given K), 'next' the closest other one.", "",
@@ -104,7 +105,11 @@ def main(argv=None) -> int:
         dt = FLOAT_DTYPES[fmt]
         A = torch.randn(M, K, generator=g).to(dt)
         B = torch.randn(K, N, generator=g).to(dt)
-        cands = candidate_schedules(K, L, c_modes=("epilogue", "chain"))
+        # cuBLAS's split-K merges its partials in one of three ways (bitequiv's measurements,
+        # docs/schedules.md): rank all three for the torch.mm rows
+        merges = ("workspace", "fp16_partials", "fp16_serial") if kind == "matmul" else \
+            ("workspace",)
+        cands = candidate_schedules(K, L, c_modes=("epilogue", "chain"), merges=merges)
         try:
             if stand:
                 D = emulated_mm(A, B, arch=arch, out_dtype=torch.float32,

@@ -52,6 +52,7 @@ class TritonEmulation:
         self.autotune = autotune
         self.exact_math = bool(exact_math)
         self.counts: Counter = Counter()
+        self.reductions: Counter = Counter()      # each reduction's tree (compiled.py)
         self._num_warps = 4
         self._warned: set = set()
 
@@ -70,9 +71,8 @@ class TritonEmulation:
 
     def summary(self) -> str:
         from . import extras
-        dots = (["no tl.dot ran"] if not self.counts else
-                [f"{n:8d}  {k}" for k, n in self.counts.most_common()])
-        return "\n".join(dots + extras.summary_lines(self))
+        lines = [f"{n:8d}  {k}" for k, n in (self.counts + self.reductions).most_common()]
+        return "\n".join((lines or ["no tl.dot ran"]) + extras.summary_lines(self))
 
     # -- what the hook asks ------------------------------------------------------------
     @property

@@ -19,6 +19,8 @@ does exactly what the original does:
   / create_broadcast`` and ``ReduceOps.sum``: the compiler's rewrites into and of dots
   (combine.py: ``acc += tl.dot(a, b)`` is ``tl.dot(a, b, acc)``; a broadcast
   multiply-and-sum is a tf32 dot).
+* ``ReduceOps.apply_impl`` / ``ScanOps.apply_impl``: reductions and scans in the compiled
+  order (compiled.py; each launch's TTGIR is compiled first, in ``_launch``).
 * Inductor's ``CachingAutotuner.run``: a user kernel with a dot that torch.compile compiled
   and would launch natively raises (inductor.py);
 * what extras.py registers: the builder's math methods (target_math.py), fmul / fadd / fsub
@@ -39,7 +41,7 @@ import inspect
 import threading
 
 from .. import switches
-from . import combine, extras
+from . import combine, compiled, extras
 
 _LAUNCH = threading.RLock()     # one interpreted launch at a time (global builder state)
 _TLS = threading.local()        # .stack: open blocks of this thread; .depth: launches running
@@ -70,7 +72,7 @@ def check_layout():
     need = [(ti, "InterpreterBuilder"), (ti, "InterpretedFunction"), (ti, "GridExecutor"),
             (ti, "_patch_lang"), (ti, "_patch_lang_core"),
             (ti, "interpreter_builder"), (ti, "TensorHandle"), (ti, "_patch_lang_tensor"),
-            (ti, "ReduceOps"), (semantic, "TritonSemantic"),
+            (ti, "ReduceOps"), (ti, "ScanOps"), (semantic, "TritonSemantic"),
             (jit, "JITFunction"), (autotuner, "Autotuner")]
     missing = [f"{m.__name__}.{n}" for m, n in need if not hasattr(m, n)]
     if not missing:
@@ -78,7 +80,8 @@ def check_layout():
                                                        "create_fp_to_fp", "create_fadd",
                                                        "create_fmul", "create_expand_dims",
                                                        "create_broadcast")),
-                             (ti.ReduceOps, ("sum",)), (semantic.TritonSemantic, ("dot",)),
+                             (ti.ReduceOps, ("sum", "apply_impl")),
+                             (ti.ScanOps, ("apply_impl",)), (semantic.TritonSemantic, ("dot",)),
                              (ti.InterpretedFunction, ("run", "rewrite", "__call__")),
                              (jit.JITFunction, ("run", "__call__")),
                              (autotuner.Autotuner, ("run",))):
@@ -141,7 +144,8 @@ def _install(p: switches.Patches) -> None:
                  patch_tensor=ti._patch_lang_tensor, patch_core=ti._patch_lang_core,
                  fadd=IB.create_fadd, fmul=IB.create_fmul,
                  expand_dims=IB.create_expand_dims, broadcast=IB.create_broadcast,
-                 reduce_sum=ti.ReduceOps.sum)
+                 reduce_sum=ti.ReduceOps.sum, reduce_apply=ti.ReduceOps.apply_impl,
+                 scan_apply=ti.ScanOps.apply_impl)
     # launches run eagerly under torch.compile: without a GPU, Dynamo does not know Triton
     # kernels and would trace into the interpreter (its NumPy as torch ops), and fail
     import torch
@@ -163,6 +167,8 @@ def _install(p: switches.Patches) -> None:
     _set(IB, "create_expand_dims", _create_expand_dims)
     _set(IB, "create_broadcast", _create_broadcast)
     _set(ti.ReduceOps, "sum", _reduce_sum)
+    _set(ti.ReduceOps, "apply_impl", _reduce_apply)     # compiled.py: the GPU's order
+    _set(ti.ScanOps, "apply_impl", _scan_apply)
     extras.install(_set, ti, current)     # math, contraction, atomics, interpreter gaps
     try:      # user kernels torch.compile hands to Inductor (inductor.py)
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
@@ -211,7 +217,7 @@ def _interpreted_of(fn):
     return f
 
 
-def _launch(block, interp, args, grid, warmup, kwargs):
+def _launch(block, interp, args, grid, warmup, kwargs, launched=None):
     """One launch in the interpreter with the block's target options."""
     from triton.runtime.interpreter import interpreter_builder as b
     with _LAUNCH:
@@ -222,6 +228,7 @@ def _launch(block, interp, args, grid, warmup, kwargs):
             if block.min_dot_size is not None:
                 b.codegen_fns["min_dot_size"] = block.min_dot_size
             block.begin_launch(kwargs)
+            compiled.begin(block, interp, args, kwargs, launched)
             extras.begin_launch(block, interp.fn, args, kwargs)
             out = _orig["interp_run"](interp, *args, grid=grid, warmup=warmup, **kwargs)
             return extras.launch_result(interp, kwargs, out)
@@ -233,6 +240,7 @@ def _launch(block, interp, args, grid, warmup, kwargs):
             else:
                 b.codegen_fns["min_dot_size"] = saved[1]
             block.end_launch()
+            compiled.end()
             extras.end_launch(block)
 
 
@@ -242,7 +250,7 @@ def _jit_run(self, *args, grid, warmup, **kwargs):
         return _orig["jit_run"](self, *args, grid=grid, warmup=warmup, **kwargs)
     interp = _interpreted_of(self.fn)
     interp.pre_run_hooks = list(getattr(self, "pre_run_hooks", []))
-    return _launch(block, interp, args, grid, warmup, kwargs)
+    return _launch(block, interp, args, grid, warmup, kwargs, self)
 
 
 def _interp_run(self, *args, grid, warmup, **kwargs):
@@ -312,6 +320,18 @@ def _create_broadcast(self, arg, shape):
 def _reduce_sum(self, input):
     out = combine.reduce_sum(current(), self, input)
     return _orig["reduce_sum"](self, input) if out is None else out
+
+
+def _reduce_apply(self, input):
+    out = None
+    if current() is not None and not any(combine.BMR in t.handle.attr for t in input):
+        out = compiled.reduce_apply(self, input)
+    return _orig["reduce_apply"](self, input) if out is None else out
+
+
+def _scan_apply(self, input):
+    out = compiled.scan_apply(self, input) if current() is not None else None
+    return _orig["scan_apply"](self, input) if out is None else out
 
 
 def _create_dot_scaled(self, lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format,

@@ -1,0 +1,150 @@
+"""A checker that needs no GPU: run the PTX Triton compiles for a launch, instruction by
+instruction, on the CPU, and compare its bits with the emulation's.
+
+The PTX is evaluated for all threads of a CTA at once (every register is a NumPy array over
+the threads; predicated instructions act where their predicate holds), one program id after
+another: ``ld.global`` / ``st.global`` on host copies of the arguments, ``st.shared`` /
+``ld.shared`` on a shared-memory array, ``bar.sync`` as a no-op (the threads run in
+lockstep), ``shfl.sync.bfly`` as the lane exchange, and the floating-point instructions with
+one rounding each (``add.f32``, ``add.f16``/``f16x2``, ``add.bf16``/``bf16x2``, ``max.f32``,
+``min.f32``, ``fma.rn.f32`` (rounded once, exactly), ``mul``, conversions).  So the order of every floating-point
+operation is the compiled code's own, derived from nothing but the PTX: an independent
+evaluation to hold the emulated reduction trees (reduce.py) against.  Instructions outside
+this subset (branches, atomics, tensor cores, approximate math) raise
+:class:`Unsupported`, never a silent guess.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from .ptx_eval import _BASE, CTA, Unsupported
+
+__all__ = ["Unsupported", "parse", "run_ptx", "check"]
+
+
+def parse(ptx: str):
+    """(kernel name, parameter names, body lines, threads per CTA) of the first entry."""
+    m = re.search(r"\.visible \.entry (\w+)\(\s*(.*?)\)\s*(?:\.reqntid (\d+))?", ptx, re.S)
+    if not m:
+        raise Unsupported("no .entry in the PTX")
+    params = re.findall(r"\.param \.\S+ (?:\.ptr \.global \.align \d+ )?(\w+)", m.group(2))
+    start = ptx.index("{", m.end())
+    end = ptx.index("\n}", start)
+    body = []
+    for line in ptx[start + 1:end].splitlines():
+        line = line.split("//")[0].strip()
+        if not line or line.startswith((".reg", ".loc", ".shared", "$L", ".file")) \
+                or line.endswith(":"):
+            continue
+        if line in ("{", "}"):
+            continue
+        if line.startswith(("bra", "@%p")) and " bra" in " " + line:
+            raise Unsupported("branches in the PTX (only straight-line kernels are checked)")
+        body.append(line.rstrip(";").strip())
+    return m.group(1), params, body, int(m.group(3) or 0)
+
+
+def run_ptx(ptx: str, args: list, grid: int = 1, num_warps: int = 4, wgmma=None) -> list:
+    """Evaluate the kernel's PTX on ``args`` (tensors, ints, floats: the launch's
+    non-constexpr arguments, in order) for ``grid`` programs; returns the tensors as the
+    PTX leaves them (copies)."""
+    import torch
+    name, pnames, body, n = parse(ptx)
+    n = n or 32 * num_warps
+    mem, params, outs = [], {}, []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            t = _region(a).clone()                 # the bytes the view spans, strides kept
+            buf = t.view(torch.uint8).reshape(-1).numpy()
+            off = a.data_ptr() % 16
+            mem.append(np.concatenate([np.zeros(off, np.uint8), buf]))
+            params[pnames[i]] = (i + 1) * _BASE + off
+            outs.append((a, i, off))
+        else:
+            mem.append(None)
+            v = int(a) if not isinstance(a, float) else int(np.float32(a).view(np.uint32))
+            params[pnames[i]] = v & 0xFFFFFFFFFFFFFFFF
+    for extra in pnames[len(args):]:
+        params[extra] = 0
+    for pid in range(grid):
+        CTA(body, params, mem, n, pid, wgmma).run()
+    res = []
+    for a, i, off in outs:
+        flat = torch.from_numpy(mem[i][off:].copy()).view(a.dtype)
+        res.append(flat.as_strided(a.shape, a.stride()))
+    return res
+
+
+def _region(a):
+    """The 1-D stretch of storage a (possibly strided) view spans, from its first element."""
+    ext = 1 + sum((s - 1) * st for s, st in zip(a.shape, a.stride())) if a.numel() else 0
+    return a.detach().cpu().as_strided((ext,), (1,))
+
+
+def _same_alignment(a):
+    """A copy of tensor ``a`` with the same strides, at an address with the same remainder
+    mod 16 (the launcher specialises on it)."""
+    import torch
+    if not isinstance(a, torch.Tensor):
+        return a
+    es = a.element_size()
+    region = _region(a)
+    off = (a.data_ptr() % 16) // es
+    buf = torch.empty(region.numel() + 32 // es, dtype=a.dtype)
+    start = (-(buf.data_ptr() % 16) // es) % (16 // es) + off
+    flat = buf[start:start + region.numel()]
+    flat.copy_(region)
+    return flat.as_strided(a.shape, a.stride())
+
+
+def check(kernel, args: tuple, kwargs: dict, *, grid: int = 1, arch: str = "H100",
+          outputs=None, wgmma=None) -> dict:
+    """Run ``kernel[(grid,)](*args, **kwargs)`` twice, emulated (``emulate(arch)``) and as
+    its compiled PTX evaluated here, and compare the bits of every tensor argument (or of
+    the indices in ``outputs``).  Returns {"equal": bool, "mismatches": [...], "summary":
+    em.summary(), "ptx": the PTX}."""
+    import inspect
+
+    import torch
+
+    from . import emulate
+    from .layout import compile_launch, remember, target_of
+    fn = getattr(kernel, "fn", None)
+    if fn is None or not hasattr(kernel, "__getitem__"):
+        raise TypeError("ptx_check.check: kernel must be a @triton.jit kernel, got "
+                        f"{type(kernel).__name__}")
+    if not isinstance(grid, int) or grid < 1:
+        raise ValueError(f"ptx_check.check: grid must be a positive int, got {grid!r}")
+    from ..registry import canonical_arch
+    target = target_of(arch)
+    if target is None:
+        raise ValueError(f"ptx_check.check: arch must be an NVIDIA arch (the checker reads "
+                         f"PTX), got {arch!r} ({canonical_arch(arch)})")
+    remember(kernel)
+    params = inspect.signature(fn).parameters
+    opts = {k: v for k, v in kwargs.items() if k not in params}    # launch options
+    comp = compile_launch(fn, args, kwargs, target, ptx=True)
+    bound = inspect.signature(fn).bind(*args, **{k: v for k, v in kwargs.items()
+                                                  if k not in opts})
+    rt = [bound.arguments[k] for k in comp.runtime_args]
+    ptx_out = run_ptx(comp.ptx, rt, grid, opts.get("num_warps", 4), wgmma)
+    emu_args = [_same_alignment(a) for a in args]
+    emu_kwargs = {k: _same_alignment(v) for k, v in kwargs.items()}
+    with emulate(arch) as em:
+        kernel[(grid,)](*emu_args, **emu_kwargs)
+    bound_e = inspect.signature(fn).bind(*emu_args, **{k: v for k, v in emu_kwargs.items()
+                                                        if k not in opts})
+    mism = []
+    for j, name in enumerate(comp.runtime_args):
+        e = bound_e.arguments[name]
+        if not isinstance(e, torch.Tensor) or (outputs is not None and name not in outputs):
+            continue
+        g = ptx_out[[k for k, n in enumerate(comp.runtime_args)
+                     if isinstance(bound.arguments[n], torch.Tensor)].index(j)]
+        eb = e.contiguous().view(torch.uint8).reshape(-1)
+        gb = g.contiguous().view(torch.uint8).reshape(-1)
+        if not torch.equal(eb, gb):
+            mism.append(name)
+    return {"equal": not mism, "mismatches": mism, "summary": em.summary(), "ptx": comp.ptx}

@@ -1,0 +1,250 @@
+"""Reductions in the order the compiled code runs them (Triton 3.6, NVIDIA).
+
+For a ``tt.reduce`` whose operand has a distributed layout (layout.py), the lowering
+(Triton's ReduceOpToLLVM; the order checked against the PTX by ptx_check.py, and described
+in Meta's bitequiv design notes, facebookexperimental/triton ``bitequiv/design-doc.md``) is:
+
+1. each thread left-folds the elements it holds along the axis, in register order
+   (``acc = combine(acc, x[r])``; registers of a ``#blocked`` layout follow
+   ``sizePerThread`` first, then the repetitions of the CTA tile);
+2. a butterfly over the lanes that hold different positions along the axis
+   (``shfl.sync.bfly`` offsets from the highest lane bit down, ``combine(own, partner)``);
+3. when several warps hold the axis: each warp's partial goes through shared memory and a
+   second butterfly runs over the warps (highest warp bit first).
+
+Broadcast bits (a layout wider than the tensor) take no part.  The result of every output
+element is the value of lane 0 / warp 0; for the commutative combines (add, max, min) every
+lane holds the same bits.  The whole tree runs as NumPy over tree levels: a reduction of
+``(..., n)`` costs ``R`` folds plus ``log2(lanes) + log2(warps)`` vectorised steps.
+
+Element arithmetic is the GPU's: fp32 / fp16 / bf16 sums round each addition to the
+element type (Triton 3.6 does not widen fp16 / bf16 for ``tl.sum``: ``add.f16`` /
+``add.bf16``; ``tl.max`` / ``tl.min`` widen to fp32 in the frontend); a NaN result is the
+canonical NaN; ``max.f32`` / ``min.f32`` (``tl.maximum`` / ``tl.minimum``'s default
+``maxnumf`` / ``minnumf``) return the non-NaN operand and order -0 below +0.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import numpy as np
+
+from .layout import Bases
+
+
+@dataclass(frozen=True)
+class Tree:
+    """The reduction tree of one axis: ``idx[w, l, r]`` is the axis position held by
+    register ``r`` of lane ``l`` of warp ``w`` (compacted to the bits that move along the
+    axis); lane and warp offsets are the butterfly's ``shfl`` / warp strides."""
+    idx: np.ndarray
+    lane_offsets: tuple
+    warp_offsets: tuple
+
+    def describe(self) -> str:
+        W, L, R = self.idx.shape
+        held = ",".join(str(int(x)) for x in self.idx[0, 0, :4]) + (",..." if R > 4 else "")
+        return f"{W} warps x {L} lanes x {R} registers (thread 0 folds {held})"
+
+
+def tree_of(bases: Bases, axis: int) -> Tree:
+    """The tree that reduces ``axis`` of a tensor with layout ``bases``."""
+    n = bases.shape[axis]
+    picked = []
+    for kind in (bases.reg, bases.lane, bases.warp):
+        bits = []
+        for b, v in enumerate(kind):
+            if v[axis] == 0:
+                continue
+            if any(c for k, c in enumerate(v) if k != axis):
+                raise NotImplementedError("a layout bit that moves along the reduced axis "
+                                          "and another dimension is not modelled")
+            bits.append((b, v[axis]))
+        picked.append(bits)
+    reg, lane, warp = picked
+    R, L, W = 1 << len(reg), 1 << len(lane), 1 << len(warp)
+
+    def positions(bits, size):
+        out = np.zeros(size, np.int64)
+        for i, (_, v) in enumerate(bits):
+            sel = (np.arange(size) >> i) & 1 == 1
+            out[sel] ^= v
+        return out
+    idx = (positions(warp, W)[:, None, None] ^ positions(lane, L)[None, :, None]
+           ^ positions(reg, R)[None, None, :])
+    if sorted(idx.ravel().tolist()) != list(range(n)):
+        raise NotImplementedError(f"layout does not cover axis {axis} of {bases.shape} once")
+    return Tree(idx, tuple(1 << b for b, _ in lane), tuple(1 << b for b, _ in warp))
+
+
+# -- element arithmetic as the GPU does it -------------------------------------------------
+_CANON = {np.dtype(np.float32): np.uint32(0x7FFFFFFF), np.dtype(np.float16): np.uint16(0x7FFF)}
+
+
+def _canon(x: np.ndarray) -> np.ndarray:
+    nan = np.isnan(x)
+    if nan.any():
+        x = np.array(x)                   # a copy, also of a NumPy scalar
+        x.view(np.uint32 if x.dtype == np.float32 else np.uint16)[nan] = _CANON[x.dtype]
+    return x
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round to nearest even (NaN: the canonical bf16 NaN 0x7FFF)."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7FFF), r)
+
+
+def fadd(a, b, kind):
+    with np.errstate(invalid="ignore", over="ignore"):
+        if kind == "bf16":
+            return f32_to_bf16(bf16_to_f32(a) + bf16_to_f32(b))
+        return _canon(a + b)
+
+
+def fmax(a, b, kind, is_max=True):
+    """``max.f32`` / ``min.f32``: the non-NaN operand; -0 < +0; NaN only if both are."""
+    if kind == "bf16":
+        return f32_to_bf16(fmax(bf16_to_f32(a), bf16_to_f32(b), "f32", is_max))
+    pick_a = (a > b) if is_max else (a < b)
+    eq = a == b
+    neg_a = np.signbit(a)
+    pick_a = pick_a | (eq & (neg_a != is_max)) | np.isnan(b)
+    return _canon(np.where(pick_a, a, b))
+
+
+def fmaximum(a, b, kind, is_max=True):
+    """``maximumf`` / ``minimumf`` (propagate_nan=ALL): NaN if either is."""
+    r = fmax(a, b, kind, is_max)
+    if kind == "bf16":
+        nan = np.isnan(bf16_to_f32(a)) | np.isnan(bf16_to_f32(b))
+        return np.where(nan, np.uint16(0x7FFF), r)
+    return _canon(np.where(np.isnan(a) | np.isnan(b), np.float32(np.nan).astype(a.dtype), r))
+
+
+# the combine regions run as one NumPy function (ops of the TTGIR region -> combine)
+KNOWN = {("arith.addf",): lambda k: lambda a, b: (fadd(a[0], b[0], k),),
+         ("arith.maxnumf",): lambda k: lambda a, b: (fmax(a[0], b[0], k, True),),
+         ("arith.minnumf",): lambda k: lambda a, b: (fmax(a[0], b[0], k, False),),
+         ("arith.maximumf",): lambda k: lambda a, b: (fmaximum(a[0], b[0], k, True),),
+         ("arith.minimumf",): lambda k: lambda a, b: (fmaximum(a[0], b[0], k, False),)}
+
+
+def run(tree: Tree, arrays: list, axis: int, combine: Callable) -> list:
+    """Reduce ``arrays`` (same shape) along ``axis`` in ``tree``'s order; ``combine(acc,
+    other)`` takes and returns tuples of equally shaped arrays."""
+    W, L, R = tree.idx.shape
+    xs = [np.moveaxis(np.asarray(a), axis, -1)[..., tree.idx] for a in arrays]
+    acc = tuple(x[..., 0] for x in xs)                       # (..., W, L)
+    for r in range(1, R):
+        acc = tuple(combine(acc, tuple(x[..., r] for x in xs)))
+    while L > 1:                                            # own + partner, high bit first
+        L //= 2
+        acc = tuple(combine(tuple(a[..., :L] for a in acc), tuple(a[..., L:] for a in acc)))
+    acc = tuple(a[..., 0] for a in acc)                     # (..., W): the warp partials
+    while W > 1:
+        W //= 2
+        acc = tuple(combine(tuple(a[..., :W] for a in acc), tuple(a[..., W:] for a in acc)))
+    return [a[..., 0] for a in acc]
+
+
+def known_combine(ops: tuple, elem: str) -> Optional[Callable]:
+    """A NumPy combine for a TTGIR region with one float operation (None: not known)."""
+    make = KNOWN.get(tuple(ops))
+    if make is None or elem not in ("f32", "f16", "bf16"):
+        return None
+    return make(elem)
+
+
+# -- scans (tl.cumsum, tl.associative_scan) ----------------------------------------------------
+@dataclass(frozen=True)
+class ScanTree:
+    """``idx[c, w, l, r]``: the axis position of register r of lane l of warp w in chunk c
+    (a repetition of the CTA tile along the axis); positions increase along r, l, w, c."""
+    idx: np.ndarray
+
+    def describe(self) -> str:
+        C, W, L, R = self.idx.shape
+        return f"scan: {C} chunks x {W} warps x {L} lanes x {R} registers"
+
+
+def scan_tree_of(bases: Bases, axis: int) -> ScanTree:
+    tree = tree_of(bases, axis)                # validates: each position held once
+    n = bases.shape[axis]
+    regs = [v[axis] for v in bases.reg if v[axis]]
+    lanes = [v[axis] for v in bases.lane if v[axis]]
+    warps = [v[axis] for v in bases.warp if v[axis]]
+    R_in = 1 << sum(1 for v in regs if v < (min(lanes + warps) if lanes + warps else n))
+    inner = [v for v in regs if v < R_in]
+    outer = [v for v in regs if v >= R_in]
+    want = inner + lanes + warps + outer
+    if want != [1 << i for i in range(len(want))]:
+        raise NotImplementedError("a scan over a layout whose registers, lanes and warps do "
+                                  "not tile the axis in order is not modelled")
+    C, W, L = 1 << len(outer), 1 << len(warps), 1 << len(lanes)
+    del tree
+    return ScanTree(np.arange(n).reshape(C, W, L, R_in))
+
+
+def scan_run(tree: ScanTree, arrays: list, axis: int, combine: Callable) -> list:
+    """Inclusive scan of ``arrays`` along ``axis`` in the order Triton 3.6's lowering runs it
+    (read from its PTX): each thread scans its registers; the thread totals are scanned over
+    the lanes (Hillis-Steele, ``shfl.sync.up`` by 1, 2, 4, ...); warp totals go through shared
+    memory and each warp's prefix is the running left fold of the totals before it (across
+    chunks too); the last register of a thread is (its lane-scanned total) + prefix, the
+    others are (the previous thread's final total, or the warp prefix in lane 0) + their
+    in-thread scan.  ``combine(earlier, later)``."""
+    C, W, L, R = tree.idx.shape
+    xs = [np.moveaxis(np.asarray(a), axis, -1)[..., tree.idx] for a in arrays]  # (...,C,W,L,R)
+    s = [[x[..., 0] for x in xs]]
+    for r in range(1, R):
+        s.append(list(combine(tuple(s[-1]), tuple(x[..., r] for x in xs))))
+    v = tuple(s[-1])                                        # thread totals (..., C, W, L)
+    off = 1
+    while off < L:
+        up = tuple(np.concatenate([a[..., :off], a[..., :-off]], axis=-1) for a in v)
+        new = combine(up, v)
+        lane_ok = np.arange(L) >= off
+        v = tuple(np.where(lane_ok, n, a) for n, a in zip(new, v))
+        off *= 2
+    totals = tuple(a[..., -1] for a in v)                   # (..., C, W)
+    prefix = [[None] * W for _ in range(C)]
+    run_ = None
+    for c in range(C):
+        for w in range(W):
+            prefix[c][w] = run_
+            t = tuple(a[..., c, w] for a in totals)
+            run_ = t if run_ is None else tuple(combine(run_, t))
+    out = [np.empty_like(x) for x in xs]
+    for c in range(C):
+        for w in range(W):
+            P = prefix[c][w]
+            lv = tuple(a[..., c, w, :] for a in v)          # (..., L)
+            fin = lv if P is None else tuple(combine(tuple(p[..., None] for p in P), lv))
+            prev = tuple(np.concatenate([f[..., :1], f[..., :-1]], axis=-1) for f in fin)
+            for j, o in enumerate(out):
+                o[..., c, w, :, R - 1] = fin[j]
+            for r in range(R - 1):
+                sr = tuple(a[..., c, w, :] for a in s[r])
+                if P is None:        # lane 0 of the first warp: no prefix at all
+                    E = prev
+                    got = combine(E, sr)
+                    got = tuple(np.where(np.arange(L) == 0, b, g) for b, g in zip(sr, got))
+                else:
+                    E = tuple(np.where(np.arange(L) == 0, p[..., None], q)
+                              for p, q in zip(P, prev))
+                    got = combine(E, sr)
+                for j, o in enumerate(out):
+                    o[..., c, w, :, r] = got[j]
+    res = []
+    for x, o in zip(arrays, out):
+        flat = np.empty(np.moveaxis(np.asarray(x), axis, -1).shape, o.dtype)
+        flat[..., tree.idx] = o
+        res.append(np.moveaxis(flat, -1, axis))
+    return res
