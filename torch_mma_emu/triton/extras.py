@@ -5,7 +5,7 @@ compiled code does it (contract.py), atomics recorded (atomics.py), and the inte
 third-party kernels meet (gaps.py).  ``summary_lines`` is what ``em.summary()`` adds."""
 from __future__ import annotations
 
-from . import contract, gaps, target_math
+from . import contract, gaps, target_math, zoo_gaps
 
 
 def _emulating(block) -> bool:
@@ -42,6 +42,7 @@ def install(set_attr, ti, current) -> None:
              gaps.transform_ast(ti.FunctionRewriter._transform_ast, current))
     from triton.runtime.autotuner import Autotuner
     set_attr(Autotuner, "__getitem__", gaps.autotuner_getitem(Autotuner, current))
+    zoo_gaps.install(set_attr, ti, current)
 
 
 def begin_launch(block, fn, args, kwargs) -> None:
