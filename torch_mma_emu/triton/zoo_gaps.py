@@ -20,6 +20,11 @@ tests/test_triton_zoo*.py), filled while a block is open; gaps.py holds the othe
   correctly rounded result (fp32's 24 bits >= 2 x 8 + 2 make the double rounding innocuous
   for + - * /), which is what sm_90's ``add/mul.rn.bf16`` and sm_80's ``fma.rn.bf16``
   compute.  (AMD upcasts to fp32 and rounds back: the same bits for these operations.)
+* **autotuners that time configs themselves** (FlagGems' ``LibEntry`` calls its
+  ``LibTuner``'s ``run`` directly, which times each config with ``Autotuner._bench`` on the GPU
+  driver: "0 active drivers" on a CPU): inside an emulating block ``_bench`` launches nothing
+  and reports the config the block's ``autotune`` picks (the first by default) as fastest
+  (0 ms) and every other as infinitely slow, so the tuner's own choice is the block's.
 """
 from __future__ import annotations
 
@@ -164,5 +169,16 @@ def install(set_attr, ti, current) -> None:
         if current() is not None:
             _patch_libdevice(fn, scope, current)
         return scope
+    from triton.runtime.autotuner import Autotuner
+    prev_bench = Autotuner._bench
+
+    def _bench(self, *args, config, **meta):
+        block = current()
+        if block is None:
+            return prev_bench(self, *args, config=config, **meta)
+        configs = list(self.configs)
+        pick = configs[0] if block.autotune == "first" else block.autotune(configs)
+        return [0.0 if config is pick else float("inf")] * 3
+    set_attr(Autotuner, "_bench", _bench)
     set_attr(ti, "_implicit_cvt", _implicit_cvt)
     set_attr(ti, "_patch_lang", _patch_lang)
