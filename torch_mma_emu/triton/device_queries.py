@@ -13,7 +13,10 @@ wrap launches in ``with torch.cuda.device(x.device)``).  ``torch.cuda.is_availab
 alone (False), so that libraries keep their tensors on the CPU.  The torch.cuda attributes are
 replaced process-wide while the block is open (not per thread): open it around imports and
 single-threaded runs.  AMD archs answer as ROCm's torch does (capability (9, 4) and
-``gcnArchName`` "gfx942" on gfx942).
+``gcnArchName`` "gfx942" on gfx942).  With Triton installed, Triton's active driver is a
+stand-in too (``triton.runtime.driver.active.get_current_target()``: gemlite asks it at
+import) answering the arch's ``GPUTarget`` ("cuda", 90, 32) / ("hip", "gfx942", 64), device
+0 and the CPU as the torch device; it launches nothing.
 """
 from __future__ import annotations
 
@@ -46,6 +49,32 @@ def _answers(arch):
     return props
 
 
+class _Driver:
+    """Triton's active driver as seen from a CPU: the target, no launches."""
+
+    def __init__(self, props, amd):
+        from triton.backends.compiler import GPUTarget
+        cap = props.gcnArchName if amd else 10 * props.major + props.minor
+        self.target = GPUTarget("hip" if amd else "cuda", cap, props.warp_size)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+        return torch.device("cpu")
+
+    def get_device_interface(self):
+        import torch
+        return torch.cuda
+
+    def is_active(self):
+        return True
+
+
 class _NoDevice:
     def __init__(self, device=None):
         self.device = device
@@ -75,6 +104,13 @@ def device_queries(arch):
            "get_device_properties": lambda device=None: props,
            "current_device": lambda: 0, "device_count": lambda: 1, "device": device}
     saved = {k: getattr(cuda, k) for k in new}
+    try:
+        from triton.runtime import driver as triton_driver
+    except ImportError:
+        triton_driver = None
+    if triton_driver is not None:
+        prev_active = triton_driver._active
+        triton_driver.set_active(_Driver(props, bool(props.gcnArchName)))
     for k, v in new.items():
         setattr(cuda, k, v)
     try:
@@ -82,3 +118,5 @@ def device_queries(arch):
     finally:
         for k, v in saved.items():
             setattr(cuda, k, v)
+        if triton_driver is not None:
+            triton_driver._active = prev_active
