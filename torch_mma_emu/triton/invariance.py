@@ -1,0 +1,180 @@
+"""Batch invariance: does a row's result depend on how many rows ran with it?
+
+    report = tmt.batch_invariance(fn, (x, W), batch_sizes=[1, 4, 32], arch="H100")
+    print(report)            # the rows whose bits change, and what changed with the batch
+    report.rows              # [0, 1, 2, 3]: row indices whose bits differ between sizes
+
+``fn(*args)`` runs once per batch size ``b`` on the first ``b`` rows of every argument whose
+first dimension is the largest batch size (the others, e.g. weights, are passed whole), under
+``tme.emulate(arch)`` (torch's matrix products) and ``tmt.emulate(arch)`` (Triton kernels) at
+once.  Row ``r`` of the output is compared bit for bit across every batch size that holds it.
+
+What changed is read from the emulation, per batch size: each Triton launch (kernel, grid and
+the constexpr / option keywords it ran with: a tile size or split chosen from the batch shows
+here), each ``tl.dot``'s instruction plan (``em.counts``), the reduction / math / contraction
+lines of ``em.summary()``, and each torch product's record (op, format, shapes).
+``report.differences`` keeps the items that are not the same at every batch size; a launch's
+grid is listed but not counted as a difference (it follows the batch by construction).
+Reduction trees (FPRev, torch_mma_emu.fprev) are not yet derived per changed row.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import warnings
+from collections import Counter
+from typing import Callable, Sequence
+
+import torch
+
+_INT = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.int8}
+
+
+@dataclasses.dataclass
+class RowChange:
+    row: int
+    groups: list          # [[batch sizes with the same bits], ...] (two or more groups)
+    max_abs: float        # the largest difference between the groups' values in this row
+
+    def __str__(self):
+        g = " | ".join(",".join(map(str, s)) for s in self.groups)
+        return f"row {self.row}: bits differ between batch sizes {g} (max |diff| " \
+               f"{self.max_abs:.3g})"
+
+
+@dataclasses.dataclass
+class InvarianceReport:
+    arch: str
+    batch_sizes: list
+    changes: list                      # RowChange per changed row
+    configs: dict                      # batch size -> {item: value}
+    differences: dict                  # item -> {batch size: value}, items that vary
+
+    @property
+    def rows(self) -> list:
+        return [c.row for c in self.changes]
+
+    @property
+    def invariant(self) -> bool:
+        return not self.changes
+
+    def __str__(self):
+        head = (f"batch invariance on {self.arch}, batch sizes {self.batch_sizes}: " +
+                ("every row has the same bits" if self.invariant
+                 else f"{len(self.changes)} row(s) change: {self.rows}"))
+        lines = [head] + [f"  {c}" for c in self.changes]
+        if self.differences:
+            lines.append("what changes with the batch size:")
+            for item, per in self.differences.items():
+                vals = "; ".join(f"b={b}: {v}" for b, v in per.items())
+                lines.append(f"  {item}: {vals}")
+        elif self.changes:
+            lines.append("no launch, dot plan or product record changes with the batch size")
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def _launch_log():
+    from . import hook
+    log = []
+    orig = hook._launch
+
+    def logged(block, interp, args, grid, warmup, kwargs):
+        g = grid(dict(zip(interp.arg_names, args), **kwargs)) if callable(grid) else grid
+        keys = {k: v for k, v in kwargs.items() if isinstance(v, (int, float, str, bool))}
+        log.append((interp.fn.__name__, tuple(g), tuple(sorted(keys.items()))))
+        return orig(block, interp, args, grid, warmup, kwargs)
+    hook._launch = logged
+    try:
+        yield log
+    finally:
+        hook._launch = orig
+
+
+def _config(log, em, pm) -> dict:
+    out = {}
+    seen = Counter()
+    for name, grid, keys in log:
+        seen[name] += 1
+        tag = f"launch {name}#{seen[name]}"
+        out[f"{tag} grid"] = grid
+        for k, v in keys:
+            out[f"{tag} {k}"] = v
+    for plan in em.counts:                 # which plans ran (their counts follow the grid)
+        out[f"tl.dot {plan}"] = "ran"
+    for line in em.summary().splitlines()[len(em.counts) or 1:]:
+        out[f"summary: {re.sub(r'[0-9]+', '#', line.strip())}"] = "yes"
+    for r in getattr(pm, "records", ()):
+        out[f"torch {r.op} {r.phase} {r.format} {r.shapes[1:]}"] = "ran"
+    for (op, phase, fmt) in pm.counts:
+        out[f"torch {op} {phase} {fmt}"] = "ran"
+    return out
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().cpu().contiguous()
+    if t.is_floating_point():
+        return t.view(_INT[t.element_size()])
+    return t
+
+
+def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], arch, *,
+                     output: Callable = None) -> InvarianceReport:
+    """Run ``fn`` at each batch size on ``arch`` and report the rows whose bits change
+    (module doc).  ``output``: picks the tensor to compare from ``fn``'s result (default:
+    the result itself, or its first element when it is a tuple / list)."""
+    import torch_mma_emu as tme
+    from .context import emulate
+    sizes = sorted({int(b) for b in batch_sizes})
+    if len(sizes) < 2 or sizes[0] < 1:
+        raise ValueError("batch_invariance: give at least two distinct batch sizes >= 1, "
+                         f"got {list(batch_sizes)}")
+    if not callable(fn):
+        raise TypeError(f"batch_invariance: fn must be callable, got {type(fn).__name__}")
+    big = sizes[-1]
+    if not any(isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == big for a in args):
+        raise ValueError(f"batch_invariance: no argument has the largest batch size ({big}) "
+                         "as its first dimension")
+    outs, configs = {}, {}
+    for b in sizes:
+        sub = [a[:b] if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == big else a
+               for a in args]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with tme.emulate(arch, record=True) as pm, emulate(arch) as em, _launch_log() as log:
+                res = fn(*sub)
+        res = output(res) if output else (res[0] if isinstance(res, (tuple, list)) else res)
+        if not isinstance(res, torch.Tensor) or res.dim() == 0 or res.shape[0] != b:
+            raise ValueError(f"batch_invariance: fn's output at batch size {b} must be a "
+                             f"tensor with {b} rows, got "
+                             f"{getattr(res, 'shape', type(res).__name__)}")
+        outs[b] = res.detach().cpu()
+        configs[b] = _config(log, em, pm)
+    changes = []
+    for r in range(big):
+        holders = [b for b in sizes if b > r]
+        if len(holders) < 2:
+            continue
+        groups: list = []
+        for b in holders:
+            for g in groups:
+                if torch.equal(_bits(outs[g[0]][r]), _bits(outs[b][r])):
+                    g.append(b)
+                    break
+            else:
+                groups.append([b])
+        if len(groups) > 1:
+            vals = [outs[g[0]][r].double() for g in groups]
+            diff = max(float((v - vals[0]).abs().nan_to_num(0).max()) for v in vals)
+            changes.append(RowChange(r, groups, diff))
+    items = {k for c in configs.values() for k in c}
+    differences = {}
+    for k in sorted(items):
+        if k.endswith(" grid"):
+            continue
+        per = {b: configs[b].get(k) for b in sizes}
+        if len({repr(v) for v in per.values()}) > 1:
+            differences[k] = per
+    name = arch if isinstance(arch, str) else getattr(arch, "describe", lambda: str(arch))()
+    return InvarianceReport(name, sizes, changes, configs, differences)
