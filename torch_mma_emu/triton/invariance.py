@@ -124,7 +124,7 @@ def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], a
     """Run ``fn`` at each batch size on ``arch`` and report the rows whose bits change
     (module doc).  ``output``: picks the tensor to compare from ``fn``'s result (default:
     the result itself, or its first element when it is a tuple / list)."""
-    import torch_mma_emu as tme
+    from ..preview import emulate as torch_emulate
     from .context import emulate
     sizes = sorted({int(b) for b in batch_sizes})
     if len(sizes) < 2 or sizes[0] < 1:
@@ -142,7 +142,7 @@ def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], a
                for a in args]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with tme.emulate(arch, record=True) as pm, emulate(arch) as em, _launch_log() as log:
+            with torch_emulate(arch, record=True) as pm, emulate(arch) as em, _launch_log() as log:
                 res = fn(*sub)
         res = output(res) if output else (res[0] if isinstance(res, (tuple, list)) else res)
         if not isinstance(res, torch.Tensor) or res.dim() == 0 or res.shape[0] != b:
