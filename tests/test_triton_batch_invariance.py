@@ -92,3 +92,20 @@ def test_bad_input_is_named():
     with pytest.raises(ValueError, match="rows"):
         tmt.batch_invariance(lambda a, b: (a @ b).sum(), (x[:2].float(), w.float()), [1, 2],
                              "H100")
+
+
+@pytest.mark.slow          # two FPRev reveals of a 128-term emulated sum (~30 s)
+def test_fprev_trees_name_the_split():
+    x, w = _data()
+    rep = tmt.batch_invariance(launcher(True), (x[:8], w), [2, 8], "H100", trees=(0, 1))
+    assert rep.rows == [0, 1]
+    t = rep.trees[0]
+    assert set(t) == {2, 8}
+    assert t[2].startswith("2 blocks of 64") and t[8].startswith("chain of")
+    assert "summation tree of row 0 (FPRev)" in str(rep)
+
+
+def test_trees_argument_is_checked():
+    x, w = _data()
+    with pytest.raises(ValueError, match="trees=\\(x, w\\)"):
+        tmt.batch_invariance(launcher(True), (x[:8], w), [2, 8], "H100", trees=(0, 5))

@@ -15,7 +15,14 @@ here), each ``tl.dot``'s instruction plan (``em.counts``), the reduction / math 
 lines of ``em.summary()``, and each torch product's record (op, format, shapes).
 ``report.differences`` keeps the items that are not the same at every batch size; a launch's
 grid is listed but not counted as a difference (it follows the batch by construction).
-Reduction trees (FPRev, torch_mma_emu.fprev) are not yet derived per changed row.
+
+``trees=(x, w)``, for a function whose output row r, column 0 sums ``args[x][r, k] *
+args[w][k, 0]`` over k (a linear layer, a GEMM kernel): the summation tree of the first
+``tree_rows`` changed rows at one batch size of each group, revealed with FPRev
+(torch_mma_emu.fprev: probes in row r of ``args[x]``, ones in column 0 of ``args[w]``, every
+other element zero) and kept as its description in ``report.trees[row][batch size]``, e.g.
+"2 blocks of 64 (each chain of (16+1)-term fused sums ...)" against "chain of (16+1)-term
+fused sums ...".  Each tree costs about K emulated runs.
 """
 from __future__ import annotations
 
@@ -50,6 +57,7 @@ class InvarianceReport:
     changes: list                      # RowChange per changed row
     configs: dict                      # batch size -> {item: value}
     differences: dict                  # item -> {batch size: value}, items that vary
+    trees: dict = dataclasses.field(default_factory=dict)   # row -> {batch size: FPRev tree}
 
     @property
     def rows(self) -> list:
@@ -71,6 +79,9 @@ class InvarianceReport:
                 lines.append(f"  {item}: {vals}")
         elif self.changes:
             lines.append("no launch, dot plan or product record changes with the batch size")
+        for row, per in self.trees.items():
+            lines.append(f"summation tree of row {row} (FPRev):")
+            lines += [f"  b={b}: {d}" for b, d in per.items()]
         return "\n".join(lines)
 
 
@@ -119,8 +130,26 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def _tree(fn, args, b, big, row, x, w, run, pick):
+    from .. import fprev
+    sub = [a[:b] if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == big else a
+           for a in args]
+    X, W = sub[x], sub[w]
+    ones = torch.zeros_like(W)
+    ones[:, 0] = 1
+
+    def summed(v):
+        probe = torch.zeros_like(X)
+        probe[row] = v.to(X.dtype)
+        call = list(sub)
+        call[x], call[w] = probe, ones
+        return pick(run(fn, call))[row, 0]
+    return fprev.reveal(summed, X.shape[1], dtype=X.dtype).describe()
+
+
 def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], arch, *,
-                     output: Callable = None) -> InvarianceReport:
+                     output: Callable = None, trees: tuple = None,
+                     tree_rows: int = 1) -> InvarianceReport:
     """Run ``fn`` at each batch size on ``arch`` and report the rows whose bits change
     (module doc).  ``output``: picks the tensor to compare from ``fn``'s result (default:
     the result itself, or its first element when it is a tuple / list)."""
@@ -136,15 +165,30 @@ def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], a
     if not any(isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == big for a in args):
         raise ValueError(f"batch_invariance: no argument has the largest batch size ({big}) "
                          "as its first dimension")
+    if trees is not None and not (len(trees) == 2 and all(
+            isinstance(i, int) and 0 <= i < len(args) and isinstance(args[i], torch.Tensor)
+            and args[i].dim() == 2 for i in trees)):
+        raise ValueError("batch_invariance: trees=(x, w) names two 2-D tensor arguments by "
+                         f"position (x: (batch, K), w: (K, N)), got {trees!r}")
+
+    def pick(res):
+        return output(res) if output else (res[0] if isinstance(res, (tuple, list)) else res)
+
+    def quiet(f, call):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with torch_emulate(arch), emulate(arch):
+                return f(*call)
     outs, configs = {}, {}
     for b in sizes:
         sub = [a[:b] if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == big else a
                for a in args]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with torch_emulate(arch, record=True) as pm, emulate(arch) as em, _launch_log() as log:
+            with torch_emulate(arch, record=True) as pm, emulate(arch) as em, \
+                    _launch_log() as log:
                 res = fn(*sub)
-        res = output(res) if output else (res[0] if isinstance(res, (tuple, list)) else res)
+        res = pick(res)
         if not isinstance(res, torch.Tensor) or res.dim() == 0 or res.shape[0] != b:
             raise ValueError(f"batch_invariance: fn's output at batch size {b} must be a "
                              f"tensor with {b} rows, got "
@@ -176,5 +220,10 @@ def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], a
         per = {b: configs[b].get(k) for b in sizes}
         if len({repr(v) for v in per.values()}) > 1:
             differences[k] = per
+    found = {}
+    if trees is not None:
+        for c in changes[:tree_rows]:
+            found[c.row] = {g[0]: _tree(fn, args, g[0], big, c.row, trees[0], trees[1],
+                                        quiet, pick) for g in c.groups}
     name = arch if isinstance(arch, str) else getattr(arch, "describe", lambda: str(arch))()
-    return InvarianceReport(name, sizes, changes, configs, differences)
+    return InvarianceReport(name, sizes, changes, configs, differences, found)
