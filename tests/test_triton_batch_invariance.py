@@ -1,4 +1,4 @@
-"""tmt.batch_invariance: a matmul kernel with fixed tiles is batch-invariant on every arch;
+"""tme.batch_invariance: a matmul kernel with fixed tiles is batch-invariant on every arch;
 one that splits K for small batches (as libraries do to fill the GPU) changes exactly the
 rows the small batches hold, and the report names the split; torch code under tme.emulate
 is checked the same way."""
@@ -8,6 +8,7 @@ import torch
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
+import torch_mma_emu as tme  # noqa: E402
 import torch_mma_emu.triton as tmt  # noqa: E402
 
 
@@ -44,7 +45,7 @@ def _data():
 
 @pytest.mark.parametrize("arch", ["H100", "A100", "MI300X"])
 def test_fixed_tiles_are_batch_invariant(arch):
-    rep = tmt.batch_invariance(launcher(False), _data(), [1, 3, 8, 12], arch)
+    rep = tme.batch_invariance(launcher(False), _data(), [1, 3, 8, 12], arch)
     assert rep.invariant and rep.rows == [] and "every row has the same bits" in str(rep)
     assert any(k.startswith("tl.dot") for k in rep.configs[12])
     assert not [k for k in rep.differences if "SPLIT" in k]
@@ -52,7 +53,7 @@ def test_fixed_tiles_are_batch_invariant(arch):
 
 @pytest.mark.parametrize("arch", ["H100", "MI300X"])
 def test_split_for_small_batches_changes_exactly_their_rows(arch):
-    rep = tmt.batch_invariance(launcher(True), _data(), [2, 4, 8, 12], arch)
+    rep = tme.batch_invariance(launcher(True), _data(), [2, 4, 8, 12], arch)
     assert rep.rows == [0, 1, 2, 3]          # rows 4-11 only ran unsplit
     assert rep.changes[0].groups == [[2, 4], [8, 12]]
     assert rep.changes[3].groups == [[4], [8, 12]]
@@ -70,7 +71,7 @@ def test_split_for_small_batches_changes_exactly_their_rows(arch):
 def test_torch_code_under_emulate():
     x = torch.randn(9, 64, generator=torch.Generator().manual_seed(1))
     W = torch.randn(64, 16, generator=torch.Generator().manual_seed(2))
-    rep = tmt.batch_invariance(lambda a, b: a @ b, (x, W), [1, 5, 9], "H100")
+    rep = tme.batch_invariance(lambda a, b: a @ b, (x, W), [1, 5, 9], "H100")
     assert rep.invariant
     assert any(k.startswith("torch aten.mm") for k in rep.configs[9]), rep.configs[9]
 
@@ -78,7 +79,7 @@ def test_torch_code_under_emulate():
         if a.shape[0] <= 4:
             return a[:, :32] @ b[:32] + a[:, 32:] @ b[32:]
         return a @ b
-    rep = tmt.batch_invariance(chunked, (x, W), [1, 4, 9], "H100")
+    rep = tme.batch_invariance(chunked, (x, W), [1, 4, 9], "H100")
     assert rep.rows == [0, 1, 2, 3]
     assert any("aten.add" in k or "[(4, 32)" in k or "32" in k for k in rep.differences)
 
@@ -86,18 +87,18 @@ def test_torch_code_under_emulate():
 def test_bad_input_is_named():
     x, w = _data()
     with pytest.raises(ValueError, match="two distinct batch sizes"):
-        tmt.batch_invariance(launcher(False), (x, w), [4], "H100")
+        tme.batch_invariance(launcher(False), (x, w), [4], "H100")
     with pytest.raises(ValueError, match="largest batch size"):
-        tmt.batch_invariance(launcher(False), (x, w), [1, 64], "H100")
+        tme.batch_invariance(launcher(False), (x, w), [1, 64], "H100")
     with pytest.raises(ValueError, match="rows"):
-        tmt.batch_invariance(lambda a, b: (a @ b).sum(), (x[:2].float(), w.float()), [1, 2],
+        tme.batch_invariance(lambda a, b: (a @ b).sum(), (x[:2].float(), w.float()), [1, 2],
                              "H100")
 
 
 @pytest.mark.slow          # two FPRev reveals of a 128-term emulated sum (~30 s)
 def test_fprev_trees_name_the_split():
     x, w = _data()
-    rep = tmt.batch_invariance(launcher(True), (x[:8], w), [2, 8], "H100", trees=(0, 1))
+    rep = tme.batch_invariance(launcher(True), (x[:8], w), [2, 8], "H100", trees=(0, 1))
     assert rep.rows == [0, 1]
     t = rep.trees[0]
     assert set(t) == {2, 8}
@@ -108,4 +109,4 @@ def test_fprev_trees_name_the_split():
 def test_trees_argument_is_checked():
     x, w = _data()
     with pytest.raises(ValueError, match="trees=\\(x, w\\)"):
-        tmt.batch_invariance(launcher(True), (x[:8], w), [2, 8], "H100", trees=(0, 5))
+        tme.batch_invariance(launcher(True), (x[:8], w), [2, 8], "H100", trees=(0, 5))

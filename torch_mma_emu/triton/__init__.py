@@ -16,10 +16,8 @@ from .choice import PATHS, DotPlan, choose
 from .context import TritonEmulation, emulate, interpret
 from .device_queries import device_queries
 from .hook import current
-from .invariance import InvarianceReport, batch_invariance
 
-__all__ = ["emulate", "interpret", "device_queries", "batch_invariance", "InvarianceReport",
-           "choose", "DotPlan", "PATHS", "TritonEmulation", "active",
+__all__ = ["emulate", "interpret", "device_queries", "choose", "DotPlan", "PATHS", "TritonEmulation", "active",
            "emulating"]
 
 

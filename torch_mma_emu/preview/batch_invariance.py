@@ -1,6 +1,6 @@
 """Batch invariance: does a row's result depend on how many rows ran with it?
 
-    report = tmt.batch_invariance(fn, (x, W), batch_sizes=[1, 4, 32], arch="H100")
+    report = tme.batch_invariance(fn, (x, W), batch_sizes=[1, 4, 32], arch="H100")
     print(report)            # the rows whose bits change, and what changed with the batch
     report.rows              # [0, 1, 2, 3]: row indices whose bits differ between sizes
 
@@ -87,7 +87,7 @@ class InvarianceReport:
 
 @contextlib.contextmanager
 def _launch_log():
-    from . import hook
+    from ..triton import hook
     log = []
     orig = hook._launch
 
@@ -153,8 +153,8 @@ def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], a
     """Run ``fn`` at each batch size on ``arch`` and report the rows whose bits change
     (module doc).  ``output``: picks the tensor to compare from ``fn``'s result (default:
     the result itself, or its first element when it is a tuple / list)."""
-    from ..preview import emulate as torch_emulate
-    from .context import emulate
+    from ..triton.context import emulate
+    from .mode import emulate as torch_emulate
     sizes = sorted({int(b) for b in batch_sizes})
     if len(sizes) < 2 or sizes[0] < 1:
         raise ValueError("batch_invariance: give at least two distinct batch sizes >= 1, "
