@@ -108,6 +108,47 @@ def rsqrt_ref(x: float) -> float:
     return float((Fraction(1, 2) + Fraction(frac, 1 << 24)) * Fraction(2) ** (-k // 2))
 
 
+def sqrt_ref(x: float) -> float:
+    b = b32(x)
+    e, m = (b >> 23) & 0xFF, b & ((1 << 23) - 1)
+    if math.isnan(x) or (x < 0 and e != 0) or x == -math.inf:
+        return f32(NAN_BITS)
+    if e == 0:
+        return math.copysign(0.0, x)
+    if e == 255:
+        return math.inf
+    k, idx = e - 127, m >> 17
+    if k % 2:
+        k, idx = k - 1, idx + 64
+    c0, c1, c2 = tables.SQRT[idx]
+    xl = m & ((1 << 17) - 1)
+    s = (c0 << 33) + (c1 * xl << 18) - c2 * sq_ref(xl) + (tables.SQRT_BIAS >> 29)
+    return float((1 + Fraction((s >> 35) & ((1 << 23) - 1), 1 << 23)) * Fraction(2) ** (k // 2))
+
+
+def lg2_ref(x: float) -> float:
+    b = b32(x)
+    e, m = (b >> 23) & 0xFF, b & ((1 << 23) - 1)
+    if math.isnan(x) or (x < 0 and e != 0) or x == -math.inf:
+        return f32(NAN_BITS)
+    if e == 0:
+        return -math.inf
+    if e == 255:
+        return math.inf
+    if x == 1:
+        return 0.0
+    c0, c1, c2 = tables.LG2[m >> 17]
+    xl = m & ((1 << 17) - 1)
+    s = (c0 << 30) + (c1 * xl << 18) - c2 * sq_ref(xl) + (tables.LG2_BIAS >> 31)
+    v = abs(s + ((e - 127) << 56)) >> 20 << 20      # a fixed-point magnitude, truncated
+    if v == 0:
+        return 0.0
+    top = v.bit_length() - 1                         # renormalise to 23 fraction bits
+    frac = (v >> (top - 23)) & ((1 << 23) - 1) if top >= 23 else (v << (23 - top)) & ((1 << 23) - 1)
+    mag = (1 + Fraction(frac, 1 << 23)) * Fraction(2) ** (top - 56)
+    return float(-mag if e < 127 else mag)
+
+
 def _sample(rng, n):
     """Random bit patterns plus the edges: powers of two and their neighbours, table row
     starts, integers and halves, subnormals, signed zeros, infinities, NaN."""
@@ -124,7 +165,9 @@ def _sample(rng, n):
 
 @pytest.mark.parametrize("name,ref", [("ex2.approx.ftz.f32", ex2_ref),
                                       ("rcp.approx.ftz.f32", rcp_ref),
-                                      ("rsqrt.approx.ftz.f32", rsqrt_ref)])
+                                      ("rsqrt.approx.ftz.f32", rsqrt_ref),
+                                      ("sqrt.approx.ftz.f32", sqrt_ref),      # candidates
+                                      ("lg2.approx.ftz.f32", lg2_ref)])
 def test_mufu_matches_scalar_reference(name, ref):
     x = _sample(np.random.default_rng(7), 3000)
     got = ev(name, x).view(np.uint32)
@@ -151,7 +194,13 @@ def test_tables_interpolate_their_functions():
     for i, (c0, _, _) in enumerate(tables.RSQ):
         m = (1 + (i % 64) / 64) * (2 if i >= 64 else 1)
         assert abs(c0 / 2 ** 26 - 1 / math.sqrt(m)) < 2 ** -22
-    assert len(tables.EX2) == 64 and len(tables.RCP) == len(tables.RSQ) == 128
+    for i, (c0, _, _) in enumerate(tables.SQRT):
+        m = (1 + (i % 64) / 64) * (2 if i >= 64 else 1)
+        assert abs(c0 / 2 ** 25 - math.sqrt(m)) < 2 ** -22
+    for i, (c0, _, _) in enumerate(tables.LG2):
+        assert abs(c0 / 2 ** 26 - math.log2(1 + i / 64)) < 2 ** -22
+    assert len(tables.EX2) == len(tables.LG2) == 64
+    assert len(tables.RCP) == len(tables.RSQ) == len(tables.SQRT) == 128
 
 
 @pytest.mark.parametrize("name,fn,lo,hi,bound", [
@@ -340,3 +389,76 @@ def test_evaluate_rejects_bad_input():
         gpu_math.evaluate("ex2.approx.f32", np.float32([1]), np.float32([1]))
     out = gpu_math.evaluate("div.full.f32", np.ones((2, 3), F), 2.0)      # broadcasts
     assert out.shape == (2, 3) and out.dtype == F and np.all(out == 0.5)
+
+
+def test_ptx_run_follows_branches_per_lane():
+    """gpu_math.ptx_run: forward branches are per lane, predicates and integer ops as PTX
+    defines them (unordered compares true on NaN), unsupported code raises."""
+    from torch_mma_emu.gpu_math import ptx_run
+    ptx = """
+    @%p9 ld.global.b32 { %r1 }, [ %rd1 + 0 ];
+    setp.ltu.f32 %p1, %r1, 0f00000000;
+    mov.b32 %r2, %r1;
+    @%p1 bra $L__A;
+    mul.f32 %r2, %r1, 0f40000000;
+    $L__A:
+    add.s32 %r3, %r2, -1;
+    setp.lt.s32 %p7, %r8, %r9;
+    @%p7 st.global.b32 [ %rd2 + 0 ], { %r3 };
+    """
+    prog, src, dst = ptx_run.routine(ptx)
+    assert [p[0] for p in prog] == ["setp.ltu.f32", "mov.b32", "bra", "mul.f32", "label",
+                                    "add.s32"]           # the store's mask is not sliced in
+    x = np.array([-3.0, 2.0, np.nan, 0.0], F)
+    got = ptx_run.run(prog, src, dst, x).view(np.uint32)
+    want = np.array([x[0], 4.0, x[2], 0.0], F).view(np.uint32) - np.uint32(1)
+    assert np.array_equal(got, want)
+    bad, s, d = ptx_run.routine(ptx.replace("mul.f32 %r2, %r1, 0f40000000",
+                                            "ld.local.b32 %r2, [%rd5]"))
+    with pytest.raises(ptx_run.Unsupported):
+        ptx_run.run(bad, s, d, x)
+
+
+def test_large_inputs_run_in_chunks(monkeypatch):
+    monkeypatch.setattr(gpu_math, "CHUNK", 1000)
+    x = np.random.default_rng(8).uniform(-20, 20, 4321).astype(F)
+    chunked = gpu_math.evaluate("ex2.approx.f32", x.reshape(29, 149))
+    monkeypatch.setattr(gpu_math, "CHUNK", 1 << 22)
+    assert np.array_equal(chunked.reshape(-1), gpu_math.evaluate("ex2.approx.f32", x))
+
+
+@pytest.mark.parametrize("mode", ["rm", "rp", "rz"])
+def test_directed_fma_brackets_the_exact_value(mode):
+    from torch_mma_emu.gpu_math import ieee
+    a, b, c = _adversarial(np.random.default_rng(12), 1500)
+    got = ieee.fma_directed(a, b, c, mode)
+    for x, y, z, g in zip(a, b, c, got):
+        q = Fraction(float(x)) * Fraction(float(y)) + Fraction(float(z))
+        lo, hi = Fraction(float(np.nextafter(g, F(-np.inf)))), Fraction(float(np.nextafter(g, F(np.inf))))
+        gq = Fraction(float(g))
+        if mode == "rm" or (mode == "rz" and q >= 0):
+            assert gq <= q < hi, (x, y, z, g)
+        else:
+            assert lo < q <= gq, (x, y, z, g)
+
+
+def test_ptx_run_if_else_diamond():
+    """``@p bra`` to the else block and ``bra.uni`` over it (how LLVM lays out if / else):
+    each lane takes exactly one side."""
+    from torch_mma_emu.gpu_math import ptx_run
+    ptx = """
+    ld.global.b32 { %r1 }, [ %rd1 + 0 ];
+    setp.lt.f32 %p1, %r1, 0f00000000;
+    @%p1 bra $L__ELSE;
+    bra.uni $L__THEN;
+    $L__ELSE:
+    mul.f32 %r2, %r1, 0fC0000000;
+    bra.uni $L__END;
+    $L__THEN:
+    add.f32 %r2, %r1, 0f3F800000;
+    $L__END:
+    st.global.b32 [ %rd2 + 0 ], { %r2 };
+    """
+    prog, src, dst = ptx_run.routine(ptx)
+    x = np.array([-1.5, 2.0, -0.25, 0.0], F)
+    assert np.array_equal(ptx_run.run(prog, src, dst, x), np.where(x < 0, -2 * x, x + 1))

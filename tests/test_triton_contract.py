@@ -147,3 +147,27 @@ def test_interpret_block_does_not_contract():
     with tmt.interpret() as em:
         affine[(1,)](x, y, 64, BLOCK=64)
     assert torch.equal(y, x * 0.1 + 1.0) and "contraction" not in em.summary()
+
+
+@triton.jit
+def dot_plus_product(A, B, X, Y, OUT, N: tl.constexpr):
+    r = tl.arange(0, N)
+    a = tl.load(A + r[:, None] * N + r[None, :])
+    b = tl.load(B + r[:, None] * N + r[None, :])
+    x = tl.load(X + r[:, None] * N + r[None, :])
+    y = tl.load(Y + r[:, None] * N + r[None, :])
+    tl.store(OUT + r[:, None] * N + r[None, :], tl.dot(a, b) + x * y)
+
+
+def test_a_dot_takes_the_product_as_its_accumulator_not_an_fma():
+    """The TTIR combine pass folds ``tl.dot(a, b) + x * y`` into ``tl.dot(a, b, x * y)``
+    before LLVM sees an addition: the product is rounded and is the dot's C."""
+    import torch_mma_emu as tme
+    g = torch.Generator().manual_seed(6)
+    A, B = (torch.randn(32, 32, generator=g).half() for _ in range(2))
+    X, Y = (torch.randn(32, 32, generator=g) for _ in range(2))
+    out = torch.empty(32, 32)
+    with tmt.emulate("H100") as em:
+        dot_plus_product[(1,)](A, B, X, Y, out, N=32)
+    assert torch.equal(out, tme.emulated_mm(A, B, X * Y, arch="sm90"))
+    assert "fused into fma" not in em.summary() or "0 product-additions" in em.summary()

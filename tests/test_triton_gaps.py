@@ -112,3 +112,26 @@ def test_cached_launch_result_relaunches(name, block):
         k[(2,)](x1, y, 64, 2.0, BLOCK=32)
         k[(2,)](x2, y, 64, 0.5, BLOCK=32)
     assert torch.equal(y, x2 * 0.5)
+
+
+def test_driver_queries_answer_as_the_block_arch(tmp_path, monkeypatch):
+    """A library that asks Triton's driver for the target at import (FlagGems does) fails
+    on a CPU with '0 active drivers'; imported inside a block it sees the emulated GPU."""
+    if torch.cuda.is_available():
+        pytest.skip("a real driver answers here")
+    mod = tmp_path / "asks_at_import.py"
+    mod.write_text("import triton\n"
+                   "TARGET = triton.runtime.driver.active.get_current_target()\n"
+                   "PROPS = triton.runtime.driver.active.utils.get_device_properties(0)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(RuntimeError, match="active drivers"):
+        triton.runtime.driver.active.get_current_target()
+    with tmt.emulate("H100"):
+        import asks_at_import
+    assert (asks_at_import.TARGET.backend, asks_at_import.TARGET.arch) == ("cuda", 90)
+    assert asks_at_import.PROPS["multiprocessor_count"] == 132
+    with tmt.emulate("MI300X"):
+        t = triton.runtime.driver.active.get_current_target()
+        with pytest.raises(RuntimeError, match="cannot be timed"):
+            triton.runtime.driver.active.get_benchmarker()(lambda: None)
+    assert (t.backend, t.arch, t.warp_size) == ("hip", "gfx942", 64)

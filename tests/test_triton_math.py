@@ -54,8 +54,11 @@ SIG = {"X": "*fp32", "Y": "*fp32", "Z": "*fp32", "OUT": "*fp32", "N": "i32",
 PTX_NAME = {"mul.rn.f32": "mul.f32"}        # PTX writes the default rounding without .rn
 
 
-@pytest.mark.parametrize("method", sorted(target_math.SEQUENCES))
-def test_table_is_the_compiled_ptx(method):
+MINMAX = {"create_maxnumf", "create_minnumf", "create_maximumf", "create_minimumf"}
+
+
+@pytest.mark.parametrize("method", sorted(set(target_math.SEQUENCES) - MINMAX))
+def test_table_is_the_compiled_ptx(method):          # min / max: their own test below
     ptx = ptx_of.compile_ptx(unary, SIG, {"OP": method, "BLOCK": 32}, num_warps=1)
     ops = ptx_of.float_ops(ptx)
     steps = target_math.SEQUENCES[method][1]["fp32"]
@@ -109,17 +112,64 @@ def test_emulated_kernel_returns_the_model_bits(method):
         assert not torch.equal(plain.view(torch.int32), got.view(torch.int32))
 
 
+def _ulps(got, ref):
+    fin = np.isfinite(ref) & (ref != 0)
+    sp = np.spacing(np.abs(ref[fin]).astype(np.float32)).astype(np.float64)
+    return np.max(np.abs(got[fin].astype(np.float64) - ref[fin]) / sp)
+
+
+@pytest.mark.parametrize("method,fn,ulp", [("create_log", np.log, 1), ("create_log2", np.log2, 1),
+                                           ("create_erf", None, 2)])
+def test_libdevice_routines_run_as_their_ptx(method, fn, ulp):
+    """__nv_logf / __nv_log2f / __nv_erff cut out of the PTX and run instruction by
+    instruction: within CUDA's documented error bounds (logf, log2f: 1 ulp; erff: 2 ulp),
+    with libdevice's special values, and named bit-exact (every instruction is)."""
+    import math
+    x, y, z = _inputs()
+    x = torch.cat([x, torch.rand(3584, generator=torch.Generator().manual_seed(3)) * 8])
+    got, em = _run(tmt.emulate("H100"), method, x, torch.zeros_like(x), torch.zeros_like(x))
+    name = target_math.LIBDEVICE[(method, "fp32")]
+    assert f"{name} (its" in em.summary() and "[bit-exact]" in em.summary()
+    xs = x.numpy().astype(np.float64)
+    with np.errstate(all="ignore"):
+        ref = fn(xs) if fn else np.vectorize(math.erf)(xs)
+    normal = np.abs(xs) >= 2.0 ** -126          # erf's abs.ftz flushes subnormal inputs
+    assert _ulps(got.numpy()[normal], ref[normal]) <= ulp
+    g = got.numpy()[:8]                  # 0, -0, inf, -inf, nan, 1e-40, -130, 88
+    bits = g.view(np.uint32)
+    if method != "create_erf":
+        assert g[0] == g[1] == -np.inf and g[2] == np.inf and bits[3] == bits[4] == 0x7FFFFFFF
+        assert np.isfinite(g[5]) and g[5] < -90 and bits[6] == 0x7FFFFFFF
+    else:
+        assert g[2] == 1 and g[3] == -1 and bits[1] == 0x80000000 and bits[4] == 0x7FFFFFFF
+
+
+@pytest.mark.parametrize("method,fn", [("create_sin", np.sin), ("create_cos", np.cos)])
+def test_sin_cos_fast_path_as_ptx_slow_path_named(method, fn):
+    """__nv_sinf / __nv_cosf: their fast path runs as PTX (within CUDA's 2 ulp, infinities
+    to NaN); lanes that reach the large-argument reduction (local memory, a loop:
+    |x| >= 105615) are float64 rounded and named APPROXIMATE."""
+    x, y, z = _inputs()
+    x[100:104] = torch.tensor([1e6, -3e7, 105616.0, 2e38])
+    got, em = _run(tmt.emulate("H100"), method, x, y, z)
+    s = em.summary()
+    name = target_math.LIBDEVICE[(method, "fp32")]
+    assert f"{name} (its" in s and "[bit-exact]" in s
+    assert f"{name} slow path, 4 elements" in s and "[APPROXIMATE]" in s
+    assert np.all(got.numpy()[2:4].view(np.uint32) == 0x7FFFFFFF)     # sin/cos(+-inf)
+    xs = x.numpy().astype(np.float64)
+    ok = np.isfinite(xs) & (np.abs(xs) < 105615) & (np.abs(xs) >= 2.0 ** -126)
+    assert _ulps(got.numpy()[ok], fn(xs[ok])) <= 2
+    big = np.abs(xs) >= 105615
+    assert np.allclose(got.numpy()[big & np.isfinite(xs)], fn(xs[big & np.isfinite(xs)]),
+                       atol=1e-6)
+
+
 def test_approximate_functions_are_named():
     x, y, z = _inputs()
-    got, em = _run(tmt.emulate("H100"), "create_log", x.abs() + 0.5, y, z)
-    s = em.summary()
-    assert "tl.log fp32 = __nv_logf" in s and "APPROXIMATE" in s
-    assert target_math.approximate(em) == ["tl.log fp32 = __nv_logf (float64 rounded)"]
-    ref = np.log((x.abs() + 0.5).numpy().astype(np.float64))
-    fin = np.isfinite(ref)
-    assert np.max(np.abs(got.numpy()[fin] / ref[fin] - 1)) < 2 ** -22
     _, em = _run(tmt.emulate("H100"), "create_sqrt", x.abs(), y, z)
     assert "tl.sqrt fp32 = sqrt.approx.ftz.f32 [APPROXIMATE]" in em.summary()
+    assert target_math.approximate(em) == ["tl.sqrt fp32 = sqrt.approx.ftz.f32"]
 
 
 def test_exact_math_false_keeps_numpy_and_says_so():
@@ -134,3 +184,74 @@ def test_amd_target_is_named_approximate():
     x, y, z = _inputs()
     _, em = _run(tmt.emulate("MI300X"), "create_exp", x, y, z)
     assert "gfx942: not modelled" in em.summary() and "APPROXIMATE" in em.summary()
+
+
+@triton.jit
+def libdevice_calls(X, Y, OP: tl.constexpr, BLOCK: tl.constexpr):
+    from triton.language.extra.cuda import libdevice  # noqa: F401 (the scan finds the names)
+    o = tl.arange(0, BLOCK)
+    x = tl.load(X + o)
+    if OP == "exp":
+        r = libdevice.exp(x)
+    elif OP == "tanh":
+        r = libdevice.tanh(x)
+    else:
+        r = libdevice.rsqrt(x)
+    tl.store(Y + o, r)
+
+
+@pytest.mark.parametrize("op,fn", [("exp", np.exp), ("tanh", np.tanh),
+                                   ("rsqrt", lambda v: 1 / np.sqrt(v))])
+def test_libdevice_calls_run_as_their_ptx(op, fn):
+    """The interpreter raises on any libdevice call; inside emulate("H100") a unary fp32 one
+    runs as the PTX it inlines to (CUDA's bounds: expf, tanhf 2 ulp; rsqrtf 2 ulp)."""
+    x = torch.randn(1024, generator=torch.Generator().manual_seed(5)) * 4
+    if op == "rsqrt":
+        x = x.abs() + 1e-3
+    y = torch.empty_like(x)
+    with tmt.emulate("H100") as em:
+        libdevice_calls[(1,)](x, y, OP=op, BLOCK=1024)
+    assert f"libdevice.{op} fp32 = __nv_{op}f (its" in em.summary()
+    assert "[bit-exact]" in em.summary()
+    assert _ulps(y.numpy(), fn(x.numpy().astype(np.float64))) <= 2
+    with pytest.raises(Exception):
+        with tmt.interpret():
+            libdevice_calls[(1,)](x, y, OP=op, BLOCK=1024)
+
+
+@triton.jit
+def minmax_kernel(X, Y, OUT, OP: tl.constexpr, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    x = tl.load(X + o)
+    y = tl.load(Y + o)
+    if OP == 0:
+        r = tl.maximum(x, y)
+    elif OP == 1:
+        r = tl.minimum(x, y)
+    elif OP == 2:
+        r = tl.maximum(x, y, propagate_nan=tl.PropagateNan.ALL)
+    else:
+        r = tl.minimum(x, y, propagate_nan=tl.PropagateNan.ALL)
+    tl.store(OUT + o, r)
+
+
+@pytest.mark.parametrize("op,ptx", [(0, "max.f32"), (1, "min.f32"), (2, "max.NaN.f32"),
+                                    (3, "min.NaN.f32")])
+def test_maximum_minimum_nan_as_ptx(op, ptx):
+    """tl.maximum / tl.minimum compile to max.f32 / min.f32, which return the non-NaN
+    operand (the interpreter's np.maximum returns NaN); propagate_nan=ALL to max.NaN.f32."""
+    sig = {"X": "*fp32", "Y": "*fp32", "OUT": "*fp32", "OP": "constexpr", "BLOCK": "constexpr"}
+    assert ptx_of.float_ops(ptx_of.compile_ptx(minmax_kernel, sig, {"OP": op, "BLOCK": 32},
+                                               num_warps=1)) == [ptx]
+    x = torch.tensor([float("nan"), 1.0, float("nan"), -2.0, 3.0, 0.5, -1.0, 7.0])
+    y = torch.tensor([2.0, float("nan"), float("nan"), -3.0, 3.0, -0.5, -1.5, 1.0])
+    out = torch.empty(8)
+    with tmt.emulate("H100") as em:
+        minmax_kernel[(1,)](x, y, out, OP=op, BLOCK=8)
+    big = op in (0, 2)
+    want = torch.maximum(x, y) if big else torch.minimum(x, y)          # NaN-propagating
+    if op < 2:
+        want = torch.where(x.isnan(), y, torch.where(y.isnan(), x, want))
+    assert torch.equal(out.isnan(), want.isnan())
+    assert torch.equal(out[~out.isnan()], want[~want.isnan()])
+    assert f"= {ptx}" in em.summary()

@@ -10,9 +10,10 @@ the model is bit-exact and on what evidence, and the NumPy function.  ::
     gpu_math.evaluate("ex2.approx.ftz.f32", np.float32([0.5, -3.25]))
     gpu_math.FUNCTIONS["div.full.f32"].exact     # True: MUFU.RCP then one FMUL
 
-``exact=False`` marks a model whose core ``MUFU`` op has no public bit model for sm_90
-(LG2, SQRT, SIN, COS, TANH): the float64 function rounded, with the hardware's special
-values, flush-to-zero and range reduction; callers name these as approximate.
+``exact=False`` marks a model whose core ``MUFU`` op has no bit model checked on sm_90:
+LG2 and SQRT are ptx-math's models of sm_5x-sm_75 (candidates until a GPU sweep confirms
+them), SIN, COS and TANH the float64 function rounded, with the hardware's special values,
+flush-to-zero and range reduction; callers name these as approximate.
 """
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ MUFU_EVIDENCE = ("coefficients and structure from B. Carleton's ptx-math (github
 SASS_EVIDENCE = "the SASS ptxas (Triton 3.6's) emits for sm_90, read with cuobjdump"
 IEEE_EVIDENCE = "IEEE 754 correctly rounded (PTX ISA: .rn is round to nearest even)"
 APPROX = "no public bit model of the MUFU op on sm_90: float64 function rounded"
+MINMAX = ("PTX ISA: max/min return the non-NaN operand (.NaN: NaN); zeros of opposite sign "
+          "assumed ordered -0 < +0, not confirmed on hardware")
+CANDIDATE = ("candidate: ptx-math's model (github.com/bcarlet/ptx-math), validated by its author "
+             "on sm_5x-sm_75 GPUs, not yet on sm_90")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,13 +127,14 @@ _ROWS = [
      "2 ulp for |b| in [2^-126, 2^126]", f"{MUFU_EVIDENCE}; {SASS_EVIDENCE}", _div_approx),
     ("div.approx.ftz.f32", 2, _E, "MUFU.RCP(b); FMUL.FTZ", "2 ulp for |b| in [2^-126, 2^126]",
      f"{MUFU_EVIDENCE}; {SASS_EVIDENCE}", lambda a, b: _div_approx(a, b, True)),
-    ("lg2.approx.ftz.f32", 1, _A, "MUFU.LG2", "abs 2^-22.6 for x in [0.5, 2]", APPROX, mufu.lg2),
+    ("lg2.approx.ftz.f32", 1, _A, "MUFU.LG2", "abs 2^-22.6 for x in [0.5, 2]", CANDIDATE,
+     mufu.lg2),
     ("lg2.approx.f32", 1, _A, "|x| < 2^-126: FMUL x, 2^24; MUFU.LG2; FADD r, -24",
-     "abs 2^-22.6 for x in [0.5, 2]", f"{APPROX}; {SASS_EVIDENCE}",
+     "abs 2^-22.6 for x in [0.5, 2]", f"{CANDIDATE}; {SASS_EVIDENCE}",
      lambda x: _scaled_in(x, mufu.lg2, lambda r: ieee.add(r, np.float32(-24)))),
-    ("sqrt.approx.ftz.f32", 1, _A, "MUFU.SQRT", "rel 2^-23", APPROX, mufu.sqrt),
+    ("sqrt.approx.ftz.f32", 1, _A, "MUFU.SQRT", "rel 2^-23", CANDIDATE, mufu.sqrt),
     ("sqrt.approx.f32", 1, _A, "|x| < 2^-126: FMUL x, 2^24; MUFU.SQRT; FMUL r, 2^-12",
-     "rel 2^-23", f"{APPROX}; {SASS_EVIDENCE}",
+     "rel 2^-23", f"{CANDIDATE}; {SASS_EVIDENCE}",
      lambda x: _scaled_in(x, mufu.sqrt, lambda r: ieee.mul(r, np.float32(2.0 ** -12)))),
     ("sin.approx.f32", 1, _A, "FMUL.RZ x, 1/(2 pi); MUFU.SIN", "abs 2^-20.9 in [-pi, pi]",
      f"{APPROX}; {SASS_EVIDENCE}", _trig(mufu.sin)),
@@ -151,6 +157,13 @@ _ROWS = [
     ("mul.rn.f32", 2, _E, "FMUL", "0.5 ulp", IEEE_EVIDENCE, ieee.mul),
     ("add.rn.f32", 2, _E, "FADD", "0.5 ulp", IEEE_EVIDENCE, ieee.add),
     ("sub.rn.f32", 2, _E, "FADD (negated b)", "0.5 ulp", IEEE_EVIDENCE, ieee.sub),
+    # exact but for the sign of a zero result from -0 and +0 (assumed -0 < +0)
+    ("max.f32", 2, _A, "FMNMX", "exact", MINMAX, lambda a, b: ieee.minmax(a, b, "max")),
+    ("min.f32", 2, _A, "FMNMX", "exact", MINMAX, lambda a, b: ieee.minmax(a, b, "min")),
+    ("max.NaN.f32", 2, _A, "FMNMX.NAN", "exact", MINMAX,
+     lambda a, b: ieee.minmax(a, b, "max", True)),
+    ("min.NaN.f32", 2, _A, "FMNMX.NAN", "exact", MINMAX,
+     lambda a, b: ieee.minmax(a, b, "min", True)),
 ]
 FUNCTIONS: dict[str, Record] = {r[0]: Record(*r) for r in _ROWS}
 
@@ -180,8 +193,17 @@ def evaluate(name: str, x, y=None, z=None) -> np.ndarray:
                         f"{', z' if rec.arity > 2 else ''})")
     arrs = np.broadcast_arrays(*[_as_f32(v, name, w) for v, w in zip(args, "xyz")])
     shape = arrs[0].shape
-    out = rec.fn(*[np.ascontiguousarray(a).reshape(-1) for a in arrs])
-    return np.asarray(out, dtype=np.float32).reshape(shape)
+    flat = [np.ascontiguousarray(a).reshape(-1) for a in arrs]
+    n = flat[0].size
+    if n <= CHUNK:
+        return np.asarray(rec.fn(*flat), dtype=np.float32).reshape(shape)
+    out = np.empty(n, np.float32)          # in chunks: the models' temporaries are 64-bit
+    for i in range(0, n, CHUNK):
+        out[i:i + CHUNK] = rec.fn(*[a[i:i + CHUNK] for a in flat])
+    return out.reshape(shape)
+
+
+CHUNK = 1 << 22
 
 
 def approximate() -> list[str]:

@@ -81,3 +81,49 @@ def fma(a, b, c, ftz: bool = False) -> np.ndarray:
         fix = fin & (err != 0) & even               # round to odd: step towards err
         s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
     return _out(s, ftz)
+
+
+def fma_directed(a, b, c, mode: str, ftz: bool = False) -> np.ndarray:
+    """``fma.{rm,rp,rz}.f32``: a*b + c rounded once toward -inf, +inf or zero.  The float64
+    sum and its exact error (TwoSum) give the sign of (exact - nearest float32), which says
+    whether the nearest float32 must step."""
+    a, b, c = _f64(_in(a, ftz), _in(b, ftz), _in(c, ftz))
+    with np.errstate(all="ignore"):
+        p = a * b
+        s = p + c
+        bp = s - c
+        err = (p - bp) + (c - (s - bp))
+        r = s.astype(np.float32)
+        d = np.where(np.isfinite(s), (s - r.astype(np.float64)) + err, 0.0)
+        if mode == "rm":
+            step = np.where(d < 0, -np.inf, 0.0)
+        elif mode == "rp":
+            step = np.where(d > 0, np.inf, 0.0)
+        else:                                       # rz: towards zero
+            step = np.where((r > 0) & (d < 0) | (r < 0) & (d > 0) |
+                            np.isinf(r) & np.isfinite(s), -np.sign(r) * np.inf, 0.0)
+        big = np.isinf(r) & np.isfinite(s)          # past the largest float32
+        if mode == "rm":
+            step = np.where(big & (r > 0), -np.inf, step)
+        elif mode == "rp":
+            step = np.where(big & (r < 0), np.inf, step)
+        move = step != 0
+        r[move] = np.nextafter(r[move], step[move].astype(np.float32))
+    return _out(r.astype(np.float64), ftz)
+
+
+def minmax(a, b, op: str, nan: bool = False) -> np.ndarray:
+    """``max.f32`` / ``min.f32`` (a NaN operand gives the other; both NaN: NaN) and
+    ``max.NaN.f32`` / ``min.NaN.f32`` (any NaN gives NaN).  Zeros of opposite signs are
+    ordered -0 < +0 (IEEE 754-2019 maximumNumber / maximum): an assumption."""
+    a, b = np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32))
+    pick_b = (b > a) if op == "max" else (b < a)
+    zeros = (a == 0) & (b == 0)
+    sb = np.signbit(b)
+    pick_b |= zeros & ((~sb) if op == "max" else sb)
+    na, nb = np.isnan(a), np.isnan(b)
+    if nan:
+        r = np.where(na | nb, np.float32(np.nan), np.where(pick_b, b, a))
+    else:
+        r = np.where(na, b, np.where(nb, a, np.where(pick_b, b, a)))
+    return canon_nan(r)

@@ -6,9 +6,10 @@ a bias, and truncation to 23 fraction bits (the structure and coefficients that 
 ptx-math found and dfyz/reproducible-inference checked on an H100: tables.py).  The
 evaluation below is this project's own, vectorised.  Every MUFU op flushes subnormal inputs
 and results to sign-preserving zero and returns NVIDIA's canonical NaN 0x7fffffff (the SASS
-MUFU reference).  The other MUFU ops (LG2, SQRT, SIN, COS, TANH) have no public bit model
-for sm_90: they are the float64 function rounded to float32 with the same special values,
-and called approximate wherever they are used.
+MUFU reference).  ``MUFU.SQRT`` and ``MUFU.LG2`` are ptx-math's models too, which its
+author validated on sm_5x-sm_75 only: candidates for sm_90, called approximate until the GPU
+sweep confirms them.  SIN, COS and TANH have no public bit model: the float64 function
+rounded to float32 with the same special values, called approximate wherever used.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ def _table(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 _EX2, _RCP, _RSQ = _table(tables.EX2), _table(tables.RCP), _table(tables.RSQ)
+_SQRT, _LG2 = _table(tables.SQRT), _table(tables.LG2)
 
 
 def _dropped(x: np.ndarray) -> np.ndarray:
@@ -162,21 +164,64 @@ def rsqrt(x: np.ndarray) -> np.ndarray:
     return canon_nan(np.where(np.isnan(x), np.float32(np.nan), res))
 
 
+# -- candidates: ptx-math's models of sm_5x-sm_75, not yet checked on sm_90 -----------------
+def sqrt(x: np.ndarray) -> np.ndarray:
+    """``MUFU.SQRT`` = ``sqrt.approx.ftz.f32`` (candidate): the 128-row table as for RSQ
+    (odd exponents take the second half), ``c0 + c1*xl - c2*xl^2``."""
+    x = np.asarray(x, dtype=np.float32)
+    sign, e, m = _parts(x)
+    ub = e - 127
+    odd = (ub & 1) == 1
+    ub = np.where(odd, ub - 1, ub)
+    idx = (m >> U32(17)).astype(np.int64) + np.where(odd, 64, 0)
+    xl = (m & U32((1 << 17) - 1)).astype(U64)
+    c0, c1, c2 = _SQRT[0][idx], _SQRT[1][idx], _SQRT[2][idx]
+    s = (c0 << U64(33)) + ((c1 * xl) << U64(18)) - c2 * approx_square(xl) \
+        + U64(tables.SQRT_BIAS >> 29)
+    frac = ((s >> U64(35)) & U64(MASK23)).astype(U32)
+    out = ((127 + ub // 2).astype(U32) << U32(23)) | frac
+    res = from_bits(np.where(e == 0, U32(0), out)).copy()
+    res[e == 0] = np.copysign(np.float32(0), x[e == 0])   # zero or subnormal (flushed)
+    res[(sign == 1) & (e != 0)] = np.nan
+    res[np.isposinf(x)] = np.inf
+    return canon_nan(np.where(np.isnan(x), np.float32(np.nan), res))
+
+
+def lg2(x: np.ndarray) -> np.ndarray:
+    """``MUFU.LG2`` = ``lg2.approx.ftz.f32`` (candidate): log2 of the mantissa from the
+    64-row table, the exponent added in fixed point, the magnitude truncated to 36 bits
+    above the binary point's 20 lowest and renormalised."""
+    x = np.asarray(x, dtype=np.float32)
+    sign, e, m = _parts(x)
+    xh, xl = (m >> U32(17)).astype(np.int64), (m & U32((1 << 17) - 1)).astype(U64)
+    c0, c1, c2 = _LG2[0][xh], _LG2[1][xh], _LG2[2][xh]
+    s = (c0 << U64(30)) + ((c1 * xl) << U64(18)) - c2 * approx_square(xl) \
+        + U64(tables.LG2_BIAS >> 31)
+    v = np.abs(s.astype(np.int64) + ((e - 127).astype(np.int64) << 56))
+    v = (v & ~np.int64((1 << 20) - 1)).astype(U64)
+    bl = np.zeros(v.shape, np.int64)                    # bit length of v
+    for k in range(64):
+        bl += ((v >> U64(k)) != 0)
+    shift = 56 - (bl - 1)
+    v = np.where(shift >= 0, v << np.clip(shift, 0, 63).astype(U64),
+                 v >> np.clip(-shift, 0, 63).astype(U64))
+    frac = ((v >> U64(33)) & U64(MASK23)).astype(U32)
+    rexp = (127 - shift).clip(1, 254).astype(U32)
+    neg = (e < 127).astype(U32)                         # x < 1
+    out = from_bits((neg << U32(31)) | (rexp << U32(23)) | frac).copy()
+    out[bl == 0] = 0.0
+    out[x == 1] = 0.0
+    zero_in = e == 0
+    out[zero_in] = -np.inf
+    out[(sign == 1) & ~zero_in] = np.nan
+    out[np.isposinf(x)] = np.inf
+    return canon_nan(np.where(np.isnan(x), np.float32(np.nan), out))
+
+
 # -- MUFU ops without a public bit model for sm_90 (approximate) ---------------------------
 def _rounded(f, x: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         return canon_nan(f(flush(x).astype(np.float64)).astype(np.float32))
-
-
-def lg2(x: np.ndarray) -> np.ndarray:
-    """``MUFU.LG2`` (approximate): log2, subnormal inputs flushed (-> -Inf)."""
-    return _rounded(lambda v: np.where(v == 0, -np.inf, np.log2(np.abs(v)) +
-                                       np.where(v < 0, np.nan, 0.0)), x)
-
-
-def sqrt(x: np.ndarray) -> np.ndarray:
-    """``MUFU.SQRT`` (approximate): sqrt, subnormal inputs flushed, sqrt(-0) = -0."""
-    return _rounded(np.sqrt, x)
 
 
 def sin(t: np.ndarray) -> np.ndarray:

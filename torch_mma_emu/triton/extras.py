@@ -5,7 +5,7 @@ compiled code does it (contract.py), atomics recorded (atomics.py), and the inte
 third-party kernels meet (gaps.py).  ``summary_lines`` is what ``em.summary()`` adds."""
 from __future__ import annotations
 
-from . import contract, gaps, target_math, zoo_gaps
+from . import contract, gaps, libdevice_calls, target_math, zoo_gaps
 
 
 def _emulating(block) -> bool:
@@ -42,7 +42,32 @@ def install(set_attr, ti, current) -> None:
              gaps.transform_ast(ti.FunctionRewriter._transform_ast, current))
     from triton.runtime.autotuner import Autotuner
     set_attr(Autotuner, "__getitem__", gaps.autotuner_getitem(Autotuner, current))
+    gaps.install_driver(set_attr, current)
+    prev_ext = IB.create_extern_elementwise
+
+    def create_extern_elementwise(self, libName, libPath, symbol, argList, retType, isPure):
+        block = current()
+        out = None if block is None or not getattr(block, "exact_math", True) else \
+            libdevice_calls.evaluate(block, symbol, argList, target_math.counts(block))
+        if out is None:
+            return prev_ext(self, libName, libPath, symbol, argList, retType, isPure)
+        return out
+    set_attr(IB, "create_extern_elementwise", create_extern_elementwise)
     zoo_gaps.install(set_attr, ti, current)
+
+
+def patch_lang(lang, scope) -> None:
+    """With ``triton.language`` patched for an interpreted launch: libdevice's functions too
+    (the interpreter leaves them calling the compiler's semantic, which fails)."""
+    import triton.language as tl
+    if lang is not tl:
+        return
+    from triton.runtime import interpreter as ti
+    try:
+        from triton.language.extra.cuda import libdevice
+    except ImportError:
+        return
+    ti._patch_builtin(libdevice, ti.interpreter_builder, scope)
 
 
 def begin_launch(block, fn, args, kwargs) -> None:
@@ -50,6 +75,9 @@ def begin_launch(block, fn, args, kwargs) -> None:
     block._launch_info = None
     if _emulating(block) and block.arch is not None and block.vendor == "nvidia":
         block._launch_info = contract.Launch(fn, args, kwargs)
+        if block.exact_math:
+            target_math.prepare(fn)
+            libdevice_calls.prepare(fn)
     elif _emulating(block):
         contract.counts(block)[("not modelled", block.arch or "a Spec")] += 1
 

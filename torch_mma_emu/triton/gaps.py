@@ -15,6 +15,9 @@ a block is open (``tmt.emulate`` and ``tmt.interpret`` alike):
 * **launch results kept by library caches** (FlagGems' ``LibEntry`` keeps what the first
   ``fn.run`` returns and launches it with ``kernel[grid](*args)`` afterwards): an interpreted
   launch returns a :class:`Relaunch` that does that in the interpreter.
+* **driver queries** (``triton.runtime.driver.active.get_current_target()``, device
+  properties) in a process without a GPU: answered as the block's arch (:class:`CpuDriver`),
+  so a library that asks at import works when imported inside a block.
 """
 from __future__ import annotations
 
@@ -147,3 +150,89 @@ class Relaunch:
             return self._interp.run(grid=grid, warmup=False, **named,
                                     **{**base, **kwargs})
         return launch
+
+
+# -- the driver a CPU-only process lacks ---------------------------------------------------
+# device properties of the emulated GPU that libraries read to size their launches (NVIDIA
+# and AMD product specifications); archs missing here answer with sm_90's
+PROPERTIES = {
+    "cuda": {"max_shared_mem": 232448, "max_num_regs": 65536, "multiprocessor_count": 132,
+             "warpSize": 32, "sm_clock_rate": 1980000, "mem_clock_rate": 2619000,
+             "mem_bus_width": 5120},
+    "hip": {"max_shared_mem": 65536, "max_num_regs": 65536, "multiprocessor_count": 304,
+            "warpSize": 64, "sm_clock_rate": 2100000, "mem_clock_rate": 2600000,
+            "mem_bus_width": 8192},
+}
+
+
+class CpuDriver:
+    """``triton.runtime.driver.active`` while a block is open in a process without a GPU
+    (where Triton raises "0 active drivers"): it answers target and device queries as the
+    innermost block's arch (libraries ask them at import or before a launch: import them
+    inside the block); timing kernels is refused with a clear error."""
+
+    def __init__(self, current):
+        self._current = current
+
+    def get_current_target(self):
+        from triton.backends.compiler import GPUTarget
+        from .choice import NV_CC
+        block = self._current()
+        arch = getattr(block, "arch", None)
+        if arch is not None and block.vendor == "amd":
+            return GPUTarget("hip", arch, 64)
+        return GPUTarget("cuda", NV_CC.get(arch, 90), 32)
+
+    def get_current_device(self):
+        return 0
+
+    def set_current_device(self, device):
+        return None
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_active_torch_device(self):
+        import torch
+        return torch.device("cpu")
+
+    def get_device_capability(self, device=0):
+        t = self.get_current_target()
+        return (t.arch // 10, t.arch % 10) if t.backend == "cuda" else (9, 4)
+
+    def get_device_interface(self):
+        import torch
+        return torch.cpu
+
+    @property
+    def utils(self):
+        return self
+
+    def get_device_properties(self, device=0):
+        return dict(PROPERTIES[self.get_current_target().backend])
+
+    def map_python_to_cpp_type(self, ty: str) -> str:
+        raise RuntimeError("torch_mma_emu.triton: no GPU here; kernels run in the interpreter")
+
+    def get_benchmarker(self):
+        def refuse(*args, **kwargs):
+            raise RuntimeError("torch_mma_emu.triton: kernels cannot be timed without a GPU; "
+                               "inside an emulate block an autotuned kernel runs the config "
+                               "the block's autotune= picks")
+        return refuse
+
+    def get_empty_cache_for_benchmark(self):
+        import torch
+        return torch.empty(0, dtype=torch.int)
+
+    def clear_cache(self, cache):
+        return None
+
+
+def install_driver(set_attr, current) -> None:
+    """Put a :class:`CpuDriver` in place where Triton finds no active driver."""
+    from triton.runtime import driver
+    try:
+        driver.default
+    except RuntimeError:
+        set_attr(driver, "_active", CpuDriver(current))

@@ -20,7 +20,10 @@ does exactly what the original does:
   (combine.py: ``acc += tl.dot(a, b)`` is ``tl.dot(a, b, acc)``; a broadcast
   multiply-and-sum is a tf32 dot).
 * Inductor's ``CachingAutotuner.run``: a user kernel with a dot that torch.compile compiled
-  and would launch natively raises (inductor.py).
+  and would launch natively raises (inductor.py);
+* what extras.py registers: the builder's math methods (target_math.py), fmul / fadd / fsub
+  (contraction: contract.py), atomics, extern calls (libdevice_calls.py), the interpreter's
+  loop rewrite, ``Autotuner.__getitem__`` and a CPU stand-in for Triton's driver (gaps.py).
 
 Threads started while a block is open adopt the innermost open block (``switches.py``).
 The interpreter keeps its state in one global builder, so interpreted launches are
@@ -362,6 +365,7 @@ def _patch_lang_core(lang, scope):
     torch.float8_e4m3fnuz / e5m2fnuz), which its ``dtype.to_ir`` does not know: a kernel
     taking such tensors could not even load them."""
     _orig["patch_core"](lang, scope)
+    extras.patch_lang(lang, scope)
     to_ir = lang.dtype.to_ir
 
     def fnuz_to_ir(self, builder, _to_ir=to_ir):

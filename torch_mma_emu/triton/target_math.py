@@ -5,20 +5,24 @@ inside an ``emulate`` block.
 
 ``SEQUENCES`` is the one table: interpreter builder method -> {dtype: steps}, each step a
 PTX instruction and its operands ("x", "y", "z": the function's arguments; "_": the previous
-step's result; a float: an immediate).  ``None``: a libdevice routine (``__nv_logf``, ...)
-this module does not model; the emulation then computes the function in float64 rounded to
-the dtype and names it APPROXIMATE in ``em.summary()``, as it does every step whose
-instruction model is not bit-exact (``gpu_math.FUNCTIONS[...].exact``).  Targets other than
+step's result; a float: an immediate).  ``None``: a libdevice routine (``__nv_logf``, ...):
+on fp32 its PTX, cut out of a one-element kernel compiled on the CPU, runs instruction by
+instruction with gpu_math (``gpu_math.ptx_run``; ``tl.log``, ``tl.log2``, ``tl.erf``); what
+that cannot run (``tl.sin`` / ``tl.cos``: local memory and a loop) and fp64 are computed in
+float64 rounded to the dtype and named APPROXIMATE in ``em.summary()``, as is every step
+whose instruction model is not bit-exact (``gpu_math.FUNCTIONS[...].exact``).  Targets other than
 NVIDIA keep NumPy's math, named approximate too.  ``emulate(..., exact_math=False)`` keeps
 NumPy's math everywhere (faster), said in the summary.
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import numpy as np
 
 from .. import gpu_math
+from ..gpu_math import ptx_run
 
 LOG2E = np.float32(1.44269502162933349609375)        # 0f3FB8AA3B, the PTX immediate
 
@@ -37,6 +41,10 @@ SEQUENCES: dict[str, tuple[str, dict]] = {
                                            "fp64": (("sqrt.rn.f64", "x"),)}),
     "create_rsqrt": ("tl.rsqrt", {"fp32": (("rsqrt.approx.ftz.f32", "x"),), "fp64": None}),
     "create_fma": ("tl.fma", {"fp32": (("fma.rn.f32", "x", "y", "z"),), "fp64": None}),
+    "create_maxnumf": ("tl.maximum", {"fp32": (("max.f32", "x", "y"),)}),
+    "create_minnumf": ("tl.minimum", {"fp32": (("min.f32", "x", "y"),)}),
+    "create_maximumf": ("tl.maximum(propagate_nan=ALL)", {"fp32": (("max.NaN.f32", "x", "y"),)}),
+    "create_minimumf": ("tl.minimum(propagate_nan=ALL)", {"fp32": (("min.NaN.f32", "x", "y"),)}),
     "create_log": ("tl.log", {"fp32": None, "fp64": None}),
     "create_log2": ("tl.log2", {"fp32": None, "fp64": None}),
     "create_sin": ("tl.sin", {"fp32": None, "fp64": None}),
@@ -97,6 +105,62 @@ def _approx(method, args, np_dtype):
     return np.asarray(out).astype(np_dtype)
 
 
+_ROUTINES: dict = {}
+_WORDS = {"create_log": "log", "create_log2": "log2", "create_sin": "sin", "create_cos": "cos",
+          "create_erf": "erf"}
+
+
+def prepare(fn) -> None:
+    """Compile the routines a kernel may call before its launch (the interpreter patches
+    ``triton.language`` during it, which compiling needs unpatched): those whose name
+    appears in the kernel's source file."""
+    import inspect
+    global compiling_allowed
+    if fn in _PREPARED:
+        return
+    _PREPARED.add(fn)
+    try:
+        text = open(inspect.getsourcefile(fn)).read()
+    except (TypeError, OSError):
+        return
+    compiling_allowed = True
+    try:
+        for method, word in _WORDS.items():
+            if method not in _ROUTINES and re.search(rf"\b{word}\b", text):
+                _routine(method)
+    finally:
+        compiling_allowed = False
+_PREPARED: set = set()        # kernels whose file was scanned
+
+
+compiling_allowed = False
+
+
+def _routine(method: str):
+    """(instructions, input, output) of the libdevice routine ``method`` becomes on sm_90,
+    cut out of the PTX of a one-element kernel compiled on the CPU (cached), or the text of
+    what :mod:`~torch_mma_emu.gpu_math.ptx_run` cannot run (local memory, loops: tl.sin /
+    tl.cos's large-argument reduction)."""
+    if method not in _ROUTINES:
+        if not compiling_allowed:
+            return "not compiled before the launch (its name is not in the kernel's file)"
+        from . import _routines, ptx_of
+        ptx = ptx_of.compile_ptx(_routines.one_op, {"X": "*fp32", "OUT": "*fp32",
+                                                    "OP": "constexpr"}, {"OP": method},
+                                 num_warps=1)
+        try:
+            got = ptx_run.routine(ptx)
+            ptx_run.run(*got, np.float32([1.5, -2.0]))      # the common path runs
+            _ROUTINES[method] = got
+        except ptx_run.Unsupported as e:
+            _ROUTINES[method] = f"an instruction not modelled ({e})"
+    return _ROUTINES[method]
+
+
+def dead_reason() -> str:
+    return ptx_run.dead_reason[0] if ptx_run.dead_reason else "unsupported code"
+
+
 def counts(block) -> Counter:
     c = getattr(block, "_math_counts", None)
     if c is None:
@@ -123,10 +187,29 @@ def evaluate(block, method: str, args):
     steps = per_dtype[dt]
     if block.arch is None or block.vendor != "nvidia":
         what = "a Spec names no target" if block.arch is None else f"{block.arch}: not modelled"
+        if method not in _F64:                      # min / max: the interpreter's NumPy
+            counts(block)[(tl_name, dt, f"NumPy ({what})", False)] += 1
+            return None
         counts(block)[(tl_name, dt, f"float64 rounded ({what})", False)] += 1
         return TensorHandle(_approx(method, data, np_dtype), args[0].dtype)
     if steps is None:
-        counts(block)[(tl_name, dt, f"{LIBDEVICE[(method, dt)]} (float64 rounded)", False)] += 1
+        got = _routine(method) if dt == "fp32" else None
+        if isinstance(got, tuple):
+            prog, src, dst = got
+            out, dead = ptx_run.run_lanes(prog, src, dst, data[0])
+            how = f"{LIBDEVICE[(method, dt)]} (its {len(prog)} PTX instructions)"
+            counts(block)[(tl_name, dt, how, ptx_run.exact(prog))] += 1
+            if dead.any():                  # the routine's slow path: float64 rounded
+                why = dead_reason()
+                counts(block)[(tl_name, dt, f"{LIBDEVICE[(method, dt)]} slow path, "
+                               f"{int(dead.sum())} elements ({why}): float64 rounded",
+                               False)] += 1
+                flat = data[0].reshape(-1)
+                out = out.copy()
+                out[dead] = _approx(method, [flat[dead]], np_dtype)
+            return TensorHandle(out.reshape(data[0].shape).copy(), args[0].dtype)
+        why = "float64 rounded" + (f"; its PTX has {got}" if got else "")
+        counts(block)[(tl_name, dt, f"{LIBDEVICE[(method, dt)]} ({why})", False)] += 1
         return TensorHandle(_approx(method, data, np_dtype), args[0].dtype)
     exact = all(s[0] in _F64_EXACT or gpu_math.FUNCTIONS[s[0]].exact for s in steps)
     counts(block)[(tl_name, dt, describe(steps), exact)] += 1

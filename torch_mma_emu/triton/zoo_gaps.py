@@ -6,13 +6,14 @@ tests/test_triton_zoo*.py), filled while a block is open; gaps.py holds the othe
   it (Liger-Kernel's ``_rms_norm_forward_kernel``); Triton 3.6's interpreter passes the Python
   float through (its ``_implicit_cvt`` converts ints and pointers only).  Inside a block a float
   argument becomes an fp32 scalar tensor, rounded to fp32 as the launcher does.
-* **libdevice functions**: ``triton.language.extra.libdevice`` holds stubs the compiler
-  replaces by the backend's libdevice calls; the interpreter has no libdevice, so
-  ``from triton.language.extra.libdevice import rsqrt`` (Liger-Kernel) gives ``None``.  Inside
-  a block each such function a kernel (or a function it calls) names is computed in float64
-  and rounded to the argument's dtype: IEEE-exact for ``div_rn`` / ``sqrt_rn`` / ``fma_rn``
-  style routines (float64 holds the fp32 result's rounding exactly), otherwise named
-  APPROXIMATE in ``em.summary()`` (the libdevice routine's own bits are not modelled).
+* **the generic libdevice stubs**: ``triton.language.extra.libdevice`` holds stubs the
+  compiler replaces by the backend's libdevice calls; the interpreter leaves them returning
+  ``None`` (``from triton.language.extra.libdevice import rsqrt``: Liger-Kernel).  Inside a
+  block each such function a kernel (or a function it calls) names runs as the CUDA
+  backend's routine where libdevice_calls.py has its sm_90 PTX (unary fp32, NVIDIA arch,
+  compiled before the kernel runs), else in float64 rounded to the argument's dtype:
+  correctly rounded for ``div_rn`` / ``sqrt_rn`` / ``add_rn`` style routines and named
+  APPROXIMATE in ``em.summary()`` otherwise.
 * **bfloat16 arithmetic**: the interpreter stores bf16 as its uint16 bit patterns and applies
   NumPy's ``+ - * /``, ``min``/``max`` and comparisons to those integers (Triton 3.6:
   ``bf16 * bf16`` gives garbage, Liger-Kernel's ``swiglu`` NaN).  Inside a block bf16
@@ -32,8 +33,7 @@ import math
 
 import numpy as np
 
-_MODULES = ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice",
-            "triton.language.extra.hip.libdevice")
+_MODULES = ("triton.language.extra.libdevice",)    # the backends' modules: libdevice_calls.py
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 # libdevice name -> float64 function; names in EXACT round correctly through float64
 F64 = {"rsqrt": lambda x: 1 / np.sqrt(x), "sqrt": np.sqrt, "exp": np.exp, "exp2": np.exp2,
@@ -84,6 +84,9 @@ def _libdevice(name, stub, current):
         if not ts:
             raise TypeError(f"libdevice.{name} needs a tensor argument in the interpreter")
         ref = max(ts, key=lambda t: t.handle.data.size)
+        out = _as_ptx(block, name, args, ref)
+        if out is not None:
+            return out
         npdt = ref.handle.data.dtype
         data = [a.handle.data.astype(np.float64) if isinstance(a, tl.tensor)
                 else np.float64(a) for a in args]
@@ -96,6 +99,36 @@ def _libdevice(name, stub, current):
         return tl.tensor(TensorHandle(out, ref.handle.dtype), ref.type)
     call._tme_libdevice = name
     return call
+
+
+def _nvidia(block) -> bool:
+    return block.arch is not None and block.vendor == "nvidia" and \
+        getattr(block, "exact_math", True)
+
+
+def _as_ptx(block, name, args, ref):
+    """The call through libdevice_calls (sm_90 PTX), when its routine is compiled."""
+    from . import libdevice_calls, target_math
+    if not _nvidia(block) or len(args) != 1 or getattr(ref.handle.dtype, "name", "") != "fp32":
+        return None
+    if not isinstance(libdevice_calls._ROUTINES.get(name), tuple):
+        return None
+    sym = {v: k for k, v in libdevice_calls.symbols().items()}.get(name)
+    out = None if sym is None else libdevice_calls.evaluate(block, sym, [ref.handle],
+                                                            target_math.counts(block))
+    import triton.language as tl
+    return None if out is None else tl.tensor(out, ref.type)
+
+
+def _precompile(fn, block) -> None:
+    """Compile the PTX routines of the generic stubs ``fn`` names (before the interpreter
+    patches triton.language: compiling needs the real one)."""
+    from . import libdevice_calls
+    unary = set(libdevice_calls.symbols().values())
+    for value in list(fn.__globals__.values()):
+        if getattr(value, "__module__", None) in _MODULES and \
+                getattr(value, "__name__", None) in unary:
+            libdevice_calls.routine(value.__name__)
 
 
 def _patch_libdevice(fn, scope, current):
@@ -164,7 +197,13 @@ def install(set_attr, ti, current) -> None:
             return tl.tensor(handle, tl.float32)
         return prev_cvt(arg)
 
+    import triton.language as tl_
+    unpatched = tl_.static_range
+
     def _patch_lang(fn):
+        block = current()
+        if block is not None and _nvidia(block) and tl_.static_range is unpatched:
+            _precompile(fn, block)          # the kernel itself, before its launch patches
         scope = prev_patch(fn)
         if current() is not None:
             _patch_libdevice(fn, scope, current)
