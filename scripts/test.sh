@@ -21,6 +21,28 @@ elif [ -n "$tp_missing" ]; then
   timeout $((3 * NET_TIMEOUT)) "$VPY" -m pip install -q -r requirements-thirdparty.txt "$TORCH_PIN" \
     || echo "[test] warning: could not install requirements-thirdparty.txt; the third-party zoo skips"
 fi
+# the third-party Triton zoo (Liger-Kernel, fla-core, gemlite: requirements-triton-zoo.txt,
+# setup.py's "triton-zoo" extra; FlagGems with --no-deps: it pins numpy 1.26), torch and
+# triton pinned; offline or failing, tests/test_triton_zoo_*.py skip
+if "$VPY" -c "import triton" 2>/dev/null; then
+  TRITON_PIN="triton==$("$VPY" -c 'import triton; print(triton.__version__)')"
+  zoo_missing=$("$VPY" - <<'PY'
+import importlib.util
+for mod in ("liger_kernel", "fla", "gemlite", "flag_gems"):
+    if importlib.util.find_spec(mod) is None:
+        print(mod)
+PY
+)
+  if [ -n "$zoo_missing" ] && ! online; then
+    echo "[test] offline: not installing the Triton zoo ($(echo $zoo_missing)); its tests skip"
+  elif [ -n "$zoo_missing" ]; then
+    echo "[test] installing the Triton zoo: $(echo $zoo_missing)"
+    timeout $((3 * NET_TIMEOUT)) "$VPY" -m pip install -q -r requirements-triton-zoo.txt \
+      "$TORCH_PIN" "$TRITON_PIN" || echo "[test] warning: could not install the Triton zoo"
+    timeout "$NET_TIMEOUT" "$VPY" -m pip install -q --no-deps flag-gems \
+      || echo "[test] warning: could not install flag-gems; its tests skip"
+  fi
+fi
 if command -v nvcc >/dev/null 2>&1 && [ -f scripts/check_cuda_compile.sh ]; then
   echo "[test] compiling the CUDA sources with nvcc"
   PYTHON="$VPY" bash scripts/check_cuda_compile.sh

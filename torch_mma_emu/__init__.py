@@ -15,14 +15,15 @@ from .registry import archs, instructions, spec
 from .spec import Spec
 from .ops import emulated_mm, resolve_spec
 from .schedule import Schedule
-from .preview import convert, emulate, revert
+from .preview import batch_invariance, convert, emulate, revert
 from .sharding import register as _register_sharding
 
 _register_sharding()     # DTensor's rule for emulated_mm, if DTensor is loaded (sharding.py)
 
 __version__ = "0.1.0"
 __all__ = ["emulated_mm", "archs", "spec", "instructions", "resolve_spec", "Spec", "FORMATS",
-           "get_format", "emulate", "convert", "revert", "native_mm", "Schedule"]
+           "get_format", "emulate", "convert", "revert", "native_mm", "Schedule",
+           "batch_invariance"]
 
 
 def __getattr__(name):  # GPU paths load on first use (Triton imports are slow)

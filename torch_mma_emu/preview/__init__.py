@@ -10,6 +10,7 @@
   arch; :func:`preview_model` (``mma-emu preview``) - one model under many archs and formats.
 """
 from .attribution import LayerRow, Report
+from .batch_invariance import InvarianceReport, batch_invariance
 from .mode import ROUTED_OPS, EmulateMode, emulate
 from .model_preview import PreviewResult, preview_model
 from .modules import (EmulatedConv, EmulatedConv1d, EmulatedConv2d, EmulatedConv3d,
@@ -19,7 +20,7 @@ from .policy import FORMAT_CHOICES, OP_KINDS, Plan, Policy
 from .records import Record
 from .torchao_checks import gpu_checks_pass
 
-__all__ = ["emulate", "convert", "revert", "EmulateMode", "EmulatedLinear", "EmulatedConv",
+__all__ = ["emulate", "convert", "revert", "batch_invariance", "InvarianceReport", "EmulateMode", "EmulatedLinear", "EmulatedConv",
            "EmulatedConv1d", "EmulatedConv2d", "EmulatedConv3d", "EmulatedConvTranspose1d",
            "EmulatedConvTranspose2d", "EmulatedConvTranspose3d", "preview_model",
            "PreviewResult", "Report", "LayerRow",

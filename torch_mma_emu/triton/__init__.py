@@ -14,9 +14,10 @@ does (and raises a clear error without it or with an interpreter of another layo
 """
 from .choice import PATHS, DotPlan, choose
 from .context import TritonEmulation, emulate, interpret
+from .device_queries import device_queries
 from .hook import current
 
-__all__ = ["emulate", "interpret", "choose", "DotPlan", "PATHS", "TritonEmulation", "active",
+__all__ = ["emulate", "interpret", "device_queries", "choose", "DotPlan", "PATHS", "TritonEmulation", "active",
            "emulating"]
 
 

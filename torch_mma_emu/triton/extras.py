@@ -5,7 +5,7 @@ compiled code does it (contract.py), atomics recorded (atomics.py), and the inte
 third-party kernels meet (gaps.py).  ``summary_lines`` is what ``em.summary()`` adds."""
 from __future__ import annotations
 
-from . import contract, gaps, libdevice_calls, target_math
+from . import contract, gaps, libdevice_calls, target_math, zoo_gaps
 
 
 def _emulating(block) -> bool:
@@ -53,6 +53,7 @@ def install(set_attr, ti, current) -> None:
             return prev_ext(self, libName, libPath, symbol, argList, retType, isPure)
         return out
     set_attr(IB, "create_extern_elementwise", create_extern_elementwise)
+    zoo_gaps.install(set_attr, ti, current)
 
 
 def patch_lang(lang, scope) -> None:

@@ -126,8 +126,9 @@ def autotuner_getitem(autotuner_cls, current):
 class Relaunch:
     """What an interpreted launch returns in place of the compiled kernel: ``[grid](*args)``
     launches it again in the interpreter with the first launch's keyword arguments
-    (constexprs, options); positional arguments fill the other parameters in order, as a
-    compiled kernel takes them."""
+    (constexprs, options); positional arguments fill the other parameters in order, or all
+    of them when there are as many (FlagGems' LibEntry passes every parameter, constexprs
+    included, as Triton 3.3-3.6's compiled kernels take them)."""
 
     def __init__(self, interp, kwargs):
         import inspect
@@ -135,6 +136,7 @@ class Relaunch:
         params = inspect.signature(interp.fn).parameters.values()
         self._names = [p.name for p in params if p.name not in kwargs
                        and "constexpr" not in str(p.annotation)]
+        self._all = [p.name for p in params]   # Triton 3.3-3.6 kernels take every parameter
         self.metadata = type("metadata", (), {"num_warps": kwargs.get("num_warps", 4),
                                               "num_stages": kwargs.get("num_stages", 3),
                                               "shared": 0})()
@@ -142,9 +144,11 @@ class Relaunch:
 
     def __getitem__(self, grid):
         def launch(*args, **kwargs):
-            named = dict(zip(self._names, args))
+            names = self._all if len(args) == len(self._all) else self._names
+            named = dict(zip(names, args))
+            base = {k: v for k, v in self._kwargs.items() if k not in named}
             return self._interp.run(grid=grid, warmup=False, **named,
-                                    **{**self._kwargs, **kwargs})
+                                    **{**base, **kwargs})
         return launch
 
 
