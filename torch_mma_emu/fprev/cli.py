@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
-from ..cli_args import Parser, add_command, examples, positive_int
+from ..cli_args import (Parser, add_command, bounded, examples, integer, one_line,
+                         positive_int)
+from ..limits import check
 from .collectives import BACKENDS
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
@@ -51,23 +54,23 @@ def register(subparsers) -> None:
                          epilog=examples("mma-emu reveal sum --n 64",
                                          "mma-emu reveal sum --n 32 --library numpy",
                                          "mma-emu reveal sum --shape 8,16 --dim 1 --out t.json"))
-    s.add_argument("--n", type=positive_int, help="number of summands (1-D sum)")
+    s.add_argument("--n", type=_summands, help="number of summands (1-D sum)")
     s.add_argument("--shape", type=_shape,
                    help="comma-separated shape, with --dim: sum over one dim")
-    s.add_argument("--dim", type=int)
+    s.add_argument("--dim", type=integer)
     s.add_argument("--library", default="torch", choices=("torch", "numpy"))
     _common(s)
 
     d = kinds.add_parser("dot", help="torch.dot (or numpy.dot) of two n-vectors",
                          epilog=examples("mma-emu reveal dot --n 64 --dtype float16"))
-    d.add_argument("--n", type=positive_int, required=True)
+    d.add_argument("--n", type=_summands, required=True)
     d.add_argument("--library", default="torch", choices=("torch", "numpy"))
     _common(d)
 
     v = kinds.add_parser("mv", help="torch.mv of an m x n matrix",
                          epilog=examples("mma-emu reveal mv --n 128"))
-    v.add_argument("--m", type=positive_int, default=64)
-    v.add_argument("--n", type=positive_int, required=True)
+    v.add_argument("--m", type=_rows, default=64)
+    v.add_argument("--n", type=_summands, required=True)
     _common(v)
 
     m = kinds.add_parser("matmul", help="an (m x k) @ (k x n) product, summing over k",
@@ -76,9 +79,9 @@ def register(subparsers) -> None:
                                          "--arch sm80 --dtype float16 --out tree.png",
                                          "mma-emu reveal matmul --k 64 --backend cublas "
                                          "--device cuda --dtype bfloat16"))
-    m.add_argument("--m", type=positive_int, default=64)
-    m.add_argument("--n", type=positive_int, default=8)
-    m.add_argument("--k", type=positive_int, required=True)
+    m.add_argument("--m", type=_rows, default=64)
+    m.add_argument("--n", type=_rows, default=8)
+    m.add_argument("--k", type=_summands, required=True)
     m.add_argument("--backend", default="torch",
                    choices=("torch", "emulated", "reference", "cublas", "triton"))
     m.add_argument("--arch", default="sm90", help="arch for emulated/reference")
@@ -97,8 +100,10 @@ def register(subparsers) -> None:
                          epilog=examples("mma-emu reveal allreduce --world-size 4",
                                          "mma-emu reveal allreduce --world-size 3 --op "
                                          "reduce_scatter --numel 12 --out trees.json"))
-    a.add_argument("--world-size", type=_world_size, required=True)
-    a.add_argument("--numel", type=positive_int, default=16)
+    a.add_argument("--world-size", type=_world_size, required=True,
+                   help="ranks, one process each (at most MMA_EMU_MAX_WORLD_SIZE: 4 per core, "
+                        "0.5 GiB of available memory each)")
+    a.add_argument("--numel", type=_summands, default=16)
     a.add_argument("--op", default="all_reduce", choices=("all_reduce", "reduce_scatter"))
     a.add_argument("--backend", default="gloo", choices=BACKENDS,
                    help="torch.distributed backend (checked for this machine before starting)")
@@ -109,20 +114,24 @@ def register(subparsers) -> None:
     a.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+# argparse types: the summands of one order, the other dimensions, the ranks (limits.py)
+_summands = bounded("reveal_n")
+_rows = bounded("reveal_elements")
+_world_size = bounded("world_size", minimum=2)
+
+
 def _shape(text: str) -> tuple:
     """argparse type: a comma-separated shape of positive integers."""
     try:
-        return tuple(positive_int(x.strip()) for x in text.split(","))
+        shape = tuple(positive_int(x.strip()) for x in text.split(","))
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"must be comma-separated positive integers such as "
                                          f"8,16; got {text!r}") from None
-
-
-def _world_size(text: str) -> int:
-    v = positive_int(text)
-    if v < 2:
-        raise argparse.ArgumentTypeError(f"must be at least 2, got {v}")
-    return v
+    try:
+        check("reveal_elements", math.prod(shape), "its elements")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return shape
 
 
 def _opts(args) -> dict:
@@ -176,7 +185,7 @@ def handler(args) -> int:
                                  batch=not args.no_batch, mm_kwargs=mm_kwargs, **vals,
                                  **_opts(args))
     except (FPRevError, ValueError, TypeError, RuntimeError, IndexError) as e:
-        print(f"mma-emu reveal: error: {_one_line(e)}", file=sys.stderr)
+        print(f"mma-emu reveal: error: {_torch_says(e, args)}", file=sys.stderr)
         return 2
     meta = tree.meta
     print(f"{meta['target']}: {tree.describe()}")
@@ -188,7 +197,7 @@ def handler(args) -> int:
         try:
             _write(tree, args.out)
         except (OSError, RuntimeError, ImportError) as e:
-            print(f"mma-emu reveal: error: writing {args.out}: {e}", file=sys.stderr)
+            print(f"mma-emu reveal: error: writing {args.out}: {one_line(e)}", file=sys.stderr)
             return 2
         print(f"wrote {args.out}")
     if getattr(args, "schedule_out", None):
@@ -200,14 +209,20 @@ def handler(args) -> int:
             with open(args.schedule_out, "w") as f:
                 json.dump(d, f, indent=1)
         except OSError as e:
-            print(f"error: writing {args.schedule_out}: {e}", file=sys.stderr)
+            print(f"mma-emu reveal: error: writing {args.schedule_out}: {one_line(e)}",
+                  file=sys.stderr)
             return 2
         print(f"wrote schedule {args.schedule_out} ({d['describe']})")
     return 0
 
 
-def _one_line(e: Exception) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
+def _torch_says(e: Exception, args) -> str:
+    """The error on one line; torch's bare "'op' not implemented for 'Dtype'" said in ours."""
+    msg = one_line(e)
+    if "not implemented for" in msg:
+        msg = (f"torch on {getattr(args, 'device', 'cpu')} cannot run reveal {args.target} "
+               f"in {args.dtype} (torch: {msg}); try float16, bfloat16, float32 or float64")
+    return msg
 
 
 def _bad_out(path: str) -> str:
