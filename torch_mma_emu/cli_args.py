@@ -21,6 +21,12 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
+    def _get_value(self, action, arg_string):
+        # an empty value is never meant: code reading `if args.x:` would take it as not given
+        if arg_string == "" and action.nargs not in (argparse.REMAINDER, argparse.PARSER):
+            raise argparse.ArgumentError(action, "must not be empty")
+        return super()._get_value(action, arg_string)
+
 
 def examples(*lines: str) -> str:
     """An ``epilog`` listing example command lines."""
@@ -87,6 +93,28 @@ def one_line(e: BaseException) -> str:
     if len(text) > 400:
         text = text[:397] + "..."
     return text or type(e).__name__
+
+
+def finite_float(text: str) -> float:
+    """argparse type: a finite number in ASCII (no nan, inf, or other scripts' digits)."""
+    import math
+    try:
+        v = float(text) if text.isascii() else None
+    except ValueError:
+        v = None
+    if v is None or not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return v
+
+
+def format_list(text: str) -> str:
+    """argparse type: an input format or 'fmtA,fmtB' (formats.format_pair), kept as given."""
+    from .formats import format_pair
+    try:
+        format_pair(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e).replace("in_format=", "")) from None
+    return text
 
 
 def arch_name(text: str) -> str:

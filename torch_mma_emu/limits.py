@@ -41,8 +41,9 @@ class Bound:
     """One bound: its environment variable, default (an int or a function giving one), what
     it bounds (a few words, in the error) and a note for the README."""
 
-    def __init__(self, env: str, default, what: str, note: str = ""):
+    def __init__(self, env: str, default, what: str, note: str = "", shown: str = ""):
         self.env, self._default, self.what, self.note = env, default, what, note
+        self.shown = shown or f"{default:,}"      # the default in README.md's table
 
     @property
     def default(self) -> int:
@@ -62,19 +63,24 @@ class Bound:
 
 BOUNDS: dict[str, Bound] = {
     "world_size": Bound("MMA_EMU_MAX_WORLD_SIZE", _default_world_size,
-                        "ranks of reveal allreduce", "one process each; the default is 4 per "
-                        "core and 0.5 GiB of available memory each; ranks start in a pool "
-                        "of one per core"),
+                        "ranks of reveal allreduce", "one process each, started in a pool of one "
+                        "per core", "4 per core, at most one per 0.5 GiB available"),
     "compare_size": Bound("MMA_EMU_MAX_COMPARE_SIZE", 1024,
                           "N of compare --random", "the N x N x N GEMM of every arch and "
                           "format; time grows as N^3"),
     "reveal_n": Bound("MMA_EMU_MAX_REVEAL_N", 1 << 18, "summands of a revealed order",
                       "reveal --n, --k, --numel, the summed dim of --shape; a 2^18-term "
                       "torch.sum takes about 20 s and 0.5 GB"),
-    "reveal_elements": Bound("MMA_EMU_MAX_REVEAL_ELEMENTS", 1 << 24,
-                             "elements of a revealed operand", "m x k and k x n of reveal "
-                             "matmul / mv, the product of --shape, numel x world_size^2 of "
-                             "reveal allreduce"),
+    "elements": Bound("MMA_EMU_MAX_ELEMENTS", 1 << 24, "elements of a tensor an argument asks "
+                      "for", "m x k and k x n of reveal matmul / mv, the product of reveal "
+                      "sum --shape, numel x world_size^2 of reveal allreduce, preview "
+                      "--input"),
+    "preview_batch": Bound("MMA_EMU_MAX_PREVIEW_BATCH", 4096, "examples of preview --batch",
+                           "the model's example_inputs(batch, seed)"),
+    "preview_repeat": Bound("MMA_EMU_MAX_REPEAT", 100, "timed passes of preview --repeat",
+                            "per run; the best is kept"),
+    "threads": Bound("MMA_EMU_MAX_THREADS", lambda: 4 * (os.cpu_count() or 1),
+                     "threads of preview --threads", "torch.set_num_threads", "4 per core"),
     "probe_verify": Bound("MMA_EMU_MAX_PROBE_VERIFY", 10_000_000,
                           "random inputs of probe --verify", "verify(..., n)"),
     "tree_leaves": Bound("MMA_EMU_MAX_TREE_LEAVES", 1 << 18, "leaves of a SumTree read back",
@@ -121,6 +127,5 @@ def markdown() -> str:
     """The table of bounds for README.md: variable, default, what it bounds."""
     rows = ["| environment variable | default | bounds |", "| --- | --- | --- |"]
     for b in BOUNDS.values():
-        d = "this machine's" if callable(b._default) else f"{b.default:,}"
-        rows.append(f"| `{b.env}` | {d} | {b.what}: {b.note} |")
+        rows.append(f"| `{b.env}` | {b.shown} | {b.what}: {b.note} |")
     return "\n".join(rows) + "\n"

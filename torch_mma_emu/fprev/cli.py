@@ -13,8 +13,9 @@ import math
 import os
 import sys
 
-from ..cli_args import (Parser, add_command, bounded, examples, integer, one_line,
-                         positive_int)
+from ..cli_args import (Parser, add_command, arch_name, bounded, examples, finite_float,
+                         format_list, integer, one_line, positive_int)
+from ..codec import decimal_int
 from ..limits import check
 from .collectives import BACKENDS
 
@@ -25,14 +26,14 @@ OUT_SUFFIXES = (".png", ".svg", ".pdf", ".dot", ".txt", ".json")
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="input dtype")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
+    p.add_argument("--device", default="cpu", type=_device, help="cpu or cuda[:i]")
     p.add_argument("--algorithm", default="default",
                    choices=("default", "fprev", "basic", "modified"),
                    help="ours (default) or seed 001's Algorithm 4 / 2 / 5")
     p.add_argument("--verify", action="store_true",
                    help="run every probe twice and check the tree on extra probes")
-    p.add_argument("--big", type=float, help="mask magnitude (a power of two)")
-    p.add_argument("--unit", type=float, help="the scaled one (a power of two)")
+    p.add_argument("--big", type=_power_of_two, help="mask magnitude (a power of two)")
+    p.add_argument("--unit", type=_power_of_two, help="the scaled one (a power of two)")
     p.add_argument("--out", help="write the tree: " + ", ".join(OUT_SUFFIXES))
     p.add_argument("--json", action="store_true", help="print the tree as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -59,6 +60,7 @@ def register(subparsers) -> None:
                    help="comma-separated shape, with --dim: sum over one dim")
     s.add_argument("--dim", type=integer)
     s.add_argument("--library", default="torch", choices=("torch", "numpy"))
+    s.set_defaults(check=_check_sum)
     _common(s)
 
     d = kinds.add_parser("dot", help="torch.dot (or numpy.dot) of two n-vectors",
@@ -84,8 +86,9 @@ def register(subparsers) -> None:
     m.add_argument("--k", type=_summands, required=True)
     m.add_argument("--backend", default="torch",
                    choices=("torch", "emulated", "reference", "cublas", "triton"))
-    m.add_argument("--arch", default="sm90", help="arch for emulated/reference")
-    m.add_argument("--in-format", help="tf32, xf32, ... where the dtype is ambiguous")
+    m.add_argument("--arch", type=arch_name, help="arch for emulated/reference (sm90)")
+    m.add_argument("--in-format", type=format_list,
+                   help="tf32, xf32, ... where the dtype is ambiguous")
     m.add_argument("--out-dtype", choices=("float32", "float16", "float64"))
     m.add_argument("--instruction", help="non-default instruction of the arch")
     m.add_argument("--with-c", action="store_true", help="C is summand k")
@@ -94,6 +97,7 @@ def register(subparsers) -> None:
     m.add_argument("--schedule", help="emulated backend: a schedule file, preset or string")
     m.add_argument("--schedule-out", help="write the revealed order as a schedule (JSON) "
                    "for emulated_mm(schedule=...) / mma-emu compare --schedule")
+    m.set_defaults(check=_check_matmul)
     _common(m)
 
     a = kinds.add_parser("allreduce", help="torch.distributed all_reduce / reduce_scatter",
@@ -116,8 +120,48 @@ def register(subparsers) -> None:
 
 # argparse types: the summands of one order, the other dimensions, the ranks (limits.py)
 _summands = bounded("reveal_n")
-_rows = bounded("reveal_elements")
+_rows = bounded("elements")
 _world_size = bounded("world_size", minimum=2)
+
+
+def _device(text: str) -> str:
+    """argparse type: cpu, cuda or cuda:i (ASCII digits)."""
+    kind, colon, index = text.partition(":")
+    if kind == "cpu" and not colon or kind == "cuda" and (
+            not colon or decimal_int(index) is not None and int(index) >= 0):
+        return text
+    raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:i, got {text!r}")
+
+
+def _power_of_two(text: str) -> float:
+    """argparse type: a positive power of two (--big, --unit)."""
+    v = finite_float(text)
+    if v <= 0 or math.frexp(v)[0] != 0.5:
+        raise argparse.ArgumentTypeError(f"must be a positive power of two, got {text!r}")
+    return v
+
+
+def _check_sum(args, parser) -> None:
+    """reveal sum: --n (1-D) or --shape with --dim, refused before any work otherwise."""
+    if args.shape is None and args.n is None:
+        parser.error("reveal sum needs --n, or --shape with --dim")
+    if args.shape is not None and args.n is not None:
+        parser.error("give --n (a 1-D sum) or --shape with --dim, not both")
+    if (args.shape is None) != (args.dim is None):
+        parser.error("--shape and --dim go together (the sum over one dim of a tensor)")
+    if args.shape is not None and not -len(args.shape) <= args.dim < len(args.shape):
+        parser.error(f"--dim {args.dim} is out of range for --shape "
+                     f"{','.join(map(str, args.shape))}")
+
+
+def _check_matmul(args, parser) -> None:
+    """reveal matmul: the emulated backends' arguments only with those backends."""
+    given = [f"--{n.replace('_', '-')}" for n in ("arch", "in_format", "instruction", "schedule")
+             if getattr(args, n) is not None]
+    if given and args.backend not in ("emulated", "reference"):
+        parser.error(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} to "
+                     f"--backend emulated or reference, not {args.backend}")
+    args.arch = args.arch or "sm90"
 
 
 def _shape(text: str) -> tuple:
@@ -128,7 +172,7 @@ def _shape(text: str) -> tuple:
         raise argparse.ArgumentTypeError(f"must be comma-separated positive integers such as "
                                          f"8,16; got {text!r}") from None
     try:
-        check("reveal_elements", math.prod(shape), "its elements")
+        check("elements", math.prod(shape), "its elements")
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return shape
@@ -161,10 +205,7 @@ def handler(args) -> int:
             return _report_collective(res, args)
         vals = dict(dtype=_dt(args.dtype), big=args.big, unit=args.unit)
         if args.target == "sum":
-            shape = args.shape
-            if shape is None and args.n is None:
-                raise ValueError("reveal sum needs --n or --shape with --dim")
-            tree = reveal_sum(args.n, shape=shape, dim=args.dim, device=args.device,
+            tree = reveal_sum(args.n, shape=args.shape, dim=args.dim, device=args.device,
                               library=args.library, **vals, **_opts(args))
         elif args.target == "dot":
             tree = reveal_dot(args.n, device=args.device, library=args.library, **vals,
@@ -274,6 +315,8 @@ def main(argv=None) -> int:
     parser = Parser(prog="mma-emu")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
+    if getattr(args, "check", None):
+        args.check(args, parser)
     return args.func(args)
 
 

@@ -300,7 +300,7 @@ def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
         raise ValueError(f"reduce_scatter needs numel ({numel}) divisible by every world size")
     max_ws = max(sizes)
     check("world_size", max_ws, "world_size")           # before any process starts
-    check("reveal_elements", numel * max_ws * max_ws, f"numel x world_size^2 ({numel} x "
+    check("elements", numel * max_ws * max_ws, f"numel x world_size^2 ({numel} x "
           f"{max_ws}^2, the LCA tables)")
     dtype = check_dtype(dtype)
     values = ProbeValues.for_dtype(dtype)

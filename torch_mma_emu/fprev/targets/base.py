@@ -234,7 +234,7 @@ class RowsTarget(Target):
         if not isinstance(rows_per_call, int) or rows_per_call < 1:
             raise ValueError(f"rows per call must be a positive int, got {rows_per_call!r}")
         check("reveal_n", n, "the number of summands")
-        check("reveal_elements", n * self.rows, f"{self.rows} rows x {n} summands")
+        check("elements", n * self.rows, f"{self.rows} rows x {n} summands")
         self.n, self.rows_per_call = n, rows_per_call
         self.dtype, self.device = dtype, torch.device(device)
         self.values, self.label = values, label

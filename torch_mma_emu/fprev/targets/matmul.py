@@ -63,7 +63,7 @@ class MatmulTarget(RowsTarget):
                  pack=None, batch=True):
         m, n, k = _check_n(m, "m"), _check_n(n, "n"), _check_n(k, "k")
         check("reveal_n", k, "k")
-        check("reveal_elements", max(m, n) * k,
+        check("elements", max(m, n) * k,
               f"the elements of A ({m} x {k}) or B ({k} x {n})")
         dtype = check_dtype(dtype)
         dev = _device(device)
