@@ -205,6 +205,8 @@ def handler(args) -> int:
             return _report_collective(res, args)
         vals = dict(dtype=_dt(args.dtype), big=args.big, unit=args.unit)
         if args.target == "sum":
+            if args.shape is None and args.n is None:     # (parsers that skip _check_sum)
+                raise ValueError("reveal sum needs --n, or --shape with --dim")
             tree = reveal_sum(args.n, shape=args.shape, dim=args.dim, device=args.device,
                               library=args.library, **vals, **_opts(args))
         elif args.target == "dot":
