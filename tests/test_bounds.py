@@ -210,3 +210,10 @@ def test_probe_out_without_format_keeps_that_output(capsys):
     rows = [ln.split() for ln in capsys.readouterr().out.splitlines() if ln[:4] in
             ("fp16", "bf16", "tf32")]
     assert rows and all(r[1] == "fp16" for r in rows)
+
+
+def test_readme_lists_every_bound():
+    from pathlib import Path
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert "## Bounds and limits" in text
+    assert limits.markdown() in text, "README's table of bounds differs from limits.markdown()"
