@@ -186,6 +186,12 @@ def test_sumtree_children_are_integers(child, what):
     assert SumTree(2, [("add", [np.int64(0), np.int32(1)])]).n == 2     # NumPy ints are ints
 
 
+@pytest.mark.parametrize("text", ["((0+1)+\uff12)", "((0+1)+\u0662)", "((0+1)+\u00b2)"])
+def test_tree_text_takes_ascii_digits_only(text):
+    with pytest.raises(ValueError, match="unexpected character"):
+        SumTree.parse(text)
+
+
 def test_tree_picture_to_a_missing_folder(tmp_path):
     t = SumTree.parse("((0+1)+2)")
     with pytest.raises(FileNotFoundError, match="cannot render to .*: no folder"):

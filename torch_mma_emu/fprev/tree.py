@@ -22,6 +22,7 @@ _OPEN = {"add": "(", "fused": "[", "exact": "{"}
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 _KIND_OF_OPEN = {"(": "add", "[": "fused", "{": "exact"}
 JSON_FORMAT = "torch_mma_emu.fprev.SumTree"
+_DIGITS = frozenset("0123456789")
 
 
 def _node_ids(children, node: int) -> tuple:
@@ -290,9 +291,9 @@ class SumTree:
                 i += 1
             elif ch == "+":
                 i += 1
-            elif ch.isdigit():
+            elif ch in _DIGITS:         # ASCII only: isdigit() also takes other scripts'
                 j = i
-                while j < len(s) and s[j].isdigit():
+                while j < len(s) and s[j] in _DIGITS:
                     j += 1
                 leaf = int(s[i:j])
                 leaves.append(leaf)
