@@ -86,7 +86,7 @@ def test_python_api_checks_the_same_bounds(monkeypatch):
     with pytest.raises(ValueError, match="random_table: size = 100000 is above"):
         random_table(["sm90"], 100000, 0)
     with pytest.raises(ValueError, match="summands n = 100000000 is above the bound of "
-                                         "262144 summands"):
+                                         "65536 summands"):
         fprev.reveal_sum(10 ** 8)
     with pytest.raises(ValueError, match="MMA_EMU_MAX_ELEMENTS"):
         fprev.reveal_sum(shape=(100000, 100000), dim=1)
@@ -100,7 +100,7 @@ def test_python_api_checks_the_same_bounds(monkeypatch):
 def test_tree_leaves_and_files_are_bounded(tmp_path, monkeypatch):
     from torch_mma_emu.schedule import load_schedule
     doc = {"format": "torch_mma_emu.fprev.SumTree", "n": 10 ** 6, "nodes": [], "root": 0}
-    with pytest.raises(ValueError, match="leaves n = 1000000 is above the bound of 262144 "
+    with pytest.raises(ValueError, match="leaves n = 1000000 is above the bound of 65536 "
                                          "leaves .*MMA_EMU_MAX_TREE_LEAVES"):
         SumTree.from_json(json.dumps(doc))
     monkeypatch.setenv("MMA_EMU_MAX_TREE_LEAVES", "4")

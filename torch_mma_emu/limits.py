@@ -68,9 +68,9 @@ BOUNDS: dict[str, Bound] = {
     "compare_size": Bound("MMA_EMU_MAX_COMPARE_SIZE", 1024,
                           "N of compare --random", "the N x N x N GEMM of every arch and "
                           "format; time grows as N^3"),
-    "reveal_n": Bound("MMA_EMU_MAX_REVEAL_N", 1 << 18, "summands of a revealed order",
-                      "reveal --n, --k, --numel, the summed dim of --shape; a 2^18-term "
-                      "torch.sum takes about 20 s and 0.5 GB"),
+    "reveal_n": Bound("MMA_EMU_MAX_REVEAL_N", 1 << 16, "summands of a revealed order",
+                      "reveal --n, --k, --numel, the summed dim of --shape; a 2^16-term "
+                      "torch.sum takes about 4 s and 0.4 GB, 2^18 20 s, 2^20 5 minutes"),
     "elements": Bound("MMA_EMU_MAX_ELEMENTS", 1 << 24, "elements of a tensor an argument asks "
                       "for", "m x k and k x n of reveal matmul / mv, the product of reveal "
                       "sum --shape, numel x world_size^2 of reveal allreduce, preview "
@@ -83,9 +83,9 @@ BOUNDS: dict[str, Bound] = {
                      "threads of preview --threads", "torch.set_num_threads", "4 per core"),
     "probe_verify": Bound("MMA_EMU_MAX_PROBE_VERIFY", 10_000_000,
                           "random inputs of probe --verify", "verify(..., n)"),
-    "tree_leaves": Bound("MMA_EMU_MAX_TREE_LEAVES", 1 << 18, "leaves of a SumTree read back",
-                         "SumTree.from_json / from_dict / parse, tree schedules; as many "
-                         "as reveal --n allows"),
+    "tree_leaves": Bound("MMA_EMU_MAX_TREE_LEAVES", 1 << 16, "leaves of a SumTree read back",
+                         "SumTree.from_json / from_dict / parse, tree schedules (a 2^16-leaf "
+                         "chain loads in about 5 s, 0.4 GB); as many as reveal --n allows"),
     "file_mib": Bound("MMA_EMU_MAX_FILE_MIB", 256, "MiB of an input file",
                       "tree and schedule JSON files; a samples (.npz) file's arrays, "
                       "unpacked"),
