@@ -1,5 +1,6 @@
 """Every ``mma-emu`` subcommand over a table of hostile arguments (issue 32): each gives exit
-code 2 and one line on stderr, never a traceback or a C++ frame.  The subcommands and their
+code 2 and one line on stderr, never a traceback or a C++ frame (nor main's last-resort
+"internal error" line, which would mean a bug).  The subcommands and their
 options are read off the parser, so a new subcommand or option is covered without editing
 this file; only the base command line of a subcommand (its required arguments, small sizes)
 and the kind of an option's value (a count, a file to read, a file to write) are listed.
@@ -141,6 +142,7 @@ def _one_line_exit_2(capsys, argv) -> None:
     lines = err.splitlines()
     assert len(lines) == 1, f"mma-emu {argv}: {len(lines)} lines: {err!r}"
     assert "Traceback" not in err and "frame #" not in err, err
+    assert "internal error" not in err, err      # a bug caught by main's last resort
 
 
 def test_every_subcommand_is_covered():

@@ -149,9 +149,6 @@ def _check_sum(args, parser) -> None:
         parser.error("give --n (a 1-D sum) or --shape with --dim, not both")
     if (args.shape is None) != (args.dim is None):
         parser.error("--shape and --dim go together (the sum over one dim of a tensor)")
-    if args.shape is not None and not -len(args.shape) <= args.dim < len(args.shape):
-        parser.error(f"--dim {args.dim} is out of range for --shape "
-                     f"{','.join(map(str, args.shape))}")
 
 
 def _check_matmul(args, parser) -> None:

@@ -305,7 +305,7 @@ class SumTree:
             raise ValueError("tree text must hold exactly one balanced expression")
         if n is None:
             n = max(leaves) + 1
-        check("tree_leaves", max(n, len(leaves)), "tree text: leaves")
+        check("tree_leaves", len(leaves), "tree text: leaves")
         if len(leaves) != n or sorted(leaves) != list(range(n)):
             raise ValueError(f"tree text must use every leaf 0..{n - 1} exactly once")
         fix = lambda c: c if c >= 0 else n + (-c - 1)  # noqa: E731
