@@ -131,8 +131,11 @@ def test_huge_leaf_count_is_refused_cheaply():
     doc = {"format": "torch_mma_emu.fprev.SumTree", "n": 300_000_000, "nodes": [], "root": 0}
     tracemalloc.start()
     t0 = time.perf_counter()
-    with pytest.raises(ValueError, match="not connected to the root"):
+    with pytest.raises(ValueError, match="above the bound of 65536 leaves .* set "
+                                         "MMA_EMU_MAX_TREE_LEAVES to raise it"):
         SumTree.from_json(json.dumps(doc))
+    with pytest.raises(ValueError, match="not connected to the root"):
+        SumTree.from_json(json.dumps({**doc, "n": 60_000}))
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 1 << 20 and time.perf_counter() - t0 < 1.0

@@ -63,7 +63,8 @@ def test_reveal_checks_device_n_and_dim():
     (["reveal", "sum", "--n", "16", "--out", "t.jpg"], "must end with one of"),
     (["reveal", "sum", "--n", "16", "--out", "/no/such/folder/t.png"], "no folder"),
     (["reveal", "allreduce", "--world-size", "2", "--backend", "foo"], "invalid choice: 'foo'"),
-    (["reveal", "sum", "--n", "4", "--shape", "4,8", "--dim", "5"], "not a dimension")])
+    (["reveal", "sum", "--shape", "4,8", "--dim", "5"], "not a dimension"),
+    (["reveal", "sum", "--n", "4", "--shape", "4,8", "--dim", "1"], "not both")])
 def test_cli_errors_before_any_work(capsys, argv, msg):
     assert main(argv) == 2
     assert msg in capsys.readouterr().err

@@ -10,8 +10,9 @@
 Every subcommand is a plugin module (listed in ``PLUGINS``) with a ``register(subparsers)``
 function: it adds its parsers (:func:`.cli_args.add_command`) with ``func=run`` and optionally
 ``check=fn(args, parser)`` for checks across arguments, run before any work.  A bad value
-exits with code 2 and one line naming what is allowed (``cli_args.Parser.error``; ValueError
-and TypeError from a command too); a closed stdout pipe ends quietly.
+exits with code 2 and one line naming what is allowed (``cli_args.Parser.error``; an
+exception from a command too, its message on one line, never a traceback or a C++ frame);
+a closed stdout pipe ends quietly.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ import importlib
 import os
 import sys
 
-from .cli_args import Parser, examples
+from .cli_args import Parser, examples, one_line
 
 # The subcommands, in the order ``mma-emu --help`` lists them: each module has
 # register(subparsers), which adds its parsers and sets ``func`` (called with the parsed args,
@@ -58,18 +59,27 @@ def main(argv=None) -> int:
         rc = int(args.func(args) or 0)
         sys.stdout.flush()              # a closed pipe shows here, not at interpreter exit
         return rc
-    except (ValueError, TypeError) as e:
-        print(f"mma-emu: error: {e}", file=sys.stderr)
+    except BrokenPipeError:
+        return _closed_pipe()
+    except (ValueError, TypeError, OSError, LookupError, RuntimeError, MemoryError) as e:
+        print(f"mma-emu: error: {one_line(e)}", file=sys.stderr)
         return 2
-    except BrokenPipeError:             # `mma-emu archs | head`: the reader is gone, stop quietly
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())   # no second error when Python flushes at exit
-        return 0
     except KeyboardInterrupt:
         print("mma-emu: interrupted", file=sys.stderr)
         return 130
     except SystemExit as e:             # argparse: --help (0) or a one-line usage error (2)
         return e.code if isinstance(e.code, int) else 2
+    except Exception as e:              # a bug: still one line, no traceback (issue 32)
+        print(f"mma-emu: internal error: {type(e).__name__}: {one_line(e)} (please report "
+              "it with the command line)", file=sys.stderr)
+        return 2
+
+
+def _closed_pipe() -> int:
+    """`mma-emu archs | head`: the reader is gone, stop quietly."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())   # no second error when Python flushes at exit
+    return 0
 
 
 if __name__ == "__main__":

@@ -9,17 +9,29 @@ Values are percent-escaped.  ``escape_all=True`` escapes every byte but ``A-Z a-
 (what ``urllib.parse.quote(v, safe='')`` writes: the Spec strings already written, and the
 test seeds derived from them, stay as they are); ``False`` escapes only ``%``, ``,`` and
 ``=`` (a Schedule's tree text stays readable).  :func:`decode` reads any ``%XX`` escape,
-refuses unknown and repeated fields, and converts each value by its field's kind, raising a
-ValueError that names the field and what it allows.
+refuses unknown and repeated fields, and converts each value by its field's kind (integers
+in ASCII decimal digits only), raising a ValueError that names the field and what it allows.
 """
 from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 KINDS = ("int", "float", "bool", "str")
 _UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
 _HEX = "0123456789ABCDEF"
+_INT = re.compile(r"-?[0-9]{1,64}")     # [0-9], not \d: \d also takes other scripts' digits
+
+
+def decimal_int(text) -> int | None:
+    """The integer ``text`` writes in ASCII decimal digits (an optional ``-``, at most 64
+    digits); None for anything else: other scripts' digits (fullwidth, Arabic-Indic), ``_``
+    separators, hex, a ``+``, spaces, a non-string.  The one reading of integer text: Spec
+    and Schedule fields, the command line, the MMA_EMU_MAX_* variables (limits.py)."""
+    if not isinstance(text, str) or not _INT.fullmatch(text):
+        return None
+    return int(text)
 
 
 def value_text(v) -> str:
@@ -73,12 +85,11 @@ def _convert(kind: str, name: str, v: str, what: str):
     if kind == "str":
         return v
     if kind == "int":
-        for base in (0, 10):        # 0x.. as written for bit patterns; 010 as decimal
-            try:
-                return int(v, base)
-            except ValueError:
-                pass
-        raise ValueError(f"{what} field {name} must be an integer, got {v!r}")
+        i = decimal_int(v)
+        if i is not None:
+            return i
+        raise ValueError(f"{what} field {name} must be an integer, got {v!r} (ASCII decimal "
+                         "digits only, at most 64)")
     if kind == "bool":
         if v in ("0", "1"):
             return v == "1"

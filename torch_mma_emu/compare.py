@@ -134,6 +134,10 @@ def random_table(archs, size, seed, formats=None, progress=False, schedule=None)
     from tqdm import tqdm
 
     from .exact_gemm import exact_gemm
+    from .limits import check
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"random_table: size must be a positive int, got {size!r}")
+    check("compare_size", size, "random_table: size")
     g = torch.Generator().manual_seed(seed)
     A = torch.randn(size, size, generator=g, dtype=torch.float64)
     B = torch.randn(size, size, generator=g, dtype=torch.float64)

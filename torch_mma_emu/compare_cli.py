@@ -4,7 +4,7 @@ from __future__ import annotations
 import sys
 
 from . import registry
-from .cli_args import add_command, arch_name, positive_int
+from .cli_args import add_command, arch_name, bounded, seed
 from .compare import TreeRuns, eq10_text, random_jobs, random_table
 from .formats import FLOAT_DTYPES
 from .text_table import format_table
@@ -27,9 +27,10 @@ def register(subparsers) -> None:
     c.add_argument("--format", action="append", choices=RANDOM_FORMATS, metavar="FORMAT",
                    help="with --random: restrict to these input formats (repeatable): "
                         + ", ".join(RANDOM_FORMATS))
-    c.add_argument("--size", type=positive_int, default=None,
-                   help="with --random: matrix size N of the N x N x N GEMM (default 128)")
-    c.add_argument("--seed", type=int, default=None, help="with --random: random seed (0)")
+    c.add_argument("--size", type=bounded("compare_size"), default=None,
+                   help="with --random: matrix size N of the N x N x N GEMM (default 128; at "
+                        "most MMA_EMU_MAX_COMPARE_SIZE, 1024)")
+    c.add_argument("--seed", type=seed, default=None, help="with --random: random seed (0)")
     c.add_argument("--no-progress", action="store_true", help="no progress bar")
     c.add_argument("--schedule", help="run every product with this schedule: a JSON file "
                    "(mma-emu reveal matmul --schedule-out), a preset or a schedule string")

@@ -144,6 +144,27 @@ def get_format(name: str | Format) -> Format:
     return FORMATS[key]
 
 
+def format_pair(text, who: str = "") -> tuple[str, str] | None:
+    """``in_format`` as (A's format, B's format): "fmt" is both, "fmtA,fmtB" one each; None
+    stays None.  Anything else ("", ",", "tf32,", three names, an unknown name) is a
+    ValueError listing the formats, a non-string a TypeError; ``who`` prefixes the message."""
+    if text is None:
+        return None
+    if not isinstance(text, str):
+        raise TypeError(f"{who}in_format must be a str ('tf32', 'fp6_e2m3,fp4_e2m1') or None, "
+                        f"got {type(text).__name__}")
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) > 2 or not all(parts):
+        raise ValueError(f"{who}in_format={text!r} must be one format or two separated by a "
+                         f"comma ('fmtA,fmtB'); formats: {', '.join(FORMATS)}")
+    for p in parts:
+        try:
+            get_format(p)
+        except ValueError as e:
+            raise ValueError(f"{who}in_format={text!r}: {e}") from None
+    return parts[0], parts[-1]
+
+
 # ----------------------------------------------------------------------------------------
 # Tensors: which torch dtype holds a format, which format a dtype holds, the accumulators.
 # Every dtype <-> format <-> output-name question in the package is answered here.

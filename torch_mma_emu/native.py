@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 
 from . import _C  # noqa: F401  (registers the CUDA ops where the build has them)
-from .formats import FLOAT_DTYPES, INT_OF_SIZE, OUT_DTYPES, default_out, out_format
+from .formats import FLOAT_DTYPES, INT_OF_SIZE, OUT_DTYPES, default_out, format_pair, out_format
 from .isa import KERNEL_OUTPUTS, KERNEL_TYPES, KERNELS, issued_by
 from .ops import _broadcast_shapes
 
@@ -86,9 +86,9 @@ def _format(t: torch.Tensor, name: Optional[str], which: str, fn: str) -> str:
 
 
 def _formats(A, B, in_format, fn):
-    fa_n, _, fb_n = (in_format or "").partition(",")
-    fa = _format(A, fa_n or None, "A", fn)
-    fb = _format(B, (fb_n or fa_n) or None, "B", fn)
+    fa_n, fb_n = format_pair(in_format, f"{fn}: ") or (None, None)
+    fa = _format(A, fa_n, "A", fn)
+    fb = _format(B, fb_n, "B", fn)
     if fa != fb and not (fa.startswith("fp8") and fb.startswith("fp8")):
         raise ValueError(f"{fn}: A is {fa} and B is {fb}; only fp8 formats mix")
     return fa, fb

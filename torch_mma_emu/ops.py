@@ -11,7 +11,7 @@ from torch._subclasses.fake_tensor import is_fake
 
 from . import cpp
 from .formats import (INT_OF_SIZE, OPERAND_DTYPES, OUT_DTYPES, Format, format_of_dtype,
-                      formats_of_dtype, get_format, out_format, scale_format_of_dtype)
+                      format_pair, formats_of_dtype, get_format, out_format, scale_format_of_dtype)
 from .registry import spec as _registry_spec
 from .schedule import Schedule, as_schedule, run_scheduled
 from .tf32 import tf32_round, tf32x3_split
@@ -94,9 +94,9 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
         fa = _spec_operand_format(A, sp.fmt_a.name, "A")
         fb = _spec_operand_format(B, sp.fmt_b.name, "B")
     else:
-        fmt_a, _, fmt_b = (in_format or "").partition(",")
-        fa = _operand_format(A, fmt_a or None, "A")
-        fb = _operand_format(B, (fmt_b or fmt_a) or None, "B")
+        fmt_a, fmt_b = format_pair(in_format, "emulated_mm: ") or (None, None)
+        fa = _operand_format(A, fmt_a, "A")
+        fb = _operand_format(B, fmt_b, "B")
     sf = _scale_format(scale_a)
     if (scale_a is None) != (scale_b is None):
         raise ValueError("emulated_mm: give both scale_a and scale_b, or neither")
@@ -533,6 +533,13 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
     if not isinstance(arch, str):
         raise TypeError(f"emulated_mm: arch must be an arch name (tme.archs()) or a Spec, "
                         f"got {type(arch).__name__}")
+    for name, v in (("in_format", in_format), ("instruction", instruction)):
+        if v is not None and not isinstance(v, str):
+            raise TypeError(f"emulated_mm: {name} must be a str or None, got "
+                            f"{type(v).__name__} {v!r:.40}")
+    if not isinstance(c_mode, str):
+        raise TypeError(f"emulated_mm: c_mode must be 'chain' or 'epilogue', got "
+                        f"{type(c_mode).__name__} {c_mode!r:.40}")
     if isinstance(out_dtype, str):
         out_dtype = OUT_DTYPES[out_format(out_dtype, "emulated_mm: ")]
     elif out_dtype is not None and not isinstance(out_dtype, torch.dtype):

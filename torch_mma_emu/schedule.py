@@ -271,6 +271,8 @@ def load_schedule(x: str) -> Schedule:
     import json
     import os
     if isinstance(x, str) and os.path.isfile(x):
+        from .limits import check_file
+        check_file(x, "the schedule file")          # before reading it
         try:
             with open(x, encoding="utf-8") as f:
                 d = json.load(f)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 
-from ..cli_args import Parser, add_command, examples, positive_int
+from ..cli_args import (Parser, add_command, arch_name, bounded, examples, finite_float,
+                         format_list, integer, one_line, positive_int)
+from ..codec import decimal_int
+from ..limits import check
 from .collectives import BACKENDS
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
@@ -22,14 +26,14 @@ OUT_SUFFIXES = (".png", ".svg", ".pdf", ".dot", ".txt", ".json")
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=DTYPES, help="input dtype")
-    p.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
+    p.add_argument("--device", default="cpu", type=_device, help="cpu or cuda[:i]")
     p.add_argument("--algorithm", default="default",
                    choices=("default", "fprev", "basic", "modified"),
                    help="ours (default) or seed 001's Algorithm 4 / 2 / 5")
     p.add_argument("--verify", action="store_true",
                    help="run every probe twice and check the tree on extra probes")
-    p.add_argument("--big", type=float, help="mask magnitude (a power of two)")
-    p.add_argument("--unit", type=float, help="the scaled one (a power of two)")
+    p.add_argument("--big", type=_power_of_two, help="mask magnitude (a power of two)")
+    p.add_argument("--unit", type=_power_of_two, help="the scaled one (a power of two)")
     p.add_argument("--out", help="write the tree: " + ", ".join(OUT_SUFFIXES))
     p.add_argument("--json", action="store_true", help="print the tree as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -51,23 +55,24 @@ def register(subparsers) -> None:
                          epilog=examples("mma-emu reveal sum --n 64",
                                          "mma-emu reveal sum --n 32 --library numpy",
                                          "mma-emu reveal sum --shape 8,16 --dim 1 --out t.json"))
-    s.add_argument("--n", type=positive_int, help="number of summands (1-D sum)")
+    s.add_argument("--n", type=_summands, help="number of summands (1-D sum)")
     s.add_argument("--shape", type=_shape,
                    help="comma-separated shape, with --dim: sum over one dim")
-    s.add_argument("--dim", type=int)
+    s.add_argument("--dim", type=integer)
     s.add_argument("--library", default="torch", choices=("torch", "numpy"))
+    s.set_defaults(check=_check_sum)
     _common(s)
 
     d = kinds.add_parser("dot", help="torch.dot (or numpy.dot) of two n-vectors",
                          epilog=examples("mma-emu reveal dot --n 64 --dtype float16"))
-    d.add_argument("--n", type=positive_int, required=True)
+    d.add_argument("--n", type=_summands, required=True)
     d.add_argument("--library", default="torch", choices=("torch", "numpy"))
     _common(d)
 
     v = kinds.add_parser("mv", help="torch.mv of an m x n matrix",
                          epilog=examples("mma-emu reveal mv --n 128"))
-    v.add_argument("--m", type=positive_int, default=64)
-    v.add_argument("--n", type=positive_int, required=True)
+    v.add_argument("--m", type=_rows, default=64)
+    v.add_argument("--n", type=_summands, required=True)
     _common(v)
 
     m = kinds.add_parser("matmul", help="an (m x k) @ (k x n) product, summing over k",
@@ -76,13 +81,14 @@ def register(subparsers) -> None:
                                          "--arch sm80 --dtype float16 --out tree.png",
                                          "mma-emu reveal matmul --k 64 --backend cublas "
                                          "--device cuda --dtype bfloat16"))
-    m.add_argument("--m", type=positive_int, default=64)
-    m.add_argument("--n", type=positive_int, default=8)
-    m.add_argument("--k", type=positive_int, required=True)
+    m.add_argument("--m", type=_rows, default=64)
+    m.add_argument("--n", type=_rows, default=8)
+    m.add_argument("--k", type=_summands, required=True)
     m.add_argument("--backend", default="torch",
                    choices=("torch", "emulated", "reference", "cublas", "triton"))
-    m.add_argument("--arch", default="sm90", help="arch for emulated/reference")
-    m.add_argument("--in-format", help="tf32, xf32, ... where the dtype is ambiguous")
+    m.add_argument("--arch", type=arch_name, help="arch for emulated/reference (sm90)")
+    m.add_argument("--in-format", type=format_list,
+                   help="tf32, xf32, ... where the dtype is ambiguous")
     m.add_argument("--out-dtype", choices=("float32", "float16", "float64"))
     m.add_argument("--instruction", help="non-default instruction of the arch")
     m.add_argument("--with-c", action="store_true", help="C is summand k")
@@ -91,14 +97,17 @@ def register(subparsers) -> None:
     m.add_argument("--schedule", help="emulated backend: a schedule file, preset or string")
     m.add_argument("--schedule-out", help="write the revealed order as a schedule (JSON) "
                    "for emulated_mm(schedule=...) / mma-emu compare --schedule")
+    m.set_defaults(check=_check_matmul)
     _common(m)
 
     a = kinds.add_parser("allreduce", help="torch.distributed all_reduce / reduce_scatter",
                          epilog=examples("mma-emu reveal allreduce --world-size 4",
                                          "mma-emu reveal allreduce --world-size 3 --op "
                                          "reduce_scatter --numel 12 --out trees.json"))
-    a.add_argument("--world-size", type=_world_size, required=True)
-    a.add_argument("--numel", type=positive_int, default=16)
+    a.add_argument("--world-size", type=_world_size, required=True,
+                   help="ranks, one process each (at most MMA_EMU_MAX_WORLD_SIZE: 4 per core, "
+                        "0.5 GiB of available memory each)")
+    a.add_argument("--numel", type=_summands, default=16)
     a.add_argument("--op", default="all_reduce", choices=("all_reduce", "reduce_scatter"))
     a.add_argument("--backend", default="gloo", choices=BACKENDS,
                    help="torch.distributed backend (checked for this machine before starting)")
@@ -109,20 +118,61 @@ def register(subparsers) -> None:
     a.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
+# argparse types: the summands of one order, the other dimensions, the ranks (limits.py)
+_summands = bounded("reveal_n")
+_rows = bounded("elements")
+_world_size = bounded("world_size", minimum=2)
+
+
+def _device(text: str) -> str:
+    """argparse type: cpu, cuda or cuda:i (ASCII digits)."""
+    kind, colon, index = text.partition(":")
+    if kind == "cpu" and not colon or kind == "cuda" and (
+            not colon or decimal_int(index) is not None and int(index) >= 0):
+        return text
+    raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:i, got {text!r}")
+
+
+def _power_of_two(text: str) -> float:
+    """argparse type: a positive power of two (--big, --unit)."""
+    v = finite_float(text)
+    if v <= 0 or math.frexp(v)[0] != 0.5:
+        raise argparse.ArgumentTypeError(f"must be a positive power of two, got {text!r}")
+    return v
+
+
+def _check_sum(args, parser) -> None:
+    """reveal sum: --n (1-D) or --shape with --dim, refused before any work otherwise."""
+    if args.shape is None and args.n is None:
+        parser.error("reveal sum needs --n, or --shape with --dim")
+    if args.shape is not None and args.n is not None:
+        parser.error("give --n (a 1-D sum) or --shape with --dim, not both")
+    if (args.shape is None) != (args.dim is None):
+        parser.error("--shape and --dim go together (the sum over one dim of a tensor)")
+
+
+def _check_matmul(args, parser) -> None:
+    """reveal matmul: the emulated backends' arguments only with those backends."""
+    given = [f"--{n.replace('_', '-')}" for n in ("arch", "in_format", "instruction", "schedule")
+             if getattr(args, n) is not None]
+    if given and args.backend not in ("emulated", "reference"):
+        parser.error(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} to "
+                     f"--backend emulated or reference, not {args.backend}")
+    args.arch = args.arch or "sm90"
+
+
 def _shape(text: str) -> tuple:
     """argparse type: a comma-separated shape of positive integers."""
     try:
-        return tuple(positive_int(x.strip()) for x in text.split(","))
+        shape = tuple(positive_int(x.strip()) for x in text.split(","))
     except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"must be comma-separated positive integers such as "
                                          f"8,16; got {text!r}") from None
-
-
-def _world_size(text: str) -> int:
-    v = positive_int(text)
-    if v < 2:
-        raise argparse.ArgumentTypeError(f"must be at least 2, got {v}")
-    return v
+    try:
+        check("elements", math.prod(shape), "its elements")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return shape
 
 
 def _opts(args) -> dict:
@@ -152,10 +202,9 @@ def handler(args) -> int:
             return _report_collective(res, args)
         vals = dict(dtype=_dt(args.dtype), big=args.big, unit=args.unit)
         if args.target == "sum":
-            shape = args.shape
-            if shape is None and args.n is None:
-                raise ValueError("reveal sum needs --n or --shape with --dim")
-            tree = reveal_sum(args.n, shape=shape, dim=args.dim, device=args.device,
+            if args.shape is None and args.n is None:     # (parsers that skip _check_sum)
+                raise ValueError("reveal sum needs --n, or --shape with --dim")
+            tree = reveal_sum(args.n, shape=args.shape, dim=args.dim, device=args.device,
                               library=args.library, **vals, **_opts(args))
         elif args.target == "dot":
             tree = reveal_dot(args.n, device=args.device, library=args.library, **vals,
@@ -176,7 +225,7 @@ def handler(args) -> int:
                                  batch=not args.no_batch, mm_kwargs=mm_kwargs, **vals,
                                  **_opts(args))
     except (FPRevError, ValueError, TypeError, RuntimeError, IndexError) as e:
-        print(f"mma-emu reveal: error: {_one_line(e)}", file=sys.stderr)
+        print(f"mma-emu reveal: error: {_torch_says(e, args)}", file=sys.stderr)
         return 2
     meta = tree.meta
     print(f"{meta['target']}: {tree.describe()}")
@@ -188,7 +237,7 @@ def handler(args) -> int:
         try:
             _write(tree, args.out)
         except (OSError, RuntimeError, ImportError) as e:
-            print(f"mma-emu reveal: error: writing {args.out}: {e}", file=sys.stderr)
+            print(f"mma-emu reveal: error: writing {args.out}: {one_line(e)}", file=sys.stderr)
             return 2
         print(f"wrote {args.out}")
     if getattr(args, "schedule_out", None):
@@ -200,14 +249,20 @@ def handler(args) -> int:
             with open(args.schedule_out, "w") as f:
                 json.dump(d, f, indent=1)
         except OSError as e:
-            print(f"error: writing {args.schedule_out}: {e}", file=sys.stderr)
+            print(f"mma-emu reveal: error: writing {args.schedule_out}: {one_line(e)}",
+                  file=sys.stderr)
             return 2
         print(f"wrote schedule {args.schedule_out} ({d['describe']})")
     return 0
 
 
-def _one_line(e: Exception) -> str:
-    return " ".join(str(e).split()) or type(e).__name__
+def _torch_says(e: Exception, args) -> str:
+    """The error on one line; torch's bare "'op' not implemented for 'Dtype'" said in ours."""
+    msg = one_line(e)
+    if "not implemented for" in msg:
+        msg = (f"torch on {getattr(args, 'device', 'cpu')} cannot run reveal {args.target} "
+               f"in {args.dtype} (torch: {msg}); try float16, bfloat16, float32 or float64")
+    return msg
 
 
 def _bad_out(path: str) -> str:
@@ -259,6 +314,8 @@ def main(argv=None) -> int:
     parser = Parser(prog="mma-emu")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
+    if getattr(args, "check", None):
+        args.check(args, parser)
     return args.func(args)
 
 

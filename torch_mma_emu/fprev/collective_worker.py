@@ -3,15 +3,19 @@
 so starting it never re-imports the caller's ``__main__`` (scripts without a main guard and
 notebooks work)."""
 import json
+import os
 import sys
 
-from .collectives import _worker
+from .collectives import _ready_file, _worker
 
 
 def main(argv: list[str]) -> None:
     config_path, rank = argv
     with open(config_path) as f:
         config = json.load(f)
+    # torch is imported: the parent may start the next rank (its bounded pool)
+    with open(_ready_file(os.path.dirname(config_path), int(rank)), "w"):
+        pass
     _worker(int(rank), *config)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..limits import check
 from .errors import FPRevError, InconsistentError, NondeterministicError
 from .probes import ProbeValues, check_dtype
 from .tree import SumTree
@@ -113,6 +114,11 @@ def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, d
         dist.destroy_process_group()
 
 
+def _ready_file(tmp: str, rank: int) -> str:
+    """The file a worker writes once it has imported torch (collective_worker)."""
+    return os.path.join(tmp, f"rank{rank}.ready")
+
+
 def _run_workers(config: list, nprocs: int, tmp: str, timeout: float,
                  progress: bool = False) -> None:
     """Start ``nprocs`` worker processes running :func:`_worker` and wait for them; the
@@ -129,17 +135,27 @@ def _run_workers(config: list, nprocs: int, tmp: str, timeout: float,
     procs, logs = [], []
     bar = tqdm(total=nprocs, desc="collective workers done", unit="rank", leave=False,
                disable=not progress, file=sys.stderr)
+    pool = max(1, os.cpu_count() or 1)
+
+    def starting() -> int:     # started ranks still importing torch (no ready file yet)
+        return sum(p.poll() is None and not os.path.exists(_ready_file(tmp, r))
+                   for r, p in enumerate(procs))
     try:
-        for rank in range(nprocs):
-            log = open(os.path.join(tmp, f"rank{rank}.err"), "w+")
-            logs.append(log)
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "torch_mma_emu.fprev.collective_worker", cfg, str(rank)],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env))
         deadline = time.monotonic() + timeout
-        while any(p.poll() is None for p in procs):
-            failed = [r for r, p in enumerate(procs) if p.returncode not in (None, 0)]
-            if failed:
+        while True:
+            # a bounded pool: at most one rank per core imports torch at a time, the rest
+            # are started as those reach the rendezvous (a machine's load stays near its
+            # cores, not at world_size)
+            while len(procs) < nprocs and starting() < pool:
+                rank = len(procs)
+                log = open(os.path.join(tmp, f"rank{rank}.err"), "w+")
+                logs.append(log)
+                procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "torch_mma_emu.fprev.collective_worker", cfg,
+                     str(rank)], stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env))
+            if len(procs) == nprocs and all(p.poll() is not None for p in procs):
+                break
+            if any(p.poll() not in (None, 0) for p in procs):
                 break
             if time.monotonic() > deadline:
                 raise FPRevError(f"collective probes did not finish within {timeout} s")
@@ -282,9 +298,12 @@ def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
         raise ValueError(f"numel must be a positive int, got {numel!r}")
     if op == "reduce_scatter" and any(numel % w for w in sizes):
         raise ValueError(f"reduce_scatter needs numel ({numel}) divisible by every world size")
+    max_ws = max(sizes)
+    check("world_size", max_ws, "world_size")           # before any process starts
+    check("elements", numel * max_ws * max_ws, f"numel x world_size^2 ({numel} x "
+          f"{max_ws}^2, the LCA tables)")
     dtype = check_dtype(dtype)
     values = ProbeValues.for_dtype(dtype)
-    max_ws = max(sizes)
     check_backend(backend, max_ws)
     repeats = 2 if verify else 1
     with tempfile.TemporaryDirectory() as tmp:

@@ -50,6 +50,9 @@ def render(tree: SumTree, path, *, title: str | None = None, fmt: str | None = N
     fmt = (fmt or os.path.splitext(path)[1].lstrip(".")).lower()
     if fmt not in FORMATS:
         raise ValueError(f"cannot render to {path!r}: format must be one of {FORMATS}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):       # before Graphviz, whose message is two lines of its own
+        raise FileNotFoundError(f"cannot render to {path!r}: no folder {folder}")
     src = to_dot(tree, title=title or tree.describe())
     if fmt == "dot":
         with open(path, "w") as f:
@@ -62,5 +65,6 @@ def render(tree: SumTree, path, *, title: str | None = None, fmt: str | None = N
     proc = subprocess.run([exe, f"-T{fmt}", "-o", path], input=src.encode(),
                           capture_output=True)
     if proc.returncode:
-        raise RuntimeError(f"dot failed: {proc.stderr.decode(errors='replace')[:500]}")
+        why = " ".join(proc.stderr.decode(errors="replace").split())[:300]
+        raise RuntimeError(f"cannot render to {path!r}: Graphviz dot failed ({why})")
     return path

@@ -12,13 +12,32 @@ Everything here is iterative: trees of 65536 leaves can be chains 65535 deep.
 from __future__ import annotations
 
 import json
+import operator
 from typing import Iterable, Sequence
+
+from ..limits import check
 
 KINDS = ("add", "fused", "exact")
 _OPEN = {"add": "(", "fused": "[", "exact": "{"}
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 _KIND_OF_OPEN = {"(": "add", "[": "fused", "{": "exact"}
 JSON_FORMAT = "torch_mma_emu.fprev.SumTree"
+_DIGITS = frozenset("0123456789")
+
+
+def _node_ids(children, node: int) -> tuple:
+    """A node's children as ints: leaf or node ids (Python or NumPy integers), never a
+    string, float or bool that ``int()`` would quietly turn into one."""
+    if isinstance(children, (str, bytes)) or not hasattr(children, "__iter__"):
+        raise ValueError(f"node {node}: children must be a list of leaf or node ids, got "
+                         f"{children!r:.60}")
+    out = []
+    for c in children:
+        if isinstance(c, bool) or not hasattr(c, "__index__"):
+            raise ValueError(f"node {node}: a child must be an integer (a leaf or node id), "
+                             f"got {type(c).__name__} {c!r:.40}")
+        out.append(operator.index(c))
+    return tuple(out)
 
 
 class SumTree:
@@ -40,8 +59,8 @@ class SumTree:
         self.kinds: list[str] = []
         self.children: list[tuple[int, ...]] = []
         for kind, ch in nodes:
-            ch = tuple(ch) if _trusted else tuple(int(c) for c in ch)
-            if kind not in KINDS:
+            ch = tuple(ch) if _trusted else _node_ids(ch, n + len(self.children))
+            if not isinstance(kind, str) or kind not in KINDS:
                 raise ValueError(f"node kind must be one of {KINDS}, got {kind!r}")
             if len(ch) < 2:
                 raise ValueError(f"an internal node needs at least 2 children, got {ch}")
@@ -272,9 +291,9 @@ class SumTree:
                 i += 1
             elif ch == "+":
                 i += 1
-            elif ch.isdigit():
+            elif ch in _DIGITS:         # ASCII only: isdigit() also takes other scripts'
                 j = i
-                while j < len(s) and s[j].isdigit():
+                while j < len(s) and s[j] in _DIGITS:
                     j += 1
                 leaf = int(s[i:j])
                 leaves.append(leaf)
@@ -286,6 +305,7 @@ class SumTree:
             raise ValueError("tree text must hold exactly one balanced expression")
         if n is None:
             n = max(leaves) + 1
+        check("tree_leaves", len(leaves), "tree text: leaves")
         if len(leaves) != n or sorted(leaves) != list(range(n)):
             raise ValueError(f"tree text must use every leaf 0..{n - 1} exactly once")
         fix = lambda c: c if c >= 0 else n + (-c - 1)  # noqa: E731
@@ -319,6 +339,7 @@ class SumTree:
         for name, v in (("n", n), ("root", root)):
             if isinstance(v, bool) or not isinstance(v, int):
                 raise ValueError(f"serialised SumTree: {name} must be an integer, got {v!r}")
+        check("tree_leaves", max(n, len(nodes)), "serialised SumTree: leaves n")
         meta = d.get("meta") or {}
         if not isinstance(meta, dict):
             raise ValueError(f"serialised SumTree: meta must be an object, got "

@@ -17,12 +17,16 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import os
 import sys
 import time
 
 import torch
 
+from ..cli_args import bounded, seed
+from ..codec import decimal_int
+from ..limits import LimitError, check
 from ..registry import ARCHS, canonical_arch
 from .model_preview import FORMATS, _options, preview_model, runs_for
 
@@ -60,6 +64,8 @@ def make_input(spec: str, seed: int) -> torch.Tensor:
             high, _, shape = rest.partition(":")
             return torch.randint(0, _positive([high])[0], tuple(_positive(shape.split(","))),
                                  generator=g)
+    except LimitError:
+        raise
     except ValueError:
         pass
     raise ValueError(f"--input must be randn:SHAPE or randint:HIGH:SHAPE with positive "
@@ -67,9 +73,10 @@ def make_input(spec: str, seed: int) -> torch.Tensor:
 
 
 def _positive(items) -> list:
-    vals = [int(s) for s in items]
-    if not vals or any(v <= 0 for v in vals):
+    vals = [decimal_int(s.strip()) for s in items]
+    if not vals or any(v is None or v <= 0 for v in vals):
         raise ValueError("not positive")
+    check("elements", math.prod(vals), "--input: elements")
     return vals
 
 
@@ -212,11 +219,13 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--formats", default=None,
                    help=f"comma-separated, from {','.join(FORMATS)} (default: every format "
                         "one of the archs has)")
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeat", type=int, default=1,
+    p.add_argument("--batch", type=bounded("preview_batch"), default=4,
+                   help="examples per forward pass (at most MMA_EMU_MAX_PREVIEW_BATCH)")
+    p.add_argument("--seed", type=seed, default=0)
+    p.add_argument("--repeat", type=bounded("preview_repeat"), default=1,
                    help="timed forward passes per run (the best is kept)")
-    p.add_argument("--threads", type=int, help="torch.set_num_threads for the whole run")
+    p.add_argument("--threads", type=bounded("threads"),
+                   help="torch.set_num_threads for the whole run")
     p.add_argument("--out", default="out/preview",
                    help="report.png (JSON next to it) or a folder (preview.png, preview.json)")
     p.add_argument("--no-plot", action="store_true")
@@ -298,7 +307,8 @@ def run(args) -> int:
     if not args.no_progress:
         from tqdm import tqdm
         total = sum(r.arch != "native" for r in runs_for(archs, formats))
-        bar = tqdm(total=total, desc="preview", unit="run", file=sys.stderr, leave=False)
+        bar = tqdm(total=total, desc="preview", unit="run", file=sys.stderr, leave=False,
+                   disable=not sys.stderr.isatty())
 
     def progress(label):
         if bar is not None:

@@ -11,11 +11,12 @@ alone.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 
-from ..cli_args import Parser, add_command, positive_int
+from ..cli_args import Parser, add_command, bounded, integer, one_line, positive_int
 
 
 def _bar(items, desc):
@@ -41,13 +42,16 @@ def register(subparsers) -> None:
     tgt.add_argument("--spec", help="a serialised spec ('spec:op=t_fdpa,...')")
     p.add_argument("--format", help="input format (fp16, bf16, tf32, fp8_e4m3, 'a,b'); "
                                     "default: every unscaled format of the target")
-    p.add_argument("--out", default=None, help="output format: fp32 (default), fp16, fp64")
+    p.add_argument("--out", default=None, type=_out_format,
+                   help="output format: fp32, fp16, fp64 (default: every output of the "
+                        "target; probe writes no file: --json > FILE does)")
     p.add_argument("--scale-format", choices=("ue8m0", "ue4m3"), help="block-scaled inputs")
-    p.add_argument("--block-size", type=int, choices=(16, 32))
+    p.add_argument("--block-size", type=integer, choices=(16, 32))
     p.add_argument("--instruction", help="a non-default instruction (registry or native name)")
     p.add_argument("--infer", action="store_true", help="also infer a spec (closed loop)")
-    p.add_argument("--verify", type=positive_int, default=0, metavar="N",
-                   help="verify the inferred spec on N random inputs (implies --infer)")
+    p.add_argument("--verify", type=bounded("probe_verify"), default=0, metavar="N",
+                   help="verify the inferred spec on N random inputs (implies --infer; at "
+                        "most MMA_EMU_MAX_PROBE_VERIFY, 10^7)")
     p.add_argument("--no-order", action="store_true", help="skip the FPRev order reveal")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.add_argument("--details", action="store_true",
@@ -63,7 +67,7 @@ def register(subparsers) -> None:
                    "mma-emu fit tests/data/hwdata/ --limit 3"))
     f.add_argument("data", nargs="+", help=".npz files or directories of them")
     f.add_argument("--format", help="input format (when no index.json names it)")
-    f.add_argument("--out", help="output format (fp32, fp16)")
+    f.add_argument("--out", type=_out_format, help="output format (fp32, fp16)")
     f.add_argument("--limit", type=positive_int, default=10, help="candidates to print per file")
     f.add_argument("--json", action="store_true")
     f.add_argument("--single-pass", action="store_true",
@@ -71,14 +75,39 @@ def register(subparsers) -> None:
                         "instructions)")
 
 
+def _out_format(text: str) -> str:
+    """argparse type: an output format name (fp32, fp16, fp64), not a file."""
+    from ..formats import out_format
+    try:
+        return out_format(text)
+    except TypeError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an output format; allowed: fp32, fp16, fp64 (--out names the "
+            "accumulator, not a file: --json > FILE writes one)") from None
+
+
 # ------------------------------------------------------------------------------------
 
 def _interfaces(args) -> list[tuple]:
-    """(in_format, out) pairs to probe."""
+    """(in_format, out) pairs to probe; ``--out`` without ``--format``: those with that
+    output."""
     if args.format:
         return [(args.format, args.out)]
     if args.spec:
-        return [(None, None)]
+        return [(None, args.out)]
+    pairs = _all_interfaces(args)
+    if args.out:
+        kept = [(f, o) for f, o in pairs if (o or "fp32") == args.out]
+        if not kept:
+            have = sorted({o or "fp32" for _, o in pairs})
+            raise ValueError(f"--out {args.out}: no interface of the target has that output "
+                             f"(outputs: {', '.join(have)}); give --format too, or another "
+                             "--out")
+        return kept
+    return pairs
+
+
+def _all_interfaces(args) -> list[tuple]:
     if args.native:
         from .. import native
         fmts = [f for f in ("fp16", "bf16", "tf32", "fp8_e4m3", "fp8_e5m2")
@@ -114,14 +143,14 @@ def cmd_probe(args) -> int:
         try:
             target = Spec.from_string(args.spec)
         except (ValueError, TypeError) as e:
-            print(f"mma-emu probe: {e}", file=sys.stderr)
+            print(f"mma-emu probe: {one_line(e)}", file=sys.stderr)
             return 2
     else:
         target = args.arch
     try:
         pairs = _interfaces(args)
     except (ValueError, RuntimeError) as e:
-        print(f"mma-emu probe: {e}", file=sys.stderr)
+        print(f"mma-emu probe: {one_line(e)}", file=sys.stderr)
         return 2
     do_infer = args.infer or args.verify > 0
     reports, specs, results, checks = [], [], [], []
@@ -140,7 +169,8 @@ def cmd_probe(args) -> int:
             else:
                 rep = run_features(target, fmt, out, order=not args.no_order, **kw)
         except (ValueError, TypeError, RuntimeError) as e:
-            print(f"mma-emu probe: {fmt or ''} -> {out or 'fp32'}: {e}", file=sys.stderr)
+            print(f"mma-emu probe: {fmt or ''} -> {out or 'fp32'}: {one_line(e)}",
+                  file=sys.stderr)
             return 2
         reports.append(rep)
     if args.json:

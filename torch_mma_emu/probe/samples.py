@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..limits import BOUNDS, MIB, limit
 from .targets import Interface, encode, interface, output_codes, signed64
 
 
@@ -283,6 +284,16 @@ def _npz_arrays(p: Path) -> dict:
         kind = "empty" if not magic else ("a single .npy array" if magic == b"\x93NUM"
                                           else "not a zip archive")
         raise SamplesFileError(f"{why}: the file is {kind}")
+    try:
+        with zipfile.ZipFile(p) as zf:     # the arrays' unpacked size, before unpacking them
+            unpacked = sum(i.file_size for i in zf.infolist())
+    except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
+        raise SamplesFileError(f"{why}: {e or type(e).__name__}") from None
+    top = limit("file_mib")
+    if unpacked > top * MIB:
+        raise SamplesFileError(f"{p.name}: its arrays unpack to {unpacked / MIB:.0f} MiB, above "
+                               f"the bound of {top} {BOUNDS['file_mib'].what}; set "
+                               f"{BOUNDS['file_mib'].env} to raise it")
     try:
         with np.load(p, allow_pickle=False) as z:
             missing = [k for k in ("a", "b", "c", "d") if k not in z.files]

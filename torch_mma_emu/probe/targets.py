@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..formats import (FORMATS, INT_OF_SIZE, OUT_DTYPES, Format, default_out, get_format,
-                       out_format, storage_dtype, value_table)
+from ..formats import (FORMATS, INT_OF_SIZE, OUT_DTYPES, Format, default_out, format_pair,
+                       get_format, out_format, storage_dtype, value_table)
 from ..spec import Spec
 from ..tf32 import tf32_truncate
 
@@ -351,9 +351,9 @@ def interface(in_format, out_dtype=None, scale_format=None, block_size=None) -> 
                              f"{in_format!r}")
         fa_name, fb_name = in_format
     else:
-        fa_name, _, fb_name = str(in_format).partition(",")
+        fa_name, fb_name = format_pair(in_format)
     fa = get_format(fa_name)
-    fb = get_format(fb_name or fa_name)
+    fb = get_format(fb_name)
     for f in (fa, fb):
         if f.name in ("ue8m0", "ue4m3"):
             raise ValueError(f"{f.name} is a scale format, not an element format; pass it as "

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ..inputs import FAMILIES
+from ..limits import check
 from ..spec import Spec
 from .samples import check_schedule, random_batches
 from .targets import (MASK64, make_target, output_codes, scale_values, spec_interface,
@@ -99,6 +100,7 @@ def verify(spec: Spec, target, n: int = 100_000, *, in_format=None, out_dtype=No
                         f"{type(spec).__name__}")
     ks = ks_for(spec) if ks is None else list(ks)
     check_schedule(n, ks, families, batch)
+    check("probe_verify", n, "verify: n")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ValueError(f"seed must be an int, got {seed!r}")
     fmt = in_format or (spec.in_format if spec.in_format_b is None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ...limits import check
 from ..errors import FPRevError
 from ..probes import ProbeValues, check_dtype
 from ..rows import dense_rows
@@ -133,6 +134,7 @@ class VectorTarget(Target):
             raise TypeError(f"fn must be callable, got {type(fn).__name__}")
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"n must be a positive int, got {n!r}")
+        check("reveal_n", n, "the number of summands n")
         self.fn, self.n, self.ieee = fn, n, ieee
         self.dtype = check_dtype(dtype)
         self.device = torch.device(device)
@@ -231,6 +233,8 @@ class RowsTarget(Target):
             raise ValueError(f"the number of summands must be a positive int, got {n!r}")
         if not isinstance(rows_per_call, int) or rows_per_call < 1:
             raise ValueError(f"rows per call must be a positive int, got {rows_per_call!r}")
+        check("reveal_n", n, "the number of summands")
+        check("elements", n * self.rows, f"{self.rows} rows x {n} summands")
         self.n, self.rows_per_call = n, rows_per_call
         self.dtype, self.device = dtype, torch.device(device)
         self.values, self.label = values, label

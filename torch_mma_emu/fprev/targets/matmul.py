@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ...limits import check
 from ...ops import emulated_mm
 from ..probes import ProbeValues, check_dtype
 from .base import RowsTarget
@@ -61,6 +62,9 @@ class MatmulTarget(RowsTarget):
                  instruction=None, mm_kwargs=None, values=None, big=None, unit=None,
                  pack=None, batch=True):
         m, n, k = _check_n(m, "m"), _check_n(n, "n"), _check_n(k, "k")
+        check("reveal_n", k, "k")
+        check("elements", max(m, n) * k,
+              f"the elements of A ({m} x {k}) or B ({k} x {n})")
         dtype = check_dtype(dtype)
         dev = _device(device)
         mm, label, ieee = resolve_mm(backend, arch=arch, in_format=in_format,

@@ -1,0 +1,131 @@
+"""Bounds on the work one argument can ask for: the processes, memory and time a number typed
+on the command line (or passed to a function) makes the package spend.  Each bound is checked
+before the work starts and names the environment variable that raises it.
+
+``BOUNDS`` is the one table of them (README.md "Bounds and limits" lists it):
+name -> (environment variable, default, what it bounds).  A default may be a function of
+this machine (the world size: what its cores and memory hold).  Integers in environment
+variables and on the command line are read by :func:`.codec.decimal_int` (ASCII decimal
+digits only), as Spec and Schedule strings are.
+"""
+from __future__ import annotations
+
+import os
+
+from .codec import decimal_int
+
+GIB = 1 << 30
+MIB = 1 << 20
+RANK_BYTES = GIB // 2       # one collective rank: a Python process with torch (~0.3 GB RSS)
+RANKS_PER_CORE = 4          # gloo ranks mostly wait on each other; more than this only thrash
+
+
+def _available_bytes() -> int:
+    """Memory available now (Linux /proc/meminfo; elsewhere 8 GiB is assumed)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 8 * GIB
+
+
+def _default_world_size() -> int:
+    cores = os.cpu_count() or 1
+    return max(2, min(RANKS_PER_CORE * cores, _available_bytes() // RANK_BYTES))
+
+
+class Bound:
+    """One bound: its environment variable, default (an int or a function giving one), what
+    it bounds (a few words, in the error) and a note for the README."""
+
+    def __init__(self, env: str, default, what: str, note: str = "", shown: str = ""):
+        self.env, self._default, self.what, self.note = env, default, what, note
+        self.shown = shown or f"{default:,}"      # the default in README.md's table
+
+    @property
+    def default(self) -> int:
+        return self._default() if callable(self._default) else self._default
+
+    def value(self) -> int:
+        """The bound in force: the environment variable when set, else the default."""
+        text = os.environ.get(self.env)
+        if text is None or text.strip() == "":
+            return self.default
+        v = decimal_int(text.strip())
+        if v is None or v < 1:
+            raise ValueError(f"{self.env} must be a positive integer (ASCII digits), got "
+                             f"{text!r}")
+        return v
+
+
+BOUNDS: dict[str, Bound] = {
+    "world_size": Bound("MMA_EMU_MAX_WORLD_SIZE", _default_world_size,
+                        "ranks of reveal allreduce", "one process each, started in a pool of one "
+                        "per core", "4 per core, at most one per 0.5 GiB available"),
+    "compare_size": Bound("MMA_EMU_MAX_COMPARE_SIZE", 1024,
+                          "N of compare --random", "the N x N x N GEMM of every arch and "
+                          "format; time grows as N^3"),
+    "reveal_n": Bound("MMA_EMU_MAX_REVEAL_N", 1 << 16, "summands of a revealed order",
+                      "reveal --n, --k, --numel, the summed dim of --shape; a 2^16-term "
+                      "torch.sum takes about 4 s and 0.4 GB, 2^18 20 s, 2^20 5 minutes"),
+    "elements": Bound("MMA_EMU_MAX_ELEMENTS", 1 << 24, "elements of a tensor an argument asks "
+                      "for", "m x k and k x n of reveal matmul / mv, the product of reveal "
+                      "sum --shape, numel x world_size^2 of reveal allreduce, preview "
+                      "--input"),
+    "preview_batch": Bound("MMA_EMU_MAX_PREVIEW_BATCH", 4096, "examples of preview --batch",
+                           "the model's example_inputs(batch, seed)"),
+    "preview_repeat": Bound("MMA_EMU_MAX_REPEAT", 100, "timed passes of preview --repeat",
+                            "per run; the best is kept"),
+    "threads": Bound("MMA_EMU_MAX_THREADS", lambda: 4 * (os.cpu_count() or 1),
+                     "threads of preview --threads", "torch.set_num_threads", "4 per core"),
+    "probe_verify": Bound("MMA_EMU_MAX_PROBE_VERIFY", 10_000_000,
+                          "random inputs of probe --verify", "verify(..., n)"),
+    "tree_leaves": Bound("MMA_EMU_MAX_TREE_LEAVES", 1 << 16, "leaves of a SumTree read back",
+                         "SumTree.from_json / from_dict / parse, tree schedules (a 2^16-leaf "
+                         "chain loads in about 5 s, 0.4 GB); as many as reveal --n allows"),
+    "file_mib": Bound("MMA_EMU_MAX_FILE_MIB", 256, "MiB of an input file",
+                      "tree and schedule JSON files; a samples (.npz) file's arrays, "
+                      "unpacked"),
+}
+
+
+def limit(name: str) -> int:
+    """The bound ``name`` of :data:`BOUNDS` in force."""
+    return BOUNDS[name].value()
+
+
+class LimitError(ValueError):
+    """An argument above its bound; the message names the bound and how to raise it."""
+
+
+def check(name: str, value: int, what: str = "") -> int:
+    """``value`` when it is at most the bound ``name``; else :class:`LimitError` naming
+    ``what`` was asked, the bound and its environment variable."""
+    b = BOUNDS[name]
+    top = b.value()
+    if value > top:
+        raise LimitError(f"{what + ' = ' if what else ''}{value} is above the bound of "
+                         f"{top} {b.what}; set {b.env} to raise it")
+    return value
+
+
+def check_file(path, what: str = "file") -> int:
+    """The size of file ``path`` in bytes, when within the file bound (before reading it)."""
+    size = os.path.getsize(path)
+    b = BOUNDS["file_mib"]
+    top = b.value()
+    if size > top * MIB:
+        raise LimitError(f"{what} {path} is {size / MIB:.0f} MiB, above the bound of {top} "
+                         f"{b.what}; set {b.env} to raise it")
+    return size
+
+
+def markdown() -> str:
+    """The table of bounds for README.md: variable, default, what it bounds."""
+    rows = ["| environment variable | default | bounds |", "| --- | --- | --- |"]
+    for b in BOUNDS.values():
+        rows.append(f"| `{b.env}` | {b.shown} | {b.what}: {b.note} |")
+    return "\n".join(rows) + "\n"
