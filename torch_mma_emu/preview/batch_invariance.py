@@ -91,11 +91,11 @@ def _launch_log():
     log = []
     orig = hook._launch
 
-    def logged(block, interp, args, grid, warmup, kwargs):
+    def logged(block, interp, args, grid, warmup, kwargs, *rest):   # rest: what hook adds
         g = grid(dict(zip(interp.arg_names, args), **kwargs)) if callable(grid) else grid
         keys = {k: v for k, v in kwargs.items() if isinstance(v, (int, float, str, bool))}
         log.append((interp.fn.__name__, tuple(g), tuple(sorted(keys.items()))))
-        return orig(block, interp, args, grid, warmup, kwargs)
+        return orig(block, interp, args, grid, warmup, kwargs, *rest)
     hook._launch = logged
     try:
         yield log
