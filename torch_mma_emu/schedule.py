@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Optional
@@ -57,6 +58,7 @@ C_MODES = ("chain", "epilogue")
 # program opcodes, by name (csrc/core/layout.h MMA_SCHED_OPS, checked by cpp.py)
 _PARTIAL, _C, _ZERO = cpp.SCHED["PARTIAL"], cpp.SCHED["C"], cpp.SCHED["ZERO"]
 _ADD, _NODE, _CHAIN = cpp.SCHED["ADD"], cpp.SCHED["NODE"], cpp.SCHED["CHAIN"]
+_CHAINS = cpp.SCHED["CHAINS"]
 _EPI_ALPHA, _EPI_FMA = cpp.SCHED["EPI_ALPHA"], cpp.SCHED["EPI_FMA"]
 _EPI_MULADD = cpp.SCHED["EPI_MULADD"]
 _MAX_STACK = 64
@@ -496,14 +498,34 @@ def _tf32_round(x: torch.Tensor, mode: str) -> torch.Tensor:
     return torch.where(special, bits, r).view(torch.float32).view(x.shape)
 
 
-def _k_ranges(K: int, L: int, parts: int) -> tuple[list[tuple[int, int]], int]:
+@dataclass(frozen=True)
+class _Slices:
+    """(k0, k1) of n slices of ``size`` products from 0, the last one ending at K: a lazy
+    sequence (split_k = 10^6 makes no million tuples)."""
+    K: int
+    size: int
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, s: int) -> tuple[int, int]:
+        s = s + self.n if s < 0 else s
+        if not 0 <= s < self.n:
+            raise IndexError(s)
+        return min(self.K, s * self.size), min(self.K, (s + 1) * self.size)
+
+    def __iter__(self):
+        return (self[s] for s in range(self.n))
+
+
+def _k_ranges(K: int, L: int, parts: int) -> tuple[_Slices, int]:
     """The slices holding products, ceil(ceil(K / L) / parts) chunks of L each (at least one
     slice, empty when K is 0), and how many slices past K follow them."""
     chunks = -(-K // L)
     per = -(-chunks // parts)
     n = -(-chunks // per) if per else 1
-    size = per * L
-    return [(min(K, s * size), min(K, (s + 1) * size)) for s in range(n)], parts - n
+    return _Slices(K, per * L, n), parts - n
 
 
 def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
@@ -554,25 +576,56 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
 
     slice_code = []
     ranges, empties = _k_ranges(K, L, sched.split_k)
-    for (k0, k1) in ranges:
-        if sched.promote_every is None:
-            slice_code.append(push(k0, k1, c_in_chain))
-            continue
-        code = [_C] if (c_in_chain and has_c) else [_ZERO]
-        for b0 in range(k0, k1, sched.promote_every):
-            code += push(b0, min(k1, b0 + sched.promote_every)) + [_ADD]
-        slice_code.append(code)
-    prog = _reduce_program(slice_code, sched.reduce, empties)
+    pe = sched.promote_every
+    if inline and pe is None and len(ranges) > 2 and sched.reduce == "sequential":
+        # slice 0, then "+ each further slice's chain" as one CHAINS op: a few words
+        # however many slices (split_k = 10^6 would otherwise be millions of them)
+        prog = push(*ranges[0], c_in_chain) + [_CHAINS, ranges[1][0], K, ranges.size] + \
+            ([_ZERO, _ADD] if empties else [])
+    else:
+        for (k0, k1) in ranges:
+            if pe is None:
+                slice_code.append(push(k0, k1, c_in_chain))
+                continue
+            code = [_C] if (c_in_chain and has_c) else [_ZERO]
+            if inline and k1 > k0:      # the promotion loop as one CHAINS op
+                code += [_CHAINS, k0, k1, pe]
+            else:
+                for b0 in range(k0, k1, pe):
+                    code += push(b0, min(k1, b0 + pe)) + [_ADD]
+            slice_code.append(code)
+        prog = _reduce_program(slice_code, sched.reduce, empties)
     prog += _epilogue(has_c and not c_in_chain, sched.alpha, sched.beta, sched.epilogue)
     if inline:
         return cpp.sched(spec, a3, b3, c3, c3.new_empty((0, M, N)), prog, consts,
                          *(scales or (None, None)))
+    _check_partials(len(jobs), Bt, M, N, c3.element_size())
     gemm = partial(cpp.gemm, spec)      # the plain chain: gemm(a, b, c, sa=None, sb=None)
     if scales is not None:
         parts = _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, spec.block_size)
     else:
         parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k)
     return cpp.sched(spec, *empty, c3, parts, prog, consts)
+
+
+PARTIALS_ENV = "MMA_EMU_SCHED_PARTIAL_BYTES"
+
+
+def _check_partials(n: int, Bt: int, M: int, N: int, es: int) -> None:
+    """The _gemm + PARTIAL route (CUDA, tf32x3) holds one (batch, M, N) result per chain:
+    refuse before the work when they pass MMA_EMU_SCHED_PARTIAL_BYTES (default 2 GiB).  The
+    CPU's CHAIN route holds none (its stack is a few entries deep, whatever split_k is)."""
+    raw = os.environ.get(PARTIALS_ENV, "").strip()
+    if raw and (not raw.isascii() or not raw.isdigit() or int(raw) < 1):
+        raise ValueError(f"{PARTIALS_ENV}={raw!r}: expected a positive decimal integer (bytes)")
+    limit = int(raw) if raw else 2 << 30
+    need = n * Bt * M * N * es
+    if need > limit:
+        raise ValueError(f"schedule: {n} chains (slices x promotion blocks) each keep a "
+                         f"({Bt}, {M}, {N}) partial result on this route (CUDA, or "
+                         f"input_precision='tf32x3'): {need / 2 ** 20:.0f} MiB, over the "
+                         f"{limit / 2 ** 20:.0f} MiB limit; use fewer slices or blocks, or "
+                         f"raise {PARTIALS_ENV} (bytes)")
 
 
 def _tf32x3_chain(a3, b3, lo, k0, k1, start, gemm, dot_k):
