@@ -224,9 +224,8 @@ def _input_precision(sched: Optional[Schedule], A, B, in_format):
         return A, B, "fp32", None
     if ip == "tf32_rn":
         return _tf32_round(A, "rne"), _tf32_round(B, "rne"), "tf32", None
-    if ip == "tf32x3":
-        ah, bh = _tf32_round(A, "rna"), _tf32_round(B, "rna")
-        return ah, bh, "tf32", (A - ah, B - bh)
+    if ip == "tf32x3":   # hi / lo parts made K block by K block (schedule._tf32x3_chain)
+        return A, B, "tf32", True
     return A, B, "tf32", None
 
 
@@ -270,9 +269,6 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
         a3 = a3.view(INT_OF_SIZE[a3.element_size()])
         b3 = b3.view(INT_OF_SIZE[b3.element_size()])
     if sched is not None:
-        if lo is not None:
-            lo = (_flat3(lo[0], batch, M, K).view(torch.int32),
-                  _flat3(lo[1], batch, K, N).view(torch.int32))
         d = run_scheduled(sched, s, a3, b3, c3, C is not None, lo,
                           (sa3, sb3) if s.scaled else None)
         return d.reshape(out_shape)

@@ -532,7 +532,8 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
                   lo=None, scales=None) -> torch.Tensor:
     """D (batch, M, N) in the spec's output dtype.  ``a3``/``b3``: the operands as _gemm
     takes them (codes, or float values for fma/ftz_addmul), ``c3`` (batch, M, N) in the
-    output dtype; ``lo``: the (a_lo, b_lo) codes of tf32x3 (a3, b3 are then the hi parts);
+    output dtype; ``lo``: True for tf32x3 (a3, b3 are then the float32 inputs' bits, split
+    into hi and lo parts K block by K block as the chains run);
     ``scales``: (scale_a, scale_b) codes (batch, M, nblk) / (batch, nblk, N) of a
     block-scaled product, whose slices and blocks then start on scale blocks."""
     Bt, M, K = a3.shape
@@ -604,7 +605,8 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
     if scales is not None:
         parts = _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, spec.block_size)
     else:
-        parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k)
+        parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k,
+                            spec.L * spec.passes)
     return cpp.sched(spec, *empty, c3, parts, prog, consts)
 
 
@@ -628,17 +630,41 @@ def _check_partials(n: int, Bt: int, M: int, N: int, es: int) -> None:
                          f"raise {PARTIALS_ENV} (bytes)")
 
 
-def _tf32x3_chain(a3, b3, lo, k0, k1, start, gemm, dot_k):
-    """tf32x3: three tf32 dots per tl.dot tile of dot_k, chained through the accumulator."""
+def _tf32x3_parts(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 bits -> (hi, lo) tf32 codes: hi = cvt.rna.tf32(x), lo = x - hi (exact)."""
+    xf = x.view(torch.float32)
+    hi = _tf32_round(xf, "rna")
+    return hi.view(torch.int32), (xf - hi).view(torch.int32)
+
+
+def _tf32x3_chain(a3, b3, k0, k1, start, gemm, dot_k, L):
+    """tf32x3: three tf32 dots per tl.dot tile of dot_k, chained through the accumulator.
+    Each dot runs K block by K block (the plain chain goes on exactly from its accumulator
+    at a multiple of L), the hi / lo parts made per block: the working set stays about
+    MMA_EMU_CPU_BLOCK_BYTES whatever K is."""
     acc, step = start, dot_k or max(k1 - k0, 1)
+    Bt, M, _ = a3.shape
+    N = b3.shape[2]
+    blk = max(L, _block_bytes() // max(1, 16 * (M + N)) // L * L)
     for t0 in range(k0, k1, step):
         t1 = min(k1, t0 + step)
-        ah, al = a3[:, :, t0:t1], lo[0][:, :, t0:t1]
-        bh, bl = b3[:, t0:t1, :], lo[1][:, t0:t1, :]
-        acc = gemm(al, bh, acc)
-        acc = gemm(ah, bl, acc)
-        acc = gemm(ah, bh, acc)
+        for which in ("lh", "hl", "hh"):    # al * bh, ah * bl, ah * bh
+            for u0 in range(t0, t1, blk):
+                u1 = min(t1, u0 + blk)
+                a = _tf32x3_parts(a3[:, :, u0:u1])[which[0] == "l"]
+                b = _tf32x3_parts(b3[:, u0:u1, :])[which[1] == "l"]
+                acc = gemm(a, b, acc)
     return acc
+
+
+def _block_bytes() -> int:
+    """The CPU kernel's K block budget (MMA_EMU_CPU_BLOCK_BYTES, default 32 MiB)."""
+    raw = os.environ.get("MMA_EMU_CPU_BLOCK_BYTES", "")
+    try:
+        v = int(raw)
+    except ValueError:
+        v = 0
+    return v if v > 0 else 32 << 20
 
 
 def _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, block) -> torch.Tensor:
@@ -657,7 +683,7 @@ def _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, block) -> torch.Tensor:
     return torch.cat(outs) if outs else c3.new_empty((0,) + tuple(c3.shape[1:]))
 
 
-def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k) -> torch.Tensor:
+def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k, L=1) -> torch.Tensor:
     """The partial results (len(jobs) * batch, M, N) of chains over K ranges.  Chains of
     one length from +0 run as one batched _gemm call (their K ranges gathered into the
     batch dimension): one kernel launch, and the result is already the partials tensor."""
@@ -666,7 +692,7 @@ def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k) -> torch.Tensor:
     if not jobs:
         return c3.new_empty((0, M, N))
     if lo is not None:
-        outs = [_tf32x3_chain(a3, b3, lo, k0, k1, c3 if fc else zero, gemm, dot_k)
+        outs = [_tf32x3_chain(a3, b3, k0, k1, c3 if fc else zero, gemm, dot_k, L)
                 for k0, k1, fc in jobs]
         return torch.stack(outs).reshape(len(outs) * Bt, M, N)
     groups: dict = {}

@@ -7,10 +7,11 @@ the dimensions the data provably cannot see, enumerates the rest with cheap earl
 rejection, and ranks what fits by closeness to known registry entries, then simplicity.
 What the data cannot tell is said in ``result.undetermined`` and shows as ties.
 
-Bounds (docs/probe.md "Fit"): samples longer than ``MMA_EMU_FIT_MAX_K`` products are refused
-before any work (every candidate runs every sample); when ``max_consistent`` models already
-reproduce every sample the search stops (the samples cannot decide: more are needed) and
-says so with a :class:`FitUndecidedWarning`, instead of running the whole space.
+Bounds (docs/probe.md, "When the samples cannot decide"): samples longer than
+``MMA_EMU_FIT_MAX_K`` products are refused before any work (every candidate runs every
+sample); once more models reproduce every sample than there are samples (and at least
+``max_consistent``) the search stops - the samples cannot decide, more are needed - and
+says so with a :class:`FitUndecidedWarning` instead of running the whole space.
 """
 from __future__ import annotations
 
@@ -261,9 +262,10 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
 
     ``result.consistent`` counts the models reproducing every sample; more than one
     (``result.undecided``) means the samples cannot decide between them, which
-    ``describe()`` says.  ``max_consistent`` (default 64; None: no bound) stops the search
-    once that many fit - a file of one or two samples leaves thousands, and running them all
-    takes minutes - and then warns (:class:`FitUndecidedWarning`).  Samples longer than
+    ``describe()`` says.  The search stops once more models fit than there are samples and
+    at least ``max_consistent`` (default 64; None: no bound) - a file of one or two samples
+    leaves thousands, and running them all takes minutes - and then warns
+    (:class:`FitUndecidedWarning`).  Samples longer than
     ``MMA_EMU_FIT_MAX_K`` products (default 4096) raise ``ValueError`` before any work.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or
@@ -324,7 +326,10 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     cands.sort(key=prior)
     near = []
     stats: dict = {}
-    found = search.survivors(cands, s, near, stop_after=max_consistent, stats=stats)
+    # more models fitting than there are samples (and at least max_consistent): the
+    # samples are far too few to decide, and running the rest would only add to the count
+    stop = None if max_consistent is None else max(max_consistent, len(s))
+    found = search.survivors(cands, s, near, stop_after=stop, stats=stats)
     if any(sp.L == kmax and sp.op != "fma" and not sp.multipass for sp in found):
         undetermined.insert(0, f"the fused length beyond K: L = {kmax} stands for every "
                             f"L >= {kmax} (each sample is one fused operation then)")
