@@ -65,10 +65,50 @@ def test_steps_budget_and_bad_steps(tmp_path):
     assert r.stdout.count("skipped: no time left") == 3
     r = _steps(tmp_path, "identity", "native", MMA_EMU_BUDGET="60")
     assert r.stdout.count("+ [4") == 2                        # 60 - 15 s of reserve
-    r = _steps(tmp_path, "identity", "speed")
-    assert r.returncode == 2 and "unknown step 'speed'" in r.stderr and "+ [" not in r.stdout
+    r = _steps(tmp_path, "identity", "velocity")
+    assert r.returncode == 2 and "unknown step 'velocity'" in r.stderr and "+ [" not in r.stdout
     r = _steps(tmp_path)
     assert r.returncode == 2 and "usage" in r.stderr
+
+
+def test_the_two_commands_of_the_15_minute_lease(tmp_path):
+    """cmd1 (about 9 minutes: build, smoke, identity, the instruction kernels, Triton, speed)
+    and cmd2 (recordings, schedules, FPRev) expand to their steps in the runbook's order and
+    caps, with cmd1's smaller validation counts and no sanitizer pass."""
+    r = _steps(tmp_path, "cmd1")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "[steps] env build@150 smoke@60 identity@90 mma@120 triton@75 speed@40" in out
+    order = ["scripts/build_ext.sh", "smoke.py emulated", "--parts identity --outputs 200000",
+             "--parts native --paths mma", "triton_emulate.py", "--parts bench --bench-size 4096"]
+    pos = [out.index(o) for o in order]
+    assert pos == sorted(pos)
+    assert "compute-sanitizer" not in out and "--native-outputs 200000" in out
+    assert sum([150, 60, 90, 120, 75, 40]) <= 540
+    r = _steps(tmp_path, "cmd2")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = r.stdout
+    assert "[steps] approx@120 reductions@30 schedules@60 fprev@60" in out
+    order = ["scripts/gpu/approx.py", "scripts/gpu/reductions.py --device cuda",
+             "scripts/gpu/schedules.py", "reveal sum --n 1024", "reveal matmul --backend cublas"]
+    pos = [out.index(o) for o in order]
+    assert pos == sorted(pos) and "240 s left" in out
+    assert "+ [120s]" in out and "--time-limit 80" in out
+
+
+def test_a_steps_own_limit_caps_each_of_its_commands(tmp_path):
+    """STEP@SECONDS caps the step as a whole: a step of several commands (smoke: one process
+    per kind) gets no more than its limit for all of them (a fake clock: `date` advanced 20 s
+    per call)."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "date").write_text('#!/bin/bash\nf=%s/clock; n=$(cat $f 2>/dev/null || echo 1000);'
+                               ' echo $((n + 20)) >$f; echo $n\n' % tmp_path)
+    (fake / "date").chmod(0o755)
+    r = _steps(tmp_path, "smoke@70", PATH=f"{fake}:{os.environ['PATH']}",
+               MMA_EMU_SANITIZE="0")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "skipped: no time left" in r.stdout and r.stdout.count("smoke.py") < 4
 
 
 def test_validate_hw_sh_runs_the_steps(tmp_path):
@@ -189,6 +229,10 @@ def test_schedule_search_ranks_candidates():
     assert c[0] == Schedule() and Schedule(split_k=3, reduce="pairwise") in c
     assert Schedule(split_k=2, reduce="pairwise") not in c        # the same order as sequential
     assert Schedule(promote_every=128, c_mode="epilogue") in c
+    assert Schedule(split_k=4, split_grain="cublas") in c
+    c3 = candidate_schedules(K=256, L=16, split_ks=(3,), promote=False,
+                             merges=("workspace", "fp16_serial"))
+    assert Schedule(split_k=3, split_grain="cublas", merge="fp16_serial") in c3
     assert all(s.promote_every in (None, 16, 32, 64, 128) for s in c)
     g = torch.Generator().manual_seed(0)
     A, B = torch.randn(32, 256, generator=g).half(), torch.randn(256, 32, generator=g).half()
@@ -220,7 +264,7 @@ def test_triton_step_compares_bit_for_bit_and_archives_mismatches(tmp_path):
     assert "| matmul fp8_e4m3 imprecise=32 | wgmma fp8_e4m3->fp32, fp32 promotion every 32 " \
            "x8 | 7680 | 0 | 0 | exact | ok |" in text
     assert "| attention integer scores causal |" in text and "MISMATCH" not in text
-    assert text.count("| ok |") == 30 and not tar.exists()
+    assert text.count("| ok |") == 38 and not tar.exists()
     assert "| torch.compile (inductor) launch inside emulate | - | - | - | - | refused | " \
            "skipped (no GPU) |" in text
     assert mod.main(["--stand-in", "--quick", "--out", str(out), "--archive", str(tar),

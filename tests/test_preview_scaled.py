@@ -368,3 +368,51 @@ def test_fp4_and_nvfp4_checks():
             with pytest.raises(ValueError, match="both operands or for neither"):
                 F.scaled_mm(A4, B4, [to_blocked(na), torch.tensor(2.0)], [BW, TW],
                             to_blocked(nb), BW, swizzle_a=[SW, SW], swizzle_b=SW)
+
+
+# ------------------------------------------------------------------------ schedule= presets
+
+def _fp8_product(seed=3, K=300):
+    g = gen(seed)
+    A = torch.randn(8, K, generator=g).to(torch.float8_e4m3fn)
+    B = torch.randn(16, K, generator=g).to(torch.float8_e4m3fn).t()
+    return A, B, torch.tensor(0.5), torch.tensor(2.0), torch.randn(16, generator=g)
+
+
+def _emm(A, B, **kw):
+    return tme.emulated_mm(A, B, arch="sm90", out_dtype=torch.float32, **kw)
+
+
+@pytest.mark.parametrize("preset", ["scaled_mm_fast_accum", "scaled_mm_precise"])
+def test_a_schedule_preset_overrides_use_fast_accum_both_ways(preset):
+    """A schedule given for scaled_mm decides the accumulation whatever the call's
+    use_fast_accum says (both values give the preset's bits), and the records name it."""
+    A, B, sa, sb, bias = _fp8_product()
+    # the preset written out independently: the chain, or fp32 promotion every 128
+    if preset == "scaled_mm_fast_accum":
+        acc = _emm(A, B)
+    else:
+        acc = None
+        for k0 in range(0, A.shape[1], 128):
+            part = _emm(A[:, k0:k0 + 128], B[k0:k0 + 128])
+            acc = part if acc is None else acc + part
+    other = "scaled_mm_precise" if preset == "scaled_mm_fast_accum" else "scaled_mm_fast_accum"
+    for sched in (preset, {"scaled_mm": preset}, {"default": preset}):
+        with tme.emulate("sm90", record=True, schedule=sched) as em:
+            got = [torch._scaled_mm(A, B, sa, sb, bias=bias.to(torch.bfloat16),
+                                    out_dtype=torch.bfloat16, use_fast_accum=fa)
+                   for fa in (False, True)]
+        want_b = ((acc * (sa * sb)) + bias.to(torch.bfloat16).float()).to(torch.bfloat16)
+        assert torch.equal(got[0].view(torch.int16), want_b.view(torch.int16)), sched
+        assert torch.equal(got[1].view(torch.int16), want_b.view(torch.int16)), sched
+        assert [r.format for r in em.records] == [f"fp8_e4m3 (schedule {preset})"] * 2
+    # and without a schedule the call's flag decides: the two presets' bits differ here
+    with tme.emulate("sm90") as em:
+        plain = [torch._scaled_mm(A, B, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fa)
+                 for fa in (False, True)]
+    with tme.emulate("sm90", schedule={"scaled_mm": other}):
+        flipped = torch._scaled_mm(A, B, sa, sb, out_dtype=torch.bfloat16,
+                                   use_fast_accum=preset == "scaled_mm_precise")
+    assert not torch.equal(plain[0].view(torch.int16), plain[1].view(torch.int16))
+    assert torch.equal(flipped.view(torch.int16),
+                       plain[0 if other == "scaled_mm_precise" else 1].view(torch.int16))

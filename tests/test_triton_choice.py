@@ -146,3 +146,46 @@ def test_project_kernels_emulate_the_instructions_triton_compiles(arch, monkeypa
             run()
         emulated = {k.split()[0] for k in em.counts}
         assert emulated == set(compiled), (name, compiled, dict(em.counts))
+
+
+@pytest.mark.parametrize("arch", ["sm80", "sm90"])
+def test_tf32x3_order_is_what_triton_emits(arch):
+    """The F32DotTC order the emulator runs (schedule_partials.f32dottc_tf32x3: lo*hi from 0,
+    hi*lo, NaN -> 0, hi*hi, then + acc) read off the TTGIR Triton compiles for a tf32x3 dot."""
+    import re
+    import triton_dot_cases as dc
+    sig = {"a_ptr": "*fp32", "b_ptr": "*fp32", "c_ptr": "*fp32", "BM": "constexpr",
+           "BN": "constexpr", "BK": "constexpr", "IMP": "constexpr", "PREC": "constexpr",
+           "OUT16": "constexpr"}
+    text = tt.ttgir(dc.dot_kernel, sig, dict(BM=64, BN=64, BK=32, IMP=None, PREC="tf32x3",
+                                             OUT16=False), arch, 4)
+    alias, hi, lo, dots, sel, add, zero = {}, {}, {}, [], {}, [], None
+    name = lambda v: alias.get(v, v)  # noqa: E731
+    for ln in text.splitlines():
+        ln = ln.strip()
+        m = re.match(r"(%\w+) = (\S+) ?(.*)", ln)
+        if not m:
+            continue
+        out, op, rest = m.groups()
+        args = re.findall(r"%\w+", re.sub(r"\{[^}]*\}", "", rest).split(" : ")[0])
+        if op in ("ttg.local_alloc", "ttg.convert_layout") and args:
+            alias[out] = name(args[0])
+        elif op == "tt.elementwise_inline_asm" and "cvt.rna.tf32.f32" in rest:
+            hi[out] = name(args[-1])
+        elif op == "arith.subf":
+            lo[out] = name(args[0])
+            assert hi.get(name(args[1])) == name(args[0])       # lo = x - hi(x)
+        elif op in ("tt.dot", "ttng.warp_group_dot"):
+            dots.append((out, *[name(a) for a in args[:3]]))
+        elif op == "arith.select":
+            sel[out] = [name(a) for a in args]
+        elif op == "arith.addf":
+            add.append([name(a) for a in args])
+        elif op == "arith.constant" and "dense<0.0" in rest and "#mma" in rest:
+            zero = out
+    (d1, a1, b1, c1), (d2, a2, b2, c2), (d3, a3, b3, c3) = dots
+    x, y = lo[a1], hi[b1]                          # dot 1: lo(a) * hi(b) from 0
+    assert c1 == zero and hi[a2] == x and lo[b2] == y and c2 == d1    # dot 2: hi(a) * lo(b)
+    assert sel[c3][1:] == [zero, d2]               # NaNs of dot 2 -> 0
+    assert hi[a3] == x and hi[b3] == y             # dot 3: hi(a) * hi(b)
+    assert add == [[d3, zero]]                     # then + acc (tl.zeros here)

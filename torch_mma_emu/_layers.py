@@ -15,14 +15,15 @@ P = "torch_mma_emu"
 LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("data", "format, instruction and string tables; process-wide switches, timing: helpers "
              "that import nothing of the package",
-     ("formats", "isa", "codec", "switches", "timing", "text_table", "_dev_layout", "_C",
-      "_layers")),
+     ("formats", "tf32", "isa", "codec", "switches", "timing", "text_table", "_dev_layout",
+      "_C", "_layers")),
     ("model", "what an instruction computes: Spec, the arch registry, input families, the "
-              "pure-Python reference",
-     ("spec", "registry", "inputs", "reference", "exact_gemm")),
+              "pure-Python reference, the GPU's float32 math instructions",
+     ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math")),
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
                "the native GPU backends and their Triton kernels",
-     ("cpp", "ops", "schedule", "schedule_search", "packed_layouts", "sharding", "native",
+     ("cpp", "ops", "schedule", "schedule_split", "schedule_partials", "schedule_search",
+      "packed_layouts", "sharding", "native",
       "triton_kernels")),
     ("tools", "built on the engine: FPRev, probing and fitting, hardware checks, Triton "
               "emulation, model preview, the compare tables, the README's tables",

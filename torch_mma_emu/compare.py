@@ -15,8 +15,9 @@ import torch
 
 from . import registry
 from .formats import FLOAT_DTYPES, FORMATS, OUT_DTYPES, default_out
-from .schedule import TreeScheduleError
+from .schedule import ScheduleRowError
 from .text_table import format_table
+from .tf32 import tf32_truncate
 
 
 def _unscaled_formats(arch: str) -> list[str]:
@@ -34,13 +35,18 @@ def _call(A, B, C, arch, fmt, **kw):
 
 
 class TreeRuns:
-    """compare with a tree schedule: a row whose instruction cannot run the tree (a node wider
-    than its fused length) is marked and skipped, not fatal; when no row can run it, the
-    first reason is the error."""
+    """compare with a tree schedule, or one whose fp16 merge, residue tile or grain not every
+    instruction can run: such a row is marked (``mark``) and skipped, not fatal; when no row
+    can run it, the first reason is the error."""
     MARK = "cannot run the tree"
+    MARK_SCHEDULE = "cannot run the schedule"
 
     def __init__(self, schedule):
-        self.tree = schedule is not None and schedule.tree is not None
+        self.tree = schedule is not None and (
+            schedule.tree is not None or schedule.merge != "workspace" or
+            schedule.residue_tile is not None or schedule.split_grain is not None)
+        self.mark = self.MARK if schedule is not None and schedule.tree is not None \
+            else self.MARK_SCHEDULE
         self.reasons: list[str] = []
         self.ran = 0
 
@@ -49,7 +55,7 @@ class TreeRuns:
             return _call(*args, **kw)
         try:
             out = _call(*args, **kw)
-        except TreeScheduleError as e:
+        except ScheduleRowError as e:
             self.reasons.append(f"{args[3]} {args[4]}: {e}")
             return None
         self.ran += 1
@@ -84,7 +90,7 @@ def eq10_table(archs: list[str], schedule=None) -> tuple[list[str], list[list]]:
             for instr in registry.instructions(arch, f):
                 C = torch.tensor([[c]], dtype=OUT_DTYPES[default_out(f)])
                 d = runs.call(a, b, C, arch, f, instruction=instr, schedule=schedule)
-                outs.append(runs.MARK if d is None else f"{d.item():g}")
+                outs.append(runs.mark if d is None else f"{d.item():g}")
             row.append(" or ".join(dict.fromkeys(outs)))
         rows.append(row)
     runs.finish()
@@ -101,8 +107,7 @@ def _ulp(x: torch.Tensor, out: str) -> torch.Tensor:
 def _rounded_inputs(A, B, f):
     """A and B rounded to input format ``f``, as float64."""
     if f in ("tf32", "xf32"):   # the instructions drop the low 13 bits
-        return tuple((x.float().view(torch.int32) & ~0x1FFF).view(torch.float32).double()
-                     for x in (A, B))
+        return tuple(tf32_truncate(x.float()).double() for x in (A, B))
     return A.to(FLOAT_DTYPES[f]).double(), B.to(FLOAT_DTYPES[f]).double()
 
 
@@ -162,7 +167,7 @@ def random_table(archs, size, seed, formats=None, progress=False, schedule=None)
         D = runs.call(A, B, C.to(odt), arch, f, out_dtype=odt, schedule=schedule)
         bar.update(1)
         if D is None:
-            rows.append([arch, f, out, registry.spec(arch, f, out).describe(), runs.MARK, "", ""])
+            rows.append([arch, f, out, registry.spec(arch, f, out).describe(), runs.mark, "", ""])
             continue
         D = D.double()
         ref = exact[(f, out)]

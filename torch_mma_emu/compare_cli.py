@@ -82,4 +82,8 @@ def cmd_compare(args) -> int:
     if TreeRuns.MARK in text:
         print(f"'{TreeRuns.MARK}': the tree's nodes sum more products than those "
               "instructions fuse (docs/schedules.md, Trees)")
+    if TreeRuns.MARK_SCHEDULE in text:
+        print(f"'{TreeRuns.MARK_SCHEDULE}': cuBLAS's fp16 merges need an fp32 output, "
+              "residue_tile a multiple of the instruction's K, split_grain whole scale blocks "
+              "(docs/schedules.md, Semantics)")
     return 0

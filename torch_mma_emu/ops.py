@@ -13,7 +13,8 @@ from . import cpp
 from .formats import (INT_OF_SIZE, OPERAND_DTYPES, OUT_DTYPES, Format, format_of_dtype,
                       formats_of_dtype, get_format, out_format, scale_format_of_dtype)
 from .registry import spec as _registry_spec
-from .schedule import Schedule, _tf32_round, as_schedule, run_scheduled
+from .schedule import Schedule, as_schedule, run_scheduled
+from .tf32 import tf32_round
 from .spec import Spec, as_spec
 
 __all__ = ["emulated_mm", "resolve_spec"]
@@ -223,8 +224,9 @@ def _input_precision(sched: Optional[Schedule], A, B, in_format):
     if ip == "ieee":
         return A, B, "fp32", None
     if ip == "tf32_rn":
-        return _tf32_round(A, "rne"), _tf32_round(B, "rne"), "tf32", None
-    if ip == "tf32x3":   # hi / lo parts made K block by K block (schedule._tf32x3_chain)
+        return tf32_round(A, "rne"), tf32_round(B, "rne"), "tf32", None
+    if ip == "tf32x3":
+        # hi / lo parts made K block by K block (schedule_partials._tf32x3_chain)
         return A, B, "tf32", True
     return A, B, "tf32", None
 

@@ -6,18 +6,25 @@ of operations, for one output element ``d = alpha * (A @ B) + beta * C``:
 
 1. ``input_precision`` (float32 inputs on tensor-core archs): ``"tf32"`` (the hardware
    truncates the low 13 bits), ``"tf32_rn"`` (inputs rounded to tf32, nearest-even, first),
-   ``"tf32x3"`` (Triton: ``hi = cvt.rna.tf32(x)``, ``lo = x - hi``; per ``dot_k`` tile
-   ``acc = dot(a_lo, b_hi, acc); acc = dot(a_hi, b_lo, acc); acc = dot(a_hi, b_hi, acc)``),
+   ``"tf32x3"`` (Triton 3.6's F32DotTC: ``hi = cvt.rna.tf32(x)``, ``lo = x - hi``; per
+   ``dot_k`` tile ``r = dot(a_lo, b_hi, +0); r = dot(a_hi, b_lo, r)``, NaN -> +0,
+   ``r = dot(a_hi, b_hi, r); acc = r + acc`` in fp32: schedule_partials.f32dottc_tf32x3),
    ``"ieee"`` (fp32 FMA chain).  ``None``: the operands' own format.
-2. K is cut into ``split_k`` slices at multiples of the instruction's K (``Spec.L``):
-   slice size ``ceil(ceil(K / L) / split_k) * L``, the last slice shorter, empty slices +0.
+2. K is cut into ``split_k`` slices at multiples of a grain G: the instruction's K
+   (``Spec.L``, ``split_grain=None``; slices past K are empty, each +0), or ``split_grain``
+   elements (``"cublas"``: 64 for 16-bit inputs, 128 for 8-bit ones; ``ceil(K / size)``
+   slices, none empty): slice size ``ceil(ceil(K / G) / split_k) * G``, the last shorter.
+   ``residue_tile = T``: each slice's chain runs its instructions over a leading residue
+   tile of ``len % T`` elements first (its short group last), then whole groups.
 3. Each slice is a chain from +0 (from C when ``split_k == 1`` and ``c_mode == "chain"``).
    With ``promote_every = P`` each slice is cut into blocks of P elements; each block is a
    chain from +0 whose result is added (IEEE, workspace format) to the slice's main
    accumulator, which starts from C (``c_mode="chain"``, ``split_k == 1``) or +0.
-4. The slice results are reduced with IEEE additions in ``workspace`` ("fp32" or "fp64"),
-   ``reduce="sequential"`` (((p0 + p1) + p2) + ...) or ``"pairwise"`` (neighbours added
-   level by level: ((p0 + p1) + (p2 + p3)), an odd last one carried up).
+4. The slice results are merged (``merge``, schedule_split.MERGES): ``"workspace"``:
+   IEEE additions in ``workspace`` ("fp32" or "fp64"), ``reduce="sequential"``
+   (((p0 + p1) + p2) + ...) or ``"pairwise"`` (neighbours added level by level:
+   ((p0 + p1) + (p2 + p3)), an odd last one carried up); ``"fp16_partials"`` /
+   ``"fp16_serial"``: cuBLAS's fp16 merges, forward from partial 0.
 5. Epilogue in the workspace format, C only read when C is in the epilogue and
    ``beta != 0``: ``"fma"``: ``fma(alpha, acc, beta * C)`` (CUTLASS LinearCombination),
    ``"mul_add"``: ``(alpha * acc) + (beta * C)``.  ``beta == 0`` or C in the chain:
@@ -34,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from typing import Optional
@@ -42,13 +48,16 @@ from typing import Optional
 import torch
 
 from . import codec, cpp
+from .schedule_split import (GRAIN_CUBLAS, MERGES, ScheduleRowError, grain_elements, k_slices,
+                             merge_partials, residue_groups)
+from .schedule_partials import _run_chains, _scaled_chains, check_partials
 from .spec import Spec
 
 __all__ = ["Schedule", "PRESETS", "preset", "presets", "load_schedule", "compile_tree",
            "run_scheduled"]
 
 _DEFAULTS = {"split_k": 1, "reduce": "sequential", "workspace": "fp32", "alpha": 1.0,
-             "beta": 1.0, "epilogue": "fma"}
+             "beta": 1.0, "epilogue": "fma", "merge": "workspace"}
 REDUCES = ("sequential", "pairwise")
 WORKSPACES = ("fp32", "fp64")
 EPILOGUES = ("fma", "mul_add")
@@ -81,10 +90,26 @@ class Schedule:
     dot_k: Optional[int] = None      # K per tl.dot call for tf32x3, a multiple of Spec.L
     #                                  (None: all of K at once)
     tree: Optional[str] = None       # an FPRev SumTree in text form (from_tree)
+    split_grain: Optional[str] = None  # slices start on multiples of this many K elements:
+    #                                    an int (kept as its decimal text), "cublas" or None
+    #                                    (the instruction's K)
+    merge: str = "workspace"         # how the slices are merged: schedule_split.MERGES
+    residue_tile: Optional[int] = None  # CUTLASS k-tile: leading residue tile per chain
 
     def __post_init__(self):
         errs = []
-        for name in ("split_k", "promote_every", "dot_k"):
+        g = self.split_grain
+        if isinstance(g, int) and not isinstance(g, bool):
+            object.__setattr__(self, "split_grain", str(g))
+        elif g is not None and not (isinstance(g, str) and (g == GRAIN_CUBLAS or g.isdigit())):
+            errs.append(f"split_grain must be a positive int, {GRAIN_CUBLAS!r} or None, "
+                        f"got {g!r}")
+        if self.split_grain is not None and self.split_grain != GRAIN_CUBLAS and \
+                not errs and int(self.split_grain) < 1:
+            errs.append(f"split_grain must be >= 1, got {g!r}")
+        if self.merge not in MERGES:
+            errs.append(f"merge must be one of {tuple(MERGES)}, got {self.merge!r}")
+        for name in ("split_k", "promote_every", "dot_k", "residue_tile"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
                 errs.append(f"{name} must be an int, got {v!r}")
@@ -95,6 +120,9 @@ class Schedule:
             errs.append(f"promote_every must be >= 1 (or None), got {self.promote_every}")
         if isinstance(self.dot_k, int) and not isinstance(self.dot_k, bool) and self.dot_k < 1:
             errs.append(f"dot_k must be >= 1 (or None), got {self.dot_k}")
+        if isinstance(self.residue_tile, int) and not isinstance(self.residue_tile, bool) \
+                and self.residue_tile < 1:
+            errs.append(f"residue_tile must be >= 1 (or None), got {self.residue_tile}")
         if self.reduce not in REDUCES:
             errs.append(f"reduce must be one of {REDUCES}, got {self.reduce!r}")
         if self.workspace not in WORKSPACES:
@@ -123,6 +151,16 @@ class Schedule:
         if self.c_mode == "chain" and self.beta != 1.0:
             errs.append("with c_mode='chain' C enters the chain unscaled: beta must be 1 "
                         "(use c_mode='epilogue' for beta * C)")
+        if self.merge != "workspace" and self.split_k == 1:
+            errs.append(f"merge={self.merge!r} merges split-K slices: it needs split_k > 1")
+        if self.merge != "workspace" and (self.reduce != "sequential" or
+                                          self.workspace != "fp32"):
+            errs.append(f"merge={self.merge!r} sums forward in fp32: it takes neither "
+                        "reduce='pairwise' nor workspace='fp64'")
+        if self.residue_tile is not None and (self.promote_every is not None or
+                                              self.input_precision == "tf32x3"):
+            errs.append("residue_tile runs each slice as one chain: it does not combine with "
+                        "promote_every or tf32x3")
         if self.dot_k is not None and self.input_precision != "tf32x3":
             errs.append("dot_k applies to input_precision='tf32x3' only")
         if self.input_precision == "tf32x3" and self.promote_every is not None:
@@ -131,9 +169,10 @@ class Schedule:
         if self.tree is not None:
             if not isinstance(self.tree, str):
                 errs.append(f"tree must be the text of a SumTree, got {type(self.tree).__name__}")
-            if split or self.promote_every is not None or self.input_precision == "tf32x3":
-                errs.append("a tree schedule fixes the whole order: split_k, promote_every "
-                            "and tf32x3 do not combine with it")
+            if split or self.promote_every is not None or self.input_precision == "tf32x3" \
+                    or self.residue_tile is not None:
+                errs.append("a tree schedule fixes the whole order: split_k, promote_every, "
+                            "residue_tile and tf32x3 do not combine with it")
         if errs:
             raise ValueError("invalid Schedule: " + "; ".join(errs))
         if isinstance(self.tree, str):
@@ -182,7 +221,12 @@ class Schedule:
             bits.append(f"input {self.input_precision}" +
                         (f" per dot of {self.dot_k}" if self.dot_k else ""))
         if self.split_k > 1:
-            bits.append(f"split-K {self.split_k} ({self.reduce}, {self.workspace})")
+            merge = f"{self.reduce}, {self.workspace}" if self.merge == "workspace" \
+                else self.merge
+            grain = f", grain {self.split_grain}" if self.split_grain else ""
+            bits.append(f"split-K {self.split_k} ({merge}{grain})")
+        if self.residue_tile:
+            bits.append(f"residue tile {self.residue_tile}")
         if self.promote_every:
             bits.append(f"promote every {self.promote_every} into {self.workspace}")
         if self.tree is None:
@@ -271,12 +315,19 @@ def as_schedule(x) -> Optional[Schedule]:
 class Preset:
     schedule: Schedule
     source: str
-    verified: bool = False   # True once a GPU run has confirmed the bits
+    verified: str = ""   # who measured these bits on which GPU; "" = nobody yet
+
+
+_BITEQUIV = ("Meta's bitequiv reconstruction of cuBLAS (facebookexperimental/triton, "
+             "bitequiv/cublas_equiv_gemm.py, PRs #2752, #2768, #2769)")
+_BY_OTHERS = "measured by others on GB200 (sm_100), not yet by us"
 
 
 PRESETS: dict[str, Preset] = {
     "plain": Preset(Schedule(), "one accumulator chain per output: CUTLASS / Triton "
-                    "`acc = tl.dot(a, b, acc)` loops without split-K", verified=False),
+                    "`acc = tl.dot(a, b, acc)` loops without split-K; cuBLAS's aligned "
+                    f"GEMMs without split-K (SPLITK_NUM = 1) keep one fp32 accumulator over K "
+                    f"({_BITEQUIV}; measured by others on GB200)"),
     "triton_fp8_hopper": Preset(
         Schedule(), "Triton tl.dot on fp8 (sm90 wgmma): max_num_imprecise_acc=None means "
         "no upcasting (triton.experimental.gluon warpgroup_mma docs), the wgmma chain runs "
@@ -294,11 +345,38 @@ PRESETS: dict[str, Preset] = {
         "WGMMA partial sums copied to fp32 CUDA-core registers every 128 elements (N_C = "
         "128, 4 WGMMAs); CUTLASS GmmaFP8Accumulation does the same"),
     "cublas_split_k_4": Preset(
-        Schedule(split_k=4), "cuBLAS-like split-K: 4 slices from +0, fp32 workspace, "
-        "reduced in slice order, alpha/beta epilogue (CUTLASS ReduceSplitK); the split "
-        "count cuBLAS picks depends on the shape and the GPU"),
+        Schedule(split_k=4, split_grain="cublas"), f"{_BITEQUIV}: cuBLAS split-K (aligned "
+        "shapes) cuts K at a grain G of 64 (fp16/bf16) or 128 (fp8) elements, chunk = "
+        "ceil(ceil(K/G)/splits)*G, remainder in the last slice (checked by its authors on "
+        "131,533 fp8 split-K shapes); one fp32 partial per slice from +0, merged forward in "
+        "fp32 starting from partial 0 (splitKreduce<..., float>); the split count is cuBLAS's "
+        "heuristic's SPLITK_NUM, 4 here", verified=_BY_OTHERS),
     "cublas_split_k_4_pairwise": Preset(
-        Schedule(split_k=4, reduce="pairwise"), "split-K reduced as a tree of pairs"),
+        Schedule(split_k=4, split_grain="cublas", reduce="pairwise"), "the slices of "
+        "cublas_split_k_4 reduced as a tree of pairs: not a measured library order (cuBLAS "
+        "merges forward), kept for FPRev and schedule-search comparisons"),
+    "cublas_cutlass_residue_32": Preset(
+        Schedule(residue_tile=32), f"{_BITEQUIV}: a non-aligned shape runs a CUTLASS kernel "
+        "whose fp32 accumulator takes one MMA of 8 (s1688) or 16 (s16816) real k-elements at a "
+        "time, the leading residue tile of K % ktile elements first with its short group at "
+        "its end; ktile (32, 64 or 128) is cuBLAS's choice, 32 here; the MMA's K is the "
+        "instruction's", verified=_BY_OTHERS),
+    "cublas_cutlass_split_k_4_fp32": Preset(
+        Schedule(split_k=4, split_grain="8", residue_tile=32), f"{_BITEQUIV}: non-aligned "
+        "split-K through CUTLASS: slices at CUTLASS's kAlignK grain (8), each slice with its "
+        "own leading residue tile (ktile 32), fp32 partials merged forward in fp32 from "
+        "partial 0 (REDUCTION_SCHEME COMPUTE_TYPE; 12% of that family)",
+        verified=_BY_OTHERS),
+    "cublas_cutlass_split_k_4_fp16_partials": Preset(
+        Schedule(split_k=4, split_grain="8", residue_tile=32, merge="fp16_partials"),
+        f"{_BITEQUIV}: as cublas_cutlass_split_k_4_fp32, the partials rounded to fp16 then "
+        "summed forward in fp32 (REDUCTION_SCHEME OUTPUT_TYPE, splitKreduce<..., __half>; "
+        "17%)", verified=_BY_OTHERS),
+    "cublas_cutlass_split_k_4_fp16_serial": Preset(
+        Schedule(split_k=4, split_grain="8", residue_tile=32, merge="fp16_serial"),
+        f"{_BITEQUIV}: as cublas_cutlass_split_k_4_fp32, a serial chain whose running sum is "
+        "kept in fp16 between slices (REDUCTION_SCHEME NONE, GemmSplitKSerial; 70%)",
+        verified=_BY_OTHERS),
     "scaled_mm_fast_accum": Preset(
         Schedule(c_mode="epilogue"), "torch._scaled_mm(use_fast_accum=True): cuBLASLt "
         "CUBLASLT_MATMUL_DESC_FAST_ACCUM=1, the fp8 chain never leaves the tensor core "
@@ -308,9 +386,11 @@ PRESETS: dict[str, Preset] = {
         "use_fast_accum=False): cuBLASLt promotes fp8 partial sums into fp32 registers; "
         "the interval (128 here) is not documented by NVIDIA"),
     "triton_tf32x3": Preset(
-        Schedule(input_precision="tf32x3"), "Triton tl.dot(input_precision='tf32x3'): "
-        "F32DotTC pass, hi = cvt.rna.tf32, three tf32 dots (lo*hi, hi*lo, hi*hi) chained "
-        "through the accumulator (lib/Dialect/TritonGPU/Transforms/F32DotTC.cpp)"),
+        Schedule(input_precision="tf32x3"), "Triton 3.6 tl.dot(input_precision='tf32x3'): "
+        "F32DotTC pass (lib/Dialect/TritonGPU/Transforms/F32DotTC.cpp, its test "
+        "test/TritonGPU/tf32x3-matmul.mlir, and the TTGIR Triton 3.6 emits for sm90): hi = "
+        "cvt.rna.tf32, r = dot(lo, hi, 0), r = dot(hi, lo, r), NaN -> 0, r = dot(hi, hi, r), "
+        "then acc + r in fp32 per tl.dot"),
     "triton_tf32": Preset(Schedule(input_precision="tf32"),
                           "Triton tl.dot default input_precision='tf32' on fp32 inputs"),
     "triton_ieee": Preset(Schedule(input_precision="ieee"),
@@ -320,7 +400,7 @@ PRESETS: dict[str, Preset] = {
 
 def presets() -> dict[str, str]:
     """Preset name -> one line: the schedule, its source and whether a GPU run verified it."""
-    return {k: f"{v.schedule.describe()} | {'verified' if v.verified else 'UNVERIFIED'} | "
+    return {k: f"{v.schedule.describe()} | {v.verified or 'UNVERIFIED'} | "
                f"{v.source}" for k, v in PRESETS.items()}
 
 
@@ -365,7 +445,7 @@ def _slots(ks: list[int], width: int) -> list[int]:
     return list(range(len(ks)))
 
 
-class TreeScheduleError(ValueError):
+class TreeScheduleError(ScheduleRowError):
     """A tree schedule that this product cannot run: its K, its arch's elementary operation
     (a node wider than the fused length) or the interpreter's stack (``compare`` marks such
     rows instead of failing)."""
@@ -485,49 +565,6 @@ def _reduce_program(items: list[list[int]], how: str, empties: int = 0) -> list[
     return level[0]
 
 
-def _tf32_round(x: torch.Tensor, mode: str) -> torch.Tensor:
-    """float32 -> nearest tf32 value (mode "rne" or "rna": ties away, cvt.rna.tf32.f32);
-    NaN and infinities are kept.  On the bits: add half an ulp of tf32 (less one, plus the
-    kept lsb, for ties to even) and clear the 13 dropped bits; a carry into the exponent is
-    the next binade or infinity, as IEEE rounding gives.  int32 arithmetic wraps, the sign
-    bit is never reached from a finite magnitude."""
-    bits = x.contiguous().view(torch.int32)
-    half = 0x1000 if mode == "rna" else 0xFFF + ((bits >> 13) & 1)
-    r = (bits + half) & ~0x1FFF
-    special = (bits & 0x7F800000) == 0x7F800000
-    return torch.where(special, bits, r).view(torch.float32).view(x.shape)
-
-
-@dataclass(frozen=True)
-class _Slices:
-    """(k0, k1) of n slices of ``size`` products from 0, the last one ending at K: a lazy
-    sequence (split_k = 10^6 makes no million tuples)."""
-    K: int
-    size: int
-    n: int
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, s: int) -> tuple[int, int]:
-        s = s + self.n if s < 0 else s
-        if not 0 <= s < self.n:
-            raise IndexError(s)
-        return min(self.K, s * self.size), min(self.K, (s + 1) * self.size)
-
-    def __iter__(self):
-        return (self[s] for s in range(self.n))
-
-
-def _k_ranges(K: int, L: int, parts: int) -> tuple[_Slices, int]:
-    """The slices holding products, ceil(ceil(K / L) / parts) chunks of L each (at least one
-    slice, empty when K is 0), and how many slices past K follow them."""
-    chunks = -(-K // L)
-    per = -(-chunks // parts)
-    n = -(-chunks // per) if per else 1
-    return _Slices(K, per * L, n), parts - n
-
-
 def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
                   lo=None, scales=None) -> torch.Tensor:
     """D (batch, M, N) in the spec's output dtype.  ``a3``/``b3``: the operands as _gemm
@@ -562,12 +599,24 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
             raise ValueError(f"promote_every={sched.promote_every} is not a multiple of "
                              f"{L}, the instruction's K and the scale block "
                              f"({spec.block_size}) together")
+    grain = grain_elements(sched.split_grain, spec, L)
+    if sched.residue_tile is not None:
+        if scales is not None or lo is not None:
+            raise ScheduleRowError("residue_tile cannot run block-scaled or tf32x3 products")
+        if sched.residue_tile % spec.L:
+            raise ScheduleRowError(f"residue_tile={sched.residue_tile} is not a multiple of the "
+                             f"instruction's K ({spec.instruction or spec.op}: L = {spec.L})")
+    if sched.merge != "workspace" and spec.out_format != "fp32":
+        raise ScheduleRowError(f"merge={sched.merge!r} rounds fp32 partials to fp16: it needs an "
+                         f"instruction with fp32 output, not {spec.out_format}")
     c_in_chain = sched.c_mode == "chain"
     zero = torch.zeros((), dtype=c3.dtype, device=c3.device).expand(Bt, M, N)
     jobs: list[tuple[int, int, bool]] = []   # chains (k0, k1, starts from C)
     # The CPU kernel runs the slices' and blocks' chains itself (CHAIN ops, straight into
     # its reduction: no partial tensors); elsewhere _gemm computes them as PARTIALs.
-    inline = _CPU_CHAINS and c3.device.type == "cpu" and lo is None
+    # (CHAIN ops start on whole instructions; the fp16 merges take the slices as partials)
+    inline = _CPU_CHAINS and c3.device.type == "cpu" and lo is None and \
+        grain % spec.L == 0 and sched.merge == "workspace"
 
     def push(k0, k1, from_c=False):
         if inline:
@@ -576,143 +625,61 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
         return [_PARTIAL, len(jobs) - 1]
 
     slice_code = []
-    ranges, empties = _k_ranges(K, L, sched.split_k)
-    pe = sched.promote_every
-    if inline and pe is None and len(ranges) > 2 and sched.reduce == "sequential":
+    ranges, empties = k_slices(K, grain, sched.split_k, sched.split_grain is not None)
+    pe, seq = sched.promote_every, None
+    if inline and pe is None and sched.residue_tile is None and len(ranges) > 2 and \
+            sched.reduce == "sequential":
         # slice 0, then "+ each further slice's chain" as one CHAINS op: a few words
         # however many slices (split_k = 10^6 would otherwise be millions of them)
-        prog = push(*ranges[0], c_in_chain) + [_CHAINS, ranges[1][0], K, ranges.size] + \
+        seq = push(*ranges[0], c_in_chain) + [_CHAINS, ranges[1][0], K, ranges.size] + \
             ([_ZERO, _ADD] if empties else [])
-    else:
-        for (k0, k1) in ranges:
-            if pe is None:
-                slice_code.append(push(k0, k1, c_in_chain))
-                continue
-            code = [_C] if (c_in_chain and has_c) else [_ZERO]
-            if inline and k1 > k0:      # the promotion loop as one CHAINS op
-                code += [_CHAINS, k0, k1, pe]
-            else:
-                for b0 in range(k0, k1, pe):
-                    code += push(b0, min(k1, b0 + pe)) + [_ADD]
-            slice_code.append(code)
-        prog = _reduce_program(slice_code, sched.reduce, empties)
-    prog += _epilogue(has_c and not c_in_chain, sched.alpha, sched.beta, sched.epilogue)
-    if inline:
-        return cpp.sched(spec, a3, b3, c3, c3.new_empty((0, M, N)), prog, consts,
-                         *(scales or (None, None)))
-    _check_partials(len(jobs), Bt, M, N, c3.element_size())
-    gemm = partial(cpp.gemm, spec)      # the plain chain: gemm(a, b, c, sa=None, sb=None)
-    if scales is not None:
-        parts = _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, spec.block_size)
-    else:
-        parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k,
-                            spec.L * spec.passes)
-    return cpp.sched(spec, *empty, c3, parts, prog, consts)
-
-
-PARTIALS_ENV = "MMA_EMU_SCHED_PARTIAL_BYTES"
-
-
-def _check_partials(n: int, Bt: int, M: int, N: int, es: int) -> None:
-    """The _gemm + PARTIAL route (CUDA, tf32x3) holds one (batch, M, N) result per chain:
-    refuse before the work when they pass MMA_EMU_SCHED_PARTIAL_BYTES (default 2 GiB).  The
-    CPU's CHAIN route holds none (its stack is a few entries deep, whatever split_k is)."""
-    raw = os.environ.get(PARTIALS_ENV, "").strip()
-    if raw and (not raw.isascii() or not raw.isdigit() or int(raw) < 1):
-        raise ValueError(f"{PARTIALS_ENV}={raw!r}: expected a positive decimal integer (bytes)")
-    limit = int(raw) if raw else 2 << 30
-    need = n * Bt * M * N * es
-    if need > limit:
-        raise ValueError(f"schedule: {n} chains (slices x promotion blocks) each keep a "
-                         f"({Bt}, {M}, {N}) partial result on this route (CUDA, or "
-                         f"input_precision='tf32x3'): {need / 2 ** 20:.0f} MiB, over the "
-                         f"{limit / 2 ** 20:.0f} MiB limit; use fewer slices or blocks, or "
-                         f"raise {PARTIALS_ENV} (bytes)")
-
-
-def _tf32x3_parts(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """float32 bits -> (hi, lo) tf32 codes: hi = cvt.rna.tf32(x), lo = x - hi (exact)."""
-    xf = x.view(torch.float32)
-    hi = _tf32_round(xf, "rna")
-    return hi.view(torch.int32), (xf - hi).view(torch.int32)
-
-
-def _tf32x3_chain(a3, b3, k0, k1, start, gemm, dot_k, L):
-    """tf32x3: three tf32 dots per tl.dot tile of dot_k, chained through the accumulator.
-    Each dot runs K block by K block (the plain chain goes on exactly from its accumulator
-    at a multiple of L), the hi / lo parts made per block: the working set stays about
-    MMA_EMU_CPU_BLOCK_BYTES whatever K is."""
-    acc, step = start, dot_k or max(k1 - k0, 1)
-    Bt, M, _ = a3.shape
-    N = b3.shape[2]
-    blk = max(L, _block_bytes() // max(1, 16 * (M + N)) // L * L)
-    for t0 in range(k0, k1, step):
-        t1 = min(k1, t0 + step)
-        for which in ("lh", "hl", "hh"):    # al * bh, ah * bl, ah * bh
-            for u0 in range(t0, t1, blk):
-                u1 = min(t1, u0 + blk)
-                a = _tf32x3_parts(a3[:, :, u0:u1])[which[0] == "l"]
-                b = _tf32x3_parts(b3[:, u0:u1, :])[which[1] == "l"]
-                acc = gemm(a, b, acc)
-    return acc
-
-
-def _block_bytes() -> int:
-    """The CPU kernel's K block budget (MMA_EMU_CPU_BLOCK_BYTES, default 32 MiB)."""
-    raw = os.environ.get("MMA_EMU_CPU_BLOCK_BYTES", "")
-    try:
-        v = int(raw)
-    except ValueError:
-        v = 0
-    return v if v > 0 else 32 << 20
-
-
-def _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, block) -> torch.Tensor:
-    """The partials of a block-scaled product: each chain with its scale blocks (every range
-    starts on a block; an empty one is C or +0)."""
-    sa, sb = scales
-    outs = []
-    for k0, k1, fc in jobs:
-        start = c3 if fc else zero
-        if k1 == k0:
-            outs.append(start.expand(c3.shape).contiguous())
+    for (k0, k1) in (ranges if seq is None else ()):
+        if sched.residue_tile is not None:
+            slice_code.append(_residue_chain(k0, k1, spec, sched.residue_tile,
+                                             c_in_chain and has_c))
             continue
-        b0, b1 = k0 // block, -(-k1 // block)
-        outs.append(gemm(a3[:, :, k0:k1], b3[:, k0:k1, :], start, sa[:, :, b0:b1],
-                         sb[:, b0:b1, :]))
-    return torch.cat(outs) if outs else c3.new_empty((0,) + tuple(c3.shape[1:]))
-
-
-def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k, L=1) -> torch.Tensor:
-    """The partial results (len(jobs) * batch, M, N) of chains over K ranges.  Chains of
-    one length from +0 run as one batched _gemm call (their K ranges gathered into the
-    batch dimension): one kernel launch, and the result is already the partials tensor."""
-    Bt, M, _ = a3.shape
-    N = b3.shape[2]
-    if not jobs:
-        return c3.new_empty((0, M, N))
-    if lo is not None:
-        outs = [_tf32x3_chain(a3, b3, k0, k1, c3 if fc else zero, gemm, dot_k, L)
-                for k0, k1, fc in jobs]
-        return torch.stack(outs).reshape(len(outs) * Bt, M, N)
-    groups: dict = {}
-    for j, (k0, k1, fc) in enumerate(jobs):
-        groups.setdefault((k1 - k0, fc), []).append(j)
-    if len(groups) == 1 and len(jobs) > 1 and not jobs[0][2]:
-        length = jobs[0][1] - jobs[0][0]
-        idx = torch.tensor([k0 for k0, _, _ in jobs], device=a3.device)[:, None] + \
-            torch.arange(length, device=a3.device)
-        ag = a3[:, :, idx].permute(2, 0, 1, 3).reshape(len(jobs) * Bt, M, length)
-        bg = b3[:, idx, :].permute(1, 0, 2, 3).reshape(len(jobs) * Bt, length, N)
-        return gemm(ag, bg, zero[:1].expand(len(jobs) * Bt, M, N))
-    outs = [None] * len(jobs)
-    for (length, fc), js in groups.items():
-        if len(js) == 1 or fc:
-            for j in js:
-                k0, k1, _ = jobs[j]
-                outs[j] = gemm(a3[:, :, k0:k1], b3[:, k0:k1, :], c3 if fc else zero)
+        if pe is None:
+            slice_code.append(push(k0, k1, c_in_chain))
             continue
-        sub = _run_chains([jobs[j] for j in js], a3, b3, c3, zero, gemm, None, None)
-        for t, j in enumerate(js):
-            outs[j] = sub[t * Bt:(t + 1) * Bt]
-    return outs[0] if len(outs) == 1 else torch.cat(outs)
+        code = [_C] if (c_in_chain and has_c) else [_ZERO]
+        if inline and k1 > k0:          # the promotion loop as one CHAINS op
+            code += [_CHAINS, k0, k1, pe]
+        else:
+            for b0 in range(k0, k1, pe):
+                code += push(b0, min(k1, b0 + pe)) + [_ADD]
+        slice_code.append(code)
+    epi = _epilogue(has_c and not c_in_chain, sched.alpha, sched.beta, sched.epilogue)
+    direct = inline or sched.residue_tile is not None   # no partials from _gemm
+    if direct:
+        parts, sc = c3.new_empty((0, M, N)), scales or (None, None)
+    else:
+        check_partials(len(jobs), Bt, M, N, c3.element_size())
+        gemm = partial(cpp.gemm, spec)  # the plain chain: gemm(a, b, c, sa=None, sb=None)
+        if scales is not None:
+            parts = _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, spec.block_size)
+        else:
+            parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k,
+                                spec.L * spec.passes)
+        a3, b3, sc = *empty, (None, None)
+    if sched.merge != "workspace":     # each slice's value, merged in fp16 here
+        vals = [parts[code[1] * Bt:(code[1] + 1) * Bt] if len(code) == 2 and code[0] == _PARTIAL
+                else cpp.sched(spec, a3, b3, c3, parts, code, consts, *sc) for code in slice_code]
+        merged = merge_partials(vals, sched.merge)
+        return cpp.sched(spec, *empty, c3, merged, [_PARTIAL, 0] + epi, consts)
+    prog = (seq if seq is not None else _reduce_program(slice_code, sched.reduce, empties)) + epi
+    return cpp.sched(spec, a3, b3, c3, parts, prog, consts, *sc)
+
+
+def _residue_chain(k0: int, k1: int, spec: Spec, tile: int, from_c: bool) -> list[int]:
+    """One chain over [k0, k1) as NODE ops, its groups as a CUTLASS mainloop with k-tile
+    ``tile`` runs them (schedule_split.residue_groups): each group's products in the
+    instruction's first lanes, the rest zero."""
+    groups = residue_groups(k0, k1, spec.L, tile)
+    if not groups:
+        return [_C] if from_c else [_ZERO]
+    code, cap = [_C] if from_c else [], node_capacity(spec)
+    for i, g in enumerate(groups):
+        code += [_NODE, len(g), int(from_c or i > 0), cap]
+        for slot, k in enumerate(g):
+            code += [k, slot]
+    return code

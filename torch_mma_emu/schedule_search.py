@@ -15,6 +15,7 @@ from typing import Callable, Iterable, Optional, Sequence
 import torch
 
 from .schedule import Schedule
+from .schedule_split import GRAIN_CUBLAS
 
 __all__ = ["candidate_schedules", "match_schedules", "mismatches"]
 
@@ -22,10 +23,13 @@ __all__ = ["candidate_schedules", "match_schedules", "mismatches"]
 def candidate_schedules(K: int, L: int, *, split_ks: Sequence[int] = tuple(range(1, 17)),
                         promote: bool = True, reduces: Sequence[str] = ("sequential",
                                                                            "pairwise"),
-                        c_modes: Sequence[str] = ("epilogue",)) -> list[Schedule]:
-    """The plain chain, split-K over ``split_ks`` (each reduce order), and promotion every
-    L * 2^i < K (C in each of ``c_modes``); no duplicates (split-K 2 sequential and pairwise
-    are one order)."""
+                        c_modes: Sequence[str] = ("epilogue",),
+                        grains: Sequence[str] = (GRAIN_CUBLAS,),
+                        merges: Sequence[str] = ("workspace",)) -> list[Schedule]:
+    """The plain chain, split-K over ``split_ks`` (each reduce order at the instruction's K;
+    forward at each of ``grains``, e.g. cuBLAS's, with each of ``merges``), and promotion
+    every L * 2^i < K (C in each of ``c_modes``); no duplicates (split-K 2 sequential and
+    pairwise are one order).  The fp16 merges need ``out_dtype=torch.float32``."""
     out: list[Schedule] = [Schedule()]
     chunks = -(-K // L)
     for s in split_ks:
@@ -33,6 +37,7 @@ def candidate_schedules(K: int, L: int, *, split_ks: Sequence[int] = tuple(range
             continue
         for r in (reduces if s > 2 else reduces[:1]):
             out.append(Schedule(split_k=s, reduce=r))
+        out += [Schedule(split_k=s, split_grain=g, merge=m) for g in grains for m in merges]
     if promote:
         p = L
         while p < K:

@@ -3,18 +3,24 @@
 # order given within one time budget; everything they write goes to $OUT in at most 8 files
 # (docs/hardware/RUNBOOK.md says which call runs which steps and what to commit).
 #
-#   bash scripts/gpu/steps.sh env build smoke identity          # one `run` call
+#   bash scripts/gpu/steps.sh cmd1     # the 15-minute lease's first command (about 9 minutes)
+#   bash scripts/gpu/steps.sh cmd2     # its second, only with 5 minutes or more left
+#   bash scripts/gpu/steps.sh env build smoke identity          # any steps, in this order
 #   bash scripts/gpu/steps.sh native:fp16,bf16,tf32,fp32,fp64   # part 2 for these formats
 #   bash scripts/gpu/steps.sh identity@150 probe@200            # STEP@SECONDS: its time limit
 #   MMA_EMU_BUDGET=570   seconds for all the steps of this call (each gets what is left)
 #   MMA_EMU_DRY_RUN=1    print the commands, run nothing (no GPU needed)
+#   MMA_EMU_STAND_IN=1   run the steps that have a CPU stand-in with it (rehearsal timing)
 #   MMA_EMU_SANITIZE=0   smoke: skip the compute-sanitizer pass
 #   MMA_EMU_FORCE_BUILD=1  build even if a build is there
 #   MMA_EMU_VALIDATE_ARGS="--native-outputs 300000"   extra validate_hw.py options
 #   MMA_EMU_PROBE_ARGS="--instructions all"           extra probe_native.py options
 #
-# Steps: env, build, smoke, identity, native[:FORMATS], probe, tests, bench, profile, fprev,
-# preview, schedules, triton.  Every step after `build` builds first when no CUDA build is there (a carried
+# Steps: env, build, smoke, identity, native[:FORMATS], mma (native, the instruction kernels
+# only), speed (emulated_mm 4096^3 against cuBLAS), probe, tests, bench, profile, fprev,
+# preview, schedules, triton, approx, reductions.  Plans (RUNBOOK.md): cmd1 = env build@150
+# smoke@60 identity@90 mma@120 triton@75 speed@40 (validate outputs 200000, no sanitizer);
+# cmd2 = approx@120 reductions@30 schedules@60 fprev@60 (MMA_EMU_BUDGET=240 unless set).  Every step after `build` builds first when no CUDA build is there (a carried
 # .gpu_build/build-<hash>/ is installed when it matches the sources).  Files under $OUT:
 #   steps.log             every command and its output (env, build log on failure, smoke,
 #                         probe, tests, bench, profile, fprev, preview)
@@ -25,7 +31,19 @@
 #   schedules.md          scripts/gpu/schedules.py: library calls against the schedule presets
 #   triton.md, triton_mismatches.tar   scripts/gpu/triton_emulate.py: Triton kernels natively
 #                         against torch_mma_emu.triton.emulate(this GPU's arch), bit for bit
+#   approx.npz, approx.md scripts/gpu/approx.py: the approximate fp32 instructions recorded,
+#                         the gpu_math models swept against them
+#   reductions.npz        scripts/gpu/reductions.py: CUDA sum / softmax / layer_norm recorded
 set -uo pipefail
+# the plans of the 15-minute lease (docs/hardware/RUNBOOK.md): one argument expands to steps
+if [ "$#" = 1 ] && [ "$1" = cmd1 ]; then
+  set -- env build@150 smoke@60 identity@90 mma@120 triton@75 speed@40
+  export MMA_EMU_SANITIZE=${MMA_EMU_SANITIZE:-0} MMA_EMU_IDENTITY_OUTPUTS=${MMA_EMU_IDENTITY_OUTPUTS:-200000} \
+    MMA_EMU_NATIVE_OUTPUTS=${MMA_EMU_NATIVE_OUTPUTS:-200000}
+elif [ "$#" = 1 ] && [ "$1" = cmd2 ]; then
+  set -- approx@120 reductions@30 schedules@60 fprev@60
+  export MMA_EMU_BUDGET=${MMA_EMU_BUDGET:-240}
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 BUDGET=${MMA_EMU_BUDGET:-570}
 START=$(date +%s)
@@ -45,9 +63,12 @@ run() {
   [ "$rc" = 124 ] && say "[steps] time limit: $*"
   return "$rc"
 }
-# limit_for WANT: seconds for a step that would like WANT, from what is left (0: skip it)
+# limit_for WANT: seconds for a command that would like WANT, from what is left of the budget
+# and of the step's own limit (STEP@SECONDS; STEP_END) (0: skip it)
+STEP_END=0
 limit_for() {
-  local l; l=$(( $(left) - 15 ))
+  local l s; l=$(( $(left) - 15 ))
+  if [ "$STEP_END" -gt 0 ]; then s=$(( STEP_END - $(date +%s) )); [ "$s" -lt "$l" ] && l=$s; fi
   [ "$l" -lt 30 ] && { echo 0; return; }
   [ "$l" -lt "$1" ] && echo "$l" || echo "$1"
 }
@@ -74,7 +95,7 @@ step_env() {
 }
 
 step_build() {
-  if [ "$DRY" != 1 ] && [ "${MMA_EMU_FORCE_BUILD:-0}" != 1 ]; then
+  if [ "$DRY" != 1 ] && [ "${MMA_EMU_FORCE_BUILD:-0}" != 1 ] && [ "${MMA_EMU_STAND_IN:-0}" != 1 ]; then
     so_loaded_with_cuda && { say "[build] a CUDA build is there"; return 0; }
     install_carried_build | tee -a "$LOG"
     so_loaded_with_cuda && { say "[build] using the carried build"; return 0; }
@@ -95,7 +116,7 @@ step_build() {
   (cd "$ROOT" && run "$lim" env PYTHON="$PY" bash scripts/build_ext.sh) || {
     say "[build] FAIL; the end of build/build_ext.log:"; tail -60 "$ROOT/build/build_ext.log" 2>/dev/null | tee -a "$LOG"; return 1; }
   say "[build] done in $(( $(date +%s) - t0 )) s"
-  [ "$DRY" = 1 ] && return 0
+  [ "$DRY" = 1 ] || [ "${MMA_EMU_STAND_IN:-0}" = 1 ] && return 0
   so_loaded_with_cuda || { say "[build] FAIL: the build has no CUDA kernels (torch without CUDA? nvcc missing?)"; return 1; }
   h=$(src_hash)
   mkdir -p "$OUT/build-$h"
@@ -109,6 +130,7 @@ step_build() {
 
 step_smoke() {
   local kinds k lim
+  [ "${MMA_EMU_STAND_IN:-0}" = 1 ] && { say "[smoke] no CPU stand-in"; return 0; }
   if [ "$DRY" = 1 ]; then kinds="emulated mma:wgmma.m64n8k16 triton cublas"
   else kinds=$(timeout 120 "$PY" scripts/gpu/smoke.py --list 2>>"$LOG") || { say "[smoke] FAIL: cannot list kinds"; return 1; }
   fi
@@ -127,13 +149,17 @@ step_smoke() {
 
 validate() {   # validate_hw.py, resuming from this call's and carried results
   local lim; lim=$(limit_for "${WANT:-$1}"); shift
+  local counts=()     # the plans' smaller counts (cmd1), else validate_hw.py's defaults
+  [ -n "${MMA_EMU_IDENTITY_OUTPUTS:-}" ] && counts+=(--outputs "$MMA_EMU_IDENTITY_OUTPUTS")
+  [ -n "${MMA_EMU_NATIVE_OUTPUTS:-}" ] && counts+=(--native-outputs "$MMA_EMU_NATIVE_OUTPUTS")
+  [ "${MMA_EMU_STAND_IN:-0}" = 1 ] && counts+=(--device cpu)
   [ "$lim" = 0 ] && { say "[validate] $* skipped: no time left"; return 0; }
   local resume=()
   for f in "$ROOT"/.gpu_build/results*.json "$OUT/results.json"; do [ -f "$f" ] && resume+=("$f"); done
   # shellcheck disable=SC2086   (MMA_EMU_VALIDATE_ARGS: extra options, split on purpose)
   run "$lim" "$PY" scripts/validate_hw.py --out "$OUT" --report "$OUT/$GPU.md" \
-    --time-limit $(( lim - 30 > 30 ? lim - 30 : 30 )) "$@" ${MMA_EMU_VALIDATE_ARGS:-} \
-    ${resume[@]:+--resume "${resume[@]}"}
+    --time-limit $(( lim - 30 > 30 ? lim - 30 : 30 )) "$@" ${counts[@]:+"${counts[@]}"} \
+    ${MMA_EMU_VALIDATE_ARGS:-} ${resume[@]:+--resume "${resume[@]}"}
 }
 
 step_probe() {
@@ -164,9 +190,15 @@ for _ in range(2): tme.emulated_mm(A, B, arch="sm90")
 torch.cuda.synchronize()'
 }
 
-step_fprev() {     # FPRev on cuBLAS and torch.sum: trees as JSON in one tar (PNGs: RUNBOOK.md)
-  local d=/tmp/mma_emu_fprev lim c name k n
+step_fprev() {     # FPRev on torch.sum and cuBLAS: trees as JSON in one tar (PNGs: RUNBOOK.md)
+  local d=/tmp/mma_emu_fprev lim c name k n dev=cuda be=cublas
+  [ "${MMA_EMU_STAND_IN:-0}" = 1 ] && { dev=cpu; be=torch; }
   rm -rf "$d"; mkdir -p "$d"
+  for n in 1024 4099 100000; do     # torch.sum first: its trees are the reductions' anchor
+    lim=$(limit_for 60); [ "$lim" = 0 ] && break
+    run "$lim" "$PY" -m torch_mma_emu reveal sum --n "$n" --device "$dev" --dtype float32 \
+      --no-progress --out "$d/torch_sum_fp32_n$n.json"
+  done
   local cases=("fp32:--dtype float32 --in-format fp32" "tf32:--dtype float32 --in-format tf32"
                "fp16:--dtype float16" "bf16:--dtype bfloat16" "fp8_e4m3:--dtype float8_e4m3fn")
   for c in "${cases[@]}"; do
@@ -176,14 +208,9 @@ step_fprev() {     # FPRev on cuBLAS and torch.sum: trees as JSON in one tar (PN
       lim=$(limit_for 90); [ "$lim" = 0 ] && { say "[fprev] the rest skipped: no time left"; break 2; }
       name="cublas_${c%%:*}_m64n64k$k"
       # shellcheck disable=SC2086   (the case's arguments split on purpose)
-      run "$lim" "$PY" -m torch_mma_emu reveal matmul --backend cublas --device cuda ${c#*:} \
+      run "$lim" "$PY" -m torch_mma_emu reveal matmul --backend "$be" --device "$dev" ${c#*:} \
         --m 64 --n 64 --k "$k" --no-progress --out "$d/$name.json"
     done
-  done
-  for n in 1024 100000; do
-    lim=$(limit_for 90); [ "$lim" = 0 ] && break
-    run "$lim" "$PY" -m torch_mma_emu reveal sum --n "$n" --device cuda --dtype float32 \
-      --no-progress --out "$d/torch_sum_fp32_n$n.json"
   done
   [ "$DRY" = 1 ] || (cd "$d" && tar cf "$OUT/fprev_trees.tar" . && say "[fprev] $(tar tf "$OUT/fprev_trees.tar" | grep -c json) trees in fprev_trees.tar")
 }
@@ -195,21 +222,36 @@ step_preview() {
 
 step_schedules() {  # library schedules (cuBLAS split-K, _scaled_mm, Triton fp8) vs presets
   local lim; lim=$(limit_for "${WANT:-240}"); [ "$lim" = 0 ] && { say "[schedules] skipped: no time left"; return 0; }
-  run "$lim" "$PY" scripts/gpu/schedules.py --out "$OUT/schedules.md"
+  local si=(); [ "${MMA_EMU_STAND_IN:-0}" = 1 ] && si=(--stand-in)
+  run "$lim" "$PY" scripts/gpu/schedules.py --out "$OUT/schedules.md" ${si[@]:+"${si[@]}"}
 }
 
 step_triton() {   # whole Triton programs: native kernels vs torch_mma_emu.triton.emulate
   local lim; lim=$(limit_for "${WANT:-240}"); [ "$lim" = 0 ] && { say "[triton] skipped: no time left"; return 0; }
+  local si=(); [ "${MMA_EMU_STAND_IN:-0}" = 1 ] && si=(--stand-in --quick)
   run "$lim" "$PY" scripts/gpu/triton_emulate.py --out "$OUT/triton.md" \
-    --archive "$OUT/triton_mismatches.tar"
+    --archive "$OUT/triton_mismatches.tar" ${si[@]:+"${si[@]}"}
+}
+
+step_approx() {   # the approximate fp32 instructions: recording + the models' sweep
+  local lim; lim=$(limit_for "${WANT:-150}"); [ "$lim" = 0 ] && { say "[approx] skipped: no time left"; return 0; }
+  local si=(); [ "${MMA_EMU_STAND_IN:-0}" = 1 ] && si=(--stand-in)
+  run "$lim" "$PY" scripts/gpu/approx.py --out "$OUT/approx.npz" --report "$OUT/approx.md" \
+    --time-limit $(( lim > 60 ? lim - 40 : lim / 2 )) ${si[@]:+"${si[@]}"}
+}
+
+step_reductions() {   # CUDA sum / softmax / layer_norm on seeded inputs, for offline fitting
+  local lim; lim=$(limit_for "${WANT:-60}"); [ "$lim" = 0 ] && { say "[reductions] skipped: no time left"; return 0; }
+  local dev=cuda; [ "${MMA_EMU_STAND_IN:-0}" = 1 ] && dev=cpu
+  run "$lim" "$PY" scripts/gpu/reductions.py --device "$dev" --out "$OUT/reductions.npz"
 }
 
 [ $# -gt 0 ] || { echo "usage: bash scripts/gpu/steps.sh STEP [STEP ...]  (see the header)" >&2; exit 2; }
 for s in "$@"; do
   s=${s%@*}
   case "${s%%:*}" in
-    env|build|smoke|identity|native|probe|tests|bench|profile|fprev|preview|schedules|triton) ;;
-    *) echo "steps.sh: unknown step '$s'; steps: env build smoke identity native[:FORMATS] probe tests bench profile fprev preview schedules triton" >&2; exit 2 ;;
+    env|build|smoke|identity|native|mma|speed|probe|tests|bench|profile|fprev|preview|schedules|triton|approx|reductions) ;;
+    *) echo "steps.sh: unknown step '$s'; steps: env build smoke identity native[:FORMATS] mma speed probe tests bench profile fprev preview schedules triton approx reductions; plans: cmd1 cmd2" >&2; exit 2 ;;
   esac
 done
 cd "$ROOT"
@@ -217,20 +259,27 @@ GPU=$(gpu_key)
 say "[steps] $* (GPU key $GPU)"
 for s in "$@"; do
   t0=$(date +%s)
-  WANT=""                                  # STEP@SECONDS: the step's own time limit
-  [[ "$s" == *@* ]] && { WANT=${s##*@}; s=${s%@*}; }
+  WANT="" STEP_END=0                       # STEP@SECONDS: the step's own time limit
+  [[ "$s" == *@* ]] && { WANT=${s##*@}; s=${s%@*}; STEP_END=$(( t0 + WANT )); }
   case "$s" in
     env) step_env ;;
     build) step_build || { RC=1; say "[steps] no build: the remaining steps cannot run"; break; } ;;
     *)
-      if [ "$DRY" != 1 ] && ! so_loaded_with_cuda; then
+      if [ "$DRY" != 1 ] && [ "${MMA_EMU_STAND_IN:-0}" != 1 ] && ! so_loaded_with_cuda; then
         step_build || { RC=1; say "[steps] no build: the remaining steps cannot run"; break; }
+      fi
+      if [ "${MMA_EMU_STAND_IN:-0}" = 1 ] && [[ "$s" =~ ^(native|mma|speed|bench|probe|tests|profile|preview) ]]; then
+        say "[$s] no CPU stand-in"; say "[steps] $s: 0 s, $(left) s left"; continue
       fi
       case "$s" in
         smoke) step_smoke ;;
         identity) validate 300 --parts identity ;;
         native) validate 540 --parts native ;;
         native:*) validate 540 --parts native --formats "${s#native:}" ;;
+        mma) validate 540 --parts native --paths mma ;;
+        speed) validate 60 --parts bench --bench-size "${MMA_EMU_BENCH_SIZE:-4096}" ;;
+        approx) step_approx ;;
+        reductions) step_reductions ;;
         probe) step_probe ;;
         tests) step_tests ;;
         bench) step_bench ;;

@@ -1,5 +1,5 @@
-"""Part 3: emulated multiply-adds per second on the GPU beside fp32 torch.matmul (TF32 off),
-measured in the same run."""
+"""Part 3: emulated multiply-adds per second on the GPU beside fp32 torch.matmul (TF32 off)
+and the fp16 cuBLAS GEMM on the same operands, measured in the same run."""
 from __future__ import annotations
 
 import time
@@ -32,8 +32,10 @@ def part_bench(args, dev):
     t_emu = best_time(lambda: emulated_mm(A, B, arch=args.bench_arch), args.reps)
     with native._tf32(False):  # the reference: fp32 torch.matmul without TF32
         t_ref = best_time(lambda: torch.matmul(A32, B32), args.reps)
+    t_cublas = best_time(lambda: torch.matmul(A, B), args.reps)     # the tensor cores themselves
     macs = n ** 3
     return dict(arch=args.bench_arch, size=n, model=registry_spec(args.bench_arch, "fp16").describe(),
                 emulated_macs=macs / t_emu, fp32_matmul_macs=macs / t_ref,
-                ratio=(macs / t_ref) / (macs / t_emu), t_emu=t_emu, t_ref=t_ref)
+                ratio=(macs / t_ref) / (macs / t_emu), t_emu=t_emu, t_ref=t_ref,
+                cublas_fp16_macs=macs / t_cublas, t_cublas=t_cublas)
 

@@ -1,5 +1,6 @@
-"""Hypotheses for a native path that differs from its model: the other c_mode, other archs'
-models, other L / F, tf32 operands rounded, split-K, Hopper's fp8 mma.sync as two HMMA."""
+"""Hypotheses for a native path that differs from its model: zero results as +0, the other
+c_mode, other archs' models, other L / F, tf32 operands rounded, split-K, Hopper's fp8
+mma.sync as two HMMA."""
 from __future__ import annotations
 
 import torch
@@ -7,6 +8,7 @@ import torch
 from .. import registry
 from ..ops import emulated_mm
 from ..registry import ARCHS, spec as registry_spec
+from ..tf32 import tf32_round
 from .common import compare, emulate
 
 
@@ -33,10 +35,8 @@ def split_k(spec, kw, dev, s, tree):
 
 
 def tf32_rounded(t: torch.Tensor) -> torch.Tensor:
-    """fp32 words rounded to tf32 (RNE on the low 13 bits) instead of truncated."""
-    b = t.view(torch.int32)
-    r = ((b + 0x1000 + ((b >> 13) & 1)) & ~0x1FFF).view(torch.float32)
-    return torch.where(torch.isfinite(t), r, t)
+    """fp32 words rounded to tf32 (nearest even) instead of truncated."""
+    return tf32_round(t, "rne")
 
 
 def _ieee_add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -84,6 +84,12 @@ def diagnose(path, spec, kw, native_out, dev, c_mode, arch, odt):
             return False
 
     other = "chain" if c_mode == "epilogue" else "epilogue"
+    try:   # MMA-Sim 2.1 returns +0 wherever a T-, ST- or GST-FDPA result is zero (issue 31)
+        mine = emulate(spec, kw, dev, c_mode)
+        if compare(native_out, torch.where(mine == 0, torch.zeros_like(mine), mine))[0] == 0:
+            found.append("zero results as +0 (MMA-Sim 2.1's sign of zero)")
+    except Exception:  # noqa: BLE001
+        pass
     if same(spec, kw, other):
         found.append(f"c_mode={other}")
     fa, fb = spec.in_format, spec.in_format_b or spec.in_format

@@ -7,7 +7,7 @@ import zlib
 
 import torch
 
-from ..inputs import FAMILIES, operands
+from ..inputs import ALL_FAMILIES, operands
 from ..ops import emulated_mm
 from ..registry import all_specs
 from .archive import SAVE_OUTPUTS, Archive, samples
@@ -23,7 +23,7 @@ def part_identity(args, dev, budget: float, log, state: State | None = None,
     if state is not None:
         state.identity = rows
     specs = all_specs()
-    per_family = max(1, math.ceil(args.outputs / len(FAMILIES)))
+    per_family = max(1, math.ceil(args.outputs / len(ALL_FAMILIES)))
     side = max(1, int(math.ceil(math.sqrt(per_family))))
     poisoned = None
     for idx, spec in enumerate(specs):
@@ -40,7 +40,7 @@ def part_identity(args, dev, budget: float, log, state: State | None = None,
         try:
             K = 2 * spec.L + spec.L // 2 + 1
             cases = []
-            for fam in FAMILIES:
+            for fam in ALL_FAMILIES:
                 g = torch.Generator().manual_seed(zlib.crc32(f"{spec.to_string()}|{fam}".encode()))
                 cases.append((operands(spec, side, side, K, fam, g), "chain", fam))
             # batched, transposed A, broadcast C, and the epilogue mode

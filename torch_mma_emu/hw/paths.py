@@ -8,7 +8,7 @@ import torch
 
 from .. import native
 from ..formats import out_format
-from ..inputs import FAMILIES, operands
+from ..inputs import ALL_FAMILIES, operands
 from ..isa import KERNEL_TYPES
 from ..registry import spec as registry_spec
 from .archive import SAVE_OUTPUTS, Archive, samples
@@ -131,7 +131,7 @@ def part_native(args, dev, arch, budget: float, log, state: State | None = None,
                 continue
             row = dict(format=fname, path=path, c_mode="", model="", model_source="",
                        outputs=0, mismatches=0, nan_payload_only=0,
-                       by_family={f: 0 for f in FAMILIES}, status="ok", explained=None)
+                       by_family={f: 0 for f in ALL_FAMILIES}, status="ok", explained=None)
             if skip:
                 row["status"] = skip
                 rows.append(row)
@@ -161,8 +161,8 @@ def part_native(args, dev, arch, budget: float, log, state: State | None = None,
             collected = []          # no model yet: single-instruction samples for probe.fit
             try:
                 while row["outputs"] < args.native_outputs and clock.left() > 0:
-                    fam = FAMILIES[calls % len(FAMILIES)]
-                    K = ks[(calls // len(FAMILIES)) % len(ks)]
+                    fam = ALL_FAMILIES[calls % len(ALL_FAMILIES)]
+                    K = ks[(calls // len(ALL_FAMILIES)) % len(ks)]
                     g = torch.Generator().manual_seed(zlib.crc32(f"{arch}{fmt}{odt}{path}{calls}".encode()))
                     kw = operands(compare_spec, M, N, K, fam, g)
                     A, B, C = kw["A"].to(dev), kw["B"].to(dev), kw["C"].to(dev)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from ..inputs import FAMILIES
+from ..inputs import ALL_FAMILIES
 from .common import atomic_write
 
 
@@ -39,7 +39,7 @@ def report(path, meta, ident, nat, bench):
         bad = [r for r in ident if r["mismatches"] or r["status"] != "ok"]
         mn = min((r["outputs"] for r in ident if r["status"] == "ok"), default=0)
         L.append(f"{len(ident)} registry entries, {tot:,} outputs in all (at least {mn:,} per entry "
-                 f"that ran), three input families, batched/strided/broadcast and epilogue cases: "
+                 f"that ran), four input families (normal, cancel, bitstream, tiny), batched/strided/broadcast and epilogue cases: "
                  f"**{sum(r['mismatches'] for r in ident)} mismatches**, "
                  f"{len(bad)} entries with a mismatch, an error or not run.")
         if bad:
@@ -55,7 +55,9 @@ def report(path, meta, ident, nat, bench):
           "both sides); `cublas` torch's cuBLAS call (C added in the epilogue, so compared with "
           "`c_mode=\"epilogue\"`), `cublas-promote` cuBLAS fp8 without fast accumulation. Inputs: "
           "the three families of seed 003 section 3.1.4 (normal, cancel, bitstream with "
-          "NaN/Inf/subnormals), K = one instruction, four instructions and more.", ""]
+          "NaN/Inf/subnormals) and `tiny` (signed zeros and values at the bottom of the output "
+          "range: the sign of zero results, zero terms' exponents), K = one instruction, four "
+          "instructions and more.", ""]
     if nat is None:
         L.append("Not run in this report's commands (`--parts`).")
     else:
@@ -63,14 +65,14 @@ def report(path, meta, ident, nat, bench):
         L.append(f"{len(ran)} rows ran, {sum(r['outputs'] for r in ran):,} outputs; "
                  f"{native_failures(nat)} rows that must be clean are not (a modeled instruction "
                  "kernel or Triton row with a mismatch, or an error).")
-        L += ["", "| format | path | model | c_mode | outputs | mismatches | normal / cancel / bitstream "
+        L += ["", "| format | path | model | c_mode | outputs | mismatches | normal / cancel / bitstream / tiny "
               "| NaN payload only | explained by | status |",
               "|---|---|---|---|---|---|---|---|---|---|"]
         for r in nat:
             if r.get("path") == "-":
                 L.append(f"| {r['format']} | - | | | | | | | | {r['status']} |")
                 continue
-            fams = " / ".join(str(r["by_family"][f]) for f in FAMILIES)
+            fams = " / ".join(str(r["by_family"].get(f, "-")) for f in ALL_FAMILIES)
             ex = "; ".join(r["explained"]) if r.get("explained") else ("none found" if r["mismatches"] else "")
             L.append(f"| {r['format']} | {r['path']} | {r.get('model', '')} | {r['c_mode']} | "
                      f"{r['outputs']:,} | {r['mismatches']:,} | {fams} | {r['nan_payload_only']} | "
@@ -93,10 +95,12 @@ def report(path, meta, ident, nat, bench):
     if bench is None:
         L.append("Not run in this report's commands (`--parts`).")
     else:
-        L += ["| arch | model | size | emulated MAC/s | fp32 torch.matmul MAC/s (TF32 off) | ratio |",
-              "|---|---|---|---|---|---|",
+        cb = bench.get("cublas_fp16_macs")     # absent in results from before issue 29
+        L += ["| arch | model | size | emulated MAC/s | fp32 torch.matmul MAC/s (TF32 off) | ratio "
+              "| fp16 cuBLAS MAC/s | ratio |", "|---|---|---|---|---|---|---|---|",
               f"| {bench['arch']} | {bench['model']} | {bench['size']}^3 | {bench['emulated_macs']:.3g} | "
-              f"{bench['fp32_matmul_macs']:.3g} | {bench['ratio']:.1f}x |"]
+              f"{bench['fp32_matmul_macs']:.3g} | {bench['ratio']:.1f}x | "
+              + (f"{cb:.3g} | {cb / bench['emulated_macs']:.1f}x |" if cb else "- | - |")]
     L.append("")
     atomic_write(path, "\n".join(L))
 

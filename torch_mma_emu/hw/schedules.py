@@ -93,7 +93,8 @@ def main(argv=None) -> int:
     lines = [f"# Library schedules against the emulator ({'stand-in' if stand else arch})", "",
              f"torch {torch.__version__}; allow_fp16_reduced_precision_reduction={flag}", "",
              "Each call's result against `emulated_mm(arch=" + arch + ", schedule=...)` for "
-             "every candidate schedule (plain chain, split-K 2..16 in both orders, promotion "
+             "every candidate schedule (plain chain, split-K 2..16 in both orders and at cuBLAS's "
+             "grain, promotion "
              "every L * 2^i with C in chain or epilogue); mismatches = outputs whose bits "
              "differ.  'exact' lists every candidate that reproduces the library bit for bit "
              "(some orders coincide at a given K), 'next' the closest other one.", "",

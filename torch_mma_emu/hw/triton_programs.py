@@ -10,7 +10,10 @@ tutorial; the emulation runs the config the GPU's autotuner picked), triton_kern
 in every format this GPU's Triton takes (fp8 with max_num_imprecise_acc None / 32 / 128,
 fp16 accumulators, the fp32 splits; and written ``acc += tl.dot(a, b)``, which the compiler
 folds into the chain), an fp32 GEMM by broadcast multiply-and-sum (compiled to tf32 dots),
-the 3-D-dot batched GEMM, the fused attention (launched
+the 3-D-dot batched GEMM, row-wise reductions and math (triton_kernels/rowwise.py: sums
+with aligned and unaligned rows and a contracted tail, softmax, layer norm, exp2 and
+division; exact once the emulation runs reductions, contraction and approximate functions
+as the compiled code does, issue 30), the fused attention (launched
 with enable_fp_fusion=False, as the interpreter does not contract a * b + c), and the
 tl.dot_scaled MX GEMM.  Expected: every case bit-exact except attention on random inputs,
 where the GPU's ex2.approx and its reduction order differ from NumPy's exp2 and sum (reported,
@@ -152,6 +155,26 @@ def cases(arch: str, quick: bool):
             return K.attention(*x, causal=causal, qk_scale=1.0 if integer else None,
                                enable_fp_fusion=False)
         return make, run
+    def rowwise(fn, dt, n, unaligned=False, **kw):
+        def make(g):
+            buf = rnd(g, (5, n + 1), dt) * torch.exp2(torch.randint(-8, 9, (5, n + 1),
+                                                                    generator=g)).to(dt)
+            return (buf[:, 1:] if unaligned else buf[:, :n].contiguous(),)
+        return make, lambda x, emu: fn(*x, **kw)
+    # the bits around the dots (issue 30): reductions in the compiled order (the pointer's
+    # alignment changes the layout), the fma the compiler contracts, ex2.approx, div.full
+    for dt, n, un in ((torch.float32, 256, False), (torch.float32, 256, True),
+                      (torch.float16, 1000, False), (torch.bfloat16, 4096, True)):
+        out.append((f"row_sum {str(dt)[6:]} n={n}{' unaligned' if un else ''} (* 0.1 + 1)",
+                    "exact", *rowwise(K.row_sum, dt, n, un)))
+    out.append(("softmax fp32 n=1000", "exact", *rowwise(K.softmax, torch.float32, 1000)))
+    out.append(("softmax fp16 n=4096 8 warps", "exact",
+                *rowwise(K.softmax, torch.float16, 4096, num_warps=8)))
+    out.append(("layer_norm fp32 n=768", "exact", *rowwise(K.layer_norm, torch.float32, 768)))
+
+    def exp2_div(g):
+        return rnd(g, (4096,), torch.float32, 40.0), rnd(g, (4096,), torch.float32)
+    out.append(("exp2 / d fp32", "exact", exp2_div, lambda x, emu: K.exp2_div(*x)))
     out.append(("attention integer scores", "exact", *attention(True, False)))
     out.append(("attention integer scores causal", "exact", *attention(True, True)))
     out.append(("attention random", "info", *attention(False, False)))

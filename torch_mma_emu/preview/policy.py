@@ -159,6 +159,11 @@ class Policy:
                  fp16_accumulation: Optional[bool] = None, fp16_alt_impl: str = "off",
                  schedule=None):
         self.schedules = _check_schedules(schedule)
+        # what records call each one: the preset name given, else the schedule's description
+        given = schedule if isinstance(schedule, Mapping) else {"default": schedule}
+        self.schedule_names = {k: given[k] if isinstance(given[k], str) and
+                               not given[k].startswith("schedule:") else v.describe()
+                               for k, v in self.schedules.items() if v is not None}
         self.spec: Optional[Spec] = as_spec(arch)
         if self.spec is not None:   # the op's schema takes the arch as a string
             self.arch = self.spec.to_string()
@@ -235,11 +240,21 @@ class Policy:
     def choice(self, kind: str) -> str:
         return self.formats.get(kind, self.formats.get("default", "auto"))
 
+    def schedule_for(self, kind: str):
+        """The Schedule given for products of ``kind`` (its own entry, else "default"), or
+        None when none was given."""
+        return self.schedules.get(kind, self.schedules.get("default"))
+
+    def schedule_name(self, kind: str) -> str:
+        """How records name the schedule of ``kind`` (the preset name given, else its
+        description)."""
+        return self.schedule_names.get(kind, self.schedule_names.get("default", ""))
+
     def plan(self, kind: str, a_dtype: torch.dtype, b_dtype: torch.dtype,
              backward: bool = False) -> Plan:
         """The plan for one product of ``kind`` with operands of these dtypes."""
         p = self._plan(kind, a_dtype, b_dtype, backward)
-        sched = self.schedules.get(kind, self.schedules.get("default"))
+        sched = self.schedule_for(kind)
         if sched is None or p.native:
             return p
         if sched.input_precision is not None and (p.cast or a_dtype) != torch.float32:

@@ -331,7 +331,10 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
     shapes = [tuple(sp.A.shape), tuple(sp.B.shape)]
     policy = mode.policy
     nvidia = not policy.arch.startswith("gfx") and policy.spec is None
-    step = mode.fp8_promotion if (nvidia and not fast_accum) else None
+    sched = policy.schedule_for("scaled_mm")
+    # a schedule given for scaled_mm decides the accumulation (its promote_every or none)
+    # whatever the call's use_fast_accum says, in both directions
+    step = mode.fp8_promotion if (nvidia and not fast_accum and sched is None) else None
     K, N = sp.A.shape[1], sp.B.shape[1]
     if bias is not None and bias.numel() != N:
         raise ValueError(f"emulate({policy.arch_name}): {func}: bias must have N = {N} "
@@ -362,6 +365,8 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
                                        out_dtype=torch.float32)
                     acc = part if acc is None else acc + part
                 label += f" (fp32 promotion every {step})"
+            if sched is not None:
+                label += f" (schedule {policy.schedule_name('scaled_mm')})"
     except ValueError as e:
         hint = ""
         if sp.block_a is not None:

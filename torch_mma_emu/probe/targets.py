@@ -27,6 +27,7 @@ import torch
 from ..formats import (FORMATS, INT_OF_SIZE, OUT_DTYPES, Format, default_out, get_format,
                        out_format, storage_dtype, value_table)
 from ..spec import Spec
+from ..tf32 import tf32_truncate
 
 
 
@@ -263,7 +264,8 @@ def encode(values: torch.Tensor, fmt: Format) -> torch.Tensor:
         if not bool(same.all()):
             bad = values[~same][0].item()
             raise ValueError(f"{bad!r} is not exactly representable in {fmt.name}")
-        if fmt.container_bits == 32 and bool(((t.view(torch.int32) & 0x1FFF) != 0).any()):
+        if fmt.container_bits == 32 and not torch.equal(tf32_truncate(t).view(torch.int32),
+                                                        t.view(torch.int32)):
             raise ValueError(f"value not representable in {fmt.name} (low 13 bits set)")
         return t
     tab = _TABLES.setdefault(fmt.name, _code_table(fmt))
@@ -282,7 +284,7 @@ def values_of(t: torch.Tensor, fmt: Format) -> torch.Tensor:
     if t.dtype == torch.uint8:
         return value_table(fmt.name)[t.long()]
     if fmt.container_bits == 32:
-        return (t.contiguous().view(torch.int32) & ~0x1FFF).view(torch.float32).to(torch.float64)
+        return tf32_truncate(t).to(torch.float64)
     return t.to(torch.float64)
 
 

@@ -13,7 +13,9 @@ import torch
 
 from ..formats import FLOAT_DTYPES
 from ..ops import emulated_mm
-from ..schedule import Schedule, _tf32_round
+from ..schedule import Schedule
+from ..schedule_partials import f32dottc_tf32x3
+from ..tf32 import tf32x3_split
 from .choice import TL_FORMATS, DotPlan
 
 _NP_CONTAINER = {1: np.uint8, 2: np.int16, 4: np.float32, 8: np.float64}
@@ -68,12 +70,8 @@ def split_fp32(A, B, C, precision: str, dot: Callable) -> torch.Tensor:
     big product last, then C added with one fp32 addition."""
     zero = torch.zeros(C.shape, dtype=torch.float32)
     if precision == "tf32x3":
-        ah, bh = _tf32_round(A, "rna"), _tf32_round(B, "rna")     # cvt.rna.tf32.f32
-        al, bl = A - ah, B - bh                                   # exact in fp32
-        r = dot(al, bh, zero, "tf32")
-        r = nan_to_zero(dot(ah, bl, r, "tf32"))
-        r = dot(ah, bh, r, "tf32")
-        return r + C
+        (ah, al), (bh, bl) = tf32x3_split(A), tf32x3_split(B)
+        return f32dottc_tf32x3(ah, bh, al, bl, C, lambda x, y, c: dot(x, y, c, "tf32"), zero)
     n = {"bf16x3": 2, "bf16x6": 3}[precision]
 
     def parts(x):
