@@ -207,3 +207,23 @@ def test_every_preset_gemv_stays_within_the_plain_path_memory():
         assert "error" not in r, r
         base = plain[r["format"]]["peak_growth_mb"]
         assert r["peak_growth_mb"] <= base + 16, (r, base)
+
+
+@pytest.mark.parametrize("arch", ["sm80", "sm90"])
+def test_tf32x3_parts_per_block_give_the_bits_of_one_block(arch):
+    """tf32x3 (the _gemm route) splits hi / lo per K block: tiny blocks, a middle budget and
+    the default agree, with NaN, Inf, signed zeros, subnormals and a wide exponent spread."""
+    g = torch.Generator().manual_seed(7)
+    M, N, K = 3, 5, 301
+    A = torch.randn(M, K, generator=g) * torch.exp2(torch.randint(-30, 30, (M, K), generator=g).float())
+    B = torch.randn(K, N, generator=g)
+    A[0, K - 1], A[1, 7], A[2, :] = float("nan"), float("inf"), -0.0
+    B[5, 1], B[:, 3] = 1e-41, -B[:, 2]
+    C = torch.randn(M, N, generator=g)
+    for s in ["triton_tf32x3", "schedule:input_precision=tf32x3,dot_k=32",
+              "schedule:input_precision=tf32x3,split_k=3,c_mode=epilogue"]:
+        want = tme.emulated_mm(A, B, C, arch=arch, schedule=s)
+        for budget in (1, 4000):
+            with env(MMA_EMU_CPU_BLOCK_BYTES=budget):
+                got = tme.emulated_mm(A, B, C, arch=arch, schedule=s)
+            assert torch.equal(bits(got), bits(want)), (arch, s, budget)
