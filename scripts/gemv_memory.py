@@ -50,11 +50,11 @@ def one(arch, fmt, k, schedule):
     inf = fmt if fmt in ("xf32", "tf32") else None
     if schedule is not None and tme.schedule.as_schedule(schedule).input_precision:
         inf = None    # the schedule picks the input format
+    arch_arg = spec.arch if schedule else spec
     small = torch.ones(1, 64, dtype=dt), torch.ones(64, 1, dtype=dt)
-    tme.emulated_mm(*small, arch=spec.arch, in_format=inf, schedule=schedule)   # load kernels
+    tme.emulated_mm(*small, arch=arch_arg, in_format=inf, schedule=schedule)   # load kernels
     before = peak_mb()
-    D = tme.emulated_mm(A, B, arch=spec.arch if schedule else spec, in_format=inf,
-                        schedule=schedule)
+    D = tme.emulated_mm(A, B, arch=arch_arg, in_format=inf, schedule=schedule)
     grown = max(0.0, peak_mb() - before)
     inputs = (A.numel() * A.element_size() + B.numel() * B.element_size()) / 2 ** 20
     return dict(arch=arch, format=fmt, k=k, schedule=schedule or "plain",
