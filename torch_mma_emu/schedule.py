@@ -50,7 +50,7 @@ import torch
 from . import codec, cpp
 from .schedule_split import (GRAIN_CUBLAS, MERGES, ScheduleRowError, grain_elements, k_slices,
                              merge_partials, residue_groups)
-from .schedule_partials import _run_chains, _scaled_chains, check_partials
+from .schedule_partials import _run_chains, _scaled_chains, check_node_products, check_partials
 from .spec import Spec
 
 __all__ = ["Schedule", "PRESETS", "preset", "presets", "load_schedule", "compile_tree",
@@ -603,6 +603,7 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
     if sched.residue_tile is not None:
         if scales is not None or lo is not None:
             raise ScheduleRowError("residue_tile cannot run block-scaled or tf32x3 products")
+        check_node_products(K)
         if sched.residue_tile % spec.L:
             raise ScheduleRowError(f"residue_tile={sched.residue_tile} is not a multiple of the "
                              f"instruction's K ({spec.instruction or spec.op}: L = {spec.L})")

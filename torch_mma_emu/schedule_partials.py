@@ -11,7 +11,7 @@ import torch
 from .tf32 import tf32x3_split
 
 __all__ = ["_run_chains", "_scaled_chains", "f32dottc_tf32x3", "check_partials",
-           "PARTIALS_ENV"]
+           "check_node_products", "PARTIALS_ENV", "NODES_ENV"]
 
 PARTIALS_ENV = "MMA_EMU_SCHED_PARTIAL_BYTES"
 
@@ -30,6 +30,23 @@ def check_partials(n: int, Bt: int, M: int, N: int, es: int) -> None:
                          f"({Bt}, {M}, {N}) partial result on this route (CUDA, tf32x3, fp16 "
                          f"merges): {need / 2 ** 20:.0f} MiB, over the {limit / 2 ** 20:.0f} MiB "
                          f"limit; use fewer slices or blocks, or raise {PARTIALS_ENV} (bytes)")
+
+
+NODES_ENV = "MMA_EMU_SCHED_MAX_NODE_PRODUCTS"
+
+
+def check_node_products(K: int) -> None:
+    """A residue-tile schedule runs as per-element NODE ops, a program of about 2.3 words
+    per product (a K = 10^7 GEMV: 1.4 GB): refuse K past MMA_EMU_SCHED_MAX_NODE_PRODUCTS
+    (default 2^20) before the work."""
+    raw = os.environ.get(NODES_ENV, "").strip()
+    if raw and (not raw.isascii() or not raw.isdigit() or int(raw) < 1):
+        raise ValueError(f"{NODES_ENV}={raw!r}: expected a positive decimal integer")
+    limit = int(raw) if raw else 1 << 20
+    if K > limit:
+        raise ValueError(f"schedule: residue_tile runs every product as a NODE op of the "
+                         f"per-element interpreter (a program of about 2.3 words per product); "
+                         f"K = {K} is over the limit of {limit}: raise {NODES_ENV}")
 
 
 def _block_bytes() -> int:
@@ -59,7 +76,8 @@ def _tf32x3_chain(a3, b3, k0, k1, start, gemm, dot_k, L):
     acc, step = start, dot_k or max(k1 - k0, 1)
     zero = start.new_zeros(start.shape)
     Bt, M, _ = a3.shape
-    blk = max(L, _block_bytes() // max(1, 16 * (M + b3.shape[2])) // L * L)
+    # 8 part tensors of 4 bytes per element and row alive at once: a quarter of the budget
+    blk = max(L, _block_bytes() // max(1, 128 * (M + b3.shape[2])) // L * L)
 
     def part(x, lo):                      # hi or lo tf32 codes of float32 bits
         return tf32x3_split(x.view(torch.float32))[lo].view(torch.int32)
