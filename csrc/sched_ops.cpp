@@ -4,6 +4,8 @@
 // as PARTIALs.
 #include <torch/library.h>
 
+#include <numeric>
+
 #include "sched.h"
 
 namespace mma {
@@ -62,6 +64,24 @@ void check_program(at::IntArrayRef prog, const Params& P, int64_t K, int64_t S) 
                             ") of a block-scaled op must start on a scale block (", P.block, ")");
         TORCH_CHECK_VALUE(!P.epilogue, "_sched: CHAIN takes chain-mode parameters");
         ++depth; pc += 4; break;
+      }
+      case kSChains: {
+        need(pc, 4);
+        const int64_t k0 = prog[pc + 1], k1 = prog[pc + 2], s = prog[pc + 3];
+        const int64_t grid = (P.op == kStFdpa || P.op == kGstFdpa) ? std::lcm<int64_t>(P.L, P.block)
+                                                                   : int64_t(P.L);
+        TORCH_CHECK_VALUE(0 <= k0 && k0 <= k1 && k1 <= K && s >= 1 &&
+                              (k0 == k1 || (k0 % grid == 0 && s % grid == 0 &&
+                                            (k1 % P.L == 0 || k1 == K))),
+                          "_sched: CHAINS [", k0, ", ", k1, ") step ", s, " must lie in [0, ", K,
+                          ") with start and step on multiples of ", grid,
+                          " (the instruction's K and the scale block)");
+        TORCH_CHECK_VALUE(!P.epilogue, "_sched: CHAINS takes chain-mode parameters");
+        TORCH_CHECK_VALUE(depth >= 1, "_sched: CHAINS needs a value at ", pc);
+        TORCH_CHECK_VALUE(depth + 1 <= kSchedStack, "_sched: program needs more than ",
+                          kSchedStack, " stack entries");
+        pc += 4;
+        break;
       }
       case kSEpiAlpha: case kSEpiFma: case kSEpiMulAdd:
         TORCH_CHECK_VALUE(depth >= 1, "_sched: epilogue needs a value");

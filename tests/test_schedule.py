@@ -613,7 +613,10 @@ def test_the_op_rejects_malformed_programs():
     consts = [0.0, 1.0, 1.0]
     run = lambda prog: torch.ops.mma_emu._sched(a, b, c, parts, params, prog, consts)
     assert torch.equal(run([0, 0, 0, 1, 3]), torch.zeros(1, 2, 3))
-    for prog, msg in [([9], "unknown program op"), ([3], "ADD needs two values"),
+    for prog, msg in [([10], "unknown program op"), ([3], "ADD needs two values"),
+                      ([9, 0, 4, 16], "CHAINS needs a value"),
+                      ([2, 9, 0, 4, 0], "CHAINS .* step 0 must lie"),
+                      ([2, 9, 0, 4, 8], "multiples of 16"), ([2, 9, 0, 4], "truncated"),
                       ([0, 5], "partial index"), ([0, 0, 0, 1], "leaves 2 values"),
                       ([4, 1, 0, 16, 7, 0], "product index out of range"),
                       ([4, 1, 0, 16, 1, 20], "slot out of range"),

@@ -26,7 +26,7 @@ _ENUMS = {"op": "ops", "rho": "rhos", **{f"{f}_nan_style": "nan_styles"
                                          for f in ("fa", "fb", "fo", "fs")}}
 # the schedule program's opcodes Python emits (schedule.py)
 SCHED_OP_NAMES = ("PARTIAL", "C", "ZERO", "ADD", "NODE", "EPI_ALPHA", "EPI_FMA", "EPI_MULADD",
-                  "CHAIN")
+                  "CHAIN", "CHAINS")
 
 _PROBE = Spec("t_fdpa", "fp16", "fp32", L=16, F=24, rho="rz_fp32")   # any spec: the names
 

@@ -14,7 +14,7 @@ from .formats import (INT_OF_SIZE, OPERAND_DTYPES, OUT_DTYPES, Format, format_of
                       format_pair, formats_of_dtype, get_format, out_format, scale_format_of_dtype)
 from .registry import spec as _registry_spec
 from .schedule import Schedule, as_schedule, run_scheduled
-from .tf32 import tf32_round, tf32x3_split
+from .tf32 import tf32_round
 from .spec import Spec, as_spec
 
 __all__ = ["emulated_mm", "resolve_spec"]
@@ -226,8 +226,8 @@ def _input_precision(sched: Optional[Schedule], A, B, in_format):
     if ip == "tf32_rn":
         return tf32_round(A, "rne"), tf32_round(B, "rne"), "tf32", None
     if ip == "tf32x3":
-        (ah, al), (bh, bl) = tf32x3_split(A), tf32x3_split(B)
-        return ah, bh, "tf32", (al, bl)
+        # hi / lo parts made K block by K block (schedule_partials._tf32x3_chain)
+        return A, B, "tf32", True
     return A, B, "tf32", None
 
 
@@ -271,9 +271,6 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
         a3 = a3.view(INT_OF_SIZE[a3.element_size()])
         b3 = b3.view(INT_OF_SIZE[b3.element_size()])
     if sched is not None:
-        if lo is not None:
-            lo = (_flat3(lo[0], batch, M, K).view(torch.int32),
-                  _flat3(lo[1], batch, K, N).view(torch.int32))
         d = run_scheduled(sched, s, a3, b3, c3, C is not None, lo,
                           (sa3, sb3) if s.scaled else None)
         return d.reshape(out_shape)

@@ -50,7 +50,7 @@ import torch
 from . import codec, cpp
 from .schedule_split import (GRAIN_CUBLAS, MERGES, ScheduleRowError, grain_elements, k_slices,
                              merge_partials, residue_groups)
-from .schedule_partials import _run_chains, _scaled_chains
+from .schedule_partials import _run_chains, _scaled_chains, check_node_products, check_partials
 from .spec import Spec
 
 __all__ = ["Schedule", "PRESETS", "preset", "presets", "load_schedule", "compile_tree",
@@ -67,6 +67,7 @@ C_MODES = ("chain", "epilogue")
 # program opcodes, by name (csrc/core/layout.h MMA_SCHED_OPS, checked by cpp.py)
 _PARTIAL, _C, _ZERO = cpp.SCHED["PARTIAL"], cpp.SCHED["C"], cpp.SCHED["ZERO"]
 _ADD, _NODE, _CHAIN = cpp.SCHED["ADD"], cpp.SCHED["NODE"], cpp.SCHED["CHAIN"]
+_CHAINS = cpp.SCHED["CHAINS"]
 _EPI_ALPHA, _EPI_FMA = cpp.SCHED["EPI_ALPHA"], cpp.SCHED["EPI_FMA"]
 _EPI_MULADD = cpp.SCHED["EPI_MULADD"]
 _MAX_STACK = 64
@@ -570,7 +571,8 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
                   lo=None, scales=None) -> torch.Tensor:
     """D (batch, M, N) in the spec's output dtype.  ``a3``/``b3``: the operands as _gemm
     takes them (codes, or float values for fma/ftz_addmul), ``c3`` (batch, M, N) in the
-    output dtype; ``lo``: the (a_lo, b_lo) codes of tf32x3 (a3, b3 are then the hi parts);
+    output dtype; ``lo``: True for tf32x3 (a3, b3 are then the float32 inputs' bits, split
+    into hi and lo parts K block by K block as the chains run);
     ``scales``: (scale_a, scale_b) codes (batch, M, nblk) / (batch, nblk, N) of a
     block-scaled product, whose slices and blocks then start on scale blocks."""
     Bt, M, K = a3.shape
@@ -603,6 +605,7 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
     if sched.residue_tile is not None:
         if scales is not None or lo is not None:
             raise ScheduleRowError("residue_tile cannot run block-scaled or tf32x3 products")
+        check_node_products(K)
         if sched.residue_tile % spec.L:
             raise ScheduleRowError(f"residue_tile={sched.residue_tile} is not a multiple of the "
                              f"instruction's K ({spec.instruction or spec.op}: L = {spec.L})")
@@ -626,35 +629,47 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
 
     slice_code = []
     ranges, empties = k_slices(K, grain, sched.split_k, sched.split_grain is not None)
-    for (k0, k1) in ranges:
+    pe, seq = sched.promote_every, None
+    if inline and pe is None and sched.residue_tile is None and len(ranges) > 2 and \
+            sched.reduce == "sequential":
+        # slice 0, then "+ each further slice's chain" as one CHAINS op: a few words
+        # however many slices (split_k = 10^6 would otherwise be millions of them)
+        seq = push(*ranges[0], c_in_chain) + [_CHAINS, ranges[1][0], K, ranges.size] + \
+            ([_ZERO, _ADD] if empties else [])
+    for (k0, k1) in (ranges if seq is None else ()):
         if sched.residue_tile is not None:
             slice_code.append(_residue_chain(k0, k1, spec, sched.residue_tile,
                                              c_in_chain and has_c))
             continue
-        if sched.promote_every is None:
+        if pe is None:
             slice_code.append(push(k0, k1, c_in_chain))
             continue
         code = [_C] if (c_in_chain and has_c) else [_ZERO]
-        for b0 in range(k0, k1, sched.promote_every):
-            code += push(b0, min(k1, b0 + sched.promote_every)) + [_ADD]
+        if inline and k1 > k0:          # the promotion loop as one CHAINS op
+            code += [_CHAINS, k0, k1, pe]
+        else:
+            for b0 in range(k0, k1, pe):
+                code += push(b0, min(k1, b0 + pe)) + [_ADD]
         slice_code.append(code)
     epi = _epilogue(has_c and not c_in_chain, sched.alpha, sched.beta, sched.epilogue)
     direct = inline or sched.residue_tile is not None   # no partials from _gemm
     if direct:
         parts, sc = c3.new_empty((0, M, N)), scales or (None, None)
     else:
+        check_partials(len(jobs), Bt, M, N, c3.element_size())
         gemm = partial(cpp.gemm, spec)  # the plain chain: gemm(a, b, c, sa=None, sb=None)
         if scales is not None:
             parts = _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, spec.block_size)
         else:
-            parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k)
+            parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k,
+                                spec.L * spec.passes)
         a3, b3, sc = *empty, (None, None)
     if sched.merge != "workspace":     # each slice's value, merged in fp16 here
         vals = [parts[code[1] * Bt:(code[1] + 1) * Bt] if len(code) == 2 and code[0] == _PARTIAL
                 else cpp.sched(spec, a3, b3, c3, parts, code, consts, *sc) for code in slice_code]
         merged = merge_partials(vals, sched.merge)
         return cpp.sched(spec, *empty, c3, merged, [_PARTIAL, 0] + epi, consts)
-    prog = _reduce_program(slice_code, sched.reduce, empties) + epi
+    prog = (seq if seq is not None else _reduce_program(slice_code, sched.reduce, empties)) + epi
     return cpp.sched(spec, a3, b3, c3, parts, prog, consts, *sc)
 
 

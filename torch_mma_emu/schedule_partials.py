@@ -3,11 +3,56 @@ block-scaled products and slices that do not start on whole instructions): slice
 promotion blocks as chains over K ranges, in one batched call where their lengths agree."""
 from __future__ import annotations
 
+import os
 from typing import Callable
 
 import torch
 
-__all__ = ["_run_chains", "_scaled_chains", "f32dottc_tf32x3"]
+from .tf32 import tf32x3_split
+
+__all__ = ["_run_chains", "_scaled_chains", "f32dottc_tf32x3", "check_partials",
+           "check_node_products", "PARTIALS_ENV", "NODES_ENV"]
+
+PARTIALS_ENV = "MMA_EMU_SCHED_PARTIAL_BYTES"
+
+
+def check_partials(n: int, Bt: int, M: int, N: int, es: int) -> None:
+    """The _gemm route holds one (batch, M, N) result per chain: refuse before the work when
+    they pass MMA_EMU_SCHED_PARTIAL_BYTES (default 2 GiB).  The CPU's CHAIN route holds
+    none (its stack is a few entries deep, whatever split_k is)."""
+    raw = os.environ.get(PARTIALS_ENV, "").strip()
+    if raw and (not raw.isascii() or not raw.isdigit() or int(raw) < 1):
+        raise ValueError(f"{PARTIALS_ENV}={raw!r}: expected a positive decimal integer (bytes)")
+    limit = int(raw) if raw else 2 << 30
+    need = n * Bt * M * N * es
+    if need > limit:
+        raise ValueError(f"schedule: {n} chains (slices x promotion blocks) each keep a "
+                         f"({Bt}, {M}, {N}) partial result on this route (CUDA, tf32x3, fp16 "
+                         f"merges): {need / 2 ** 20:.0f} MiB, over the {limit / 2 ** 20:.0f} MiB "
+                         f"limit; use fewer slices or blocks, or raise {PARTIALS_ENV} (bytes)")
+
+
+NODES_ENV = "MMA_EMU_SCHED_MAX_NODE_PRODUCTS"
+
+
+def check_node_products(K: int) -> None:
+    """A residue-tile schedule runs as per-element NODE ops, a program of about 2.3 words
+    per product (a K = 10^7 GEMV: 1.4 GB): refuse K past MMA_EMU_SCHED_MAX_NODE_PRODUCTS
+    (default 2^20) before the work."""
+    raw = os.environ.get(NODES_ENV, "").strip()
+    if raw and (not raw.isascii() or not raw.isdigit() or int(raw) < 1):
+        raise ValueError(f"{NODES_ENV}={raw!r}: expected a positive decimal integer")
+    limit = int(raw) if raw else 1 << 20
+    if K > limit:
+        raise ValueError(f"schedule: residue_tile runs every product as a NODE op of the "
+                         f"per-element interpreter (a program of about 2.3 words per product); "
+                         f"K = {K} is over the limit of {limit}: raise {NODES_ENV}")
+
+
+def _block_bytes() -> int:
+    """The CPU kernel's K block budget (MMA_EMU_CPU_BLOCK_BYTES, default 32 MiB)."""
+    raw = os.environ.get("MMA_EMU_CPU_BLOCK_BYTES", "").strip()
+    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else 32 << 20
 
 
 def f32dottc_tf32x3(ah, bh, al, bl, acc, dot: Callable, zero):
@@ -23,14 +68,29 @@ def f32dottc_tf32x3(ah, bh, al, bl, acc, dot: Callable, zero):
     return r + acc
 
 
-def _tf32x3_chain(a3, b3, lo, k0, k1, start, gemm, dot_k):
-    """tf32x3: one F32DotTC decomposition per tl.dot tile of dot_k, each added to acc."""
+def _tf32x3_chain(a3, b3, k0, k1, start, gemm, dot_k, L):
+    """tf32x3: one F32DotTC decomposition per tl.dot tile of dot_k, each added to acc.
+    a3, b3: the float32 inputs' bits.  Each dot runs K block by K block, the hi / lo parts
+    made per block (the plain chain goes on exactly from its accumulator at a multiple of
+    the instruction, L): the working set stays about MMA_EMU_CPU_BLOCK_BYTES whatever K."""
     acc, step = start, dot_k or max(k1 - k0, 1)
     zero = start.new_zeros(start.shape)
+    Bt, M, _ = a3.shape
+    # 8 part tensors of 4 bytes per element and row alive at once: a quarter of the budget
+    blk = max(L, _block_bytes() // max(1, 128 * (M + b3.shape[2])) // L * L)
+
+    def part(x, lo):                      # hi or lo tf32 codes of float32 bits
+        return tf32x3_split(x.view(torch.float32))[lo].view(torch.int32)
+
+    def dot(x, y, c):                     # x, y: (tile of a3, lo?), (tile of b3, lo?)
+        for u0 in range(0, x[0].shape[2], blk):
+            u1 = u0 + blk
+            c = gemm(part(x[0][:, :, u0:u1], x[1]), part(y[0][:, u0:u1, :], y[1]), c)
+        return c
     for t0 in range(k0, k1, step):
         t1 = min(k1, t0 + step)
-        acc = f32dottc_tf32x3(a3[:, :, t0:t1], b3[:, t0:t1, :], lo[0][:, :, t0:t1],
-                              lo[1][:, t0:t1, :], acc, gemm, zero)
+        a, b = a3[:, :, t0:t1], b3[:, t0:t1, :]
+        acc = f32dottc_tf32x3((a, 0), (b, 0), (a, 1), (b, 1), acc, dot, zero)
     return acc
 
 
@@ -50,7 +110,7 @@ def _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, block) -> torch.Tensor:
     return torch.cat(outs) if outs else c3.new_empty((0,) + tuple(c3.shape[1:]))
 
 
-def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k) -> torch.Tensor:
+def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k, L=1) -> torch.Tensor:
     """The partial results (len(jobs) * batch, M, N) of chains over K ranges.  Chains of
     one length from +0 run as one batched _gemm call (their K ranges gathered into the
     batch dimension): one kernel launch, and the result is already the partials tensor."""
@@ -59,7 +119,7 @@ def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k) -> torch.Tensor:
     if not jobs:
         return c3.new_empty((0, M, N))
     if lo is not None:
-        outs = [_tf32x3_chain(a3, b3, lo, k0, k1, c3 if fc else zero, gemm, dot_k)
+        outs = [_tf32x3_chain(a3, b3, k0, k1, c3 if fc else zero, gemm, dot_k, L)
                 for k0, k1, fc in jobs]
         return torch.stack(outs).reshape(len(outs) * Bt, M, N)
     groups: dict = {}

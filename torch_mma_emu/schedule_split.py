@@ -19,6 +19,7 @@ Facts from Meta's bitequiv reconstruction of cuBLAS (facebookexperimental/triton
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -62,7 +63,32 @@ def grain_elements(split_grain: Optional[str], spec: Spec, unit: int) -> int:
     return g
 
 
-def k_slices(K: int, grain: int, parts: int, trim: bool) -> tuple[list[tuple[int, int]], int]:
+@dataclass(frozen=True, eq=False)
+class Slices:
+    """(k0, k1) of n slices of ``size`` elements from 0, the last ending at K: a lazy
+    sequence (split_k = 10^6 makes no million tuples)."""
+    K: int
+    size: int
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, s: int) -> tuple[int, int]:
+        s = s + self.n if s < 0 else s
+        if not 0 <= s < self.n:
+            raise IndexError(s)
+        return min(self.K, s * self.size), min(self.K, (s + 1) * self.size)
+
+    def __iter__(self):
+        return (self[s] for s in range(self.n))
+
+    def __eq__(self, other) -> bool:     # equal to the list of its slices
+        return list(self) == list(other) if isinstance(other, (list, tuple, Slices)) else \
+            NotImplemented
+
+
+def k_slices(K: int, grain: int, parts: int, trim: bool) -> tuple[Slices, int]:
     """The slices ``[k0, k1)`` of ``ceil(ceil(K / grain) / parts) * grain`` elements, the last
     shorter, and how many empty slices past K follow them: ``parts - len(slices)`` when
     ``trim`` is False (the instruction-aligned cut, each empty slice a +0), else none (as
@@ -70,9 +96,7 @@ def k_slices(K: int, grain: int, parts: int, trim: bool) -> tuple[list[tuple[int
     chunks = -(-K // grain)
     per = -(-chunks // parts)
     n = -(-chunks // per) if per else 1
-    size = per * grain
-    ranges = [(min(K, s * size), min(K, (s + 1) * size)) for s in range(n)]
-    return ranges, 0 if trim else parts - n
+    return Slices(K, per * grain, n), 0 if trim else parts - n
 
 
 def residue_groups(k0: int, k1: int, L: int, tile: int) -> list[list[int]]:

@@ -35,7 +35,7 @@
 #define MMA_SCHED_OPS(X)                                                               \
   X(PARTIAL, kSPartial) X(C, kSC) X(ZERO, kSZero) X(ADD, kSAdd) X(NODE, kSNode)        \
   X(EPI_ALPHA, kSEpiAlpha) X(EPI_FMA, kSEpiFma) X(EPI_MULADD, kSEpiMulAdd)             \
-  X(CHAIN, kSChain)
+  X(CHAIN, kSChain) X(CHAINS, kSChains)
 
 // helpers: the enum member / the quoted Python name of an entry
 #define MMA_ENUM_MEMBER(py, cpp) cpp,

@@ -19,6 +19,11 @@
 //                     CPU kernel runs these row-wise (cpu/sched_cpu.cpp); the per-element
 //                     interpreter below never sees them (the Python side computes the
 //                     chains with _gemm and passes them as PARTIALs elsewhere).
+//   CHAINS k0 k1 s    top = top + chain_1 + chain_2 + ... (ADDs in that order): the chains
+//                     from +0 over [k0, k0 + s), [k0 + s, k0 + 2 s), ... up to k1.  One op
+//                     for a promotion loop or a sequential split-K reduction, so the program
+//                     stays a few words long however many blocks or slices (CPU only, as
+//                     CHAIN).
 //
 // The final top is rounded to the output format (RNE); NaN becomes the arch's NaN encoding.
 // Shared by the CPU (cpu/sched_cpu.cpp) and CUDA (cuda/sched_cuda.cu) kernels.

@@ -12,6 +12,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <numeric>
 #include <type_traits>
 #include <vector>
 
@@ -31,7 +33,7 @@ int64_t op_size(const int64_t* prog, int64_t pc) {
   switch (prog[pc]) {
     case kSPartial: return 2;
     case kSNode: return 4 + 2 * prog[pc + 1];
-    case kSChain: return 4;
+    case kSChain: case kSChains: return 4;
     default: return 1;
   }
 }
@@ -43,7 +45,7 @@ int stack_depth(const int64_t* prog, int64_t len) {
     const int64_t op = prog[pc];
     if (op == kSPartial || op == kSC || op == kSZero || op == kSChain) ++sp;
     else if (op == kSAdd) --sp;
-    depth = std::max(depth, sp);
+    depth = std::max(depth, op == kSChains ? sp + 1 : sp);  // CHAINS: one chain at a time
   }
   return depth;
 }
@@ -51,7 +53,7 @@ int stack_depth(const int64_t* prog, int64_t len) {
 
 bool sched_has_chain(const int64_t* prog, int64_t len) {
   for (int64_t pc = 0; pc < len; pc += op_size(prog, pc))
-    if (prog[pc] == kSChain) return true;
+    if (prog[pc] == kSChain || prog[pc] == kSChains) return true;
   return false;
 }
 
@@ -171,8 +173,10 @@ struct Blocks {
   }
 };
 
-// The operands of one batch element for its CHAIN ops: codes decoded for the fused ops,
-// fp32 values (M, K) and (N, K) for the FMA chain and FTZ-AddMul.
+// The operands of one batch element for its CHAIN ops over a window [w0, w0 + Kw) of K:
+// codes decoded for the fused ops, fp32 / fp64 values (M, Kw) and (N, Kw) for the FMA chain
+// and FTZ-AddMul.  The window is all of K when it fits the block budget, else a K block of
+// it (run_streamed).
 struct ChainSrc {
   bool values = false;
   Decoded A, B;
@@ -185,32 +189,42 @@ struct ChainSrc {
   bool fast = false;
   std::vector<int64_t> bad_cols;  // columns the FDPA kernels hand to the core
   int64_t W = 0;                  // row stride of the stack entries
+  int64_t w0 = 0, Kw = 0;         // the window of K held
+  bool holds(int64_t k0, int64_t k1) const { return w0 <= k0 && k1 <= w0 + Kw; }
 };
 
-void prepare_chains(const Blocks& X, const at::Tensor& a, const at::Tensor& b, const View3& va,
-                    const View3& vbt, const View3* vs, int64_t bi, ChainSrc& cs) {
+// Decodes (packs) products [w0, w0 + len) of batch element bi.  w0 lies on the instruction
+// grid (and on a scale block), so the chains inside start on it too.
+void prepare_window(const Blocks& X, const at::Tensor& a, const at::Tensor& b, const View3& va,
+                    const View3& vbt, const View3* vs, int64_t bi, int64_t w0, int64_t len,
+                    ChainSrc& cs) {
   cs.values = X.P.op == kFma || X.P.op == kFtzAddMul;
   cs.bad_cols.clear();
+  cs.w0 = w0;
+  cs.Kw = len;
   if (cs.values) {
-    cs.fast = cs.vp.prepare(X.P, a[bi], b[bi]);
+    const at::Tensor aw = a[bi].narrow(1, w0, len), bw = b[bi].narrow(0, w0, len);
+    cs.fast = cs.vp.prepare(X.P, aw, bw);
+    cs.Av = cs.Bv = at::Tensor();  // the previous window's copies go first
     if (!cs.fast) {
-      cs.Av = a[bi].contiguous();
-      cs.Bv = b[bi].t().contiguous();
+      cs.Av = aw.contiguous();
+      cs.Bv = bw.t().contiguous();
     }
     cs.W = cs.fast ? cs.vp.width() : X.N;
     return;
   }
-  decode_rows(va, bi, X.M, X.K, false, X.P.fa, cs.A);
-  decode_rows(vbt, bi, X.N, X.K, false, X.P.fb, cs.B);
+  decode_rows(va, bi, X.M, w0, len, false, X.P.fa, cs.A);
+  decode_rows(vbt, bi, X.N, w0, len, false, X.P.fb, cs.B);
   const bool scaled = vs != nullptr;
   if (scaled) {
-    cs.nblk = (X.K + X.P.block - 1) / X.P.block;
-    decode_scales(vs[0], bi, X.M, cs.nblk, false, X.P.fs, cs.SA, cs.fsa);
-    decode_scales(vs[1], bi, X.N, cs.nblk, true, X.P.fs, cs.SB, cs.fsb);
+    const int64_t b0 = w0 / X.P.block;
+    cs.nblk = (w0 + len + X.P.block - 1) / X.P.block - b0;
+    decode_scales(vs[0], bi, X.M, b0, cs.nblk, false, X.P.fs, cs.SA, cs.fsa);
+    decode_scales(vs[1], bi, X.N, b0, cs.nblk, true, X.P.fs, cs.SB, cs.fsb);
   }
   cs.fast = cs.fp.prepare(X.P, cs.A, cs.B, scaled ? cs.SA.data() : nullptr,
                           scaled ? cs.SB.data() : nullptr, scaled ? cs.fsa.data() : nullptr,
-                          scaled ? cs.fsb.data() : nullptr, cs.nblk, X.M, X.N, X.K);
+                          scaled ? cs.fsb.data() : nullptr, cs.nblk, X.M, X.N, len);
   cs.W = cs.fast ? cs.fp.width() : X.N;
   if (cs.fast)
     for (int64_t j = 0; j < X.N; ++j)
@@ -228,57 +242,60 @@ void start_chain(const Blocks& X, int64_t bi, int64_t i0, int64_t i1, int64_t W,
   }
 }
 
-// The FMA / FTZ-AddMul chains over [k0, k1) on the values (fp32 or fp64) in t: the vector
+// Advances the FMA / FTZ-AddMul chains in t over [k0, k1) (inside the window): the vector
 // kernel where it serves (exact in every lane), else the core per output.
 template <class T>
 void value_chain(const Blocks& X, const ChainSrc& cs, int64_t i0, int64_t i1, int64_t k0,
                  int64_t k1, T* t) {
-  const int64_t W = cs.W;
+  const int64_t W = cs.W, r0 = k0 - cs.w0, n = k1 - k0;
   if (cs.fast) {
-    cs.vp.run(i0, i1, k0, k1, t, W);
+    cs.vp.run(i0, i1, r0, r0 + n, t, W);
     return;
   }
   const T* av = cs.Av.data_ptr<T>();
   const T* bv = cs.Bv.data_ptr<T>();
   for (int64_t i = i0; i < i1; ++i)
     for (int64_t j = 0; j < X.N; ++j) {
-      const T* x = av + i * X.K + k0;
-      const T* y = bv + j * X.K + k0;
+      const T* x = av + i * cs.Kw + r0;
+      const T* y = bv + j * cs.Kw + r0;
       T& r = t[(i - i0) * W + j];
       if constexpr (std::is_same_v<T, float>) {
-        r = X.P.op == kFma ? dot_fma<float>(X.P, x, y, int(k1 - k0), r)
-                           : dot_ftz(X.P, x, y, int(k1 - k0), r);
+        r = X.P.op == kFma ? dot_fma<float>(X.P, x, y, int(n), r) : dot_ftz(X.P, x, y, int(n), r);
       } else {  // fp64 values: FMA chains only
-        r = dot_fma<T>(X.P, x, y, int(k1 - k0), r);
+        r = dot_fma<T>(X.P, x, y, int(n), r);
       }
     }
 }
 
-// The chain over products [k0, k1) from C or +0 into the stack entry t (rows i0..i1).
-void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int64_t i1,
-               int64_t k0, int64_t k1, bool from_c, float* t) {
+// Advances the chains in t (rows i0..i1, output-format values: the fast kernels' fp32 words)
+// over products [k0, k1) inside the window, k0 on the chain's instruction grid: the chain
+// goes on from t as the plain path's K blocks go on from their accumulators.
+void run_chain(const Blocks& X, const ChainSrc& cs, int64_t i0, int64_t i1, int64_t k0,
+               int64_t k1, float* t) {
   const int64_t W = cs.W;
-  start_chain(X, bi, i0, i1, W, from_c, t);
   if (cs.values) {
     value_chain(X, cs, i0, i1, k0, k1, t);
     return;
   }
   // block-scaled: the range starts on a scale block (checked), so the chain's scales are
-  // those from block k0 / block on
+  // those from block r0 / block of the window on
   const bool scaled = cs.nblk > 0;
-  const int64_t kb = scaled ? k0 / X.P.block : 0;
+  const int64_t r0 = k0 - cs.w0, n = k1 - k0;
+  const int64_t kb = scaled ? r0 / X.P.block : 0;
+  uint32_t* acc = reinterpret_cast<uint32_t*>(t);
   auto core = [&](int64_t i, int64_t j) {
-    const uint64_t c = from_c ? X.vc.at(bi, i, j) : 0;
+    uint32_t& w = acc[(i - i0) * W + j];
     const bool special = (cs.A.row_flags[size_t(i)] | cs.B.row_flags[size_t(j)] |
                           (scaled ? cs.fsa[size_t(i)] | cs.fsb[size_t(j)] : 0)) != 0;
-    const uint64_t r = dot_fused(X.P, cs.A.row(i, X.K).shifted(int(k0)),
-                                 cs.B.row(j, X.K).shifted(int(k0)), int(k1 - k0), c,
+    const uint64_t r = dot_fused(X.P, cs.A.row(i, cs.Kw).shifted(int(r0)),
+                                 cs.B.row(j, cs.Kw).shifted(int(r0)), int(n),
+                                 X.half ? f16_bits_of_f32(w) : w,
                                  scaled ? cs.SA.data() + i * cs.nblk + kb : nullptr,
                                  scaled ? cs.SB.data() + j * cs.nblk + kb : nullptr, special);
-    t[(i - i0) * W + j] = val_of(X.half, r);
+    w = X.half ? f32_bits_of_f16(uint32_t(r)) : uint32_t(r);
   };
   if (cs.fast) {
-    cs.fp.run(i0, i1, k0, k1, reinterpret_cast<uint32_t*>(t), W);
+    cs.fp.run(i0, i1, r0, r0 + n, acc, W);
     for (int64_t i = i0; i < i1; ++i) {  // NaN / Inf / out-of-window operands: the core
       if (!cs.fp.row_ok(i)) {
         for (int64_t j = 0; j < X.N; ++j) core(i, j);
@@ -292,25 +309,24 @@ void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int6
     for (int64_t j = 0; j < X.N; ++j) core(i, j);
 }
 
-// The fp64 FMA chain over [k0, k1) from C or +0 into t (fp64 outputs).
-void run_chain(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int64_t i1,
-               int64_t k0, int64_t k1, bool from_c, double* t) {
-  const int64_t W = cs.W;
-  start_chain(X, bi, i0, i1, W, from_c, t);
+// The fp64 FMA chains in t over [k0, k1) (fp64 outputs).
+void run_chain(const Blocks& X, const ChainSrc& cs, int64_t i0, int64_t i1, int64_t k0,
+               int64_t k1, double* t) {
   value_chain(X, cs, i0, i1, k0, k1, t);
 }
 
-// A CHAIN into a stack entry of workspace type T: fp32 / fp16 chains run in a float
-// scratch entry and widen exactly into an fp64 workspace.
+// A CHAIN into a stack entry of workspace type T, its whole range inside the window: fp32 /
+// fp16 chains run in a float scratch entry and widen exactly into an fp64 workspace.
 template <class T>
 void chain_into(const Blocks& X, const ChainSrc& cs, int64_t bi, int64_t i0, int64_t i1,
                 const int64_t* op, T* t, float* scratch) {
-  if constexpr (sizeof(T) == 4) {
-    run_chain(X, cs, bi, i0, i1, op[1], op[2], op[3] != 0, t);
-  } else if (X.f64) {
-    run_chain(X, cs, bi, i0, i1, op[1], op[2], op[3] != 0, t);
+  const bool from_c = op[3] != 0;
+  if (sizeof(T) == 4 || X.f64) {
+    start_chain(X, bi, i0, i1, cs.W, from_c, t);
+    run_chain(X, cs, i0, i1, op[1], op[2], t);
   } else {
-    run_chain(X, cs, bi, i0, i1, op[1], op[2], op[3] != 0, scratch);
+    start_chain(X, bi, i0, i1, cs.W, from_c, scratch);
+    run_chain(X, cs, i0, i1, op[1], op[2], scratch);
     const int64_t n = (i1 - i0) * cs.W;
     for (int64_t e = 0; e < n; ++e) t[e] = double(scratch[e]);
   }
@@ -342,6 +358,13 @@ void run_block(const Blocks& X, const ChainSrc* cs, int64_t bi, int64_t i0, int6
     const int64_t* op = X.prog + pc;
     switch (op[0]) {
       case kSChain: chain_into(X, *cs, bi, i0, i1, op, entry(sp++), scratch); break;
+      case kSChains:  // top += each block's chain from +0, in order
+        for (int64_t k = op[1]; k < op[2]; k += op[3]) {
+          const int64_t one[4] = {kSChain, k, std::min(op[2], k + op[3]), 0};
+          chain_into(X, *cs, bi, i0, i1, one, entry(sp), scratch);
+          ops.add(entry(sp - 1), entry(sp), n);
+        }
+        break;
       case kSPartial: {
         T* t = entry(sp++);
         for (int64_t i = i0; i < i1; ++i)
@@ -370,6 +393,164 @@ void run_block_any(const Blocks& X, const ChainSrc* cs, int64_t bi, int64_t i0, 
   if (X.v3) return run_block<RowOpsV3>(X, cs, bi, i0, i1, W, buf, scratch);
 #endif
   run_block<RowOps>(X, cs, bi, i0, i1, W, buf, scratch);
+}
+
+// ---- K windows -----------------------------------------------------------------------
+// Products per window and the grid the windows and chain pieces keep to: a chain goes on
+// from its accumulators at a multiple of the instruction (all passes of it) and of the scale
+// block counted from its own start, as the plain path's K blocks do.
+struct Window {
+  int64_t len, align;
+};
+Window window_of(const Blocks& X, bool scaled) {
+  const Params& P = X.P;
+  int64_t align = int64_t(P.L) * std::max<int64_t>(P.passes, 1);
+  if (P.op == kFtzAddMul) align = std::lcm<int64_t>(align, P.P);
+  if (scaled) align = std::lcm<int64_t>(align, P.block);
+  const int64_t M = X.M, Np = X.N + kW;  // kW: the widest panel padding
+  int64_t per_k;
+  if (P.op == kFma || P.op == kFtzAddMul) {
+    per_k = int64_t(P.rho == kRneFp64 ? 8 : 4) * (M + Np);
+  } else {
+    per_k = (M + X.N) * 9 + (M + Np) * 5;
+    if (scaled) per_k += (M + X.N) * int64_t(sizeof(Dec) + 1) / P.block + 1;
+  }
+  const int64_t len = std::max<int64_t>(1, block_bytes() / std::max<int64_t>(per_k, 1) / align) * align;
+  return {len, align};
+}
+
+// Buffers of the streamed evaluation (kept between calls on this thread).
+template <class T>
+struct StreamBufs {
+  std::vector<T> stack;
+  std::vector<float> scratch;
+};
+
+// One batch element when K does not fit one window: the program runs op by op over all rows
+// (stack entries of M x W values, like the plain path's accumulators), and each CHAIN runs
+// piece by piece over the windows it crosses, its accumulators going on from piece to
+// piece.  The same IEEE operations in the same order per output as run_block.
+template <class Ops, class T>
+void run_streamed(const Blocks& X, const at::Tensor& a, const at::Tensor& b, const View3& va,
+                  const View3& vbt, const View3* vs, int64_t bi, const Window& win,
+                  ChainSrc& cs, StreamBufs<T>& sb) {
+  Ops ops;
+  auto prepare = [&](int64_t w0) {
+    prepare_window(X, a, b, va, vbt, vs, bi, w0, std::min(win.len, X.K - w0), cs);
+  };
+  prepare(0);
+  const int64_t W = cs.W, M = X.M, R = X.rows, nrb = (M + R - 1) / R, n_all = M * W;
+  const bool narrow = sizeof(T) == 8 && !X.f64;  // fp32 / fp16 chains in an fp64 workspace
+  sb.stack.resize(size_t(X.depth + 1) * size_t(n_all));
+  if (narrow) sb.scratch.resize(size_t(n_all));
+  auto entry = [&](int d) { return sb.stack.data() + size_t(d) * size_t(n_all); };
+  // body(i0, i1) over row blocks, in parallel, in the IEEE environment
+  auto rows = [&](const std::function<void(int64_t, int64_t)>& body) {
+    at::parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
+      FpEnvGuard guard;
+      for (int64_t rb = lo; rb < hi && !interrupted(); ++rb) {
+        body(rb * R, std::min(M, (rb + 1) * R));
+        check_interrupt_main();
+      }
+    });
+  };
+  const T alpha = T(X.S.alpha), beta = T(X.S.beta);
+  T* cb = entry(X.depth);
+  bool have_c = false;
+  auto load_c = [&]() {
+    if (!have_c)
+      rows([&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+          for (int64_t j = 0; j < W; ++j)
+            cb[i * W + j] = j < X.N ? X.val<T>(X.vc.at(bi, i, j)) : T(0);
+      });
+    have_c = true;
+    return cb;
+  };
+  auto chain = [&](const int64_t* op, auto* acc) {
+    rows([&](int64_t i0, int64_t i1) { start_chain(X, bi, i0, i1, W, op[3] != 0, acc + i0 * W); });
+    for (int64_t p = op[1], k1 = op[2]; p < k1 && !interrupted();) {
+      int64_t avail = cs.holds(p, p) && p < cs.w0 + cs.Kw ? cs.w0 + cs.Kw - p : 0;
+      if (k1 - p > avail && avail < win.align) {  // not even one step left here: next window
+        prepare(p);
+        TORCH_CHECK(cs.W == W, "_sched: window width changed");
+        avail = cs.Kw;
+      }
+      const int64_t q = k1 - p <= avail ? k1 : p + avail / win.align * win.align;
+      rows([&](int64_t i0, int64_t i1) { run_chain(X, cs, i0, i1, p, q, acc + i0 * W); });
+      p = q;
+    }
+  };
+  auto chain_to = [&](const int64_t* op, T* t) {  // a CHAIN into the stack entry t
+    if (!narrow) return chain(op, t);
+    float* f = sb.scratch.data();
+    chain(op, f);
+    rows([&](int64_t i0, int64_t i1) {
+      for (int64_t e = i0 * W; e < i1 * W; ++e) t[e] = double(f[e]);
+    });
+  };
+  int sp = 0;
+  for (int64_t pc = 0; pc < X.len && !interrupted(); pc += op_size(X.prog, pc)) {
+    const int64_t* op = X.prog + pc;
+    switch (op[0]) {
+      case kSChain: chain_to(op, entry(sp++)); break;
+      case kSChains:  // top += each block's chain from +0, in order
+        for (int64_t k = op[1]; k < op[2] && !interrupted(); k += op[3]) {
+          const int64_t one[4] = {kSChain, k, std::min(op[2], k + op[3]), 0};
+          T *x = entry(sp - 1), *y = entry(sp);
+          chain_to(one, y);
+          rows([&](int64_t i0, int64_t i1) { ops.add(x + i0 * W, y + i0 * W, (i1 - i0) * W); });
+        }
+        break;
+      case kSPartial: {
+        T* t = entry(sp++);
+        rows([&](int64_t i0, int64_t i1) {
+          for (int64_t i = i0; i < i1; ++i)
+            for (int64_t j = 0; j < W; ++j)
+              t[i * W + j] = j < X.N ? X.val<T>(X.vp.at(op[1] * X.Bt + bi, i, j)) : T(0);
+        });
+        break;
+      }
+      case kSC: {
+        const T* c = load_c();
+        std::copy(c, c + n_all, entry(sp++));
+        break;
+      }
+      case kSZero: std::fill(entry(sp), entry(sp) + n_all, T(0)); ++sp; break;
+      case kSAdd: {
+        T *x = entry(sp - 2), *y = entry(sp - 1);
+        rows([&](int64_t i0, int64_t i1) { ops.add(x + i0 * W, y + i0 * W, (i1 - i0) * W); });
+        --sp;
+        break;
+      }
+      default: {  // the epilogues
+        T* x = entry(sp - 1);
+        const T* c = op[0] == kSEpiAlpha ? nullptr : load_c();
+        rows([&](int64_t i0, int64_t i1) {
+          const int64_t n = (i1 - i0) * W;
+          if (op[0] == kSEpiAlpha) ops.mul(x + i0 * W, alpha, n);
+          else if (op[0] == kSEpiFma) ops.fma(x + i0 * W, c + i0 * W, alpha, beta, n);
+          else ops.mul_add(x + i0 * W, c + i0 * W, alpha, beta, n);
+        });
+      }
+    }
+  }
+  if (interrupted()) return;
+  const T* t = entry(0);
+  rows([&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      ops.out(X.P, t + i * W, X.out + (bi * M + i) * X.N * X.oes, X.oes, X.N);
+  });
+}
+
+template <class T>
+void run_streamed_any(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
+                      const View3& va, const View3& vbt, const View3* vs, int64_t bi,
+                      const Window& win, ChainSrc& cs, StreamBufs<T>& sb) {
+#ifdef MMA_HAVE_V3
+  if (X.v3) return run_streamed<RowOpsV3, T>(X, a, b, va, vbt, vs, bi, win, cs, sb);
+#endif
+  run_streamed<RowOps, T>(X, a, b, va, vbt, vs, bi, win, cs, sb);
 }
 
 template <class T>
@@ -406,8 +587,18 @@ void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
   const View3 va = view3(a), vbt = view3(bt);
   View3 vs[2];
   if (sa.has_value()) { vs[0] = view3(*sa); vs[1] = view3(*sb); }
+  const View3* vsp = sa.has_value() ? vs : nullptr;
+  const Window win = window_of(X, sa.has_value());
+  if (win.len < X.K) {  // K in windows (bounded working memory), batch elements in turn
+    ChainSrc cs;
+    StreamBufs<T> bufs;
+    for (int64_t bi = 0; bi < X.Bt && !interrupted(); ++bi)
+      run_streamed_any(X, a, b, va, vbt, vsp, bi, win, cs, bufs);
+    return;
+  }
+  // K fits one window: each row block runs the whole program in cache
   auto one_batch = [&](int64_t bi, ChainSrc& cs, bool inner_parallel) {
-    prepare_chains(X, a, b, va, vbt, sa.has_value() ? vs : nullptr, bi, cs);
+    prepare_window(X, a, b, va, vbt, vsp, bi, 0, X.K, cs);
     auto blocks = [&](int64_t lo, int64_t hi) {
       FpEnvGuard guard;  // the core chains and the reductions round to nearest
       Bufs* buf = block_buf(cs.W);

@@ -6,11 +6,19 @@ alignment exponent goes, whether results are ever larger than the exact value), 
 the dimensions the data provably cannot see, enumerates the rest with cheap early
 rejection, and ranks what fits by closeness to known registry entries, then simplicity.
 What the data cannot tell is said in ``result.undetermined`` and shows as ties.
+
+Bounds (docs/probe.md, "When the samples cannot decide"): samples longer than
+``MMA_EMU_FIT_MAX_K`` products are refused before any work (every candidate runs every
+sample); once more models reproduce every sample than there are samples (and at least
+``max_consistent``) the search stops - the samples cannot decide, more are needed - and
+says so with a :class:`FitUndecidedWarning` instead of running the whole space.
 """
 from __future__ import annotations
 
 import math
+import os
 import time
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -20,6 +28,25 @@ from ..spec import Spec
 from . import search, space
 from .samples import Samples, check_bit_patterns, from_arrays, load
 from .targets import values_of
+
+
+MAX_K_ENV = "MMA_EMU_FIT_MAX_K"
+MAX_K_DEFAULT = 4096        # recorded hardware files hold K = 4 .. 32
+MAX_CONSISTENT_DEFAULT = 64
+
+
+class FitUndecidedWarning(UserWarning):
+    """The samples given to ``fit`` cannot decide between the models reproducing them."""
+
+
+def max_k() -> int:
+    """The longest sample ``fit`` takes: ``MMA_EMU_FIT_MAX_K`` or 4096 products."""
+    raw = os.environ.get(MAX_K_ENV, "").strip()
+    if not raw:
+        return MAX_K_DEFAULT
+    if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{MAX_K_ENV}={raw!r}: expected a positive decimal integer")
+    return int(raw)
 
 
 @dataclass
@@ -95,6 +122,28 @@ class FitResult:
     filled: dict = field(default_factory=dict)   # arith key -> fields taken from the registry
     closest: list = field(default_factory=list)  # (Spec, mismatches) when nothing fits
     multipass_checked: int = 0                   # how many of ``checked`` are multi-pass
+    consistent: int = 0          # distinct models reproducing every sample (before ``limit``)
+    stopped_early: bool = False  # the search stopped at ``max_consistent`` fitting models
+    space: int = 0               # candidate specs in the space searched
+
+    @property
+    def undecided(self) -> bool:
+        """More than one model reproduces every sample: the samples cannot decide."""
+        return self.consistent > 1
+
+    def verdict(self) -> str:
+        """One line on whether the samples decide, '' when they do (or nothing fits)."""
+        if not self.undecided:
+            return ""
+        n = f"at least {self.consistent}" if self.stopped_early else str(self.consistent)
+        s = self.features.samples
+        line = (f"undecided: {n} models reproduce all {s} sample{'s' if s != 1 else ''}, "
+                "which cannot decide between them; more samples (that make them differ) "
+                "are needed")
+        if self.stopped_early:
+            line += (f"; the search stopped after {self.checked} of {self.space} candidates "
+                     "(fit's max_consistent)")
+        return line
 
     @property
     def specs(self) -> list[Spec]:
@@ -108,7 +157,9 @@ class FitResult:
         lines = [f"{self.source}: {self.features.describe()}",
                  f"{self.checked} candidate specs ({self.multipass_checked} multi-pass) "
                  f"checked in {self.seconds:.1f} s; "
-                 f"{len(self.candidates)} reproduce every sample"]
+                 f"{self.consistent} reproduce every sample"]
+        if self.undecided:
+            lines.append("  " + self.verdict())
         limit = max(0, limit)
         for i, c in enumerate(self.candidates[:limit]):
             f = self.filled.get(search.arith_key(c.spec))
@@ -195,7 +246,7 @@ def _as_samples(samples, in_format, out_dtype) -> Samples:
 
 
 def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None = None,
-        passes: bool = True) -> FitResult:
+        passes: bool = True, max_consistent: int | None = MAX_CONSISTENT_DEFAULT) -> FitResult:
     """The specs reproducing every sample ``(a, b, c, d)``, best first.
 
     ``samples``: a path to an ``.npz`` (arrays a (S, K), b (S, K), c (S,), d (S,) - uint32
@@ -208,12 +259,24 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     split of an instruction's k into passes (contiguous, alternating pairs, quads, ...),
     with c in the first pass or added last.  When nothing fits, ``result.closest`` holds
     the nearest candidates with their mismatch counts.
+
+    ``result.consistent`` counts the models reproducing every sample; more than one
+    (``result.undecided``) means the samples cannot decide between them, which
+    ``describe()`` says.  The search stops once more models fit than there are samples and
+    at least ``max_consistent`` (default 64; None: no bound) - a file of one or two samples
+    leaves thousands, and running them all takes minutes - and then warns
+    (:class:`FitUndecidedWarning`).  Samples longer than
+    ``MMA_EMU_FIT_MAX_K`` products (default 4096) raise ``ValueError`` before any work.
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or
                               limit < 1):
         raise ValueError(f"limit must be a positive int or None, got {limit!r}")
     if not isinstance(passes, bool):
         raise TypeError(f"passes must be True or False, got {passes!r}")
+    if max_consistent is not None and (isinstance(max_consistent, bool) or
+                                       not isinstance(max_consistent, int) or
+                                       max_consistent < 2):
+        raise ValueError(f"max_consistent must be an int >= 2 or None, got {max_consistent!r}")
     if ops is not None:
         ops = [ops] if isinstance(ops, str) else list(ops)
         known = space.OPS_UNSCALED + space.OPS_SCALED
@@ -222,8 +285,12 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     t0 = time.perf_counter()
     s = _as_samples(samples, in_format, out_dtype)
     iface = s.iface
-    feats = data_features(s)
     kmax = max(s.ks)
+    if kmax > max_k():
+        raise ValueError(f"fit: the samples hold K = {kmax} products each, over the limit of "
+                         f"{max_k()} (every candidate model runs every sample, so time and "
+                         f"memory grow with K); set {MAX_K_ENV}={kmax} to allow it")
+    feats = data_features(s)
     undetermined = []
     Ls = [L for L in space.POW2_L if L < kmax] + [kmax]
     nan_bits = [None]
@@ -258,7 +325,11 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
                 search._OP_RANK.get(sp.op, 9))
     cands.sort(key=prior)
     near = []
-    found = search.survivors(cands, s, near)
+    stats: dict = {}
+    # more models fitting than there are samples (and at least max_consistent): the
+    # samples are far too few to decide, and running the rest would only add to the count
+    stop = None if max_consistent is None else max(max_consistent, len(s))
+    found = search.survivors(cands, s, near, stop_after=stop, stats=stats)
     if any(sp.L == kmax and sp.op != "fma" and not sp.multipass for sp in found):
         undetermined.insert(0, f"the fused length beyond K: L = {kmax} stands for every "
                             f"L >= {kmax} (each sample is one fused operation then)")
@@ -271,10 +342,16 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     ranked = search.annotate(search.rank(_dedupe(done)))
     undetermined += _ties([c.spec for c in ranked])
     closest = [] if ranked else search.closest_misses(near, s)
+    consistent = len(ranked)
     if limit:
         ranked = ranked[:limit]
-    return FitResult(ranked, feats, undetermined, len(cands), time.perf_counter() - t0,
-                     s.source, filled, closest, n_multi)
+    res = FitResult(ranked, feats, undetermined, stats["checked"], time.perf_counter() - t0,
+                    s.source, filled, closest,
+                    max(0, n_multi - (len(cands) - stats["checked"])), consistent, stats["stopped"],
+                    len(cands))
+    if res.stopped_early:
+        warnings.warn(FitUndecidedWarning(f"fit: {s.source}: {res.verdict()}"), stacklevel=2)
+    return res
 
 
 def _ties(specs) -> list[str]:
@@ -345,4 +422,4 @@ def _dedupe(specs):
     return out
 
 
-__all__ = ["fit", "FitResult", "DataFeatures", "data_features"]
+__all__ = ["fit", "FitResult", "DataFeatures", "data_features", "FitUndecidedWarning", "max_k"]

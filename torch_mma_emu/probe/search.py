@@ -54,14 +54,25 @@ def mismatches(spec: Spec, samples: Samples, stop_at: int = 1) -> int:
     return bad
 
 
-def survivors(candidates, samples: Samples, near: list | None = None) -> list[Spec]:
+def survivors(candidates, samples: Samples, near: list | None = None,
+              stop_after: int | None = None, stats: dict | None = None) -> list[Spec]:
     """The candidates reproducing every sample (duplicates by arithmetic removed).
 
     ``near``: when given, receives ``(mismatches in the first small batch, spec)`` of every
-    rejected candidate (free: that batch is run in full anyway), for closest-miss reports."""
+    rejected candidate (free: that batch is run in full anyway), for closest-miss reports.
+    ``stop_after``: stop once that many fit (the samples are then far from deciding);
+    ``stats`` receives ``checked`` (candidates run) and ``stopped`` (True when cut short)."""
     fast = samples.split()
     seen, out = set(), []
+    if stats is not None:
+        stats.update(checked=0, stopped=False)
     for sp in candidates:
+        if stop_after is not None and len(out) >= stop_after:
+            if stats is not None:
+                stats["stopped"] = True
+            break
+        if stats is not None:
+            stats["checked"] += 1
         k = arith_key(sp)
         if k in seen:
             continue
