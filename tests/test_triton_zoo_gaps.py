@@ -98,3 +98,22 @@ def test_autotuner_timing_itself_gets_the_blocks_choice():
         with tmt.emulate("H100", autotune=lambda cs: cs[2]):
             tuner.run(y, grid=(1,), warmup=False)
         assert y.tolist() == [3.0] * 4 and tuner.best_config is configs[2]
+
+
+@triton.jit
+def flagged(X, Y, flip, N: tl.constexpr):
+    o = tl.arange(0, N)
+    x = tl.load(X + o)
+    if flip:                                     # a bool argument, not constexpr: an i1
+        x = -x
+    tl.store(Y + o, x)
+
+
+@pytest.mark.parametrize("name,block", BLOCKS)
+def test_bool_argument_is_an_int1_scalar(name, block):
+    x = torch.arange(8, dtype=torch.float32)
+    for flip in (True, False):
+        y = torch.empty_like(x)
+        with block():
+            flagged[(1,)](x, y, flip, N=8)
+        assert torch.equal(y, -x if flip else x)

@@ -15,9 +15,10 @@ does (and raises a clear error without it or with an interpreter of another layo
 from .choice import PATHS, DotPlan, choose
 from .context import TritonEmulation, emulate, interpret
 from .device_queries import device_queries
+from .cuda_on_cpu import cuda_on_cpu
 from .hook import current
 
-__all__ = ["emulate", "interpret", "device_queries", "choose", "DotPlan", "PATHS", "TritonEmulation", "active",
+__all__ = ["emulate", "interpret", "device_queries", "cuda_on_cpu", "choose", "DotPlan", "PATHS", "TritonEmulation", "active",
            "emulating"]
 
 

@@ -191,6 +191,9 @@ def install(set_attr, ti, current) -> None:
     set_attr(IB, "create_fma", create_fma)
 
     def _implicit_cvt(arg):
+        if isinstance(arg, bool) and current() is not None:      # an int1 scalar, not int32
+            import triton.language as tl
+            return tl.tensor(ti.TensorHandle(np.array([arg], dtype=np.bool_), tl.int1), tl.int1)
         if isinstance(arg, float) and current() is not None:
             import triton.language as tl
             handle = ti.TensorHandle(np.array([arg], dtype=np.float32), tl.float32)
