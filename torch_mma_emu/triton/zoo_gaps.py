@@ -6,7 +6,7 @@ tests/test_triton_zoo*.py), filled while a block is open; gaps.py holds the othe
   it (Liger-Kernel's ``_rms_norm_forward_kernel``); Triton 3.6's interpreter passes the Python
   float through (its ``_implicit_cvt`` converts ints and pointers only).  Inside a block a float
   argument becomes an fp32 scalar tensor, rounded to fp32 as the launcher does.
-* **bool arguments** that are not constexpr (gemlite's flags such as ``zero_is_scalar``): the
+* **bool arguments** that are not constexpr (gemlite's ``load_scales_as_block``): the
   launcher passes an ``i1``; Triton 3.6's interpreter builds an int32 array typed ``int1`` and
   fails ("itemsize (32 bits) exceeds ... int1").  Inside a block a bool is an int1 scalar.
 * **the generic libdevice stubs**: ``triton.language.extra.libdevice`` holds stubs the
