@@ -1,9 +1,11 @@
 """Triton's tutorials 03 (matmul), 05 (layer norm, forward and backward), 06 (fused
 attention), 08 (grouped GEMM) and 10 (block-scaled matmul) under emulate on sm_90, sm_80 and
 gfx942 (tests/triton_zoo.py), against float64 references.  05 and 08 are written from the
-tutorials' published structure (tests/triton_tutorials.py); 03 is tests/triton_user_matmul.py,
-06 and 10 are the project's kernels after the same tutorials (triton_kernels/attention.py,
-scaled_gemm.py): the triton wheel ships no tutorial."""
+tutorials' published structure (tests/triton_tutorials.py), 06 (forward, block pointers,
+autotuned) and 10 (mxfp8, tensor descriptors, 5-D scale layout) from their published source
+(tests/triton_tutorials_06_10.py); 03 is tests/triton_user_matmul.py: the triton wheel ships
+no tutorial.  Tutorial 10 targets sm_100's block-scaled MMA; on sm_90 / sm_80 Triton
+decomposes ``tl.dot_scaled`` into a bf16 dot, on gfx942 the emulation refuses it."""
 import math
 
 import pytest
@@ -13,8 +15,8 @@ import torch.nn.functional as F
 from triton_zoo import ARCHS, check_dots, close, run_zoo
 
 import triton_tutorials as T  # noqa: E402
+import triton_tutorials_06_10 as T610  # noqa: E402
 import triton_user_matmul as T03  # noqa: E402
-from torch_mma_emu import triton_kernels as K  # noqa: E402
 
 
 def _g(seed):
@@ -52,17 +54,24 @@ def test_05_layer_norm_forward_backward(key):
     assert "atomic_cas int32" in em.summary()          # the tutorial's spin lock, recorded
 
 
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("key", list(ARCHS))
-def test_06_fused_attention(key):
-    q, k, v = (torch.randn(2, 128, 64, generator=_g(7 + i)).half() for i in range(3))
-    o, em, _ = run_zoo(key, lambda: K.attention(q, k, v))
-    s = q.double() @ k.double().transpose(1, 2) / math.sqrt(64)
+def test_06_fused_attention(key, causal):
+    q, k, v = (torch.randn(1, 2, 128, 64, generator=_g(7 + i)).half() for i in range(3))
+    (o, m), em, launches = run_zoo(key, lambda: T610.attention(q, k, v, causal, 0.125))
+    s = q.double() @ k.double().transpose(-1, -2) * 0.125
+    if causal:
+        s = s.masked_fill(torch.ones(128, 128, dtype=torch.bool).triu(1), float("-inf"))
     close(o, torch.softmax(s, -1) @ v.double(), 4e-3, 4e-3)
+    close(m, torch.logsumexp(s, -1) / math.log(2), 1e-5, 1e-5)   # row max + log2(sum)
+    assert set(launches) == {"_attn_fwd"}
     check_dots(key, em)
+    summary = em.summary()
+    assert "tl.reduce" in summary
     if key != "gfx942":                       # NVIDIA: the ex2.approx model, bit-exact
-        assert "ex2.approx" in em.summary()
+        assert "tl.exp2 fp32 = ex2.approx.ftz.f32 [bit-exact]" in summary
     else:                                     # AMD's math is named, not modelled
-        assert "APPROXIMATE" in em.summary()
+        assert "APPROXIMATE" in summary
 
 
 @pytest.mark.parametrize("key", list(ARCHS))
@@ -78,16 +87,22 @@ def test_08_grouped_gemm(key):
 @pytest.mark.parametrize("key", list(ARCHS))
 def test_10_block_scaled_matmul(key):
     g = _g(14)
-    a = torch.randn(128, 128, generator=g).to(torch.float8_e4m3fn)
-    b = torch.randn(128, 128, generator=g).to(torch.float8_e4m3fn)
-    sa = torch.randint(124, 130, (128, 4), generator=g, dtype=torch.uint8)
-    sb = torch.randint(124, 130, (128, 4), generator=g, dtype=torch.uint8)
+    M, N, K = 128, 128, 256
+    a = torch.randn(M, K, generator=g).to(torch.float8_e4m3fn)
+    b = torch.randn(N, K, generator=g).to(torch.float8_e4m3fn)
+    shape = lambda r: (r // 128, K // 32 // 4, 32, 4, 4)        # noqa: E731 - the 5-D layout
+    sa = torch.randint(124, 131, shape(M), generator=g, dtype=torch.uint8)
+    sb = torch.randint(124, 131, shape(N), generator=g, dtype=torch.uint8)
     if key == "gfx942":                       # named, not guessed
-        with pytest.raises(Exception, match="not modelled"):
-            run_zoo(key, lambda: K.scaled_matmul(a, sa, b, sb, "e4m3"))
+        with pytest.raises(Exception, match="dot_scaled on gfx942 is not modelled"):
+            run_zoo(key, lambda: T610.block_scaled_matmul(a, sa, b, sb))
         return
-    d, em, _ = run_zoo(key, lambda: K.scaled_matmul(a, sa, b, sb, "e4m3"))
-    A = a.double() * torch.exp2(sa.double() - 127).repeat_interleave(32, 1)
-    B = b.double() * torch.exp2(sb.double() - 127).repeat_interleave(32, 1).t()
-    close(d, A @ B, 2e-2, 2e-2 * (A @ B).abs().max().item())
-    assert any("bf16" in p for p in em.counts)           # Hopper / Ampere: decomposed
+    d, em, launches = run_zoo(key, lambda: T610.block_scaled_matmul(a, sa, b, sb))
+    A = a.double() * torch.exp2(T610.unpack_scale(sa).double() - 127).repeat_interleave(32, 1)
+    B = b.double() * torch.exp2(T610.unpack_scale(sb).double() - 127).repeat_interleave(32, 1)
+    ref = A @ B.t()
+    close(d, ref, 1e-3, 1e-3 * ref.abs().max().item())      # fp16 output rounding
+    assert set(launches) == {"block_scaled_matmul_kernel"}
+    # Hopper / Ampere have no block-scaled MMA: Triton decomposes to a bf16 dot
+    assert em.counts and all("bf16" in p for p in em.counts), em.counts
+    check_dots(key, em)
