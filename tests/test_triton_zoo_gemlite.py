@@ -1,5 +1,6 @@
 """gemlite's weight-only quantized GEMMs (A16W8: int8 per-channel, A16W4: 4-bit grouped with
-zeros, packed by gemlite) as shipped, under emulate on sm_90 and sm_80 (tests/triton_zoo.py),
+zeros, packed by gemlite) as shipped, under emulate on sm_90, sm_80 and gfx942
+(tests/triton_zoo.py),
 against float64 references of the same math (the dequantized weight times the activations).
 
 gemlite allocates on ``device="cuda"`` at import and in its packing and launch code, and asks
@@ -14,7 +15,9 @@ from triton_zoo import check_dots, close, need, run_zoo
 
 import torch_mma_emu.triton as tmt  # noqa: E402
 
-KEYS = {"sm90": "H100", "sm80": "A100"}
+# gemlite is imported once, under sm_90's queries: it fixes IS_HIP (its AMD configs and
+# kernel variants) at import, so gfx942 runs its NVIDIA choices with AMD's dots
+KEYS = {"sm90": "H100", "sm80": "A100", "gfx942": "MI300X"}
 
 
 @contextlib.contextmanager
