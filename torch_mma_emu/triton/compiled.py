@@ -63,15 +63,39 @@ def begin(block, interp, args, kwargs, launched=None) -> None:
     if fn is None or not _may_reduce(fn):
         entry[1] = "the kernel was not compiled: its source calls no reduction"
         return
+    target = layout.target_of(block.arch)
     try:
-        entry[0] = layout.compile_launch(fn, args, kwargs, layout.target_of(block.arch))
+        entry[0] = layout.compile_launch(fn, args, kwargs, target)
     except Exception as e:           # the compile is a model input, never fatal
         entry[1] = f"compiling to TTGIR failed ({type(e).__name__}: {str(e)[:120]})"
+        entry[0] = _unpipelined(fn, args, kwargs, target, block, entry[1])
+    if entry[0] is None:
         name = getattr(fn, "__name__", "kernel")
         if name not in block._warned:
             block._warned.add(name)
             warnings.warn(f"torch_mma_emu.triton: {name}: {entry[1]}; its reductions run in "
                           "NumPy's order, not the GPU's", stacklevel=4)
+
+
+def _unpipelined(fn, args, kwargs, target, block, why):
+    """Triton 3.6's software pipeliner (``TritonGPUPipeline``) fails on the CPU for some
+    kernels at num_stages > 1 (tutorial 06's block-pointer attention on sm_90).  The
+    reductions' layouts are fixed before that pass (coalescing and the MMA layout choice),
+    which changes loads and their scheduling, so the kernel compiled at num_stages=1 gives
+    the same reduction trees; the retry is named in the summary and warned once."""
+    if int(kwargs.get("num_stages") or 3) == 1:
+        return None
+    try:
+        out = layout.compile_launch(fn, args, {**kwargs, "num_stages": 1}, target)
+    except Exception:
+        return None
+    name = getattr(fn, "__name__", "kernel")
+    block.reductions[f"{name}: {why}; reduction layouts from num_stages=1"] += 1
+    if name + " num_stages" not in block._warned:
+        block._warned.add(name + " num_stages")
+        warnings.warn(f"torch_mma_emu.triton: {name}: {why}; its reduction layouts are "
+                      "taken from the kernel compiled with num_stages=1", stacklevel=5)
+    return out
 
 
 def end() -> None:
