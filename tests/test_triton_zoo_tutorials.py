@@ -1,7 +1,7 @@
 """Triton's tutorials 03 (matmul), 05 (layer norm, forward and backward), 06 (fused
 attention), 08 (grouped GEMM) and 10 (block-scaled matmul) under emulate on sm_90, sm_80 and
 gfx942 (tests/triton_zoo.py), against float64 references.  05 and 08 are written from the
-tutorials' published structure (tests/triton_tutorials.py), 06 (forward, block pointers,
+tutorials' published structure (tests/triton_tutorials.py), 06 (forward and backward, block pointers,
 autotuned) and 10 (mxfp8, tensor descriptors, 5-D scale layout) from their published source
 (tests/triton_tutorials_06_10.py); 03 is tests/triton_user_matmul.py: the triton wheel ships
 no tutorial.  Tutorial 10 targets sm_100's block-scaled MMA; on sm_90 / sm_80 Triton
@@ -77,6 +77,28 @@ def test_06_fused_attention(key, causal):
         assert "tl.exp2 fp32 = ex2.approx.ftz.f32 [bit-exact]" in summary
     else:                                     # AMD's math is named, not modelled
         assert "APPROXIMATE" in summary
+
+
+@pytest.mark.parametrize("key", list(ARCHS))
+def test_06_fused_attention_backward(key):
+    """The tutorial's backward (causal; its own test's tolerance, atol 1e-2)."""
+    q, k, v = ((torch.randn(1, 2, 128, 64, generator=_g(30 + i)) * 0.5).half() for i in range(3))
+    do = torch.randn(1, 2, 128, 64, generator=_g(33)).half()
+
+    def run():
+        o, m = T610.attention(q, k, v, True, 0.5)
+        return (o, *T610.attention_backward(q, k, v, o, m, do, 0.5))
+    (o, dq, dk, dv), em, launches = run_zoo(key, run)
+    qd, kd, vd = (t.double().requires_grad_() for t in (q, k, v))
+    s = (qd @ kd.transpose(-1, -2) * 0.5).masked_fill(
+        torch.ones(128, 128, dtype=torch.bool).triu(1), float("-inf"))
+    ref = torch.softmax(s, -1) @ vd
+    grads = torch.autograd.grad(ref, (qd, kd, vd), do.double())
+    close(o, ref, 4e-3, 4e-3)
+    for got, want in zip((dq, dk, dv), grads):
+        close(got, want, 1e-2, 1e-2)
+    assert set(launches) == {"_attn_fwd", "_attn_bwd_preprocess", "_attn_bwd"}
+    check_dots(key, em)
 
 
 @pytest.mark.parametrize("key", ["sm80", "sm90"])

@@ -10,7 +10,13 @@ that ``tl.math.exp2`` replaces exp; causal blocks on the diagonal add ``-1e6`` w
 running max ``m_i`` and sum ``l_i`` (started at 1.0), ``alpha = exp2(m_i - m_ij)`` rescales
 ``l_i`` and ``acc``; ``p`` is cast to fp16 for ``acc = tl.dot(p, v, acc)``; the epilogue
 stores ``m_i + log2(l_i)`` and ``acc / l_i``.  Autotuned over the tutorial's configs
-(BLOCK_M 64/128, BLOCK_N 32/64, num_warps 4/8 minus the small tiles on 8 warps).
+(BLOCK_M 64/128, BLOCK_N 32/64, num_warps 4/8 minus the small tiles on 8 warps).  The
+backward (causal): a preprocess kernel stores ``delta = rowsum(o * do)``; one kernel per
+BLOCK_N1 = 128 keys computes dK, dV over the queries (the diagonal block in slices of
+BLOCK_M1 / 2 with the mask, then unmasked BLOCK_M1 = 32 steps) and dQ for BLOCK_M2 = 128
+queries (slices of BLOCK_N2 / 2 on the diagonal, then BLOCK_N2 = 32 steps), with K
+pre-scaled by sm_scale / ln 2 on the host, ``p = exp2(q k^T - M)`` recomputed from the stored
+``M``, fp16 casts before each dot, dK times sm_scale and dQ times ln 2 at the end.
 
 10: block-scaled matmul (mxfp8: e4m3 operands, e8m0 scales every VEC_SIZE = 32 along K) with
 tensor descriptors for A and B (B given N x K, used transposed) and the scales in the
@@ -108,6 +114,152 @@ def attention(q, k, v, causal, sm_scale):
     _attn_fwd[grid](q, k, v, sm_scale, M, o, *q.stride(), *k.stride(), *v.stride(),
                     *o.stride(), Z, H, N_CTX=N, HEAD_DIM=D, CAUSAL=causal)
     return o, M
+
+
+@triton.jit
+def _attn_bwd_preprocess(O, DO, Delta, N_CTX, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr):
+    off_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    off_hz = tl.program_id(1)
+    off_n = tl.arange(0, HEAD_DIM)
+    at = off_hz * HEAD_DIM * N_CTX + off_m[:, None] * HEAD_DIM + off_n[None, :]
+    o = tl.load(O + at)
+    do = tl.load(DO + at).to(tl.float32)
+    tl.store(Delta + off_hz * N_CTX + off_m, tl.sum(o * do, axis=1))
+
+
+@triton.jit
+def _attn_bwd_dkdv(dk, dv, Q, k, v, sm_scale, DO, M, D, stride_tok, stride_d, H, N_CTX,
+                   BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   start_n, start_m, num_steps, MASK: tl.constexpr):
+    offs_m = start_m + tl.arange(0, BLOCK_M1)
+    offs_n = start_n + tl.arange(0, BLOCK_N1)
+    offs_k = tl.arange(0, HEAD_DIM)
+    qT_ptrs = Q + offs_m[None, :] * stride_tok + offs_k[:, None] * stride_d
+    do_ptrs = DO + offs_m[:, None] * stride_tok + offs_k[None, :] * stride_d
+    tl.static_assert(BLOCK_N1 % BLOCK_M1 == 0)
+    curr_m = start_m
+    for blk_idx in range(num_steps):
+        qT = tl.load(qT_ptrs)
+        offs_m = curr_m + tl.arange(0, BLOCK_M1)
+        m = tl.load(M + offs_m)
+        pT = tl.math.exp2(tl.dot(k, qT) - m[None, :])    # k is pre-scaled by sm_scale / ln 2
+        if MASK:
+            pT = tl.where(offs_m[None, :] >= offs_n[:, None], pT, 0.0)
+        do = tl.load(do_ptrs)
+        dv += tl.dot(pT.to(tl.float16), do)
+        Di = tl.load(D + offs_m)
+        dpT = tl.dot(v, tl.trans(do)).to(tl.float32)
+        dsT = (pT * (dpT - Di[None, :])).to(tl.float16)
+        dk += tl.dot(dsT, tl.trans(qT))
+        curr_m += BLOCK_M1
+        qT_ptrs += BLOCK_M1 * stride_tok
+        do_ptrs += BLOCK_M1 * stride_tok
+    return dk, dv
+
+
+@triton.jit
+def _attn_bwd_dq(dq, q, K, V, do, m, D, stride_tok, stride_d, H, N_CTX,
+                 BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr, HEAD_DIM: tl.constexpr,
+                 start_m, start_n, num_steps, MASK: tl.constexpr):
+    offs_m = start_m + tl.arange(0, BLOCK_M2)
+    offs_n = start_n + tl.arange(0, BLOCK_N2)
+    offs_k = tl.arange(0, HEAD_DIM)
+    kT_ptrs = K + offs_n[None, :] * stride_tok + offs_k[:, None] * stride_d
+    vT_ptrs = V + offs_n[None, :] * stride_tok + offs_k[:, None] * stride_d
+    Di = tl.load(D + offs_m)
+    tl.static_assert(BLOCK_M2 % BLOCK_N2 == 0)
+    curr_n = start_n
+    for blk_idx in range(num_steps):
+        kT = tl.load(kT_ptrs)
+        vT = tl.load(vT_ptrs)
+        p = tl.math.exp2(tl.dot(q, kT) - m)
+        if MASK:
+            offs_n = curr_n + tl.arange(0, BLOCK_N2)
+            p = tl.where(offs_m[:, None] >= offs_n[None, :], p, 0.0)
+        dp = tl.dot(do, vT).to(tl.float32)
+        ds = (p * (dp - Di[:, None])).to(tl.float16)
+        dq += tl.dot(ds, tl.trans(kT))               # kT pre-scaled: dq is de-scaled at the end
+        curr_n += BLOCK_N2
+        kT_ptrs += BLOCK_N2 * stride_tok
+        vT_ptrs += BLOCK_N2 * stride_tok
+    return dq
+
+
+@triton.jit
+def _attn_bwd(Q, K, V, sm_scale, DO, DQ, DK, DV, M, D, stride_z, stride_h, stride_tok,
+              stride_d, H, N_CTX, BLOCK_M1: tl.constexpr, BLOCK_N1: tl.constexpr,
+              BLOCK_M2: tl.constexpr, BLOCK_N2: tl.constexpr,
+              BLK_SLICE_FACTOR: tl.constexpr, HEAD_DIM: tl.constexpr):
+    LN2: tl.constexpr = 0.6931471824645996
+    bhid = tl.program_id(2)
+    off_chz = (bhid * N_CTX).to(tl.int64)
+    adj = (stride_h * (bhid % H) + stride_z * (bhid // H)).to(tl.int64)
+    pid = tl.program_id(0)
+    Q += adj
+    K += adj
+    V += adj
+    DO += adj
+    DQ += adj
+    DK += adj
+    DV += adj
+    M += off_chz
+    D += off_chz
+    offs_k = tl.arange(0, HEAD_DIM)
+    # dK, dV for this program's BLOCK_N1 keys: the diagonal in thin slices, then the rest
+    start_n = pid * BLOCK_N1
+    start_m = start_n
+    MASK_BLOCK_M1: tl.constexpr = BLOCK_M1 // BLK_SLICE_FACTOR
+    offs_n = start_n + tl.arange(0, BLOCK_N1)
+    dv = tl.zeros([BLOCK_N1, HEAD_DIM], dtype=tl.float32)
+    dk = tl.zeros([BLOCK_N1, HEAD_DIM], dtype=tl.float32)
+    k = tl.load(K + offs_n[:, None] * stride_tok + offs_k[None, :] * stride_d)
+    v = tl.load(V + offs_n[:, None] * stride_tok + offs_k[None, :] * stride_d)
+    num_steps = BLOCK_N1 // MASK_BLOCK_M1
+    dk, dv = _attn_bwd_dkdv(dk, dv, Q, k, v, sm_scale, DO, M, D, stride_tok, stride_d, H,
+                            N_CTX, MASK_BLOCK_M1, BLOCK_N1, HEAD_DIM, start_n, start_m,
+                            num_steps, MASK=True)
+    start_m += num_steps * MASK_BLOCK_M1
+    num_steps = (N_CTX - start_m) // BLOCK_M1
+    dk, dv = _attn_bwd_dkdv(dk, dv, Q, k, v, sm_scale, DO, M, D, stride_tok, stride_d, H,
+                            N_CTX, BLOCK_M1, BLOCK_N1, HEAD_DIM, start_n, start_m, num_steps,
+                            MASK=False)
+    tl.store(DV + offs_n[:, None] * stride_tok + offs_k[None, :] * stride_d, dv)
+    dk *= sm_scale
+    tl.store(DK + offs_n[:, None] * stride_tok + offs_k[None, :] * stride_d, dk)
+    # dQ for this program's BLOCK_M2 queries: the diagonal in thin slices, then leftwards
+    start_m = pid * BLOCK_M2
+    end_n = start_m + BLOCK_M2
+    MASK_BLOCK_N2: tl.constexpr = BLOCK_N2 // BLK_SLICE_FACTOR
+    offs_m = start_m + tl.arange(0, BLOCK_M2)
+    q = tl.load(Q + offs_m[:, None] * stride_tok + offs_k[None, :] * stride_d)
+    dq = tl.zeros([BLOCK_M2, HEAD_DIM], dtype=tl.float32)
+    do = tl.load(DO + offs_m[:, None] * stride_tok + offs_k[None, :] * stride_d)
+    m = tl.load(M + offs_m)[:, None]
+    num_steps = BLOCK_M2 // MASK_BLOCK_N2
+    dq = _attn_bwd_dq(dq, q, K, V, do, m, D, stride_tok, stride_d, H, N_CTX, BLOCK_M2,
+                      MASK_BLOCK_N2, HEAD_DIM, start_m, end_n - num_steps * MASK_BLOCK_N2,
+                      num_steps, MASK=True)
+    end_n -= num_steps * MASK_BLOCK_N2
+    num_steps = end_n // BLOCK_N2
+    dq = _attn_bwd_dq(dq, q, K, V, do, m, D, stride_tok, stride_d, H, N_CTX, BLOCK_M2,
+                      BLOCK_N2, HEAD_DIM, start_m, end_n - num_steps * BLOCK_N2, num_steps,
+                      MASK=False)
+    dq *= LN2
+    tl.store(DQ + offs_m[:, None] * stride_tok + offs_k[None, :] * stride_d, dq)
+
+
+def attention_backward(q, k, v, o, M, do, sm_scale):
+    """The tutorial's backward (causal only, N_CTX a multiple of 128): (dq, dk, dv)."""
+    Z, H, N, D = q.shape
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    arg_k = k * (sm_scale * 1.4426950408889634)        # k pre-scaled by sm_scale / ln 2
+    delta = torch.empty_like(M)
+    _attn_bwd_preprocess[(N // 128, Z * H)](o, do, delta, N, BLOCK_M=128, HEAD_DIM=D)
+    _attn_bwd[(N // 128, 1, Z * H)](q, arg_k, v, sm_scale, do, dq, dk, dv, M, delta,
+                                     *q.stride(), H, N, BLOCK_M1=32, BLOCK_N1=128,
+                                     BLOCK_M2=128, BLOCK_N2=32, BLK_SLICE_FACTOR=2,
+                                     HEAD_DIM=D, num_warps=4, num_stages=5)
+    return dq, dk, dv
 
 
 @triton.jit
