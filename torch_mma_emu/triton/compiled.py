@@ -226,14 +226,20 @@ def _reduce_apply(ops, input):
     except NotImplementedError as e:
         block.reductions[f"{what} in NumPy's order ({e})"] += 1
         return None
+    from . import contract
+    fold = contract.fold_products(block, ops.combine_fn, [t.handle for t in input],
+                                  datas[0].shape) if block.vendor == "nvidia" else {}
     try:
-        outs = reduce.run(tree, datas, axis, combine)
+        outs = reduce.run(tree, datas, axis, combine, fold)
     except Exception as e:                # a user combine that cannot run on blocks
         block.reductions[f"{what} in NumPy's order (combine not vectorisable: "
                          f"{type(e).__name__})"] += 1
         return None
     enc = site.encoding.split("<")[0].split(".")[-1]
-    block.reductions[f"{what} axis {axis} of {list(shape)} #{enc}: {tree.describe()}"] += 1
+    fused = f"; operand {','.join(map(str, fold))} = a product fused into the fold (fma)" \
+        if fold else ""
+    block.reductions[f"{what} axis {axis} of {list(shape)} #{enc}: {tree.describe()}"
+                     f"{fused}"] += 1
     ret = []
     for t, o in zip(input, outs):
         o = np.asarray(o)

@@ -136,14 +136,25 @@ KNOWN = {("arith.addf",): lambda k: lambda a, b: (fadd(a[0], b[0], k),),
          ("arith.minimumf",): lambda k: lambda a, b: (fmaximum(a[0], b[0], k, False),)}
 
 
-def run(tree: Tree, arrays: list, axis: int, combine: Callable) -> list:
+def run(tree: Tree, arrays: list, axis: int, combine: Callable,
+        products: Optional[dict] = None) -> list:
     """Reduce ``arrays`` (same shape) along ``axis`` in ``tree``'s order; ``combine(acc,
-    other)`` takes and returns tuples of equally shaped arrays."""
+    other)`` takes and returns tuples of equally shaped arrays.  ``products``: {operand j:
+    (x, y)} for an fp32 sum whose operand ``j`` is ``x * y`` contracted into the in-thread
+    fold (contract.fold_products): ``acc = fma(x_0, y_0, x_1 * y_1)`` (LLVM fuses the left
+    product of the first addition, the right one stays rounded), then ``fma(x_r, y_r, acc)``."""
+    from ..gpu_math import ieee
     W, L, R = tree.idx.shape
     xs = [np.moveaxis(np.asarray(a), axis, -1)[..., tree.idx] for a in arrays]
+    ps = {j: [np.moveaxis(np.asarray(p), axis, -1)[..., tree.idx] for p in xy]
+          for j, xy in (products or {}).items()}
     acc = tuple(x[..., 0] for x in xs)                       # (..., W, L)
     for r in range(1, R):
-        acc = tuple(combine(acc, tuple(x[..., r] for x in xs)))
+        new = list(combine(acc, tuple(x[..., r] for x in xs)))
+        for j, (px, py) in ps.items():                      # fma.rn.f32 in the fold
+            k, addend = (0, xs[j][..., 1]) if r == 1 else (r, acc[j])
+            new[j] = np.asarray(ieee.fma(px[..., k], py[..., k], addend), np.float32)
+        acc = tuple(new)
     while L > 1:                                            # own + partner, high bit first
         L //= 2
         acc = tuple(combine(tuple(a[..., :L] for a in acc), tuple(a[..., L:] for a in acc)))
