@@ -1,5 +1,5 @@
 """``tl.reduce`` (so ``tl.sum``, ``tl.max``, ``tl.min``, ``tl.argmax``, ...) in the compiled
-order inside an emulate block on an NVIDIA arch.
+order inside an emulate block on an NVIDIA or AMD arch.
 
 At each launch (hook.py ``_launch``) the kernel is compiled to TTGIR for the launch's
 specialisation (layout.py, cached), before the interpreter patches ``triton.language``.
@@ -55,16 +55,21 @@ def begin(block, interp, args, kwargs, launched=None) -> None:
     if block.arch is None and getattr(block, "spec", None) is None:
         entry[2] = None                  # tmt.interpret(): the plain interpreter, uncounted
         return
-    if block.arch is None or block.vendor != "nvidia":
+    target = None if block.arch is None else (
+        layout.target_of(block.arch) if block.vendor == "nvidia" else
+        layout.amd_target_of(block.arch))
+    if target is None or (target.backend == "hip" and target.arch not in layout.DPP_ARCHS):
         entry[1] = ("a Spec names no GPU" if block.arch is None else
-                    f"{block.arch} is not an NVIDIA arch (AMD reductions are not modelled)")
+                    f"{block.arch}: no Triton target known" if target is None else
+                    f"AMD reductions are modelled on {' / '.join(layout.DPP_ARCHS)}, "
+                    f"not {target.arch}")
         return
     fn = getattr(interp, "fn", None)
     if fn is None or not _may_reduce(fn):
         entry[1] = "the kernel was not compiled: its source calls no reduction"
         return
     try:
-        entry[0] = layout.compile_launch(fn, args, kwargs, layout.target_of(block.arch))
+        entry[0] = layout.compile_launch(fn, args, kwargs, target)
     except Exception as e:           # the compile is a model input, never fatal
         entry[1] = f"compiling to TTGIR failed ({type(e).__name__}: {str(e)[:120]})"
         name = getattr(fn, "__name__", "kernel")
@@ -221,7 +226,9 @@ def _reduce_apply(ops, input):
                      "modelled)"] += 1
         return None
     try:
-        tree = site.tree if site.tree is not None else reduce.tree_of(site.bases, axis)
+        dpp = (compiled.target.startswith("hip:") and len(site.ops) == 1
+               and compiled.target[4:] in layout.DPP_ARCHS)
+        tree = site.tree if site.tree is not None else reduce.tree_of(site.bases, axis, dpp)
         site.tree = tree                       # one tree per compiled site
     except NotImplementedError as e:
         block.reductions[f"{what} in NumPy's order ({e})"] += 1
@@ -267,7 +274,9 @@ def _scan_apply(ops, input):
     what = "tl.associative_scan " + "/".join(t.dtype.name for t in input)
     site = _match(compiled.reduces, shape, axis, "scan")
     why = None
-    if site is None or site.bases is None:
+    if compiled.target.startswith("hip:"):
+        why = "AMD scans are not modelled"
+    elif site is None or site.bases is None:
         why = site.why_not if site is not None else "no matching tt.scan in the TTGIR"
     elif site.reverse != bool(ops.reverse):
         why = "the scan's direction differs from the TTGIR's"

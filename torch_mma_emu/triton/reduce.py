@@ -41,15 +41,26 @@ class Tree:
     idx: np.ndarray
     lane_offsets: tuple
     warp_offsets: tuple
+    lane_order: tuple = ()       # lane bits in the order combined (empty: highest first)
 
     def describe(self) -> str:
         W, L, R = self.idx.shape
         held = ",".join(str(int(x)) for x in self.idx[0, 0, :4]) + (",..." if R > 4 else "")
-        return f"{W} warps x {L} lanes x {R} registers (thread 0 folds {held})"
+        dpp = " (DPP: lane bits 8,4,2,1 within rows, then rows 16, 32)" if self.lane_order \
+            else ""
+        return f"{W} warps x {L} lanes x {R} registers (thread 0 folds {held}){dpp}"
 
 
-def tree_of(bases: Bases, axis: int) -> Tree:
-    """The tree that reduces ``axis`` of a tensor with layout ``bases``."""
+# AMD gfx90a / gfx942 (wave64) reduce a whole wave with DPP (Triton 3.6's AMD TargetInfo::
+# warpReduce, checked against the LLVM IR it emits): row_shr 8, 4, 2, 1 combine each row of
+# 16 lanes into its lane 15, row_bcast:15 (rows 1, 3) and row_bcast:31 pair the rows, and
+# lane 63 is read.  As pairs that is the butterfly over lane bits 3, 2, 1, 0, then 4, 5.
+DPP_WAVE64 = (3, 2, 1, 0, 4, 5)
+
+
+def tree_of(bases: Bases, axis: int, wave64_dpp: bool = False) -> Tree:
+    """The tree that reduces ``axis`` of a tensor with layout ``bases``; ``wave64_dpp``: an
+    AMD target whose lowering uses DPP when all 64 lanes hold the axis (DPP_WAVE64)."""
     n = bases.shape[axis]
     picked = []
     for kind in (bases.reg, bases.lane, bases.warp):
@@ -75,7 +86,8 @@ def tree_of(bases: Bases, axis: int) -> Tree:
            ^ positions(reg, R)[None, None, :])
     if sorted(idx.ravel().tolist()) != list(range(n)):
         raise NotImplementedError(f"layout does not cover axis {axis} of {bases.shape} once")
-    return Tree(idx, tuple(1 << b for b, _ in lane), tuple(1 << b for b, _ in warp))
+    order = DPP_WAVE64 if wave64_dpp and len(lane) == 6 else ()
+    return Tree(idx, tuple(1 << b for b, _ in lane), tuple(1 << b for b, _ in warp), order)
 
 
 # -- element arithmetic as the GPU does it -------------------------------------------------
@@ -155,9 +167,19 @@ def run(tree: Tree, arrays: list, axis: int, combine: Callable,
             k, addend = (0, xs[j][..., 1]) if r == 1 else (r, acc[j])
             new[j] = np.asarray(ieee.fma(px[..., k], py[..., k], addend), np.float32)
         acc = tuple(new)
-    while L > 1:                                            # own + partner, high bit first
-        L //= 2
-        acc = tuple(combine(tuple(a[..., :L] for a in acc), tuple(a[..., L:] for a in acc)))
+    if not tree.lane_order:
+        while L > 1:                                        # own + partner, high bit first
+            L //= 2
+            acc = tuple(combine(tuple(a[..., :L] for a in acc),
+                                tuple(a[..., L:] for a in acc)))
+    else:                  # DPP: the higher lane (own) + the lower one, bits in lane_order
+        bits = list(range(L.bit_length() - 1))
+        for b in tree.lane_order:
+            k = bits.index(b)
+            split = [a.reshape(a.shape[:-1] + (-1, 2, 1 << k)) for a in acc]
+            acc = tuple(o.reshape(o.shape[:-2] + (-1,)) for o in combine(
+                tuple(a[..., 1, :] for a in split), tuple(a[..., 0, :] for a in split)))
+            bits.remove(b)
     acc = tuple(a[..., 0] for a in acc)                     # (..., W): the warp partials
     while W > 1:
         W //= 2
