@@ -60,6 +60,6 @@ def test_softmax_layer_norm(key):
     xd = x.double().requires_grad_()
     close(s, torch.softmax(xd, -1), 2e-3, 1e-5)
     close(ln, F.layer_norm(xd, [200], w.double(), bb.double(), 1e-5), 4e-3, 4e-3)
-    assert "no tl.dot ran" in em.summary()
+    assert not em.counts, em.summary()       # no tl.dot ran (reductions are listed too)
     assert set(launches) >= {"softmax_kernel_inner", "layer_norm_persistent_kernel"}
 

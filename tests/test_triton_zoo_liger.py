@@ -26,7 +26,7 @@ def test_rms_norm(key):
     close(gw, rgw, 1e-4, 1e-4)
     assert any("rms_norm" in k for k in launches) and len(launches) >= 2   # fwd + bwd kernels
     assert "libdevice.rsqrt" in em.summary()            # named: not bit-exact
-    assert "no tl.dot ran" in em.summary()
+    assert not em.counts, em.summary()       # no tl.dot ran (reductions are listed too)
 
 
 @pytest.mark.parametrize("key", list(ARCHS))

@@ -49,9 +49,9 @@ def _counting():
     launches: Counter = Counter()
     orig = hook._launch
 
-    def counting(block, interp, args, grid, warmup, kwargs):
+    def counting(block, interp, args, grid, warmup, kwargs, *rest):
         launches[interp.fn.__name__] += 1
-        return orig(block, interp, args, grid, warmup, kwargs)
+        return orig(block, interp, args, grid, warmup, kwargs, *rest)
     hook._launch = counting
     try:
         yield launches
