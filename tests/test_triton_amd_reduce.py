@@ -216,3 +216,49 @@ def test_dpp_semantics():
     assert r[0] == 104 and r[4] == 7 and r[8] == 112 and r[12] == 7
     with pytest.raises(dpp_eval.Unsupported):
         dpp_eval.dpp(old, v, 0x130, 0xF, 0xF, False)
+
+
+@pytest.mark.parametrize("n,warps", [(128, 4), (64, 4), (32, 1), (32, 2)])
+def test_partial_wave_butterfly_matches_the_llvm_ir(n, warps):
+    """An axis held by part of a wave (fewer than 64 lanes) takes Triton's generic shuffle
+    butterfly (ds_swizzle / DPP xor exchanges), highest lane bit first, as on NVIDIA: the
+    IR's dataflow on random per-lane values gives lane 0 the tree's bits."""
+    x = torch.zeros(128, n)
+    out = torch.zeros(128)
+    comp = _compile(sum2d, (x, out), dict(M=128, N=n, AXIS=1, num_warps=warps), "MI300X")
+    tree = reduce.tree_of(comp.reduces[0].bases, 1, True)
+    L = tree.idx.shape[1]
+    assert 1 < L < 64 and not tree.lane_order
+    assert tree.lane_offsets == tuple(1 << b for b in range(L.bit_length() - 1))  # lanes 0..L-1
+    defs = _defs(comp.llir)
+    first = next(re.search(r"\((?:i32|float) (%[\w.]+)", rhs).group(1)
+                 for rhs in defs.values() if "ds.swizzle" in rhs or "update.dpp" in rhs)
+    start = _root(defs, first)
+    add = reduce.known_combine(("arith.addf",), "f32")
+    for seed in range(5):
+        g = np.random.default_rng(seed)
+        v = (g.standard_normal(64 * warps) * np.exp(g.standard_normal(64 * warps) * 6)
+             ).astype(np.float32)
+        k = re.search(r"<(\d+) x float>", defs.get(start, "").split(",")[0])
+        inject = v if k is None else np.stack([v] * int(k.group(1)), axis=1)  # packed rows
+        env = dpp_eval.evaluate(comp.llir, start, inject)
+        got = _last(env, comp.llir)[0]
+        got = got[0] if got.ndim else got
+        want = reduce.run(reduce.Tree(np.arange(L).reshape(1, L, 1), (), ()), [v[:L]], 0,
+                          add)[0]
+        assert got.tobytes() == np.float32(want).tobytes(), seed
+    # and a mutation of the order would show: lowest bit first differs on some seed
+    low = reduce.Tree(np.arange(L).reshape(1, L, 1), (), (), tuple(range(L.bit_length() - 1)))
+    high = reduce.Tree(np.arange(L).reshape(1, L, 1), (), ())
+    vs = [(np.random.default_rng(s).standard_normal(64) *
+           np.exp(np.random.default_rng(s + 50).standard_normal(64) * 6)).astype(np.float32)
+          for s in range(20)]
+    assert any(reduce.run(low, [v[:L]], 0, add)[0] != reduce.run(high, [v[:L]], 0, add)[0]
+               for v in vs)
+
+
+def test_swizzle_semantics():
+    v = np.arange(64, dtype=np.uint32)
+    assert list(dpp_eval.swizzle(v, 0x401F)[:2]) == [16, 17]            # xor 16
+    assert dpp_eval.swizzle(v, 0x401F)[40] == 56
+    assert list(dpp_eval.swizzle(v, 0x8000 | 0b00011011)[:4]) == [3, 2, 1, 0]
