@@ -1,5 +1,5 @@
 """``tl.reduce`` (so ``tl.sum``, ``tl.max``, ``tl.min``, ``tl.argmax``, ...) in the compiled
-order inside an emulate block on an NVIDIA arch.
+order inside an emulate block on an NVIDIA or AMD arch.
 
 At each launch (hook.py ``_launch``) the kernel is compiled to TTGIR for the launch's
 specialisation (layout.py, cached), before the interpreter patches ``triton.language``.
@@ -55,9 +55,14 @@ def begin(block, interp, args, kwargs, launched=None) -> None:
     if block.arch is None and getattr(block, "spec", None) is None:
         entry[2] = None                  # tmt.interpret(): the plain interpreter, uncounted
         return
-    if block.arch is None or block.vendor != "nvidia":
+    target = None if block.arch is None else (
+        layout.target_of(block.arch) if block.vendor == "nvidia" else
+        layout.amd_target_of(block.arch))
+    if target is None or (target.backend == "hip" and target.arch not in layout.DPP_ARCHS):
         entry[1] = ("a Spec names no GPU" if block.arch is None else
-                    f"{block.arch} is not an NVIDIA arch (AMD reductions are not modelled)")
+                    f"{block.arch}: no Triton target known" if target is None else
+                    f"AMD reductions are modelled on {' / '.join(layout.DPP_ARCHS)}, "
+                    f"not {target.arch}")
         return
     fn = getattr(interp, "fn", None)
     if fn is None or not _may_reduce(fn):
@@ -245,19 +250,27 @@ def _reduce_apply(ops, input):
                      "modelled)"] += 1
         return None
     try:
-        tree = site.tree if site.tree is not None else reduce.tree_of(site.bases, axis)
+        dpp = (compiled.target.startswith("hip:") and len(site.ops) == 1
+               and compiled.target[4:] in layout.DPP_ARCHS)
+        tree = site.tree if site.tree is not None else reduce.tree_of(site.bases, axis, dpp)
         site.tree = tree                       # one tree per compiled site
     except NotImplementedError as e:
         block.reductions[f"{what} in NumPy's order ({e})"] += 1
         return None
+    from . import contract
+    fold = contract.fold_products(block, ops.combine_fn, [t.handle for t in input],
+                                  datas[0].shape) if block.vendor == "nvidia" else {}
     try:
-        outs = reduce.run(tree, datas, axis, combine)
+        outs = reduce.run(tree, datas, axis, combine, fold)
     except Exception as e:                # a user combine that cannot run on blocks
         block.reductions[f"{what} in NumPy's order (combine not vectorisable: "
                          f"{type(e).__name__})"] += 1
         return None
     enc = site.encoding.split("<")[0].split(".")[-1]
-    block.reductions[f"{what} axis {axis} of {list(shape)} #{enc}: {tree.describe()}"] += 1
+    fused = f"; operand {','.join(map(str, fold))} = a product fused into the fold (fma)" \
+        if fold else ""
+    block.reductions[f"{what} axis {axis} of {list(shape)} #{enc}: {tree.describe()}"
+                     f"{fused}"] += 1
     ret = []
     for t, o in zip(input, outs):
         o = np.asarray(o)
@@ -285,7 +298,9 @@ def _scan_apply(ops, input):
     what = "tl.associative_scan " + "/".join(t.dtype.name for t in input)
     site = _match(compiled.reduces, shape, axis, "scan")
     why = None
-    if site is None or site.bases is None:
+    if compiled.target.startswith("hip:"):
+        why = "AMD scans are not modelled"
+    elif site is None or site.bases is None:
         why = site.why_not if site is not None else "no matching tt.scan in the TTGIR"
     elif site.reverse != bool(ops.reverse):
         why = "the scan's direction differs from the TTGIR's"

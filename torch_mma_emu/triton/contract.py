@@ -251,6 +251,9 @@ def summary_lines(block) -> list[str]:
         if k == "not modelled":
             lines.append(f"contraction: not modelled on {where} (mul + add rounded twice, "
                          f"{n} launches)")
+    if c[("fold", None)]:
+        lines.append(f"  {c[('fold', None)]} reduction operands are products fused into the "
+                     "in-thread fold (fma.rn.f32 acc, x, y, acc)")
     if c[("maybe", None)]:
         lines.append(f"  {c[('maybe', None)]} of those are add.f32 of a mul.f32 in the PTX "
                      "(no .rn): ptxas may still fuse them in SASS (not read)")
@@ -261,3 +264,60 @@ def summary_lines(block) -> list[str]:
         if k == "unknown":
             lines.append(f"  {n} NOT contracted: the kernel did not compile on the CPU ({why})")
     return lines
+
+
+# -- a product contracted into a reduction's in-thread fold -----------------------------------
+_ADDS: dict = {}              # combine function -> {operand j: location of its a_j + b_j}
+
+
+def _combine_adds(fn) -> dict:
+    """{j: (file, line, col)} for each result ``a_j + b_j`` (or ``b_j + a_j``) of a combine
+    function's ``return``: the location Triton gives that addition (its right operand's)."""
+    import inspect
+    import textwrap
+    if fn in _ADDS:
+        return _ADDS[fn]
+    out: dict = {}
+    try:
+        lines, first = inspect.getsourcelines(fn)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        params = [a.arg for a in tree.body[0].args.args]
+        n = len(params) // 2
+        rets = [r for r in ast.walk(tree.body[0]) if isinstance(r, ast.Return)]
+        if len(rets) == 1 and len(params) == 2 * n:
+            vals = rets[0].value.elts if isinstance(rets[0].value, ast.Tuple) else [rets[0].value]
+            for j, v in enumerate(vals):
+                if isinstance(v, ast.BinOp) and isinstance(v.op, ast.Add) and \
+                        {getattr(v.left, "id", None), getattr(v.right, "id", None)} == \
+                        {params[j], params[n + j]}:
+                    out[j] = (inspect.getsourcefile(fn), first + v.right.lineno - 1,
+                              v.right.col_offset)
+    except (OSError, TypeError, SyntaxError, IndexError, AttributeError):
+        out = {}
+    _ADDS[fn] = out
+    return out
+
+
+def fold_products(block, combine_fn, handles, shape) -> dict:
+    """{operand j: (x, y)} for the fp32 reduction operands that are products ``x * y`` which
+    the PTX contracts into the reduction's in-thread fold: ``fma.rn.f32`` at the location of
+    the combine's ``a_j + b_j`` (LLVM turns ``acc + x_r * y_r`` into ``fma(x_r, y_r, acc)``;
+    the lane and warp steps add rounded partials).  Empty when nothing is fused."""
+    launch = getattr(block, "_launch_info", None) if block is not None else None
+    plan = launch.decisions() if launch is not None else None
+    fn = getattr(combine_fn, "fn", None)
+    if not plan or fn is None:
+        return {}
+    adds = _combine_adds(fn)
+    out = {}
+    for j, h in enumerate(handles):
+        prod = h.attr.get(PRODUCT)
+        if prod is None or j not in adds or not _fp32(h) or h.attr.get(combine.DOT):
+            continue
+        if plan.get(adds[j], (0, 0, None))[0]:
+            full = np.shape(h.data)
+            out[j] = tuple(np.broadcast_to(np.asarray(p, np.float32), full).reshape(shape)
+                           for p in prod[:2])
+    if out:
+        counts(block)[("fold", None)] += len(out)
+    return out

@@ -62,6 +62,7 @@ class Compiled:
     num_warps: int = 4
     attrs: dict = field(default_factory=dict)
     runtime_args: tuple = ()     # names of the parameters the compiled kernel takes
+    target: str = ""             # "cuda:90", "hip:gfx942", ...
 
 
 def target_of(arch: str):
@@ -71,6 +72,18 @@ def target_of(arch: str):
     from .choice import NV_CC
     cc = NV_CC.get(canonical_arch(arch))
     return None if cc is None else GPUTarget("cuda", cc, 32)
+
+
+def amd_target_of(arch: str):
+    """The ``GPUTarget`` Triton compiles for on an AMD ``arch`` (wave64), None otherwise."""
+    from triton.backends.compiler import GPUTarget
+    from ..registry import ARCHS, canonical_arch
+    a = ARCHS.get(canonical_arch(arch))
+    return GPUTarget("hip", a.name, 64) if a is not None and a.vendor == "amd" else None
+
+
+# DPP wave reductions: gfx90a+ (Triton 3.6 excludes gfx906 / gfx908 from its DPP path)
+DPP_ARCHS = ("gfx90a", "gfx942")
 
 
 def _jit_of(fn):
@@ -144,7 +157,8 @@ def compile_launch(fn, args, kwargs, target, *, ptx: bool = False) -> Compiled:
         texts[name] = mod if isinstance(mod, str) else str(mod)
     out = Compiled(texts["ttgir"], texts.get("ptx", ""), texts.get("llir", ""),
                    num_warps=options.num_warps, attrs=attrs,
-                   runtime_args=tuple(k for k, v in signature.items() if v != "constexpr"))
+                   runtime_args=tuple(k for k, v in signature.items() if v != "constexpr"),
+                   target=f"{target.backend}:{target.arch}")
     out.reduces = parse_reduces(out.ttgir, out.num_warps)
     with _LOCK:
         _CACHE[key] = out

@@ -41,15 +41,26 @@ class Tree:
     idx: np.ndarray
     lane_offsets: tuple
     warp_offsets: tuple
+    lane_order: tuple = ()       # lane bits in the order combined (empty: highest first)
 
     def describe(self) -> str:
         W, L, R = self.idx.shape
         held = ",".join(str(int(x)) for x in self.idx[0, 0, :4]) + (",..." if R > 4 else "")
-        return f"{W} warps x {L} lanes x {R} registers (thread 0 folds {held})"
+        dpp = " (DPP: lane bits 8,4,2,1 within rows, then rows 16, 32)" if self.lane_order \
+            else ""
+        return f"{W} warps x {L} lanes x {R} registers (thread 0 folds {held}){dpp}"
 
 
-def tree_of(bases: Bases, axis: int) -> Tree:
-    """The tree that reduces ``axis`` of a tensor with layout ``bases``."""
+# AMD gfx90a / gfx942 (wave64) reduce a whole wave with DPP (Triton 3.6's AMD TargetInfo::
+# warpReduce, checked against the LLVM IR it emits): row_shr 8, 4, 2, 1 combine each row of
+# 16 lanes into its lane 15, row_bcast:15 (rows 1, 3) and row_bcast:31 pair the rows, and
+# lane 63 is read.  As pairs that is the butterfly over lane bits 3, 2, 1, 0, then 4, 5.
+DPP_WAVE64 = (3, 2, 1, 0, 4, 5)
+
+
+def tree_of(bases: Bases, axis: int, wave64_dpp: bool = False) -> Tree:
+    """The tree that reduces ``axis`` of a tensor with layout ``bases``; ``wave64_dpp``: an
+    AMD target whose lowering uses DPP when all 64 lanes hold the axis (DPP_WAVE64)."""
     n = bases.shape[axis]
     picked = []
     for kind in (bases.reg, bases.lane, bases.warp):
@@ -75,7 +86,8 @@ def tree_of(bases: Bases, axis: int) -> Tree:
            ^ positions(reg, R)[None, None, :])
     if sorted(idx.ravel().tolist()) != list(range(n)):
         raise NotImplementedError(f"layout does not cover axis {axis} of {bases.shape} once")
-    return Tree(idx, tuple(1 << b for b, _ in lane), tuple(1 << b for b, _ in warp))
+    order = DPP_WAVE64 if wave64_dpp and len(lane) == 6 else ()
+    return Tree(idx, tuple(1 << b for b, _ in lane), tuple(1 << b for b, _ in warp), order)
 
 
 # -- element arithmetic as the GPU does it -------------------------------------------------
@@ -136,17 +148,38 @@ KNOWN = {("arith.addf",): lambda k: lambda a, b: (fadd(a[0], b[0], k),),
          ("arith.minimumf",): lambda k: lambda a, b: (fmaximum(a[0], b[0], k, False),)}
 
 
-def run(tree: Tree, arrays: list, axis: int, combine: Callable) -> list:
+def run(tree: Tree, arrays: list, axis: int, combine: Callable,
+        products: Optional[dict] = None) -> list:
     """Reduce ``arrays`` (same shape) along ``axis`` in ``tree``'s order; ``combine(acc,
-    other)`` takes and returns tuples of equally shaped arrays."""
+    other)`` takes and returns tuples of equally shaped arrays.  ``products``: {operand j:
+    (x, y)} for an fp32 sum whose operand ``j`` is ``x * y`` contracted into the in-thread
+    fold (contract.fold_products): ``acc = fma(x_0, y_0, x_1 * y_1)`` (LLVM fuses the left
+    product of the first addition, the right one stays rounded), then ``fma(x_r, y_r, acc)``."""
+    from ..gpu_math import ieee
     W, L, R = tree.idx.shape
     xs = [np.moveaxis(np.asarray(a), axis, -1)[..., tree.idx] for a in arrays]
+    ps = {j: [np.moveaxis(np.asarray(p), axis, -1)[..., tree.idx] for p in xy]
+          for j, xy in (products or {}).items()}
     acc = tuple(x[..., 0] for x in xs)                       # (..., W, L)
     for r in range(1, R):
-        acc = tuple(combine(acc, tuple(x[..., r] for x in xs)))
-    while L > 1:                                            # own + partner, high bit first
-        L //= 2
-        acc = tuple(combine(tuple(a[..., :L] for a in acc), tuple(a[..., L:] for a in acc)))
+        new = list(combine(acc, tuple(x[..., r] for x in xs)))
+        for j, (px, py) in ps.items():                      # fma.rn.f32 in the fold
+            k, addend = (0, xs[j][..., 1]) if r == 1 else (r, acc[j])
+            new[j] = np.asarray(ieee.fma(px[..., k], py[..., k], addend), np.float32)
+        acc = tuple(new)
+    if not tree.lane_order:
+        while L > 1:                                        # own + partner, high bit first
+            L //= 2
+            acc = tuple(combine(tuple(a[..., :L] for a in acc),
+                                tuple(a[..., L:] for a in acc)))
+    else:                  # DPP: the higher lane (own) + the lower one, bits in lane_order
+        bits = list(range(L.bit_length() - 1))
+        for b in tree.lane_order:
+            k = bits.index(b)
+            split = [a.reshape(a.shape[:-1] + (-1, 2, 1 << k)) for a in acc]
+            acc = tuple(o.reshape(o.shape[:-2] + (-1,)) for o in combine(
+                tuple(a[..., 1, :] for a in split), tuple(a[..., 0, :] for a in split)))
+            bits.remove(b)
     acc = tuple(a[..., 0] for a in acc)                     # (..., W): the warp partials
     while W > 1:
         W //= 2
