@@ -157,7 +157,8 @@ SETUP = dict(
     # the extension is compiled against this torch's C++ ABI: keep pip from swapping it
     install_requires=[f"torch>={MAJOR}.{MINOR},<{MAJOR}.{MINOR + 1}", "numpy", "tqdm"],
     extras_require={"test": ["pytest", "hypothesis"], "viz": ["matplotlib", "graphviz", "rich"],
-                    "thirdparty": _requirements("requirements-thirdparty.txt")},
+                    "thirdparty": _requirements("requirements-thirdparty.txt"),
+                    "peers": _requirements("requirements-peers.txt")},
     entry_points={"console_scripts": ["mma-emu=torch_mma_emu.cli:main"]},
 )
 

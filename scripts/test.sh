@@ -5,22 +5,25 @@
 # MMA_EMU_SLOW=1 adds the slow tests.
 source "$(dirname "$0")/_setup_env.sh"
 # the third-party zoo (transformers, timm, torchao: requirements-thirdparty.txt, setup.py's
-# "thirdparty" extra) with torch pinned; offline or failing, their tests skip
-tp_missing=$("$VPY" - <<'PY'
-import importlib.util, re
-for line in open("requirements-thirdparty.txt"):
+# "thirdparty" extra) and the peer simulators (mmasim: requirements-peers.txt, the "peers"
+# extra) with torch pinned; offline or failing, their tests skip
+for req in requirements-thirdparty.txt requirements-peers.txt; do
+  missing=$("$VPY" - "$req" <<'PY'
+import importlib.util, re, sys
+for line in open(sys.argv[1]):
     name = re.split(r"[<>=!~ ]", line.strip(), maxsplit=1)[0]
     if name and not name.startswith("#") and importlib.util.find_spec(name) is None:
         print(name)
 PY
 )
-if [ -n "$tp_missing" ] && ! online; then
-  echo "[test] offline: not installing $(echo $tp_missing) (the third-party zoo skips)"
-elif [ -n "$tp_missing" ]; then
-  echo "[test] installing the third-party zoo's packages: $(echo $tp_missing)"
-  timeout $((3 * NET_TIMEOUT)) "$VPY" -m pip install -q -r requirements-thirdparty.txt "$TORCH_PIN" \
-    || echo "[test] warning: could not install requirements-thirdparty.txt; the third-party zoo skips"
-fi
+  if [ -n "$missing" ] && ! online; then
+    echo "[test] offline: not installing $(echo $missing) ($req: their tests skip)"
+  elif [ -n "$missing" ]; then
+    echo "[test] installing $req: $(echo $missing)"
+    timeout $((3 * NET_TIMEOUT)) "$VPY" -m pip install -q -r "$req" "$TORCH_PIN" \
+      || echo "[test] warning: could not install $req; their tests skip"
+  fi
+done
 if command -v nvcc >/dev/null 2>&1 && [ -f scripts/check_cuda_compile.sh ]; then
   echo "[test] compiling the CUDA sources with nvcc"
   PYTHON="$VPY" bash scripts/check_cuda_compile.sh
