@@ -2,8 +2,8 @@
 differ (docs/model.md section 6)?  For every file: how many samples end in a zero (and its
 sign) from a nonzero exact sum or an exact cancellation, how many have zero terms while the
 largest nonzero term lies below MMA-Sim's zero-term exponent, how many the alternative of each
-corner's Spec field changes and which side the hardware takes, and (where mmasim is
-installed) how many mmasim itself gets wrong.
+corner's old choice (a Spec field) changes and which side the hardware takes, and (where
+mmasim is installed) how many mmasim itself gets wrong.
 
     python scripts/scan_corners.py [--no-mmasim]
 """
@@ -123,9 +123,11 @@ def _instruction(e):
     return None
 
 
+# our old choices (docs/model.md section 6): the defaults now follow mmasim
 ALTERNATIVES = {
-    "plus_zero": lambda s: {"zero_sign": "plus"},
-    "zero_exp_mmasim": lambda s: {"zero_exp": E_ZERO.get((s.arch, s.out_format), -133)},
+    "zero_sign_keep": lambda s: {"zero_sign": "keep"},
+    "zero_exp_none": lambda s: {"zero_exp": None},
+    "zero_exp_none_zero_sign_keep": lambda s: {"zero_exp": None, "zero_sign": "keep"},
 }
 
 
