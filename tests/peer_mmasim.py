@@ -385,7 +385,6 @@ ALTERNATIVES = {
     "cancelled_group": lambda s: {"cancelled_group": "drop"},
     "zero_exp": lambda s: {"zero_exp": None},
     "tr_renorm": lambda s: {"tr_renorm": False},
-    "gfx90a_flush": lambda s: {"L": s.P},          # the accumulator flushed per group of P
 }
 APPLIES = {
     "zero_sign": lambda c: c.op in ("t_fdpa", "st_fdpa", "gst_fdpa"),
@@ -464,8 +463,9 @@ def classify(r: Result) -> dict:
             ok = fixed == r.theirs[left]
             counts[name] += int(ok.sum())
             left = left[~ok]
-    if len(left) and APPLIES["gfx90a_flush"](case) and "gfx90a_flush" not in r.alt:
-        # mmasim's instruction K differs from our row's L: mmasim run L at a time
+    if len(left) and APPLIES["gfx90a_flush"](case):
+        # we flush the accumulator per group of P = L products, mmasim per instruction:
+        # mmasim run L at a time gives ours
         op, L = mmasim_op(case), our_spec(case, r).L
         c = r.c[left]
         for k0 in range(0, r.a.shape[1], L):

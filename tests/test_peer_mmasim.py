@@ -82,7 +82,7 @@ def test_corners_are_documented():
 
 # one instruction per corner whose alternative is a Spec field: run with the alternative,
 # the differences are that corner (and no other)
-# (zero_exp, tr_renorm and gfx90a_flush change none of the random samples: see the
+# (zero_exp and tr_renorm change none of the random samples: see the
 # constructed samples below and docs/model.md section 6)
 ALT_CASES = {
     "zero_sign": ("Hopper", "WGMMA", "m64n8k16.f16.f16.f16"),

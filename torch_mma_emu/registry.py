@@ -242,11 +242,9 @@ ROWS += [
 ROWS += _fma_rows("gfx90a", "amd")
 _FTZ = dict(rho="rne_fp32", flush_inputs=True)
 ROWS += [
-    # L = the instruction's K: the accumulator input is flushed once per instruction
-    # (MMA-Sim 2.1, docs/model.md section 6.6)
-    Row("gfx90a", ("fp16",), "fp32", "ftz_addmul", "mfma.32x32x8f16", dict(L=8, P=4, **_FTZ), source="seed 003 Table 6"),
-    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x8bf16_1k", dict(L=8, P=4, **_FTZ), source="seed 003 Table 6"),
-    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x4bf16", dict(L=4, P=2, **_FTZ),
+    Row("gfx90a", ("fp16",), "fp32", "ftz_addmul", "mfma.32x32x8f16", dict(L=4, P=4, **_FTZ), source="seed 003 Table 6"),
+    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x8bf16_1k", dict(L=4, P=4, **_FTZ), source="seed 003 Table 6"),
+    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x4bf16", dict(L=2, P=2, **_FTZ),
         default=False, source="seed 003 Table 6 (CDNA1-era bf16 instruction, no _1k suffix)"),
 ]
 ROWS += _fma_rows("gfx942", "amd")
