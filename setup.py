@@ -158,7 +158,8 @@ SETUP = dict(
     install_requires=[f"torch>={MAJOR}.{MINOR},<{MAJOR}.{MINOR + 1}", "numpy", "tqdm"],
     extras_require={"test": ["pytest", "hypothesis"], "viz": ["matplotlib", "graphviz", "rich"],
                     "thirdparty": _requirements("requirements-thirdparty.txt"),
-                    "triton-zoo": _requirements("requirements-triton-zoo.txt")},
+                    "triton-zoo": _requirements("requirements-triton-zoo.txt"),
+                    "peers": _requirements("requirements-peers.txt")},
     entry_points={"console_scripts": ["mma-emu=torch_mma_emu.cli:main"]},
 )
 

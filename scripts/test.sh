@@ -5,22 +5,25 @@
 # MMA_EMU_SLOW=1 adds the slow tests.
 source "$(dirname "$0")/_setup_env.sh"
 # the third-party zoo (transformers, timm, torchao: requirements-thirdparty.txt, setup.py's
-# "thirdparty" extra) with torch pinned; offline or failing, their tests skip
-tp_missing=$("$VPY" - <<'PY'
-import importlib.util, re
-for line in open("requirements-thirdparty.txt"):
+# "thirdparty" extra) and the peer simulators (mmasim: requirements-peers.txt, the "peers"
+# extra) with torch pinned; offline or failing, their tests skip
+for req in requirements-thirdparty.txt requirements-peers.txt; do
+  missing=$("$VPY" - "$req" <<'PY'
+import importlib.util, re, sys
+for line in open(sys.argv[1]):
     name = re.split(r"[<>=!~ ]", line.strip(), maxsplit=1)[0]
     if name and not name.startswith("#") and importlib.util.find_spec(name) is None:
         print(name)
 PY
 )
-if [ -n "$tp_missing" ] && ! online; then
-  echo "[test] offline: not installing $(echo $tp_missing) (the third-party zoo skips)"
-elif [ -n "$tp_missing" ]; then
-  echo "[test] installing the third-party zoo's packages: $(echo $tp_missing)"
-  timeout $((3 * NET_TIMEOUT)) "$VPY" -m pip install -q -r requirements-thirdparty.txt "$TORCH_PIN" \
-    || echo "[test] warning: could not install requirements-thirdparty.txt; the third-party zoo skips"
-fi
+  if [ -n "$missing" ] && ! online; then
+    echo "[test] offline: not installing $(echo $missing) ($req: their tests skip)"
+  elif [ -n "$missing" ]; then
+    echo "[test] installing $req: $(echo $missing)"
+    timeout $((3 * NET_TIMEOUT)) "$VPY" -m pip install -q -r "$req" "$TORCH_PIN" \
+      || echo "[test] warning: could not install $req; their tests skip"
+  fi
+done
 # the third-party Triton zoo (Liger-Kernel, fla-core, gemlite: requirements-triton-zoo.txt,
 # setup.py's "triton-zoo" extra; FlagGems with --no-deps: it pins numpy 1.26), torch and
 # triton pinned; offline or failing, tests/test_triton_zoo_*.py skip
@@ -40,6 +43,7 @@ PY
     timeout $((3 * NET_TIMEOUT)) "$VPY" -m pip install -q -r requirements-triton-zoo.txt \
       "$TORCH_PIN" "$TRITON_PIN" || echo "[test] warning: could not install the Triton zoo"
     timeout "$NET_TIMEOUT" "$VPY" -m pip install -q --no-deps flag-gems \
+      && timeout "$NET_TIMEOUT" "$VPY" -m pip install -q pyyaml sqlalchemy packaging "$TORCH_PIN" \
       || echo "[test] warning: could not install flag-gems; its tests skip"
   fi
 fi

@@ -16,7 +16,8 @@ from torch_mma_emu.spec import FIELD_KINDS, Spec, parse_spec
 
 def _urllib_form(sp: Spec) -> str:
     """How Spec.to_string wrote specs before the codec (urllib.parse.quote, safe='')."""
-    omitted = {("passes", 1), ("pass_width", 0), ("c_join", "first")}
+    omitted = {("passes", 1), ("pass_width", 0), ("c_join", "first"), ("zero_sign", "keep"),
+               ("cancelled_group", "drop"), ("tr_renorm", False)}
     parts = []
     for k in FIELD_KINDS:
         v = getattr(sp, k)

@@ -105,10 +105,18 @@ def check(sp, rep):
         if fl is None:
             assert op == "st_fdpa" and (_narrow(sp) or _one_narrow_block(sp)), \
                 rep["exponent_floor"].detail
-        elif sp.emax_floor is None:
-            assert not fl.exact, f"a floor {fl} where the model has none"
         else:
-            assert fl == Interval(sp.emax_floor, sp.emax_floor)
+            # the probe's vectors hold zero terms, so zero_exp (docs/model.md 6.3) acts as a
+            # floor too: it sees the larger of the two
+            caps = [x for x in (sp.emax_floor, sp.zero_exp) if x is not None]
+            if not caps and not sp.tr_renorm:   # tr_renorm: c = 0 at -126 (model.md 6.5)
+                assert not fl.exact, f"a floor {fl} where the model has none"
+            elif caps and fl.exact:
+                assert fl == Interval(max(caps), max(caps)), (fl, caps)
+            elif caps:   # bounded only: the interval holds the model's cap
+                cap = max(caps)
+                assert (fl.lo is None or fl.lo <= cap) and (fl.hi is None or cap <= fl.hi), \
+                    (fl, caps)
     assert v("nan_encoding") == sp.nan_encoding
     assert v("subnormal_inputs") is (not sp.flush_inputs)
     assert v("subnormal_accumulation") is (op != "ftz_addmul")

@@ -125,3 +125,23 @@ def test_figure3_cdna3_round_down_bias():
     assert abs(e_rz.mean()) < 3 * se_rz  # no significant bias
     assert (e_rd < 0).float().mean() > 0.53  # 32768 samples: the fraction has s.e. 0.003
     assert 0.49 < (e_rz < 0).float().mean() < 0.51
+
+
+def test_h100_bf16_subnormal_sample_of_matlab_issue_7():
+    """An H100 bf16 -> fp32 sample with c = 0 and products near 2^-146, published with its
+    hardware result 0x1.6p-146 in issue 7 of the MATLAB tensor-core models' repository
+    (north-numerical-computing/MATLAB-tensor-core): our model gives it with and without
+    MMA-Sim's zero-term exponent (docs/model.md section 6.3: consistent with both)."""
+    import struct
+    f = lambda h: struct.unpack(">f", bytes.fromhex(h))[0]
+    A = ("9b940000 19f30000 9a2e0000 1a670000 9a250000 9b4e0000 9b290000 9a330000 "
+         "99e00000 1a140000 99140000 99d10000 9ae90000 1b1a0000 9a9c0000 1b3a0000").split()
+    B = ("9aaf0000 99f30000 9acc0000 1b7c0000 19ed0000 1b250000 9a1b0000 9a200000 "
+         "9af70000 9a480000 1ae10000 1b320000 1b120000 1b0e0000 9a680000 17350000").split()
+    a = torch.tensor([[f(x) for x in A]]).to(torch.bfloat16)
+    b = torch.tensor([[f(x) for x in B]]).to(torch.bfloat16)
+    c = torch.zeros(1, 1, 1)
+    spec = tme.spec("sm90", "bf16")
+    for sp in (spec, spec.replace(zero_exp=None)):
+        d = tme.emulated_mm(a[:, None, :], b[:, :, None], c, arch=sp)
+        assert d.item() == float.fromhex("0x1.6p-146")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from .formats import default_out, get_format, out_format
 from .isa import (F8F6F4, FP8, FP8_FNUZ, INSTRUCTIONS, Instruction, answers_to,
                            norm)
-from .spec import NVIDIA_NAN, Spec, as_spec
+from .spec import NVIDIA_NAN, ZERO_OPS, Spec, as_spec
 
 # --------------------------------------------------------------------------------------
 # Architectures
@@ -102,6 +102,9 @@ class Row:
         vendor = ARCHS[self.arch].vendor
         if vendor == "nvidia":
             p.setdefault("nan_bits", NVIDIA_NAN[self.out])
+            if self.op in ZERO_OPS:
+                p.setdefault("zero_exp", ZERO_EXP_GST if self.op == "gst_fdpa" else
+                             ZERO_EXP[self.arch][self.out == "fp32"])
         return Spec(op=self.op, in_format=fa, in_format_b=None if fb == fa else fb,
                     out_format=self.out, scale_format=self.scale_format,
                     block_size=block_size, arch=self.arch, instruction=self.name,
@@ -114,8 +117,17 @@ class Row:
 
 
 
+# The exponent zero terms (zero products, K padding, c = 0, zero groups) take in the alignment
+# maximum of NVIDIA's fused ops, (fp16 output, fp32 output): MMA-Sim 2.1.1's hardware-probed
+# values (docs/model.md section 6.3); sm86 takes Ampere's (not probed by MMA-Sim).
+ZERO_EXP = {"sm70": (-19, -131), "sm75": (-20, -132), "sm80": (-20, -132), "sm86": (-20, -132),
+            "sm89": (-20, -132), "sm90": (-21, -133), "sm100": (-21, -133), "sm120": (-21, -133)}
+ZERO_EXP_GST = -139   # kind::mxf4 / mxf4nvf4 (GST-FDPA, F = 35)
+
+
 def _t(L, F, rho, **kw):
-    return dict(L=L, F=F, rho=rho, **kw)
+    # NVIDIA's fused ops write a zero result as +0 (MMA-Sim 2.1, docs/model.md section 6.1)
+    return dict(L=L, F=F, rho=rho, zero_sign="plus", **kw)
 
 
 def _fma_rows(arch, vendor):
@@ -156,13 +168,16 @@ def _blackwell_rows(arch):
         Row(arch, F8F6F4, "fp32", "t_fdpa", f"{kind}.f8f6f4", _t(32, 25, "rz_fp32"), source=src4),
         Row(arch, F8F6F4, "fp16", "t_fdpa", f"{kind}.f8f6f4", _t(32, 25, "rne_fp16"), source=src4),
         # MX (E8M0 scales, 32-element blocks).  FP4 defaults to kind::mxf4 (GST-FDPA).
+        # a group whose products cancel keeps its scale exponent (MMA-Sim, section 6.2)
         Row(arch, ("fp4_e2m1",), "fp32", "gst_fdpa", f"{kind}.mxf4",
-            _t(64, 35, "rz_fp32", G=16), scale_format="ue8m0", block_sizes=(32, 16), source=src5),
+            _t(64, 35, "rz_fp32", G=16, cancelled_group="keep"), scale_format="ue8m0",
+            block_sizes=(32, 16), source=src5),
         Row(arch, F8F6F4, "fp32", "st_fdpa", f"{kind}.mxf8f6f4",
             _t(32, 25, "rz_fp32"), scale_format="ue8m0", block_sizes=(32,), source=src4),
         # NVFP4 (UE4M3 scales, 16-element blocks)
         Row(arch, ("fp4_e2m1",), "fp32", "gst_fdpa", f"{kind}.mxf4nvf4",
-            _t(64, 35, "rz_fp32", G=16), scale_format="ue4m3", block_sizes=(16,), source=src5),
+            _t(64, 35, "rz_fp32", G=16, cancelled_group="keep"), scale_format="ue4m3",
+            block_sizes=(16,), source=src5),
     ]
     return r
 
@@ -233,7 +248,8 @@ ROWS += [
         default=False, source="seed 003 Table 6 (CDNA1-era bf16 instruction, no _1k suffix)"),
 ]
 ROWS += _fma_rows("gfx942", "amd")
-_TR = dict(F=24, F2=31, rho="rne_fp32")
+# tr_renorm: MMA-Sim 2.1's final renormalisation (docs/model.md section 6.5)
+_TR = dict(F=24, F2=31, rho="rne_fp32", tr_renorm=True)
 ROWS += [
     Row("gfx942", ("xf32",), "fp32", "tr_fdpa", "mfma.32x32x4_xf32", dict(L=4, **_TR), source="seed 003 Table 7"),
     Row("gfx942", ("fp16",), "fp32", "tr_fdpa", "mfma.32x32x8_f16", dict(L=8, **_TR), source="seed 003 Table 7"),

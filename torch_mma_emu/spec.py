@@ -43,6 +43,9 @@ RHO_OUT = {"rz_fp32": "fp32", "rz_e8m13": "fp32", "rne_fp32": "fp32",
            "rne_fp16": "fp16", "rne_fp64": "fp64"}
 
 ALIGN_ROUNDINGS = ("rd", "rz")
+ZERO_SIGNS = ("keep", "plus")
+CANCELLED_GROUPS = ("drop", "keep")
+ZERO_OPS = ("t_fdpa", "st_fdpa", "gst_fdpa")  # the ops the zero corners apply to
 C_MODES = ("chain", "epilogue")
 C_JOINS = ("first", "final")
 MULTIPASS_OPS = ("t_fdpa", "e_fdpa", "tr_fdpa", "gtr_fdpa")  # unscaled fused operations
@@ -79,6 +82,11 @@ class Spec:
     passes: int = 1                 # fused operations (passes) per instruction
     pass_width: int = 0             # k go to pass (k // pass_width) % passes; 0 = L
     c_join: str = "first"           # "first": c is pass 1's accumulator; "final": IEEE add
+    # the zero corners of T/ST/GST-FDPA (docs/model.md section 6)
+    zero_sign: str = "keep"         # "keep": a sum that rounds to zero keeps its sign; "plus": +0
+    zero_exp: int | None = None     # exponent zero terms take in e_max (None: they take none)
+    cancelled_group: str = "drop"   # gst: a group cancelling to 0 "drop"s / "keep"s its scale exp
+    tr_renorm: bool = False         # tr/gtr: T' + c' renormalised, RD to F2 bits (MMA-Sim 2.1)
     arch: str = "custom"
     instruction: str = ""
     notes: str = field(default="", compare=False)
@@ -137,7 +145,7 @@ class Spec:
         if self.op in ("fma", "e_fdpa", "ftz_addmul", "tr_fdpa", "gtr_fdpa") and \
                 not self.rho.startswith("rne"):
             errs.append(f"{self.op} rounds to nearest (rho rne_*)")
-        errs += self._multipass_errors() + self._range_errors()
+        errs += self._multipass_errors() + self._range_errors() + self._zero_errors()
         if errs:
             raise ValueError("invalid Spec: " + "; ".join(errs))
         # the op's string now, not on first use: Dynamo reads the cached string as a guarded
@@ -178,6 +186,24 @@ class Spec:
         for name in ("block_size", "P", "G"):
             if not 0 <= getattr(self, name) < 1 << 16:
                 errs.append(f"{name} must be in 0..65535, got {getattr(self, name)}")
+        return errs
+
+    def _zero_errors(self) -> list[str]:
+        errs = []
+        if self.zero_sign not in ZERO_SIGNS:
+            errs.append(f"zero_sign must be one of {ZERO_SIGNS}, got {self.zero_sign!r}")
+        if self.cancelled_group not in CANCELLED_GROUPS:
+            errs.append(f"cancelled_group must be one of {CANCELLED_GROUPS}, "
+                        f"got {self.cancelled_group!r}")
+        if self.zero_exp is not None and not -MAX_FLOOR <= self.zero_exp <= MAX_FLOOR:
+            errs.append(f"zero_exp must be in -{MAX_FLOOR}..{MAX_FLOOR} or None, "
+                        f"got {self.zero_exp}")
+        if self.op not in ZERO_OPS and (self.zero_sign != "keep" or self.zero_exp is not None):
+            errs.append(f"zero_sign / zero_exp apply to {ZERO_OPS}, not {self.op}")
+        if self.op != "gst_fdpa" and self.cancelled_group != "drop":
+            errs.append("cancelled_group applies to gst_fdpa only")
+        if self.tr_renorm and self.op not in ("tr_fdpa", "gtr_fdpa"):
+            errs.append("tr_renorm applies to tr_fdpa and gtr_fdpa only")
         return errs
 
     def _multipass_errors(self) -> list[str]:
@@ -281,6 +307,14 @@ class Spec:
                         + (f", width {self.width}" if self.width != self.L else "") + ")")
         if self.c_join != "first":
             bits.append(f"c_join={self.c_join}")
+        if self.zero_sign != "keep":
+            bits.append(f"zero_sign={self.zero_sign}")
+        if self.zero_exp is not None:
+            bits.append(f"zero_exp={self.zero_exp}")
+        if self.cancelled_group != "drop":
+            bits.append(f"cancelled_group={self.cancelled_group}")
+        if self.tr_renorm:
+            bits.append("tr_renorm")
         return " ".join(bits)
 
     # -- serialisation (codec.py): lets a custom spec travel through the op's ``arch`` string
@@ -314,7 +348,11 @@ class Spec:
              "epilogue": int(c_mode == "epilogue"),
              "nan_lo": nan & 0xFFFFFFFF, "nan_hi": (nan >> 32) & 0xFFFFFFFF,
              "passes": self.passes, "pass_width": self.width,
-             "c_final": int(self.c_join == "final")}
+             "c_final": int(self.c_join == "final"),
+             "zero_exp": self.zero_exp if self.zero_exp is not None else NO_FLOOR,
+             "zero_plus": int(self.zero_sign == "plus"),
+             "group_keep": int(self.cancelled_group == "keep"),
+             "tr_renorm": int(self.tr_renorm)}
         sc = FORMATS[self.scale_format] if self.scale_format else None
         for key, f in (("fa", self.fmt_a), ("fb", self.fmt_b), ("fo", self.fmt_out), ("fs", sc)):
             v.update({f"{key}_code": f.code if f else 0, f"{key}_ebits": f.exp_bits if f else 0,
@@ -329,7 +367,9 @@ class Spec:
 # dataclass (its annotations say the kind; notes is free text and stays out).
 FIELD_KINDS = codec.field_kinds(Spec)
 # single-pass specs serialise as before the multi-pass fields existed
-_DEFAULTS_OMITTED = {("passes", 1), ("pass_width", 0), ("c_join", "first")}
+_DEFAULTS_OMITTED = {("passes", 1), ("pass_width", 0), ("c_join", "first"),
+                     ("zero_sign", "keep"), ("cancelled_group", "drop"),
+                     ("tr_renorm", False)}
 _OPTIONAL = {f.name for f in dataclasses.fields(Spec) if f.type.endswith("| None")}
 _REQUIRED = [f.name for f in dataclasses.fields(Spec)
              if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]

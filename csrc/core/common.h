@@ -25,6 +25,8 @@ namespace mma {
 
 // Exponent given to zero terms: far below anything real, so a zero never wins a maximum.
 constexpr int32_t kZeroExp = -(1 << 24);
+// Spec.zero_exp = None (spec.NO_FLOOR): zero terms take no exponent
+constexpr int32_t kNoZeroExp = -(1 << 20);
 // Bit length of v (0 for v == 0).
 MMA_HD int bitlen64(uint64_t v) {
   return v ? 64 - MMA_DEV_OR_HOST(__clzll(static_cast<long long>(v)), __builtin_clzll(v)) : 0;

@@ -97,7 +97,12 @@ MMA_HD int64_t sum_products_rz(const Params& P, const Chunk& ch, int32_t emax, i
 // T-FDPA (Algorithm 7) and ST-FDPA (Algorithm 8): scale exponents join the products.
 MMA_HD uint64_t t_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, const Dec& c) {
   int32_t emax = c.exp;  // kZeroExp when c == 0
-  for (int k = 0; k < ch.n; ++k) emax = imax(emax, prod_exp(P, ch, k));
+  bool zero_term = c.sig == 0 || ch.n < P.L;  // K padding is zero operands
+  for (int k = 0; k < ch.n; ++k) {
+    emax = imax(emax, prod_exp(P, ch, k));
+    zero_term |= ch.a.sig[k] == 0 || ch.b.sig[k] == 0;
+  }
+  if (zero_term && P.has_zero_exp()) emax = imax(emax, P.zero_exp);
   emax = floor_exp(P, emax);
   const int64_t S = shift_rz(c.sig, emax - c.exp + P.fo.mbits - P.F) + sum_products_rz(P, ch, emax, 0, 1);
   return round_fixed(S, emax - P.F, o);
@@ -112,24 +117,32 @@ MMA_HD uint64_t gst_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, cons
   int64_t q[256];
   int32_t eg[256];
   int32_t emax = c.exp;
+  bool zero_term = c.sig == 0;
   for (int g = 0; g < ngroups; ++g) {
     const int kbeg = g * P.G;
     int64_t acc = 0;
+    bool any = false;  // some product of the group is nonzero
     for (int k = kbeg; k < kbeg + P.G && k < ch.n; ++k) {
       if (ch.a.sig[k] == 0 || ch.b.sig[k] == 0) continue;
+      any = true;
       acc += int64_t(ch.a.sig[k]) * ch.b.sig[k] *
              (int64_t(1) << ((ch.a.exp[k] - ea0) + (ch.b.exp[k] - eb0)));
     }
     q[g] = 0;
-    if (acc == 0) continue;  // zero groups never take part in the maximum exponent
+    if (kbeg >= ch.n) { zero_term = true; continue; }  // wholly K padding: zero operands
     const int kb = (ch.k0 + kbeg) / P.block;
     const Dec& al = ch.sa[kb];
     const Dec& be = ch.sb[kb];
+    // a zero group (no nonzero product, or a zero scale) is a zero term; a group whose
+    // products cancel to 0 keeps its scale exponent only with group_keep (section 6)
+    if (!any || al.sig == 0 || be.sig == 0) { zero_term = true; continue; }
+    if (acc == 0 && P.group_keep) emax = imax(emax, al.exp + be.exp);
     q[g] = acc * al.sig * be.sig;
     if (q[g] == 0) continue;
     eg[g] = al.exp + be.exp;
     emax = imax(emax, eg[g]);
   }
+  if (zero_term && P.has_zero_exp()) emax = imax(emax, P.zero_exp);
   emax = floor_exp(P, emax);
   int64_t S = shift_rz(c.sig, emax - c.exp + P.fo.mbits - P.F);
   for (int g = 0; g < ngroups; ++g)
@@ -152,9 +165,32 @@ MMA_HD int64_t round_dir(const Params& P, int64_t v, int32_t s) {
   return P.align_rd ? shift_rd(v, s) : shift_rz(v, s);
 }
 
+// tr_renorm (docs/model.md section 6.5): c = 0 takes fp32's emin in E; T' keeps F2 + 1
+// fraction bits; T' + c' is renormalised and rounded down to F2 fraction bits below its
+// leading bit (not below emin - F2), then rounded to the output.
+MMA_HD uint64_t tr_finish_renorm(const Params& P, const OutFmt& o, int64_t T, int32_t emax,
+                                 const Dec& c, bool special_trunc) {
+  const int32_t E = imax(emax, c.sig ? c.exp : o.emin);
+  if (T == 0 && c.sig == 0) return 0;
+  int32_t lsb = E - P.F2 - 1;
+  const int64_t Tp = round_dir(P, T, lsb - (emax - P.F));
+  int64_t cp = c.sig ? round_dir(P, c.sig, (E - P.F) - (c.exp - P.fo.mbits)) : 0;
+  if (special_trunc && c.sig && c.exp < E - P.F - 1) cp = 0;
+  int64_t S = Tp + cp * (int64_t(1) << (P.F2 + 1 - P.F));
+  if (S == 0) return 0;
+  const int32_t top = lsb + bitlen64(uint64_t(S < 0 ? -S : S)) - 1;
+  const int32_t keep = imax(top, o.emin) - P.F2;
+  if (keep > lsb) {
+    S = round_dir(P, S, keep - lsb);
+    lsb = keep;
+  }
+  return round_fixed(S, lsb, o);
+}
+
 // Final step of TR/GTR-FDPA: T (grid 2^(emax-F)) and c, aligned at E = max(emax, e_c).
 MMA_HD uint64_t tr_finish(const Params& P, const OutFmt& o, int64_t T, int32_t emax,
                           const Dec& c, bool special_trunc) {
+  if (P.tr_renorm) return tr_finish_renorm(P, o, T, emax, c, special_trunc);
   const int32_t E = imax(emax, c.exp);
   if (T == 0 && c.sig == 0) return 0;
   const int64_t Tp = round_dir(P, T, (E - P.F2) - (emax - P.F));
@@ -192,6 +228,11 @@ MMA_HD uint64_t e_fdpa(const Params& P, const OutFmt& o, const Chunk& ch, const 
   return acc.round(o);
 }
 
+// zero_plus: a zero result of T/ST/GST-FDPA is +0 (docs/model.md section 6)
+MMA_HD uint64_t plus_zero(const Params& P, const OutFmt& o, uint64_t r) {
+  return P.zero_plus && r == uint64_t(1) << (o.cbits - 1) ? 0 : r;
+}
+
 // One fused elementary op with its special-value rules.
 MMA_HD uint64_t fused_op(const Params& P, const OutFmt& o, const Chunk& ch, uint64_t c_bits,
                          bool check_specials) {
@@ -202,8 +243,8 @@ MMA_HD uint64_t fused_op(const Params& P, const OutFmt& o, const Chunk& ch, uint
     return out;
   switch (P.op) {
     case kTFdpa:
-    case kStFdpa: return t_fdpa(P, o, ch, c);
-    case kGstFdpa: return gst_fdpa(P, o, ch, c);
+    case kStFdpa: return plus_zero(P, o, t_fdpa(P, o, ch, c));
+    case kGstFdpa: return plus_zero(P, o, gst_fdpa(P, o, ch, c));
     case kTrFdpa: return tr_fdpa(P, o, ch, c);
     case kGtrFdpa: return gtr_fdpa(P, o, ch, c);
     case kEFdpa: return e_fdpa(P, o, ch, c);

@@ -23,7 +23,16 @@ struct Params {
   // chain.  Fast paths that only know the single chain must skip any Params with
   // multipass() true.
   int32_t passes, pass_width, c_final;
+  // The zero corners (docs/model.md section 6): zero_exp is the exponent zero terms take in
+  // the alignment maximum (kNoZeroExp: they take none); zero_plus writes a zero result of
+  // T/ST/GST-FDPA as +0; group_keep lets a GST group whose products cancel to 0 keep its
+  // scale exponent in the maximum.
+  int32_t zero_exp, zero_plus, group_keep;
+  // TR/GTR-FDPA: T' kept at F2 + 1 bits, c = 0 at fp32's emin in E, and T' + c' renormalised
+  // and rounded down to F2 fraction bits before the final rounding (section 6.5)
+  int32_t tr_renorm;
   MMA_HD bool multipass() const { return passes > 1 || c_final; }
+  MMA_HD bool has_zero_exp() const { return zero_exp > kNoZeroExp; }
 };
 
 inline Params parse_params(const int64_t* v) {
@@ -39,6 +48,8 @@ inline Params parse_params(const int64_t* v) {
   p.nan_bits = (uint64_t(uint32_t(v[kParam_nan_hi])) << 32) | uint64_t(uint32_t(v[kParam_nan_lo]));
   p.fa = MMA_FORMAT(fa); p.fb = MMA_FORMAT(fb); p.fo = MMA_FORMAT(fo); p.fs = MMA_FORMAT(fs);
   p.passes = MMA_P(passes); p.pass_width = MMA_P(pass_width); p.c_final = MMA_P(c_final);
+  p.zero_exp = MMA_P(zero_exp); p.zero_plus = MMA_P(zero_plus); p.group_keep = MMA_P(group_keep);
+  p.tr_renorm = MMA_P(tr_renorm);
 #undef MMA_FORMAT
 #undef MMA_P
   return p;

@@ -67,6 +67,11 @@ MMA_HD uint64_t fast_tfdpa_chunk(const Params& P, const OutFmt& o, const int32_t
 #pragma unroll
 #endif
   for (int k = 0; k < L; ++k) emax = imax(emax, ae[k] + be[k]);
+  if (P.has_zero_exp()) {  // Spec.zero_exp: zero operands (K padding too) and c = 0
+    bool zt = c.sig == 0;
+    for (int k = 0; k < L; ++k) zt |= ae[k] == kZeroExp || be[k] == kZeroExp;
+    if (zt) emax = imax(emax, P.zero_exp);
+  }
   emax = floor_exp(P, emax);
   using Acc = typename std::conditional<WIDE, int64_t, int32_t>::type;
   Acc S = 0;
@@ -82,7 +87,7 @@ MMA_HD uint64_t fast_tfdpa_chunk(const Params& P, const OutFmt& o, const int32_t
     S += Acc(int32_t(t ^ uint32_t(s)) - s);                 // sign(p) * t
   }
   const int64_t T = shift_rz(c.sig, emax - c.exp + P.fo.mbits - P.F) + int64_t(S);
-  return round_fixed(T, emax - P.F, o);
+  return plus_zero(P, o, round_fixed(T, emax - P.F, o));
 }
 
 }  // namespace mma

@@ -11,6 +11,7 @@ lines.
 """
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from typing import Sequence
 
@@ -27,17 +28,23 @@ Term = tuple  # (signed significand: Fraction, exponent: int); value = s * 2**e
 # Shared pieces of the FDPA family
 # --------------------------------------------------------------------------------------
 
-def truncated_fused_sum(terms: Sequence[Term], F: int, emax_floor: int | None = None):
+def truncated_fused_sum(terms: Sequence[Term], F: int, emax_floor: int | None = None,
+                        zero_exp: int | None = None, extra_exps: Sequence[int] = ()):
     """Step 2 of Algorithm 7: align at the maximum exponent and truncate to F fraction bits.
 
-    Zero terms never take part in the maximum exponent (docs/model.md section 4).  Returns
-    ``(S, e_max)`` with ``S = sum_k RZ_F(s_k * 2**(e_k - e_max))`` exactly, or ``(0, None)``
-    when every term is zero.  ``emax_floor`` (seed 002's -133) caps ``e_max`` from below.
+    Zero terms take no part in the maximum exponent (docs/model.md section 4) unless
+    ``zero_exp`` gives them one (section 6); ``extra_exps`` take part without a value (GST
+    groups that cancel, ``cancelled_group="keep"``).  Returns ``(S, e_max)`` with
+    ``S = sum_k RZ_F(s_k * 2**(e_k - e_max))`` exactly, or ``(0, None)`` when every term is
+    zero.  ``emax_floor`` (seed 002's -133) caps ``e_max`` from below.
     """
     live = [(s, e) for s, e in terms if s != 0]
     if not live:
         return Fraction(0), None
-    e_max = max(e for _, e in live)
+    exps = [e for _, e in live] + list(extra_exps)
+    if zero_exp is not None and len(live) < len(terms):
+        exps.append(zero_exp)
+    e_max = max(exps)
     if emax_floor is not None:
         e_max = max(e_max, emax_floor)
     S = sum((rz_f(s * pow2(e - e_max), F) for s, e in live), Fraction(0))
@@ -63,10 +70,14 @@ def c_term(c: Decoded) -> Term:
 
 
 def finish(spec: Spec, S: Fraction, e: int | None) -> XVal:
-    """Step 3 of Algorithm 7: ``rho(S * 2**e)``; an exact zero sum gives +0."""
+    """Step 3 of Algorithm 7: ``rho(S * 2**e)``; an exact zero sum gives +0, and so does a
+    sum that rounds to zero with ``zero_sign="plus"`` (docs/model.md section 6)."""
     if S == 0:
         return POS_ZERO
-    return apply_rho(spec.rho, S * pow2(e))
+    r = apply_rho(spec.rho, S * pow2(e))
+    if spec.zero_sign == "plus" and r.kind == "fin" and r.mag == 0:
+        return POS_ZERO
+    return r
 
 
 def _round_align(spec: Spec):
@@ -140,7 +151,7 @@ def op_t_fdpa(spec: Spec, a, b, c, scale_a=None, scale_b=None) -> XVal:
     if sp is not None:
         return sp
     terms = [product_term(ak, bk) for ak, bk in zip(a, b)] + [c_term(c)]
-    S, e_max = truncated_fused_sum(terms, spec.F, spec.emax_floor)
+    S, e_max = truncated_fused_sum(terms, spec.F, spec.emax_floor, spec.zero_exp)
     return finish(spec, S, e_max)
 
 
@@ -152,7 +163,7 @@ def op_st_fdpa(spec: Spec, a, b, c, scale_a, scale_b) -> XVal:
     if sp is not None:
         return sp
     terms = [product_term(*f) for f in factors] + [c_term(c)]
-    S, e_max = truncated_fused_sum(terms, spec.F, spec.emax_floor)
+    S, e_max = truncated_fused_sum(terms, spec.F, spec.emax_floor, spec.zero_exp)
     return finish(spec, S, e_max)
 
 
@@ -167,7 +178,7 @@ def op_gst_fdpa(spec: Spec, a, b, c, scale_a, scale_b) -> XVal:
     sp = special_result(factors, c, scales=list(scale_a) + list(scale_b))
     if sp is not None:
         return sp
-    terms = []
+    terms, kept, zero_group = [], [], False
     for g in range(L // G):
         ks = range(g * G, (g + 1) * G)
         p_g = sum((a[k].value * b[k].value for k in ks), Fraction(0))   # exact group dot
@@ -176,8 +187,16 @@ def op_gst_fdpa(spec: Spec, a, b, c, scale_a, scale_b) -> XVal:
         s_g = p_g * alpha.signed_sig * beta.signed_sig                   # line 4
         e_g = alpha.exp + beta.exp                                       # line 5
         terms.append((s_g, e_g))
+        # a group of products that cancel to exactly 0 under nonzero scales is no zero term
+        # (docs/model.md section 6); it keeps its exponent with cancelled_group="keep"
+        live = alpha.sig and beta.sig and any(a[k].value and b[k].value for k in ks)
+        if live and p_g == 0 and spec.cancelled_group == "keep":
+            kept.append(e_g)
+        zero_group = zero_group or not live
     terms.append(c_term(c))
-    S, e_max = truncated_fused_sum(terms, spec.F, spec.emax_floor)
+    if spec.zero_exp is not None and (zero_group or c.is_zero):
+        kept.append(spec.zero_exp)
+    S, e_max = truncated_fused_sum(terms, spec.F, spec.emax_floor, None, kept)
     return finish(spec, S, e_max)
 
 
@@ -194,6 +213,8 @@ def _add_c_rounded(spec: Spec, T: Fraction, e_max: int | None, c: Decoded,
     """
     rd = _round_align(spec)
     c_live = not c.is_zero
+    if spec.tr_renorm:
+        return _add_c_renorm(spec, T, e_max, c, special_trunc)
     exps = ([e_max] if e_max is not None else []) + ([c.exp] if c_live else [])
     if not exps:
         return POS_ZERO
@@ -208,6 +229,32 @@ def _add_c_rounded(spec: Spec, T: Fraction, e_max: int | None, c: Decoded,
     if S == 0:
         return POS_ZERO
     return apply_rho(spec.rho, S * pow2(E))
+
+
+def _add_c_renorm(spec: Spec, T: Fraction, e_max: int | None, c: Decoded,
+                  special_trunc: bool) -> XVal:
+    """``tr_renorm`` (docs/model.md section 6.5): c = 0 takes part in E at fp32's emin (-126);
+    ``T' = RD_(F2+1)``; ``c'`` as above; ``S = T' + c'`` renormalised (its leading bit, not
+    below emin) and rounded down to F2 fraction bits; then rho."""
+    rd = _round_align(spec)
+    emin = 1 - 127
+    E = max(([e_max] if e_max is not None else []) + [emin if c.is_zero else c.exp])
+    T2 = rd(T * pow2(e_max - E), spec.F2 + 1) if e_max is not None else Fraction(0)
+    c2 = Fraction(0)
+    if not c.is_zero:
+        c2 = rd(c.signed_sig * pow2(c.exp - E), spec.F)
+        if special_trunc and c.exp < E - spec.F - 1:
+            c2 = Fraction(0)
+    S = (T2 + c2) * pow2(E)
+    if S == 0:
+        return POS_ZERO
+    top = max(math.floor(math.log2(abs(S))), emin)
+    while pow2(top) > abs(S):          # log2 of a Fraction may be off by one: fix it exactly
+        top -= 1
+    while pow2(top + 1) <= abs(S):
+        top += 1
+    top = max(top, emin)
+    return apply_rho(spec.rho, rd(S * pow2(-top), spec.F2) * pow2(top))
 
 
 def op_tr_fdpa(spec: Spec, a, b, c, scale_a=None, scale_b=None) -> XVal:
