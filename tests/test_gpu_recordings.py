@@ -149,16 +149,20 @@ def test_tiny_family_reaches_signed_zero_results(arch, fmt, odt):
     assert ((D != 0) & (D.abs() < torch.finfo(D.dtype).tiny)).float().mean() > 0.2
 
 
-def test_diagnose_names_the_sign_of_zero():
+def test_diagnose_names_the_zero_corners():
+    """A 'native' result computed with the other sign-of-zero rule (or another zero-term
+    exponent) is explained by that corner's alternative, and an unrelated bit flip is not."""
     s = registry_spec("sm90", "fp16", torch.float16)
+    assert s.zero_sign == "plus"               # MMA-Sim 2.1's rule, issue 31
     g = torch.Generator().manual_seed(3)
     kw = operands(s, 64, 64, 48, "tiny", g)
-    mine = tme.emulated_mm(**kw)
-    assert ((mine == 0) & torch.signbit(mine)).any()
-    plus = torch.where(mine == 0, torch.zeros_like(mine), mine)
-    found = diagnose.diagnose("mma:x", s, kw, plus, "cpu", "chain", "sm90", torch.float16)
-    assert any("+0" in f for f in found)
-    other = mine.clone()
+    keep = tme.emulated_mm(**dict(kw, arch=s.replace(zero_sign="keep")))
+    assert ((keep == 0) & torch.signbit(keep)).any()
+    found = diagnose.diagnose("mma:x", s, kw, keep, "cpu", "chain", "sm90", torch.float16)
+    assert any(f.startswith("zero_sign=keep") for f in found), found
+    other = tme.emulated_mm(**kw).clone()
     other.view(torch.int16)[0, 0] ^= 1
     found = diagnose.diagnose("mma:x", s, kw, other, "cpu", "chain", "sm90", torch.float16)
-    assert not any("+0" in f for f in found)
+    assert not any(f.startswith("zero_") for f in found), found
+    labels = [lab for lab, _ in diagnose.corner_alternatives(s)]
+    assert "zero_sign=keep" in labels and "zero_exp=None" in labels and "zero_exp=-15" in labels

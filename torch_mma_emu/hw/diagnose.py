@@ -1,6 +1,7 @@
-"""Hypotheses for a native path that differs from its model: zero results as +0, the other
-c_mode, other archs' models, other L / F, tf32 operands rounded, split-K, Hopper's fp8
-mma.sync as two HMMA."""
+"""Hypotheses for a native path that differs from its model: the zero corners' other choices
+(sign of a zero result, zero terms' exponent, cancelled scale groups, T' + c'
+renormalisation), the other c_mode, other archs' models, other L / F, tf32 operands rounded,
+split-K, Hopper's fp8 mma.sync as two HMMA."""
 from __future__ import annotations
 
 import torch
@@ -8,6 +9,7 @@ import torch
 from .. import registry
 from ..ops import emulated_mm
 from ..registry import ARCHS, spec as registry_spec
+from ..spec import CANCELLED_GROUPS, ZERO_OPS, ZERO_SIGNS
 from ..tf32 import tf32_round
 from .common import compare, emulate
 
@@ -73,6 +75,25 @@ def fp8_as_fp16_hmma(kw, dev, arch, odt, chained: bool):
     return acc
 
 
+def corner_alternatives(spec):
+    """(label, spec) for the choices the zero corners leave to evidence (issue 31, docs/model.md
+    section 6): the other sign of a zero result, other exponents for zero terms (none, the
+    MATLAB models' -15, MMA-Sim's per-arch values), the other rule for cancelled scale
+    groups, T' + c' renormalised or not."""
+    out = []
+    if spec.op in ZERO_OPS:
+        out += [(f"zero_sign={z}", spec.replace(zero_sign=z)) for z in ZERO_SIGNS
+                if z != spec.zero_sign]
+        floors = [None, -15, -19, -20, -21, -131, -132, -133, -139]
+        out += [(f"zero_exp={z}", spec.replace(zero_exp=z)) for z in floors if z != spec.zero_exp]
+    if spec.op == "gst_fdpa":
+        out += [(f"cancelled_group={c}", spec.replace(cancelled_group=c))
+                for c in CANCELLED_GROUPS if c != spec.cancelled_group]
+    if spec.op in ("tr_fdpa", "gtr_fdpa"):
+        out.append((f"tr_renorm={not spec.tr_renorm}", spec.replace(tr_renorm=not spec.tr_renorm)))
+    return out
+
+
 def diagnose(path, spec, kw, native_out, dev, c_mode, arch, odt):
     """Which hypotheses reproduce the native result on these inputs (0 mismatches)."""
     found = []
@@ -84,12 +105,9 @@ def diagnose(path, spec, kw, native_out, dev, c_mode, arch, odt):
             return False
 
     other = "chain" if c_mode == "epilogue" else "epilogue"
-    try:   # MMA-Sim 2.1 returns +0 wherever a T-, ST- or GST-FDPA result is zero (issue 31)
-        mine = emulate(spec, kw, dev, c_mode)
-        if compare(native_out, torch.where(mine == 0, torch.zeros_like(mine), mine))[0] == 0:
-            found.append("zero results as +0 (MMA-Sim 2.1's sign of zero)")
-    except Exception:  # noqa: BLE001
-        pass
+    for label, s2 in corner_alternatives(spec):
+        if same(s2, kw, c_mode):
+            found.append(f"{label} (docs/model.md section 6: the corner's other choice)")
     if same(spec, kw, other):
         found.append(f"c_mode={other}")
     fa, fb = spec.in_format, spec.in_format_b or spec.in_format
