@@ -24,10 +24,11 @@ from typing import Optional
 
 import torch
 
+from . import cpp
 from .spec import Spec
 
 __all__ = ["MERGES", "GRAIN_CUBLAS", "ScheduleRowError", "grain_elements", "k_slices",
-           "residue_groups", "merge_partials"]
+           "residue_groups", "residue_program", "merge_partials"]
 
 
 class ScheduleRowError(ValueError):
@@ -124,3 +125,23 @@ def merge_partials(parts: list[torch.Tensor], how: str) -> torch.Tensor:
             acc = (acc.to(torch.float32) + p).to(torch.float16)
         return acc.to(torch.float32)
     raise ValueError(f"merge_partials: {how!r} is not an fp16 merge")
+
+
+# program opcodes (csrc/core/schedule.h)
+_C, _ZERO, _NODE = (cpp.SCHED[k] for k in ("C", "ZERO", "NODE"))
+
+
+def residue_program(k0: int, k1: int, L: int, cap: int, tile: int,
+                    from_c: bool) -> list[int]:
+    """One chain over [k0, k1) as NODE ops, its groups as a CUTLASS mainloop with k-tile
+    ``tile`` runs them (residue_groups): each group's products in the instruction's first
+    lanes (of ``cap``), the rest zero."""
+    groups = residue_groups(k0, k1, L, tile)
+    if not groups:
+        return [_C] if from_c else [_ZERO]
+    code = [_C] if from_c else []
+    for i, g in enumerate(groups):
+        code += [_NODE, len(g), int(from_c or i > 0), cap]
+        for slot, k in enumerate(g):
+            code += [k, slot]
+    return code
