@@ -77,6 +77,7 @@ _MAX_STACK = 64
 # split_k is bounded by limits.py (MMA_EMU_MAX_SPLIT_K).
 MAX_K_FIELD = (1 << 31) - 1
 _CPU_CHAINS = True   # tests switch it off to run the _gemm + PARTIAL route on the CPU too
+_RESIDUE_CHAINS = True  # off (or _CPU_CHAINS off): residue tiles as NODE ops on the CPU too
 
 
 @dataclass(frozen=True)
@@ -626,7 +627,11 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
     if sched.residue_tile is not None:
         if scales is not None or lo is not None:
             raise ScheduleRowError("residue_tile cannot run block-scaled or tf32x3 products")
-        check_node_products(K)
+        # CPU: each slice as two CHAINs (any K); elsewhere and multi-pass: NODE ops
+        residue_chains = _CPU_CHAINS and _RESIDUE_CHAINS and c3.device.type == "cpu" and \
+            spec.passes == 1
+        if not residue_chains:
+            check_node_products(K)
         if sched.residue_tile % spec.L:
             raise ScheduleRowError(f"residue_tile={sched.residue_tile} is not a multiple of the "
                              f"instruction's K ({spec.instruction or spec.op}: L = {spec.L})")
@@ -660,7 +665,8 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
     for (k0, k1) in (ranges if seq is None else ()):
         if sched.residue_tile is not None:
             slice_code.append(residue_program(k0, k1, spec.L, node_capacity(spec),
-                                              sched.residue_tile, c_in_chain and has_c))
+                                              sched.residue_tile, c_in_chain and has_c,
+                                              residue_chains))
             continue
         if pe is None:
             slice_code.append(push(k0, k1, c_in_chain))
