@@ -53,17 +53,22 @@ void check_program(at::IntArrayRef prog, const Params& P, int64_t K, int64_t S) 
       }
       case kSChain: {
         need(pc, 4);
-        const int64_t k0 = prog[pc + 1], k1 = prog[pc + 2];
-        // an empty range (K shorter than the split) is C or +0
-        TORCH_CHECK_VALUE(0 <= k0 && k0 <= k1 && k1 <= K && (k0 % P.L == 0 || k0 == k1) &&
-                              (k1 % P.L == 0 || k1 == K) && (prog[pc + 3] == 0 || prog[pc + 3] == 1),
+        const int64_t k0 = prog[pc + 1], k1 = prog[pc + 2], c = prog[pc + 3];
+        // an empty range (K shorter than the split) is C or +0; unscaled chains may start
+        // and end off the instruction grid (a residue tile: groups counted from k0)
+        TORCH_CHECK_VALUE(0 <= k0 && k0 <= k1 && k1 <= K && c >= 0 && c <= 2,
                           "_sched: CHAIN [", k0, ", ", k1, ") must lie in [0, ", K,
-                          ") on multiples of the instruction's K (", P.L, ")");
+                          "] with flag 0, 1 or 2");
         if (P.op == kStFdpa || P.op == kGstFdpa)
-          TORCH_CHECK_VALUE(k0 % P.block == 0 || k0 == k1, "_sched: CHAIN [", k0, ", ", k1,
-                            ") of a block-scaled op must start on a scale block (", P.block, ")");
+          TORCH_CHECK_VALUE(k0 == k1 || (k0 % P.L == 0 && k0 % P.block == 0 &&
+                                         (k1 % P.L == 0 || k1 == K)),
+                            "_sched: CHAIN [", k0, ", ", k1, ") of a block-scaled op must "
+                            "start on the instruction's K (", P.L, ") and a scale block (",
+                            P.block, ")");
         TORCH_CHECK_VALUE(!P.epilogue, "_sched: CHAIN takes chain-mode parameters");
-        ++depth; pc += 4; break;
+        if (c == 2) TORCH_CHECK_VALUE(depth >= 1, "_sched: CHAIN flag 2 needs a value at ", pc);
+        depth += c == 2 ? 0 : 1;
+        pc += 4; break;
       }
       case kSChains: {
         need(pc, 4);

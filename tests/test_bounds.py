@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 
 import numpy as np
@@ -223,3 +224,50 @@ def test_readme_lists_every_bound():
     text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     assert "## Bounds and limits" in text
     assert limits.markdown() in text, "README's table of bounds differs from limits.markdown()"
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("split_k", 10 ** 23, "split_k = 100000000000000000000000 is above the bound of 16777216 "
+     "split-K slices of a Schedule; set MMA_EMU_MAX_SPLIT_K to raise it"),
+    ("promote_every", 2 ** 31, "promote_every = 2147483648 is above the bound of 2147483647"),
+    ("residue_tile", 2 ** 40, "residue_tile = 1099511627776 is above the bound of 2147483647"),
+    ("dot_k", 2 ** 31, "dot_k = 2147483648 is above the bound of 2147483647"),
+    ("split_grain", 2 ** 31, "split_grain = 2147483648 is above the bound of 2147483647"),
+    ("split_grain", "\uff18", "split_grain must be ASCII decimal digits"),
+])
+def test_schedule_integers_are_bounded(field, value, needle):
+    """Every integer field of a Schedule has a bound, checked at construction, from a
+    string and from a schedule file alike (the message names the field and the bound)."""
+    from torch_mma_emu.schedule import Schedule, load_schedule
+    kw = {field: value}
+    if field == "dot_k":
+        kw["input_precision"] = "tf32x3"
+    if field == "split_grain":
+        kw["split_k"] = 2
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        Schedule(**kw)
+    text = "schedule:" + ",".join(f"{k}={v}" for k, v in kw.items())
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        Schedule.from_string(text)
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        load_schedule(text)
+
+
+def test_schedule_bounds_hold_at_the_bound_and_move_with_the_variable(tmp_path, monkeypatch):
+    from torch_mma_emu.schedule import MAX_K_FIELD, Schedule, load_schedule
+    top = limits.limit("split_k")
+    assert Schedule(split_k=top).split_k == top          # at the bound: fine
+    assert Schedule(promote_every=MAX_K_FIELD).promote_every == MAX_K_FIELD
+    assert Schedule(split_k=2, split_grain=MAX_K_FIELD).split_grain == str(MAX_K_FIELD)
+    monkeypatch.setenv("MMA_EMU_MAX_SPLIT_K", "8")
+    assert Schedule(split_k=8).split_k == 8
+    with pytest.raises(ValueError, match="split_k = 9 is above the bound of 8 .*"
+                                         "MMA_EMU_MAX_SPLIT_K"):
+        Schedule(split_k=9)
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"format": "torch_mma_emu.Schedule",
+                             "schedule": "schedule:split_k=9"}))
+    with pytest.raises(ValueError, match="MMA_EMU_MAX_SPLIT_K"):
+        load_schedule(str(f))
+    monkeypatch.delenv("MMA_EMU_MAX_SPLIT_K")
+    assert load_schedule(str(f)).split_k == 9

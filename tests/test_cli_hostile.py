@@ -9,6 +9,7 @@ In process (``torch_mma_emu.cli.main``) for speed; a few cases as real processes
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -41,6 +42,11 @@ HUGE = "99999999999999999999"
 INTS = [HUGE, "-" + HUGE, "\uff11\uff12", "\u0661\u0662", "1_000", "0x10", "1e3", "twelve", "",
         "12 "]
 FLOATS = ["nan", "inf", "-inf", "1e999", "-3", "0", "\uff13", "three", ""]
+SCHEDULES = ["schedule:split_k=" + HUGE, "schedule:split_k=10" + "0" * 22,
+             "schedule:promote_every=2147483648", "schedule:dot_k=2147483648,"
+             "input_precision=tf32x3", "schedule:residue_tile=" + HUGE,
+             "schedule:split_k=2,split_grain=2147483648", "schedule:split_k=2,split_grain="
+             "\uff18", "schedule:split_k=\uff14", "schedule:promote_every=0x20"]
 WORDS = ["", "sm99", "float7", "\uff11\uff12", "-", "%zz"]
 
 
@@ -50,6 +56,8 @@ def _files(tmp: Path) -> dict:
     (tmp / "bad.json").write_text("{not json")
     (tmp / "list.json").write_text("[1, 2, 3]")
     (tmp / "empty.npz").write_bytes(b"")
+    (tmp / "huge_split.json").write_text(json.dumps(
+        {"format": "torch_mma_emu.Schedule", "schedule": "schedule:split_k=" + HUGE}))
     return {"missing": str(tmp / "nope" / "x.json"), "dir": str(tmp / "adir"),
             "under_a_file": str(tmp / "empty.json" / "x.json"),
             "empty": str(tmp / "empty.json"), "bad_json": str(tmp / "bad.json"),
@@ -132,6 +140,12 @@ def cases(tmp: Path) -> list:
             ["probe", "--arch", "sm90", "--format", ""],
             ["fit", files["dir"]], ["fit", str(HW), "--format", ""],
             ["preview", "--input", "randn:" + HUGE], ["preview", "--input", "randn:\uff13"]]
+    # schedule strings and files: every integer field bounded, ASCII digits only
+    for sched in SCHEDULES + [str(tmp / "huge_split.json")]:
+        out += [["compare", "--random", "--size", "4", "--arch", "sm90", "--format", "fp16",
+                 "--schedule", sched],
+                ["reveal", "matmul", "--k", "8", "--m", "2", "--n", "2", "--backend",
+                 "emulated", "--schedule", sched]]
     return out
 
 

@@ -204,9 +204,7 @@ def test_every_preset_gemv_stays_within_the_plain_path_memory():
     res = _gemv(["--schedules", "--k", "3000000"])
     plain = res["plain"]
     for r in res["schedules"]:
-        if "error" in r:       # residue_tile presets: refused past their NODE-program bound
-            assert "MMA_EMU_SCHED_MAX_NODE_PRODUCTS" in r["error"], r
-            continue
+        assert "error" not in r, r     # residue_tile presets too: CHAIN ops since i32c
         base = plain[r["format"]]["peak_growth_mb"]
         assert r["peak_growth_mb"] <= base + 16, (r, base)
 
@@ -232,9 +230,18 @@ def test_tf32x3_parts_per_block_give_the_bits_of_one_block(arch):
 
 
 def test_residue_tile_programs_are_bounded():
-    """residue_tile schedules run per-element NODE ops (a program word count proportional to
-    K): past MMA_EMU_SCHED_MAX_NODE_PRODUCTS they are refused before the work."""
+    """residue_tile schedules as per-element NODE ops (CUDA, multi-pass instructions; a
+    program word count proportional to K): past MMA_EMU_SCHED_MAX_NODE_PRODUCTS they are
+    refused before the work (the CPU's CHAIN route: tests/test_schedule_residue.py)."""
     A, B = torch.randn(1, 300).half(), torch.randn(300, 1).half()
+    old, sched_mod._RESIDUE_CHAINS = sched_mod._RESIDUE_CHAINS, False
+    try:
+        _node_route_bound(A, B)
+    finally:
+        sched_mod._RESIDUE_CHAINS = old
+
+
+def _node_route_bound(A, B):
     with env(MMA_EMU_SCHED_MAX_NODE_PRODUCTS=299):
         with pytest.raises(ValueError, match="K = 300 is over the limit of 299.*MMA_EMU_SCHED_MAX"):
             tme.emulated_mm(A, B, arch="sm90", schedule="cublas_cutlass_residue_32")

@@ -144,9 +144,14 @@ def test_the_op_checks_chain_ops():
         torch.ops.mma_emu._sched(a, b, c, parts, params, prog, list(consts))
     assert torch.equal(run([8, 0, 20, 1]), c)           # zero operands from C: C
     assert torch.equal(run([8, 20, 20, 0, 1, 3]), c)    # an empty range is +0
-    for prog, msg in [([8, 0, 21, 0], "must lie in"), ([8, 8, 20, 0], "must lie in"),
-                      ([8, 0, 8, 0, 8, 8, 20, 0, 3], "must lie in"),
-                      ([8, 0, 20, 2], "must lie in"), ([8, 0, 16], "truncated")]:
+    # unscaled chains may start and end off the instruction grid (residue tiles, i32c):
+    # groups counted from k0; flag 2 goes on from the top value
+    assert torch.equal(run([8, 8, 20, 0]), torch.zeros(1, 2, 3))
+    assert torch.equal(run([8, 0, 8, 1, 8, 8, 20, 2]), c)
+    for prog, msg in [([8, 0, 21, 0], "must lie in"), ([8, 9, 8, 0], "must lie in"),
+                      ([8, 0, 8, 0, 8, 8, 20, 0, 3, 3], "ADD needs two values"),
+                      ([8, 0, 20, 3], "must lie in"), ([8, 0, 20, 2], "flag 2 needs a value"),
+                      ([8, 0, 16], "truncated")]:
         with pytest.raises(ValueError, match=msg):
             run(prog)
     with pytest.raises(ValueError, match="chain-mode"):
@@ -169,7 +174,7 @@ def test_the_op_checks_block_scaled_chain_ops():
     run = lambda prog, *scales: torch.ops.mma_emu._sched(a, b, c, parts, pv, prog,
                                                           [0.0, 1.0, 1.0], *scales)
     assert torch.equal(run([8, 0, 32, 1, 8, 32, 64, 0, 3], sa, sb), c)
-    with pytest.raises(ValueError, match="start on a scale block"):
+    with pytest.raises(ValueError, match="must start on the instruction's K .* scale block"):
         run([8, 0, 16, 0, 8, 16, 64, 0, 3], sa, sb)
     with pytest.raises(ValueError, match="needs scales"):
         run([8, 0, 64, 0])

@@ -86,6 +86,9 @@ BOUNDS: dict[str, Bound] = {
     "tree_leaves": Bound("MMA_EMU_MAX_TREE_LEAVES", 1 << 16, "leaves of a SumTree read back",
                          "SumTree.from_json / from_dict / parse, tree schedules (a 2^16-leaf "
                          "chain loads in about 5 s, 0.4 GB); as many as reveal --n allows"),
+    "split_k": Bound("MMA_EMU_MAX_SPLIT_K", 1 << 24, "split-K slices of a Schedule",
+                     "Schedule(split_k=...), schedule strings and schedule files (slices "
+                     "past K cost nothing on the CPU; on CUDA each keeps a partial result)"),
     "file_mib": Bound("MMA_EMU_MAX_FILE_MIB", 256, "MiB of an input file",
                       "tree and schedule JSON files; a samples (.npz) file's arrays, "
                       "unpacked"),

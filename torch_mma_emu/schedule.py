@@ -49,8 +49,9 @@ import torch
 
 from . import codec, cpp
 from .schedule_split import (GRAIN_CUBLAS, MERGES, ScheduleRowError, grain_elements, k_slices,
-                             merge_partials, residue_groups)
+                             merge_partials, residue_program)
 from .schedule_partials import _run_chains, _scaled_chains, check_node_products, check_partials
+from .limits import LimitError, check
 from .spec import Spec
 
 __all__ = ["Schedule", "PRESETS", "preset", "presets", "load_schedule", "compile_tree",
@@ -71,7 +72,12 @@ _CHAINS = cpp.SCHED["CHAINS"]
 _EPI_ALPHA, _EPI_FMA = cpp.SCHED["EPI_ALPHA"], cpp.SCHED["EPI_FMA"]
 _EPI_MULADD = cpp.SCHED["EPI_MULADD"]
 _MAX_STACK = 64
+# The bound of the K-length fields (promote_every, dot_k, residue_tile, split_grain): the
+# kernels count products in 32-bit ints, so no K is longer and a longer field means nothing.
+# split_k is bounded by limits.py (MMA_EMU_MAX_SPLIT_K).
+MAX_K_FIELD = (1 << 31) - 1
 _CPU_CHAINS = True   # tests switch it off to run the _gemm + PARTIAL route on the CPU too
+_RESIDUE_CHAINS = True  # off (or _CPU_CHAINS off): residue tiles as NODE ops on the CPU too
 
 
 @dataclass(frozen=True)
@@ -104,15 +110,31 @@ class Schedule:
         elif g is not None and not (isinstance(g, str) and (g == GRAIN_CUBLAS or g.isdigit())):
             errs.append(f"split_grain must be a positive int, {GRAIN_CUBLAS!r} or None, "
                         f"got {g!r}")
-        if self.split_grain is not None and self.split_grain != GRAIN_CUBLAS and \
-                not errs and int(self.split_grain) < 1:
-            errs.append(f"split_grain must be >= 1, got {g!r}")
+        if self.split_grain is not None and self.split_grain != GRAIN_CUBLAS and not errs:
+            if not self.split_grain.isascii() or len(self.split_grain) > 64:
+                errs.append(f"split_grain must be ASCII decimal digits, got {g!r}")
+            elif int(self.split_grain) < 1:
+                errs.append(f"split_grain must be >= 1, got {g!r}")
+            elif int(self.split_grain) > MAX_K_FIELD:
+                errs.append(f"split_grain = {self.split_grain} is above the bound of "
+                            f"{MAX_K_FIELD} (2^31 - 1: no kernel runs a longer K)")
         if self.merge not in MERGES:
             errs.append(f"merge must be one of {tuple(MERGES)}, got {self.merge!r}")
         for name in ("split_k", "promote_every", "dot_k", "residue_tile"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
                 errs.append(f"{name} must be an int, got {v!r}")
+        for name in ("promote_every", "dot_k", "residue_tile"):
+            v = getattr(self, name)
+            if isinstance(v, int) and not isinstance(v, bool) and v > MAX_K_FIELD:
+                errs.append(f"{name} = {v} is above the bound of {MAX_K_FIELD} (2^31 - 1: no "
+                            "kernel runs a longer K)")
+        if isinstance(self.split_k, int) and not isinstance(self.split_k, bool) and \
+                self.split_k > 1:
+            try:
+                check("split_k", self.split_k, "split_k")
+            except LimitError as e:
+                errs.append(str(e))
         if isinstance(self.split_k, int) and self.split_k < 1:
             errs.append(f"split_k must be >= 1, got {self.split_k}")
         if isinstance(self.promote_every, int) and not isinstance(self.promote_every, bool) \
@@ -605,7 +627,11 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
     if sched.residue_tile is not None:
         if scales is not None or lo is not None:
             raise ScheduleRowError("residue_tile cannot run block-scaled or tf32x3 products")
-        check_node_products(K)
+        # CPU: each slice as two CHAINs (any K); elsewhere and multi-pass: NODE ops
+        residue_chains = _CPU_CHAINS and _RESIDUE_CHAINS and c3.device.type == "cpu" and \
+            spec.passes == 1
+        if not residue_chains:
+            check_node_products(K)
         if sched.residue_tile % spec.L:
             raise ScheduleRowError(f"residue_tile={sched.residue_tile} is not a multiple of the "
                              f"instruction's K ({spec.instruction or spec.op}: L = {spec.L})")
@@ -638,8 +664,9 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
             ([_ZERO, _ADD] if empties else [])
     for (k0, k1) in (ranges if seq is None else ()):
         if sched.residue_tile is not None:
-            slice_code.append(_residue_chain(k0, k1, spec, sched.residue_tile,
-                                             c_in_chain and has_c))
+            slice_code.append(residue_program(k0, k1, spec.L, node_capacity(spec),
+                                              sched.residue_tile, c_in_chain and has_c,
+                                              residue_chains))
             continue
         if pe is None:
             slice_code.append(push(k0, k1, c_in_chain))
@@ -671,18 +698,3 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
         return cpp.sched(spec, *empty, c3, merged, [_PARTIAL, 0] + epi, consts)
     prog = (seq if seq is not None else _reduce_program(slice_code, sched.reduce, empties)) + epi
     return cpp.sched(spec, a3, b3, c3, parts, prog, consts, *sc)
-
-
-def _residue_chain(k0: int, k1: int, spec: Spec, tile: int, from_c: bool) -> list[int]:
-    """One chain over [k0, k1) as NODE ops, its groups as a CUTLASS mainloop with k-tile
-    ``tile`` runs them (schedule_split.residue_groups): each group's products in the
-    instruction's first lanes, the rest zero."""
-    groups = residue_groups(k0, k1, spec.L, tile)
-    if not groups:
-        return [_C] if from_c else [_ZERO]
-    code, cap = [_C] if from_c else [], node_capacity(spec)
-    for i, g in enumerate(groups):
-        code += [_NODE, len(g), int(from_c or i > 0), cap]
-        for slot, k in enumerate(g):
-            code += [k, slot]
-    return code

@@ -24,10 +24,11 @@ from typing import Optional
 
 import torch
 
+from . import cpp
 from .spec import Spec
 
 __all__ = ["MERGES", "GRAIN_CUBLAS", "ScheduleRowError", "grain_elements", "k_slices",
-           "residue_groups", "merge_partials"]
+           "residue_groups", "residue_program", "merge_partials"]
 
 
 class ScheduleRowError(ValueError):
@@ -124,3 +125,33 @@ def merge_partials(parts: list[torch.Tensor], how: str) -> torch.Tensor:
             acc = (acc.to(torch.float32) + p).to(torch.float16)
         return acc.to(torch.float32)
     raise ValueError(f"merge_partials: {how!r} is not an fp16 merge")
+
+
+# program opcodes (csrc/core/schedule.h)
+_C, _ZERO, _NODE, _CHAIN = (cpp.SCHED[k] for k in ("C", "ZERO", "NODE", "CHAIN"))
+
+
+def residue_program(k0: int, k1: int, L: int, cap: int, tile: int, from_c: bool,
+                   chains: bool = False) -> list[int]:
+    """One chain over [k0, k1) as NODE ops, its groups as a CUTLASS mainloop with k-tile
+    ``tile`` runs them (schedule_split.residue_groups): each group's products in the
+    instruction's first lanes, the rest zero.  ``chains`` (the CPU kernel): the same
+    arithmetic as two CHAIN ops, a few words for any K: the residue tile [k0, k0 + r) as a
+    chain from C or +0 (its groups of L from k0, the short one last, zero-padded), then the
+    chain over [k0 + r, k1) going on from that accumulator (CHAIN flag 2), its groups of L
+    from k0 + r: both may start off the instruction grid (csrc/core/schedule.h)."""
+    if chains:
+        n = k1 - k0
+        if n == 0:
+            return [_C] if from_c else [_ZERO]
+        r = min(n, (n % tile) or tile)
+        return [_CHAIN, k0, k0 + r, int(from_c)] + ([_CHAIN, k0 + r, k1, 2] if r < n else [])
+    groups = residue_groups(k0, k1, L, tile)
+    if not groups:
+        return [_C] if from_c else [_ZERO]
+    code = [_C] if from_c else []
+    for i, g in enumerate(groups):
+        code += [_NODE, len(g), int(from_c or i > 0), cap]
+        for slot, k in enumerate(g):
+            code += [k, slot]
+    return code

@@ -15,7 +15,11 @@
 //   EPI_FMA           top = fma(alpha, top, beta * C)       (workspace format)
 //   EPI_MULADD        top = (alpha * top) + (beta * C)      (workspace format)
 //   CHAIN k0 k1 c     push the arch's plain chain over the products [k0, k1) started from
-//                     C (c = 1) or +0 (c = 0): a split-K slice or a promotion block.  The
+//                     C (c = 1) or +0 (c = 0): a split-K slice or a promotion block; c = 2:
+//                     the chain goes on from the top value (replaced, not pushed).  Its
+//                     instruction groups are counted from k0, a short last one zero-padded,
+//                     so an unscaled chain may start and end off the grid (a CUTLASS residue
+//                     tile, then the mainloop from where it ends).  The
 //                     CPU kernel runs these row-wise (cpu/sched_cpu.cpp); the per-element
 //                     interpreter below never sees them (the Python side computes the
 //                     chains with _gemm and passes them as PARTIALs elsewhere).

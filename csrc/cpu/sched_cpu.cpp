@@ -43,7 +43,8 @@ int stack_depth(const int64_t* prog, int64_t len) {
   int sp = 0, depth = 0;
   for (int64_t pc = 0; pc < len; pc += op_size(prog, pc)) {
     const int64_t op = prog[pc];
-    if (op == kSPartial || op == kSC || op == kSZero || op == kSChain) ++sp;
+    if (op == kSPartial || op == kSC || op == kSZero || (op == kSChain && prog[pc + 3] != 2))
+      ++sp;  // CHAIN ... 2 goes on in the top entry
     else if (op == kSAdd) --sp;
     depth = std::max(depth, op == kSChains ? sp + 1 : sp);  // CHAINS: one chain at a time
   }
@@ -54,6 +55,18 @@ int stack_depth(const int64_t* prog, int64_t len) {
 bool sched_has_chain(const int64_t* prog, int64_t len) {
   for (int64_t pc = 0; pc < len; pc += op_size(prog, pc))
     if (prog[pc] == kSChain || prog[pc] == kSChains) return true;
+  return false;
+}
+
+// A program whose chains run only streamed: a CHAIN going on from the top entry (flag 2),
+// or one starting off the instruction grid or ending off its own grid before K (a CUTLASS
+// residue tile): run_streamed gives such a chain a window of its own from its start (and,
+// for a ragged end, up to that end, so its short last group is zero-padded).
+static bool sched_irregular(const Params& P, const int64_t* prog, int64_t len, int64_t K) {
+  for (int64_t pc = 0; pc < len; pc += op_size(prog, pc))
+    if (prog[pc] == kSChain && (prog[pc + 3] == 2 || prog[pc + 1] % P.L != 0 ||
+                                ((prog[pc + 2] - prog[pc + 1]) % P.L != 0 && prog[pc + 2] != K)))
+      return true;
   return false;
 }
 
@@ -435,10 +448,10 @@ void run_streamed(const Blocks& X, const at::Tensor& a, const at::Tensor& b, con
                   const View3& vbt, const View3* vs, int64_t bi, const Window& win,
                   ChainSrc& cs, StreamBufs<T>& sb) {
   Ops ops;
-  auto prepare = [&](int64_t w0) {
-    prepare_window(X, a, b, va, vbt, vs, bi, w0, std::min(win.len, X.K - w0), cs);
+  auto prepare = [&](int64_t w0, int64_t end) {
+    prepare_window(X, a, b, va, vbt, vs, bi, w0, std::min(win.len, end - w0), cs);
   };
-  prepare(0);
+  prepare(0, X.K);
   const int64_t W = cs.W, M = X.M, R = X.rows, nrb = (M + R - 1) / R, n_all = M * W;
   const bool narrow = sizeof(T) == 8 && !X.f64;  // fp32 / fp16 chains in an fp64 workspace
   sb.stack.resize(size_t(X.depth + 1) * size_t(n_all));
@@ -468,11 +481,19 @@ void run_streamed(const Blocks& X, const at::Tensor& a, const at::Tensor& b, con
     return cb;
   };
   auto chain = [&](const int64_t* op, auto* acc) {
-    rows([&](int64_t i0, int64_t i1) { start_chain(X, bi, i0, i1, W, op[3] != 0, acc + i0 * W); });
+    if (op[3] != 2)  // flag 2: the chain goes on from the accumulators in acc
+      rows([&](int64_t i0, int64_t i1) { start_chain(X, bi, i0, i1, W, op[3] != 0, acc + i0 * W); });
+    // a chain ending off its own grid before K takes windows ending at its end, so its
+    // short last group is zero-padded (the instruction's first lanes, as a residue tile's)
+    const int64_t end = (op[2] - op[1]) % X.P.L == 0 || op[2] == X.K ? X.K : op[2];
     for (int64_t p = op[1], k1 = op[2]; p < k1 && !interrupted();) {
-      int64_t avail = cs.holds(p, p) && p < cs.w0 + cs.Kw ? cs.w0 + cs.Kw - p : 0;
+      // the window serves when it holds p on its own instruction grid (groups are counted
+      // from the window's start) and ends by `end`
+      const bool serves = cs.holds(p, p) && p < cs.w0 + cs.Kw && (p - cs.w0) % X.P.L == 0 &&
+                          cs.w0 + cs.Kw <= end;
+      int64_t avail = serves ? cs.w0 + cs.Kw - p : 0;
       if (k1 - p > avail && avail < win.align) {  // not even one step left here: next window
-        prepare(p);
+        prepare(p, end);
         TORCH_CHECK(cs.W == W, "_sched: window width changed");
         avail = cs.Kw;
       }
@@ -484,6 +505,10 @@ void run_streamed(const Blocks& X, const at::Tensor& a, const at::Tensor& b, con
   auto chain_to = [&](const int64_t* op, T* t) {  // a CHAIN into the stack entry t
     if (!narrow) return chain(op, t);
     float* f = sb.scratch.data();
+    if (op[3] == 2)  // going on from t: its values are the chain's own (exact in fp32)
+      rows([&](int64_t i0, int64_t i1) {
+        for (int64_t e = i0 * W; e < i1 * W; ++e) f[e] = float(t[e]);
+      });
     chain(op, f);
     rows([&](int64_t i0, int64_t i1) {
       for (int64_t e = i0 * W; e < i1 * W; ++e) t[e] = double(f[e]);
@@ -493,7 +518,10 @@ void run_streamed(const Blocks& X, const at::Tensor& a, const at::Tensor& b, con
   for (int64_t pc = 0; pc < X.len && !interrupted(); pc += op_size(X.prog, pc)) {
     const int64_t* op = X.prog + pc;
     switch (op[0]) {
-      case kSChain: chain_to(op, entry(sp++)); break;
+      case kSChain:
+        if (op[3] == 2) chain_to(op, entry(sp - 1));
+        else chain_to(op, entry(sp++));
+        break;
       case kSChains:  // top += each block's chain from +0, in order
         for (int64_t k = op[1]; k < op[2] && !interrupted(); k += op[3]) {
           const int64_t one[4] = {kSChain, k, std::min(op[2], k + op[3]), 0};
@@ -589,7 +617,8 @@ void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
   if (sa.has_value()) { vs[0] = view3(*sa); vs[1] = view3(*sb); }
   const View3* vsp = sa.has_value() ? vs : nullptr;
   const Window win = window_of(X, sa.has_value());
-  if (win.len < X.K) {  // K in windows (bounded working memory), batch elements in turn
+  if (win.len < X.K || sched_irregular(X.P, X.prog, X.len, X.K)) {
+    // K in windows (bounded working memory), batch elements in turn
     ChainSrc cs;
     StreamBufs<T> bufs;
     for (int64_t bi = 0; bi < X.Bt && !interrupted(); ++bi)

@@ -232,13 +232,17 @@ def cmd_fit(args) -> int:
         try:
             res = fit(path, args.format, args.out, passes=not args.single_pass)
         except (ValueError, TypeError, OSError) as e:
-            where = "" if isinstance(e, SamplesFileError) else f"{path}: "   # it names the file
+            # the path once: SamplesFileError and "no such samples file" name it already
+            named = isinstance(e, SamplesFileError) or str(path) in str(e)
+            where = "" if named else f"{path}: "
             print(f"mma-emu fit: {where}{_one_line(e)}", file=sys.stderr)
             return 2
         if args.json:
             docs.append({"file": path.name, "features": res.features.describe(),
                          "specs": [c.spec.to_string() for c in res.candidates],
-                         "undetermined": res.undetermined,
+                         "undetermined": res.undetermined, "verdict": res.verdict(),
+                         "more_samples": None if res.estimate is None else
+                         res.estimate.needed,
                          "closest": [{"spec": sp.to_string(), "mismatches": bad}
                                      for sp, bad in res.closest]})
             continue

@@ -125,6 +125,7 @@ class FitResult:
     consistent: int = 0          # distinct models reproducing every sample (before ``limit``)
     stopped_early: bool = False  # the search stopped at ``max_consistent`` fitting models
     space: int = 0               # candidate specs in the space searched
+    estimate: object = None      # fit_estimate.Estimate: more samples needed (undecided)
 
     @property
     def undecided(self) -> bool:
@@ -140,6 +141,8 @@ class FitResult:
         line = (f"undecided: {n} models reproduce all {s} sample{'s' if s != 1 else ''}, "
                 "which cannot decide between them; more samples (that make them differ) "
                 "are needed")
+        if self.estimate is not None:
+            line += ": " + self.estimate.describe()
         if self.stopped_early:
             line += (f"; the search stopped after {self.checked} of {self.space} candidates "
                      "(fit's max_consistent)")
@@ -246,7 +249,8 @@ def _as_samples(samples, in_format, out_dtype) -> Samples:
 
 
 def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None = None,
-        passes: bool = True, max_consistent: int | None = MAX_CONSISTENT_DEFAULT) -> FitResult:
+        passes: bool = True, max_consistent: int | None = MAX_CONSISTENT_DEFAULT,
+        estimate: bool = True) -> FitResult:
     """The specs reproducing every sample ``(a, b, c, d)``, best first.
 
     ``samples``: a path to an ``.npz`` (arrays a (S, K), b (S, K), c (S,), d (S,) - uint32
@@ -267,6 +271,8 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     leaves thousands, and running them all takes minutes - and then warns
     (:class:`FitUndecidedWarning`).  Samples longer than
     ``MMA_EMU_FIT_MAX_K`` products (default 4096) raise ``ValueError`` before any work.
+    ``estimate`` (undecided results): how many more samples would decide
+    (``result.estimate``, :mod:`.fit_estimate`: the best 64 models on 256 random inputs).
     """
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or
                               limit < 1):
@@ -343,12 +349,16 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     undetermined += _ties([c.spec for c in ranked])
     closest = [] if ranked else search.closest_misses(near, s)
     consistent = len(ranked)
+    est = None
+    if estimate and consistent > 1:
+        from .fit_estimate import samples_needed
+        est = samples_needed([c.spec for c in ranked], s)
     if limit:
         ranked = ranked[:limit]
     res = FitResult(ranked, feats, undetermined, stats["checked"], time.perf_counter() - t0,
                     s.source, filled, closest,
                     max(0, n_multi - (len(cands) - stats["checked"])), consistent, stats["stopped"],
-                    len(cands))
+                    len(cands), est)
     if res.stopped_early:
         warnings.warn(FitUndecidedWarning(f"fit: {s.source}: {res.verdict()}"), stacklevel=2)
     return res
