@@ -164,15 +164,40 @@ def test_cli_preview_bad_arguments_exit_2_with_one_line(args, match, capsys):
     assert rc == 2 and len(err.splitlines()) == 1 and match in err, err
 
 
-def test_cli_preview_as_a_process_has_a_progress_bar(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "torch_mma_emu", "preview", "--model-kwargs",
-                        '{"n_layer": 1, "d_model": 32, "d_ff": 64, "vocab": 64, "seq": 8}',
-                        "--arch", "sm90", "--formats", "bf16", "--batch", "2", "--no-plot",
-                        "--out", str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=ROOT), timeout=300)
+def test_cli_preview_as_a_process_has_a_progress_bar_on_a_terminal_only(tmp_path):
+    """tqdm's bar goes to stderr when it is a terminal (a pseudo-terminal here), and is left out
+    when stderr is a pipe or a file (logs stay clean)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    cmd = [sys.executable, "-m", "torch_mma_emu", "preview", "--model-kwargs",
+           '{"n_layer": 1, "d_model": 32, "d_ff": 64, "vocab": 64, "seq": 8}',
+           "--arch", "sm90", "--formats", "bf16", "--batch", "2", "--no-plot"]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    r = subprocess.run(cmd + ["--out", str(tmp_path / "a")], capture_output=True, text=True,
+                       cwd=ROOT, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "preview" in r.stderr and "run" in r.stderr             # tqdm's bar
-    assert (tmp_path / "preview.json").exists()
+    assert "run" not in r.stderr and (tmp_path / "a" / "preview.json").exists()
+    main_fd, tty_fd = pty.openpty()
+    fcntl.ioctl(tty_fd, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # 0 columns: no bar
+    p = subprocess.Popen(cmd + ["--out", str(tmp_path / "b")], stdout=subprocess.DEVNULL,
+                         stderr=tty_fd, cwd=ROOT, env=env)
+    os.close(tty_fd)
+    chunks = []
+    while True:
+        try:
+            data = os.read(main_fd, 4096)
+        except OSError:          # the terminal closed: the process has ended
+            break
+        if not data:
+            break
+        chunks.append(data)
+    assert p.wait(timeout=300) == 0
+    os.close(main_fd)
+    err = b"".join(chunks).decode(errors="replace")
+    assert "preview" in err and "run" in err, err[-2000:]             # tqdm's bar
+    assert (tmp_path / "b" / "preview.json").exists()
 
 
 def test_no_global_hook_is_left_behind():
