@@ -144,9 +144,10 @@ def test_tiny_family_reaches_signed_zero_results(arch, fmt, odt):
         v = t.float()
         assert ((v == 0) & torch.signbit(v)).any() and ((v == 0) & ~torch.signbit(v)).any()
     D = tme.emulated_mm(**kw)
-    zero = D == 0
-    assert (zero & torch.signbit(D)).any()
+    assert (D == 0).any() and not ((D == 0) & torch.signbit(D)).any()     # zero_sign="plus"
     assert ((D != 0) & (D.abs() < torch.finfo(D.dtype).tiny)).float().mean() > 0.2
+    keep = tme.emulated_mm(**dict(kw, arch=s.replace(zero_sign="keep")))    # the corner
+    assert ((keep == 0) & torch.signbit(keep)).any()
 
 
 def test_diagnose_names_the_zero_corners():
