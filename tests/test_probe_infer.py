@@ -33,6 +33,9 @@ def _id(sp):
 DISTINCT = _distinct()
 
 
+# slow: with the zero corners' Spec fields (issue 31) outside the probe's search space, many
+# rows search the whole space for minutes before their expected failure
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", DISTINCT, ids=[_id(s) for s in DISTINCT])
 def test_infer_recovers_the_registry_arithmetic(entry):
     if entry.op == "gst_fdpa" and entry.cancelled_group != "drop":
