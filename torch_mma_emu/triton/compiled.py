@@ -68,7 +68,6 @@ def begin(block, interp, args, kwargs, launched=None) -> None:
     if fn is None or not _may_reduce(fn):
         entry[1] = "the kernel was not compiled: its source calls no reduction"
         return
-    target = layout.target_of(block.arch)
     try:
         entry[0] = layout.compile_launch(fn, args, kwargs, target)
     except Exception as e:           # the compile is a model input, never fatal
