@@ -28,16 +28,15 @@ def rnd(*shape, dtype=torch.bfloat16, seed=0, scale=1.0) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def cpu_path(mode):
-    """The CPU kernel's path for the calls inside: None (its default choice), "scalar"
-    (MMA_EMU_SCALAR=1), or an instruction-set cap "avx2" / "avx512" (MMA_EMU_CPU_ISA)."""
-    old = {k: os.environ.get(k) for k in ("MMA_EMU_SCALAR", "MMA_EMU_CPU_ISA")}
-    os.environ.pop("MMA_EMU_SCALAR", None)
-    os.environ.pop("MMA_EMU_CPU_ISA", None)
-    if mode == "scalar":
-        os.environ["MMA_EMU_SCALAR"] = "1"
-    elif mode is not None:
-        os.environ["MMA_EMU_CPU_ISA"] = mode
+def env(**kv):
+    """Environment variables set (a value) or removed (None) for the calls inside, restored
+    after."""
+    old = {k: os.environ.get(k) for k in kv}
+    for k, v in kv.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = str(v)
     try:
         yield
     finally:
@@ -46,6 +45,13 @@ def cpu_path(mode):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def cpu_path(mode):
+    """The CPU kernel's path for the calls inside: None (its default choice), "scalar"
+    (MMA_EMU_SCALAR=1), or an instruction-set cap "avx2" / "avx512" (MMA_EMU_CPU_ISA)."""
+    return env(MMA_EMU_SCALAR="1" if mode == "scalar" else None,
+               MMA_EMU_CPU_ISA=mode if mode not in (None, "scalar") else None)
 
 
 def fast_path(spec, mode=None) -> str:
@@ -85,3 +91,20 @@ def triton_as_modelled(ok: bool, what: str) -> None:
         pytest.xfail(f"Triton {triton.__version__} compiles {what} otherwise than the "
                      "modelled Triton 3.6 (the emulation warns)")
     raise AssertionError(f"the installed Triton compiles {what} otherwise than modelled")
+
+
+def row_specs():
+    """Every registry row on its first input format: the unscaled rows once, the block-scaled
+    rows at each of their block sizes."""
+    from torch_mma_emu.registry import ROWS
+    return ([r.make_spec(r.formats[0], r.formats[0], 0) for r in ROWS if r.scale_format is None]
+            + [r.make_spec(r.formats[0], r.formats[0], bs) for r in ROWS if r.scale_format
+               for bs in r.block_sizes])
+
+
+def row_id(s) -> str:
+    """A test id for a spec of row_specs()."""
+    b = f"x{s.in_format_b}" if s.in_format_b else ""
+    inst = "" if s.passes == 1 else f"-{s.passes}pass"
+    sc = f"-{s.scale_format}{s.block_size}" if s.scaled else ""
+    return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}{sc}-L{s.L}{inst}"

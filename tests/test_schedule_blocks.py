@@ -29,39 +29,11 @@ import torch
 import torch_mma_emu as tme
 import torch_mma_emu.schedule as sched_mod
 from torch_mma_emu.inputs import FAMILIES, operands
-from torch_mma_emu.registry import ROWS
 from torch_mma_emu.schedule import PRESETS, Schedule
-from helpers import bits
+from helpers import bits, env, row_id, row_specs
 
 ROOT = Path(__file__).resolve().parents[1]
-SPECS = [r.make_spec(r.formats[0], r.formats[0], 0) for r in ROWS if r.scale_format is None] + \
-        [r.make_spec(r.formats[0], r.formats[0], bs) for r in ROWS if r.scale_format
-         for bs in r.block_sizes]
-
-
-def _id(s):
-    b = f"x{s.in_format_b}" if s.in_format_b else ""
-    inst = "" if s.passes == 1 else f"-{s.passes}pass"
-    sc = f"-{s.scale_format}{s.block_size}" if s.scaled else ""
-    return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}{sc}-L{s.L}{inst}"
-
-
-@contextlib.contextmanager
-def env(**kv):
-    old = {k: os.environ.get(k) for k in kv}
-    for k, v in kv.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = str(v)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+SPECS = row_specs()
 
 
 @contextlib.contextmanager
@@ -137,18 +109,18 @@ def _check(spec, kw, schedules, tag):
                 got = _run(kw, spec, s, sc)
             diff = (bits(got) != bits(want)).nonzero()
             name = s if isinstance(s, str) else s.describe()
-            assert diff.numel() == 0, (f"{diff.shape[0]} mismatches, {_id(spec)} {tag} "
+            assert diff.numel() == 0, (f"{diff.shape[0]} mismatches, {row_id(spec)} {tag} "
                                        f"budget {budget} {name}; first at {diff[0].tolist()}")
 
 
 @pytest.mark.parametrize("family", list(FAMILIES) + ["planted"])
-@pytest.mark.parametrize("spec", SPECS, ids=_id)
+@pytest.mark.parametrize("spec", SPECS, ids=row_id)
 def test_windows_give_the_bits_of_one_window(spec, family):
     L = math.lcm(spec.L, spec.block_size) if spec.scaled else spec.L
     K = max(5 * L + 3, 2 * 128 + 37) if L > 1 else 293      # a multiple of nothing
     if spec.scaled:
         K = 5 * L                                           # whole scale blocks
-    g = torch.Generator().manual_seed(zlib.crc32(f"{_id(spec)}{family}".encode()))
+    g = torch.Generator().manual_seed(zlib.crc32(f"{row_id(spec)}{family}".encode()))
     kw = operands(spec, 7, 37, K, "normal" if family == "planted" else family, g, batch=(2,))
     if family == "planted":
         kw = _plant(kw, spec, g)

@@ -20,7 +20,7 @@ from torch_mma_emu import cpp
 from torch_mma_emu.inputs import FAMILIES, operands
 from torch_mma_emu.registry import ROWS
 from torch_mma_emu.schedule import Schedule
-from helpers import bits, cpu_path, fast_path
+from helpers import bits, cpu_path, fast_path, row_id, row_specs
 
 
 @contextlib.contextmanager
@@ -41,17 +41,7 @@ def route(chains: bool):
 
 _probe = tme.spec("sm90", "fp16")
 PATHS = [None] + [i for i in ("avx2",) if fast_path(_probe, i).startswith(i)] + ["scalar"]
-# every unscaled row; the block-scaled rows at each block size
-SPECS = [r.make_spec(r.formats[0], r.formats[0], 0) for r in ROWS if r.scale_format is None] + \
-        [r.make_spec(r.formats[0], r.formats[0], bs) for r in ROWS if r.scale_format
-         for bs in r.block_sizes]
-
-
-def _id(s):
-    b = f"x{s.in_format_b}" if s.in_format_b else ""
-    inst = "" if s.passes == 1 else f"-{s.passes}pass"
-    sc = f"-{s.scale_format}{s.block_size}" if s.scaled else ""
-    return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}{sc}-L{s.L}{inst}"
+SPECS = row_specs()      # every unscaled row; the block-scaled rows at each block size
 
 
 def schedules(L):
@@ -78,12 +68,12 @@ def test_every_path_is_listed():
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-@pytest.mark.parametrize("spec", SPECS, ids=_id)
+@pytest.mark.parametrize("spec", SPECS, ids=row_id)
 def test_chain_route_equals_partials_route(spec, family):
     # slices and blocks start on the instruction's K and on scale blocks
     L = math.lcm(spec.L, spec.block_size) if spec.scaled else spec.L
     K = 5 * L + 3 if L > 1 else 37
-    g = torch.Generator().manual_seed(zlib.crc32(f"{_id(spec)}{family}".encode()))
+    g = torch.Generator().manual_seed(zlib.crc32(f"{row_id(spec)}{family}".encode()))
     kw = operands(spec, 37, 45, K, family, g, batch=(2,))
     A, B, C = kw["A"], kw["B"], kw["C"]
     C = C[0]  # broadcast over the batch
@@ -97,7 +87,7 @@ def test_chain_route_equals_partials_route(spec, family):
                 got = tme.emulated_mm(A, B, C, arch=spec, out_dtype=kw["out_dtype"],
                                       schedule=s, **sc)
             diff = (bits(got) != bits(want)).nonzero()
-            assert diff.numel() == 0, (f"{diff.shape[0]} mismatches, {_id(spec)} {family} "
+            assert diff.numel() == 0, (f"{diff.shape[0]} mismatches, {row_id(spec)} {family} "
                                        f"{mode or 'default'} {s.describe()}; first at "
                                        f"{diff[0].tolist()}")
 
