@@ -75,6 +75,14 @@ def routine(name: str):
     return _ROUTINES[name]
 
 
+def compiled(name: str):
+    """The routine of ``libdevice.<name>`` compiled before the launch (see ``routine``), or
+    the reason there is none; never compiles (the interpreter has patched
+    ``triton.language`` by now)."""
+    return _ROUTINES.get(name) or ("not compiled before the launch (libdevice.<name> not in "
+                                   "the kernel's file)")
+
+
 def prepare(fn) -> None:
     """Compile the routines of the ``libdevice.<name>`` calls in the kernel's source file."""
     if fn in _PREPARED:
@@ -99,11 +107,10 @@ def evaluate(block, symbol: str, args, counts):
     name = symbols().get(symbol)
     if name is None or len(args) != 1 or getattr(args[0].dtype, "name", "") != "fp32":
         return None
-    got = _ROUTINES.get(name)
+    got = compiled(name)
     if not isinstance(got, tuple):
-        why = got or "not compiled before the launch (libdevice.<name> not in the kernel's file)"
         raise NotImplementedError(f"torch_mma_emu.triton: libdevice.{name} ({symbol}) cannot "
-                                  f"be emulated: {why}")
+                                  f"be emulated: {got}")
     from triton.runtime.interpreter import TensorHandle
     x = np.asarray(args[0].data, np.float32)
     out, dead = ptx_run.run_lanes(*got, x)

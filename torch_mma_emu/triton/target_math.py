@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import gpu_math
 from ..gpu_math import ptx_run
+from . import libdevice_calls
 
 LOG2E = np.float32(1.44269502162933349609375)        # 0f3FB8AA3B, the PTX immediate
 
@@ -105,7 +106,8 @@ def _approx(method, args, np_dtype):
     return np.asarray(out).astype(np_dtype)
 
 
-_ROUTINES: dict = {}
+# builder method -> the libdevice function whose routine it inlines (the same PTX as
+# ``libdevice.<name>``: libdevice_calls compiles and caches both)
 _WORDS = {"create_log": "log", "create_log2": "log2", "create_sin": "sin", "create_cos": "cos",
           "create_erf": "erf"}
 
@@ -115,7 +117,6 @@ def prepare(fn) -> None:
     ``triton.language`` during it, which compiling needs unpatched): those whose name
     appears in the kernel's source file."""
     import inspect
-    global compiling_allowed
     if fn in _PREPARED:
         return
     _PREPARED.add(fn)
@@ -123,38 +124,12 @@ def prepare(fn) -> None:
         text = open(inspect.getsourcefile(fn)).read()
     except (TypeError, OSError):
         return
-    compiling_allowed = True
-    try:
-        for method, word in _WORDS.items():
-            if method not in _ROUTINES and re.search(rf"\b{word}\b", text):
-                _routine(method)
-    finally:
-        compiling_allowed = False
+    for word in _WORDS.values():
+        if re.search(rf"\b{word}\b", text):
+            libdevice_calls.routine(word)
+
+
 _PREPARED: set = set()        # kernels whose file was scanned
-
-
-compiling_allowed = False
-
-
-def _routine(method: str):
-    """(instructions, input, output) of the libdevice routine ``method`` becomes on sm_90,
-    cut out of the PTX of a one-element kernel compiled on the CPU (cached), or the text of
-    what :mod:`~torch_mma_emu.gpu_math.ptx_run` cannot run (local memory, loops: tl.sin /
-    tl.cos's large-argument reduction)."""
-    if method not in _ROUTINES:
-        if not compiling_allowed:
-            return "not compiled before the launch (its name is not in the kernel's file)"
-        from . import _routines, ptx_of
-        ptx = ptx_of.compile_ptx(_routines.one_op, {"X": "*fp32", "OUT": "*fp32",
-                                                    "OP": "constexpr"}, {"OP": method},
-                                 num_warps=1)
-        try:
-            got = ptx_run.routine(ptx)
-            ptx_run.run(*got, np.float32([1.5, -2.0]))      # the common path runs
-            _ROUTINES[method] = got
-        except ptx_run.Unsupported as e:
-            _ROUTINES[method] = f"an instruction not modelled ({e})"
-    return _ROUTINES[method]
 
 
 def dead_reason() -> str:
@@ -193,7 +168,7 @@ def evaluate(block, method: str, args):
         counts(block)[(tl_name, dt, f"float64 rounded ({what})", False)] += 1
         return TensorHandle(_approx(method, data, np_dtype), args[0].dtype)
     if steps is None:
-        got = _routine(method) if dt == "fp32" else None
+        got = libdevice_calls.compiled(_WORDS[method]) if dt == "fp32" else None
         if isinstance(got, tuple):
             prog, src, dst = got
             out, dead = ptx_run.run_lanes(prog, src, dst, data[0])
