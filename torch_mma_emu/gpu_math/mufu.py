@@ -138,16 +138,24 @@ def rcp(x: np.ndarray) -> np.ndarray:
     return canon_nan(np.where(np.isnan(x), np.float32(np.nan), res))
 
 
-def rsqrt(x: np.ndarray) -> np.ndarray:
-    """``MUFU.RSQ`` = ``rsqrt.approx.ftz.f32``: 1/sqrt(x); odd exponents take the table's
-    second half (mantissa in [2, 4)), even powers of two are exact."""
-    x = np.asarray(x, dtype=np.float32)
+def _square_root_split(x):
+    """The square-root tables' view of x (RSQ, SQRT): sign, exponent field e, mantissa m, the
+    unbiased exponent made even (ub), whether it was odd (the table's second half: mantissa
+    in [2, 4)), the row (top 6 mantissa bits + 64 if odd) and the low 17 bits xl."""
     sign, e, m = _parts(x)
     ub = e - 127
     odd = (ub & 1) == 1
     ub = np.where(odd, ub - 1, ub)
     idx = (m >> U32(17)).astype(np.int64) + np.where(odd, 64, 0)
     xl = (m & U32((1 << 17) - 1)).astype(U64)
+    return sign, e, m, ub, odd, idx, xl
+
+
+def rsqrt(x: np.ndarray) -> np.ndarray:
+    """``MUFU.RSQ`` = ``rsqrt.approx.ftz.f32``: 1/sqrt(x); odd exponents take the table's
+    second half (mantissa in [2, 4)), even powers of two are exact."""
+    x = np.asarray(x, dtype=np.float32)
+    sign, e, m, ub, odd, idx, xl = _square_root_split(x)
     c0, c1, c2 = _RSQ[0][idx], _RSQ[1][idx], _RSQ[2][idx]
     s = (c0 << U64(31)) - ((c1 * xl) << U64(17)) + c2 * approx_square(xl) \
         + U64(tables.RSQ_BIAS >> 30)
@@ -169,12 +177,7 @@ def sqrt(x: np.ndarray) -> np.ndarray:
     """``MUFU.SQRT`` = ``sqrt.approx.ftz.f32`` (candidate): the 128-row table as for RSQ
     (odd exponents take the second half), ``c0 + c1*xl - c2*xl^2``."""
     x = np.asarray(x, dtype=np.float32)
-    sign, e, m = _parts(x)
-    ub = e - 127
-    odd = (ub & 1) == 1
-    ub = np.where(odd, ub - 1, ub)
-    idx = (m >> U32(17)).astype(np.int64) + np.where(odd, 64, 0)
-    xl = (m & U32((1 << 17) - 1)).astype(U64)
+    sign, e, m, ub, odd, idx, xl = _square_root_split(x)
     c0, c1, c2 = _SQRT[0][idx], _SQRT[1][idx], _SQRT[2][idx]
     s = (c0 << U64(33)) + ((c1 * xl) << U64(18)) - c2 * approx_square(xl) \
         + U64(tables.SQRT_BIAS >> 29)
