@@ -13,7 +13,6 @@ by scripts/test.sh); without them the tests skip.
 """
 from __future__ import annotations
 
-import contextlib
 import importlib
 import warnings
 from collections import Counter
@@ -25,7 +24,6 @@ import torch_mma_emu as tme
 
 pytest.importorskip("triton")
 import torch_mma_emu.triton as tmt  # noqa: E402
-from torch_mma_emu.triton import hook  # noqa: E402
 
 ARCHS = {"sm90": "H100", "sm80": "A100", "gfx942": "MI300X"}
 # the instruction path each arch's dots may take (choice.py names them in em.counts)
@@ -44,29 +42,15 @@ def need(module: str):
                     f"requirements-triton-zoo.txt): {type(e).__name__}: {e}")
 
 
-@contextlib.contextmanager
-def _counting():
-    launches: Counter = Counter()
-    orig = hook._launch
-
-    def counting(block, interp, args, grid, warmup, kwargs, *rest):
-        launches[interp.fn.__name__] += 1
-        return orig(block, interp, args, grid, warmup, kwargs, *rest)
-    hook._launch = counting
-    try:
-        yield launches
-    finally:
-        hook._launch = orig
-
-
 def run_zoo(key: str, fn):
     """``fn()`` under the emulation of ``ARCHS[key]``: (its result, the Triton block, the
     launch counts).  Asserts that kernels launched and nothing multiplied natively."""
     arch = ARCHS[key]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")     # autotune / atomics / version notes: not the test
-        with tme.emulate(arch) as pm, tmt.emulate(arch) as em, _counting() as launches:
+        with tme.emulate(arch) as pm, tmt.emulate(arch) as em:
             out = fn()
+    launches = Counter(name for name, *_ in em.launches)
     native = {k: n for k, n in pm.counts.items() if k[2] == "native"}
     assert not native, f"torch matrix products ran natively: {native}"
     assert sum(launches.values()) > 0, "no Triton kernel launched"

@@ -26,7 +26,6 @@ fused sums ...".  Each tree costs about K emulated runs.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import re
 import warnings
@@ -83,24 +82,6 @@ class InvarianceReport:
             lines.append(f"summation tree of row {row} (FPRev):")
             lines += [f"  b={b}: {d}" for b, d in per.items()]
         return "\n".join(lines)
-
-
-@contextlib.contextmanager
-def _launch_log():
-    from ..triton import hook
-    log = []
-    orig = hook._launch
-
-    def logged(block, interp, args, grid, warmup, kwargs, *rest):   # rest: what hook adds
-        g = grid(dict(zip(interp.arg_names, args), **kwargs)) if callable(grid) else grid
-        keys = {k: v for k, v in kwargs.items() if isinstance(v, (int, float, str, bool))}
-        log.append((interp.fn.__name__, tuple(g), tuple(sorted(keys.items()))))
-        return orig(block, interp, args, grid, warmup, kwargs, *rest)
-    hook._launch = logged
-    try:
-        yield log
-    finally:
-        hook._launch = orig
 
 
 def _config(log, em, pm) -> dict:
@@ -185,8 +166,7 @@ def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], a
                for a in args]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with torch_emulate(arch, record=True) as pm, emulate(arch) as em, \
-                    _launch_log() as log:
+            with torch_emulate(arch, record=True) as pm, emulate(arch) as em:
                 res = fn(*sub)
         res = pick(res)
         if not isinstance(res, torch.Tensor) or res.dim() == 0 or res.shape[0] != b:
@@ -194,7 +174,7 @@ def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], a
                              f"tensor with {b} rows, got "
                              f"{getattr(res, 'shape', type(res).__name__)}")
         outs[b] = res.detach().cpu()
-        configs[b] = _config(log, em, pm)
+        configs[b] = _config(em.launches, em, pm)
     changes = []
     for r in range(big):
         holders = [b for b in sizes if b > r]

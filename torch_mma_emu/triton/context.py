@@ -53,6 +53,7 @@ class TritonEmulation:
         self.exact_math = bool(exact_math)
         self.counts: Counter = Counter()
         self.reductions: Counter = Counter()      # each reduction's tree (compiled.py)
+        self.launches: list = []    # (kernel name, grid, scalar launch arguments) per launch
         self._num_warps = 4
         self._warned: set = set()
 
@@ -111,8 +112,11 @@ class TritonEmulation:
             return lambda lhs, rhs: (1, 1, 1)
         return None
 
-    def begin_launch(self, kwargs):
+    def begin_launch(self, interp, args, grid, kwargs):
         self._num_warps = int(kwargs.get("num_warps") or 4)
+        g = grid(dict(zip(interp.arg_names, args), **kwargs)) if callable(grid) else grid
+        self.launches.append((interp.fn.__name__, tuple(g), tuple(sorted(
+            (k, v) for k, v in kwargs.items() if isinstance(v, (int, float, str, bool))))))
 
     def end_launch(self):
         self._num_warps = 4

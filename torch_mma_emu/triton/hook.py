@@ -227,7 +227,7 @@ def _launch(block, interp, args, grid, warmup, kwargs, launched=None):
             b.options = block.interpreter_options(b.options)
             if block.min_dot_size is not None:
                 b.codegen_fns["min_dot_size"] = block.min_dot_size
-            block.begin_launch(kwargs)
+            block.begin_launch(interp, args, grid, kwargs)
             compiled.begin(block, interp, args, kwargs, launched)
             extras.begin_launch(block, interp.fn, args, kwargs)
             out = _orig["interp_run"](interp, *args, grid=grid, warmup=warmup, **kwargs)
