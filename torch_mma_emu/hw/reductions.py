@@ -23,6 +23,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .common import bits
+
 LENGTHS = (1024, 4099, 16384)
 ROWS = 2
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
@@ -45,11 +47,6 @@ def inputs(n: int, family: str, dtype: torch.dtype, seed: int = 29) -> torch.Ten
     return x.to(dtype)
 
 
-def _bits(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().cpu().contiguous()
-    return t.view({4: torch.int32, 2: torch.int16}[t.element_size()]).numpy()
-
-
 def record(device: str, log=print) -> dict:
     arrays = {}
     for dname, dt in DTYPES.items():
@@ -57,13 +54,13 @@ def record(device: str, log=print) -> dict:
             for n in LENGTHS:
                 x = inputs(n, fam, dt)
                 key = f"{dname}_{fam}_n{n}"
-                arrays[f"in_{key}"] = _bits(x)
+                arrays[f"in_{key}"] = bits(x).numpy()
                 for op, fn in OPS.items():
                     try:
                         y = fn(x.to(device))
                         if device != "cpu":
                             torch.cuda.synchronize()
-                        arrays[f"{op}_{key}"] = _bits(y)
+                        arrays[f"{op}_{key}"] = bits(y).numpy()
                     except Exception as e:  # noqa: BLE001   (record what runs)
                         log(f"[reductions] {op} {key}: {type(e).__name__}: {e}")
     return arrays
