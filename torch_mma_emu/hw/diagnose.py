@@ -75,6 +75,11 @@ def fp8_as_fp16_hmma(kw, dev, arch, odt, chained: bool):
     return acc
 
 
+# the exponent floor the MATLAB tensor-core models (seed 002) give zero terms for B200's fp16
+# output: the one candidate for zero_exp that is not MMA-Sim's (docs/model.md 6.3)
+MATLAB_FP16_FLOOR = -15
+
+
 def corner_alternatives(spec):
     """(label, spec) for the choices the zero corners leave to evidence (issue 31, docs/model.md
     section 6): the other sign of a zero result, other exponents for zero terms (none, the
@@ -84,7 +89,8 @@ def corner_alternatives(spec):
     if spec.op in ZERO_OPS:
         out += [(f"zero_sign={z}", spec.replace(zero_sign=z)) for z in ZERO_SIGNS
                 if z != spec.zero_sign]
-        floors = [None, -15, -19, -20, -21, -131, -132, -133, -139]
+        floors = [None, MATLAB_FP16_FLOOR] + sorted(
+            {z for pair in registry.ZERO_EXP.values() for z in pair} | {registry.ZERO_EXP_GST})
         out += [(f"zero_exp={z}", spec.replace(zero_exp=z)) for z in floors if z != spec.zero_exp]
     if spec.op == "gst_fdpa":
         out += [(f"cancelled_group={c}", spec.replace(cancelled_group=c))
