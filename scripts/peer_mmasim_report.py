@@ -28,7 +28,7 @@ def main(argv=None) -> int:
     try:
         import peer_mmasim as pm
     except ImportError as e:
-        print(f"mmasim is not installed (pip install -r requirements-peers.txt): {e}")
+        print(f"mmasim is not installed (pip install -r requirements-peers.txt torch==<yours>): {e}")
         return 2
     t0 = time.time()
     runs = {"default": collections.Counter()}

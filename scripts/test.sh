@@ -42,7 +42,7 @@ PY
     echo "[test] installing the Triton zoo: $(echo $zoo_missing)"
     timeout $((3 * NET_TIMEOUT)) "$VPY" -m pip install -q -r requirements-triton-zoo.txt \
       "$TORCH_PIN" "$TRITON_PIN" || echo "[test] warning: could not install the Triton zoo"
-    timeout "$NET_TIMEOUT" "$VPY" -m pip install -q --no-deps flag-gems \
+    timeout "$NET_TIMEOUT" "$VPY" -m pip install -q --no-deps flag-gems "$TORCH_PIN" \
       && timeout "$NET_TIMEOUT" "$VPY" -m pip install -q pyyaml sqlalchemy packaging "$TORCH_PIN" \
       || echo "[test] warning: could not install flag-gems; its tests skip"
   fi

@@ -5,7 +5,7 @@ picks its parameters), against ``emulated_mm`` on the registry instruction it ma
 bottom of the output range, exact cancellation, zeroed / cancelling scale groups with random
 scale exponents.  Every difference must be one of the documented corners of docs/model.md
 section 6 (each one checked by re-running the alternative or by its defining condition);
-none may be unexplained.  Skips without mmasim (``pip install -r requirements-peers.txt``).
+none may be unexplained.  Skips without mmasim (``pip install -r requirements-peers.txt torch==<yours>``).
 """
 import collections
 import re

@@ -22,7 +22,7 @@ try:
         import flag_gems  # noqa: F401
         from flag_gems import ops
 except Exception as e:        # noqa: BLE001 - not installed, or fails on this machine
-    pytest.skip(f"flag_gems not importable here (pip install flag-gems --no-deps): "
+    pytest.skip(f"flag_gems not importable here (pip install flag-gems torch==<yours> --no-deps): "
                 f"{type(e).__name__}: {e}", allow_module_level=True)
 
 H = torch.float16

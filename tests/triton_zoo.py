@@ -39,7 +39,7 @@ def need(module: str):
         return importlib.import_module(module)
     except Exception as e:       # noqa: BLE001 - any import failure is a skip, with its text
         pytest.skip(f"{module} not importable here (pip install -r "
-                    f"requirements-triton-zoo.txt): {type(e).__name__}: {e}")
+                    f"requirements-triton-zoo.txt torch==<yours>): {type(e).__name__}: {e}")
 
 
 def run_zoo(key: str, fn):
