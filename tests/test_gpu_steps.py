@@ -57,6 +57,16 @@ def test_steps_dry_run_plans_every_step_within_its_limit(tmp_path):
     assert (f"+ [140s] {sys.executable} scripts/gpu/triton_emulate.py --out "
             f"{tmp_path}/triton.md --archive {tmp_path}/triton_mismatches.tar") in out
     assert (tmp_path / "steps.log").read_text().count("+ [") == out.count("+ [")
+    # every reveal the GPU runs stays within the bound in force for its command (limits.py):
+    # a refusal there exits 2 and loses the tree
+    import re
+    from torch_mma_emu import limits
+    for line in out.splitlines():
+        m = re.search(r"reveal (?:sum|matmul) .*--(?:n|k) (\d+)", line)
+        if m:
+            env = re.search(r"MMA_EMU_MAX_REVEAL_N=(\d+)", line)
+            bound = int(env.group(1)) if env else limits.BOUNDS["reveal_n"].default
+            assert int(m.group(1)) <= bound, line
 
 
 def test_steps_budget_and_bad_steps(tmp_path):

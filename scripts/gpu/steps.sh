@@ -196,8 +196,9 @@ step_fprev() {     # FPRev on torch.sum and cuBLAS: trees as JSON in one tar (PN
   rm -rf "$d"; mkdir -p "$d"
   for n in 1024 4099 100000; do     # torch.sum first: its trees are the reductions' anchor
     lim=$(limit_for 60); [ "$lim" = 0 ] && break
-    run "$lim" "$PY" -m torch_mma_emu reveal sum --n "$n" --device "$dev" --dtype float32 \
-      --no-progress --out "$d/torch_sum_fp32_n$n.json"
+    # n = 1e5 is above reveal's default bound of 2^16 summands (torch_mma_emu/limits.py)
+    run "$lim" env MMA_EMU_MAX_REVEAL_N=100000 "$PY" -m torch_mma_emu reveal sum --n "$n" \
+      --device "$dev" --dtype float32 --no-progress --out "$d/torch_sum_fp32_n$n.json"
   done
   local cases=("fp32:--dtype float32 --in-format fp32" "tf32:--dtype float32 --in-format tf32"
                "fp16:--dtype float16" "bf16:--dtype bfloat16" "fp8_e4m3:--dtype float8_e4m3fn")
