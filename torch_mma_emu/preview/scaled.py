@@ -279,7 +279,7 @@ def handle_scaled_mm(mode, func, args, kwargs):
     A, B, out = a["self"], a["mat2"], a.get("out")
     arch = mode.policy.arch_name
     if mode.policy.choice("scaled_mm") == "native":
-        mode._note(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
+        mode.record(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
         return func(*args, **kwargs)
     v2 = func.overloadpacket.__name__ == "_scaled_mm_v2"
     if not v2 and out is not None and a.get("out_dtype") not in (None, out.dtype):
@@ -318,7 +318,7 @@ def handle_scaled_mm(mode, func, args, kwargs):
 def _native(mode, func, args, kwargs, A, B, why):
     """A scaled product the emulator does not model: native, recorded, warned (every call:
     its numbers are this machine's, not the arch's)."""
-    mode._note(func, "scaled_mm", "native", [A.shape, B.shape], why)
+    mode.record(func, "scaled_mm", "native", [A.shape, B.shape], why)
     warnings.warn(f"emulate({mode.policy.arch_name}): {func} runs natively ({why}); "
                   "its result is this machine's, not the emulated arch's", stacklevel=4)
     return func(*args, **kwargs)
@@ -354,7 +354,7 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
                 part = part * (sp.kblock_a[:, j:j + 1] * sp.kblock_b[j:j + 1])
                 acc = part if acc is None else acc + part
         else:
-            plan = mode._plan("scaled_mm", sp.A, sp.B, phase())
+            plan = mode.plan("scaled_mm", sp.A, sp.B, phase())
             label = plan.label + (" (rowwise scales)" if sp.recipe == "rowwise" else "")
             if step is None or K <= step:
                 acc = run_product(sp.A, sp.B, plan, out_dtype=torch.float32)
@@ -377,7 +377,7 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
     D = acc if sp.post is None else acc * sp.post
     if bias is not None:
         D = D + bias.to(torch.float32)
-    mode._note(func, "scaled_mm", label, shapes)
+    mode.record(func, "scaled_mm", label, shapes)
     D = round_result(D, out_dtype)
     if out is not None:
         out.resize_(D.shape)
