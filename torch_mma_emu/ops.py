@@ -143,7 +143,7 @@ def _out_dtype(s: Spec) -> torch.dtype:
     return OUT_DTYPES[s.out_format]
 
 
-def _broadcast_shapes(A, B, C, fn="emulated_mm"):
+def broadcast_shapes(A, B, C, fn="emulated_mm"):
     """(batch, M, K, N, out_shape) of ``C + A @ B`` with broadcast batch dimensions; a clear
     ValueError naming ``fn`` otherwise (shared with the native paths)."""
     if A.dim() < 2 or B.dim() < 2:
@@ -237,7 +237,7 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
     _check_devices(A, B, C, scale_a, scale_b)
     A, B, in_format, lo = _input_precision(sched, A, B, in_format)
     s = resolve_spec(A, B, arch, in_format, out_dtype, instruction, scale_a, scale_b)
-    batch, M, K, N, out_shape = _broadcast_shapes(A, B, C)
+    batch, M, K, N, out_shape = broadcast_shapes(A, B, C)
     odt = _out_dtype(s)
     if C is not None and not C.dtype.is_floating_point:
         raise TypeError(f"emulated_mm: C has dtype {C.dtype}; it must be a floating tensor")
@@ -297,7 +297,7 @@ def _(A, B, C=None, scale_a=None, scale_b=None, *, arch="sm90", in_format=None,
         in_format = "fp32" if sched.input_precision == "ieee" else "tf32"
     s = resolve_spec(A, B, arch, in_format, out_dtype, instruction, scale_a, scale_b)
     _check_devices(A, B, C, scale_a, scale_b)
-    *_, out_shape = _broadcast_shapes(A, B, C)
+    *_, out_shape = broadcast_shapes(A, B, C)
     return A.new_empty(out_shape, dtype=_out_dtype(s))
 
 

@@ -108,14 +108,14 @@ def reveal(fn, n: int, *, dtype=torch.float32, device="cpu", big=None, unit=None
     >>> reveal(torch.sum, 64).describe()   # doctest: +SKIP
     '8-way strided (each way 4-way strided, ...), ...'
     """
-    from .targets.torch_ops import _check_n, _device
+    from .targets.torch_ops import as_device, check_n
     if not callable(fn):
         raise TypeError(f"reveal: fn must be a callable summing a 1-D tensor, got "
                         f"{type(fn).__name__}")
-    dev = _device(device)
+    dev = as_device(device)
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"reveal: device must be cpu or cuda[:i], got {device!r}")
-    target = VectorTarget(_returning_scalar(fn), _check_n(n), dtype, dev,
+    target = VectorTarget(_returning_scalar(fn), check_n(n), dtype, dev,
                           values=_values(dtype, big, unit))
     return reveal_target(target, **opts)
 

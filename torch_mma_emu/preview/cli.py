@@ -28,7 +28,7 @@ from ..cli_args import bounded, seed
 from ..codec import decimal_int
 from ..limits import LimitError, check
 from ..registry import ARCHS, canonical_arch
-from .model_preview import FORMATS, _options, preview_model, runs_for
+from .model_preview import FORMATS, preview_model, run_options, runs_for
 
 __all__ = ["register", "load_model", "make_input", "render", "plot"]
 
@@ -265,7 +265,7 @@ def _check_args(args) -> tuple[list, list]:
         raise ValueError("--arch: give at least one arch (or 'all')")
     archs = [canonical_arch(a) for a in archs]          # ValueError names the known archs
     if args.formats is None:
-        formats = [f for f in FORMATS if any(_options(f, a) is not None for a in archs)]
+        formats = [f for f in FORMATS if any(run_options(f, a) is not None for a in archs)]
     else:
         formats = [f for f in args.formats.split(",") if f]
         bad = [f for f in formats if f not in FORMATS]

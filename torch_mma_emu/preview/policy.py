@@ -113,7 +113,8 @@ def _fp16_accumulation_flag() -> bool:
 
 
 @lru_cache(maxsize=1024)
-def _has(arch: str, fmt: str, out: str = "fp32") -> bool:
+def arch_has(arch: str, fmt: str, out: str = "fp32") -> bool:
+    """Whether ``arch`` has a registry row for ``fmt`` inputs and ``out`` results."""
     try:
         registry_spec(arch, fmt, out)
         return True
@@ -131,7 +132,7 @@ def _has_pair(arch: str, fa: str, fb: str) -> bool:
 
 
 def _supported(arch: str) -> list[str]:
-    return [f for f in FORMAT_CHOICES if _has(arch, f, default_out(f))]
+    return [f for f in FORMAT_CHOICES if arch_has(arch, f, default_out(f))]
 
 
 def _check_schedules(schedule) -> dict:
@@ -193,11 +194,11 @@ class Policy:
         self.fp16_accumulation = (_fp16_accumulation_flag() if fp16_accumulation is None
                                   else fp16_accumulation)
         if self.spec is None:
-            if fp32_format in ("tf32", "xf32") and not _has(self.arch, fp32_format):
+            if fp32_format in ("tf32", "xf32") and not arch_has(self.arch, fp32_format):
                 raise ValueError(f"fp32_format={fp32_format!r}: {self.arch} has no "
                                  f"{fp32_format} instruction; it supports "
                                  f"{', '.join(_supported(self.arch))}")
-            if fp16_alt_impl != "off" and not _has(self.arch, "bf16"):
+            if fp16_alt_impl != "off" and not arch_has(self.arch, "bf16"):
                 raise ValueError(f"fp16_alt_impl={fp16_alt_impl!r} runs fp16 products as "
                                  f"bf16, but {self.arch} has no bf16 instruction")
 
@@ -229,7 +230,7 @@ class Policy:
                 raise ValueError(f"formats[{key!r}]={val!r}; allowed: "
                                  f"{', '.join(SPECIAL_CHOICES + FORMAT_CHOICES)}")
             if self.spec is None:
-                if not _has(self.arch, name, default_out(name)):
+                if not arch_has(self.arch, name, default_out(name)):
                     raise ValueError(f"formats[{key!r}]={val!r}: {self.arch} has no {name} "
                                      f"instruction; it supports "
                                      f"{', '.join(_supported(self.arch))}")
@@ -321,7 +322,7 @@ class Policy:
                 want = self.fp32_format
                 if want == "auto":
                     allowed = self.conv_tf32 if kind == "conv" else self.matmul_tf32
-                    want = "tf32" if allowed and _has(arch, "tf32") else "fp32"
+                    want = "tf32" if allowed and arch_has(arch, "tf32") else "fp32"
                 if want in ("tf32", "xf32"):
                     return Plan(arch, want, in_format=want)
             return Plan(arch, "fp32")
@@ -331,14 +332,14 @@ class Policy:
             if alt and kind != "attention":  # rocBLAS/MIOpen only, not attention kernels
                 return Plan(arch, "bf16 (fp16 alt impl)", cast=torch.bfloat16)
             if (self.fp16_accumulation and kind not in ("attention", "conv")   # cuBLAS only
-                    and _has(arch, "fp16", "fp16")):
+                    and arch_has(arch, "fp16", "fp16")):
                 return Plan(arch, "fp16 (fp16 acc)", torch.float16)
             return Plan(arch, "fp16")
         if own == "bf16":
-            if not _has(arch, "bf16"):
+            if not arch_has(arch, "bf16"):
                 return Plan(arch, "bf16 via fp32 FMA", cast=torch.float32)
             return Plan(arch, "bf16")
-        if not _has(arch, own):
+        if not arch_has(arch, own):
             raise ValueError(f"emulate: {arch} has no {own} instruction (PyTorch has no "
                              f"{own} GEMM there either); it supports "
                              f"{', '.join(_supported(arch))}")

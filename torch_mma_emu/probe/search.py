@@ -21,6 +21,11 @@ _OP_RANK = {op: i for i, op in enumerate(("fma", "e_fdpa", "t_fdpa", "st_fdpa", 
                                           "tr_fdpa", "gtr_fdpa", "ftz_addmul"))}
 
 
+def op_rank(op: str) -> int:
+    """How simple an elementary operation is taken to be (fma first; unknown ones last)."""
+    return _OP_RANK.get(op, len(_OP_RANK) + 1)
+
+
 def arith_key(sp: Spec) -> tuple:
     """The arithmetic identity of a spec (NaN encoding normalised)."""
     vals = []

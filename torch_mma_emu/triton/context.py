@@ -241,7 +241,7 @@ class TritonEmulation:
             where = self.arch or "a Spec"
             raise NotImplementedError(f"torch_mma_emu.triton: tl.dot_scaled on {where} is not "
                                       "modelled (NVIDIA archs are)")
-        fa, fb = scaled._elem(lhs_format), scaled._elem(rhs_format)
+        fa, fb = scaled.elem_format(lhs_format), scaled.elem_format(rhs_format)
         cc = NV_CC[self.arch]
         M, N = lhs.data.shape[-2], rhs.data.shape[-1]
         tc_ok = 100 <= cc < 110 and self._num_warps in (4, 8) and M % 64 == 0 \

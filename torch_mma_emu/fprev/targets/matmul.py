@@ -18,7 +18,7 @@ from ...limits import check
 from ...ops import emulated_mm
 from ..probes import ProbeValues, check_dtype
 from .base import RowsTarget
-from .torch_ops import _check_n, _device
+from .torch_ops import as_device, check_n
 
 BACKENDS = ("torch", "emulated", "reference", "cublas", "triton")
 
@@ -61,12 +61,12 @@ class MatmulTarget(RowsTarget):
                  out_dtype=None, with_c=False, arch="sm90", in_format=None, c_mode="chain",
                  instruction=None, mm_kwargs=None, values=None, big=None, unit=None,
                  pack=None, batch=True):
-        m, n, k = _check_n(m, "m"), _check_n(n, "n"), _check_n(k, "k")
+        m, n, k = check_n(m, "m"), check_n(n, "n"), check_n(k, "k")
         check("reveal_n", k, "k")
         check("elements", max(m, n) * k,
               f"the elements of A ({m} x {k}) or B ({k} x {n})")
         dtype = check_dtype(dtype)
-        dev = _device(device)
+        dev = as_device(device)
         mm, label, ieee = resolve_mm(backend, arch=arch, in_format=in_format,
                                      out_dtype=out_dtype, c_mode=c_mode,
                                      instruction=instruction, mm_kwargs=mm_kwargs)
