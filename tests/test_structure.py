@@ -314,6 +314,21 @@ def test_no_private_name_used_across_the_packages_modules():
         f"them): {gone}")
 
 
+def test_the_preview_handlers_use_the_modes_handler_api():
+    """The op families' handlers reach the emulate mode (their ``mode`` argument) through
+    its public handler API (plan, record, record_native, warn_once, policy), never through
+    its private attributes."""
+    hits = []
+    for mod, path in package_modules().items():
+        if path is None or not mod.startswith(f"{PKG}.preview.") or mod.endswith(".mode"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                    and node.value.id in ("mode", "block") and _private(node.attr)):
+                hits.append(f"{_short(mod)}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not hits, f"private attributes of the mode used by handlers: {hits}"
+
+
 def test_no_source_file_over_700_lines():
     long = {f: n for f in _tracked(*SOURCE_SUFFIXES)
             if (n := len((ROOT / f).read_text(errors="replace").splitlines())) > MAX_LINES}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Optional
 
-from ..isa import FAMILIES, family_archs
+from ..isa import FAMILIES, INSTRUCTIONS, family_archs
 from ..registry import ARCHS, canonical_arch, row as registry_row
 
 # Triton's scalar type names -> the project's format names (triton.language dtype.name)
@@ -42,8 +42,8 @@ class DotPlan:
     in fp32), ``round_result`` (the fp32 chain is rounded to this format after the dot: AMD
     keeps fp16 accumulators in fp32), ``instruction`` (a registry variant; None: the arch's
     default row), ``row`` (the id of the arch's instruction of this path, isa.py,
-    that the default row models; None where the default row, of another family, stands in)
-    and ``note`` (assumptions)."""
+    that the default row models; None where the default row, of another family, stands in),
+    ``note`` (assumptions) and ``arch`` (the target; None for a plan made without one)."""
 
     path: str
     fmt_a: str
@@ -55,12 +55,24 @@ class DotPlan:
     instruction: Optional[str] = None
     note: str = ""
     row: Optional[str] = None
+    arch: Optional[str] = None
 
     @property
     def in_format(self) -> str:
         return self.fmt_a if self.fmt_a == self.fmt_b else f"{self.fmt_a},{self.fmt_b}"
 
+    def model(self) -> Optional[str]:
+        """The id of the registry row whose arithmetic runs the plan (what ``run_plan``
+        hands ``emulated_mm``); None without an arch."""
+        if self.arch is None:
+            return None
+        return _model_row(self.arch, self.fmt_a, self.fmt_b, self.out,
+                          self.instruction or self.row)
+
     def describe(self) -> str:
+        """The plan as ``em.counts`` / ``em.summary()`` name it: the instruction family and
+        types, Triton's conversions, the instruction issued and the registry row that models
+        it ("standing in" where the arch has no row of this family for these types)."""
         s = f"{self.path} {self.in_format}->{self.out}"
         if self.convert:
             s += f" (operands converted to {self.convert})"
@@ -69,7 +81,15 @@ class DotPlan:
         if self.round_result:
             s += f", rounded to {self.round_result}"
         if self.instruction:
-            s += f" [{self.instruction}]"
+            s += f": instruction {self.instruction}"
+        elif self.row:
+            s += f": instruction {INSTRUCTIONS[self.row].name}"
+        else:
+            s += f": instruction {self.path} (no {self.arch or 'registry'} row of its own)"
+        model = self.model()
+        if model is not None:
+            stand_in = model != self.row and not self.instruction
+            s += f", model {self.arch} {model}" + (" standing in" if stand_in else "")
         return s
 
 
@@ -211,7 +231,16 @@ def choose(arch: str, fmt_a: str, fmt_b: str, out: str, precision: str = "tf32",
     make = _nv_plan if vendor == "nvidia" else _amd_plan
     plan = make(arch, fmt_a, fmt_b, out, precision, max_num_imprecise_acc, M, N, K, batched,
                 num_warps, instruction)
-    return replace(plan, row=_row_of(arch, plan.fmt_a, plan.fmt_b, plan.out, plan.path))
+    return replace(plan, row=_row_of(arch, plan.fmt_a, plan.fmt_b, plan.out, plan.path),
+                   arch=arch)
+
+
+@lru_cache(maxsize=None)
+def _model_row(arch, fa, fb, out, instruction) -> Optional[str]:
+    try:
+        return registry_row(arch, fa, out, in_format_b=fb, instruction=instruction).instruction
+    except ValueError:
+        return None
 
 
 @lru_cache(maxsize=None)
