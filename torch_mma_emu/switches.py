@@ -30,6 +30,7 @@ import functools
 import importlib
 import sys
 import threading
+import warnings
 from typing import Any, Callable, Iterator, Optional
 
 import torch
@@ -246,9 +247,16 @@ def _ours(wrapper: Callable, original: Callable) -> Callable:
 
 
 def _module(name: str):
-    """The module, or None where this build of PyTorch lacks it (no Inductor, no flex)."""
+    """The module, or None where this build of PyTorch lacks it (no Inductor, no flex).
+    PyTorch's own deprecation warnings while it imports (torch 2.13's Inductor imports
+    torch.utils.mkldnn, whose ``@torch.jit.script_method`` warns) are not the user's to
+    read; under ``-W error`` they would also fail the import and drop the patch."""
+    if name in sys.modules:        # (imported: no warnings to hold back)
+        return sys.modules[name]
     try:
-        return importlib.import_module(name)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
+            return importlib.import_module(name)
     except Exception:  # noqa: BLE001 (any failure to import: the feature is absent)
         return None
 
@@ -275,10 +283,9 @@ MHA_FASTPATH = patch_switch(
 
 
 def _inductor_settings(p: Patches) -> None:
-    try:
-        import torch._functorch.config as aot_config
-        import torch._inductor.config as ind_config
-    except Exception:  # no Inductor in this build: nothing to switch
+    aot_config = _module("torch._functorch.config")
+    ind_config = _module("torch._inductor.config")
+    if aot_config is None or ind_config is None:  # no Inductor in this build: nothing to switch
         return
     values = [(ind_config, "max_autotune_gemm_backends", "ATEN"),
               (getattr(ind_config, "cpp", None), "weight_prepack", False),
@@ -313,9 +320,8 @@ INDUCTOR_SETTINGS = patch_switch(
 
 
 def _product_decomps(p: Patches) -> None:
-    try:
-        from torch._inductor import decomposition as dec
-    except Exception:  # no Inductor in this build: nothing to keep
+    dec = _module("torch._inductor.decomposition")
+    if dec is None:       # no Inductor in this build: nothing to keep
         return
     tables = [dec.decompositions]
     if hasattr(dec, "fast_random_decomps"):
@@ -396,11 +402,11 @@ FLEX_CPU_GRAD = _replacing(
 
 
 def _flex_lowering(p: Patches) -> None:
-    try:
-        import torch._inductor.kernel.flex.flex_attention  # noqa: F401 (registers it)
-        from torch._inductor.lowering import lowerings
-    except Exception:  # no Inductor / flex lowering in this build
+    registers = _module("torch._inductor.kernel.flex.flex_attention")
+    lowering = _module("torch._inductor.lowering")
+    if registers is None or lowering is None:   # no Inductor / flex lowering in this build
         return
+    lowerings = lowering.lowerings
     for hop in _flex_ops():
         fn = lowerings.get(hop)
         if fn is None or getattr(fn, "_mma_emu_keeps", False):
