@@ -54,6 +54,29 @@ def test_a_registry_spec_and_a_hand_built_one_say_what_they_are():
     assert msg.startswith("emulate(custom Spec [fp32 -> fp32: fma L=1 rho=rne_fp32]): "), msg
 
 
+def test_attention_notes_say_which_gpu_a_custom_spec_is_taken_as():
+    q = torch.randn(1, 2, 5, 8, generator=torch.Generator().manual_seed(0))
+    with emulate(tme.spec("sm90", "fp16").replace(F=27), record=True) as em:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, dropout_p=0.25)
+    [rec] = em.records
+    assert rec.note == "flash form, dropout_p=0.25 (efficient on custom, taken as sm90)"
+    assert rec.arch.startswith("custom Spec [fp16 -> fp32: t_fdpa L=16 F=27 ")
+
+
+def test_fprev_names_a_spec_by_its_description_not_its_repr():
+    from torch_mma_emu import fprev
+    from torch_mma_emu.fprev.targets.matmul import MatmulTarget
+    spec = tme.spec("sm90", "fp16").replace(F=27)
+    t = MatmulTarget(4, 1, 8, backend="emulated", arch=spec, dtype=torch.float16)
+    assert t.label == (f"emulated_mm(arch=custom Spec [fp16 -> fp32: {spec.describe()}]) "
+                       "[4x8] @ [8x1]")
+    narrow = spec.replace(in_format="fp8_e4m3", L=32)
+    with pytest.raises(fprev.ProbeRangeError) as e:
+        fprev.reveal_matmul(4, 1, 200, "emulated", arch=narrow, dtype=torch.float8_e4m3fn)
+    assert str(e.value).startswith("custom Spec [fp8_e4m3 -> fp32: t_fdpa L=32 F=27 ")
+    assert "Spec(" not in str(e.value) and "notes=" not in str(e.value)
+
+
 # -- scale formats an arch lacks -----------------------------------------------------------
 def _archs_with_mx_fp8() -> list[str]:
     return [a for a in registry.archs() if any(r.scale_format == "ue8m0" and "fp8_e4m3" in

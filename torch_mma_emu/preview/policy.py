@@ -30,9 +30,9 @@ import torch
 from ..formats import (FLOAT_DTYPES, FORMATS, OUT_DTYPES, default_out, format_of_dtype,
                        get_format)
 from ..registry import ARCHS, canonical_arch, spec as registry_spec
-from ..spec import Spec, as_spec
+from ..spec import Spec, arch_label, as_spec
 
-__all__ = ["Plan", "Policy", "OP_KINDS", "FORMAT_CHOICES", "spec_label", "tf32_settings"]
+__all__ = ["Plan", "Policy", "OP_KINDS", "FORMAT_CHOICES", "tf32_settings"]
 
 # Op kinds a format can be chosen for (keys of ``formats=``).
 OP_KINDS = ("mm", "addmm", "bmm", "baddbmm", "conv", "attention", "scaled_mm")
@@ -134,14 +134,6 @@ def _supported(arch: str) -> list[str]:
     return [f for f in FORMAT_CHOICES if _has(arch, f, default_out(f))]
 
 
-def spec_label(sp: Spec) -> str:
-    """How messages name a Spec given as arch: by what it computes, "custom Spec [fp16 ->
-    fp32: t_fdpa L=16 F=27 ...]" (the arch it claims, "sm90 Spec [...]", when it has one)."""
-    fmts = sp.in_format if sp.in_format_b in (None, sp.in_format) else \
-        f"{sp.in_format} x {sp.in_format_b}"
-    return f"{sp.arch} Spec [{fmts} -> {sp.out_format}: {sp.describe()}]"
-
-
 def _check_schedules(schedule) -> dict:
     """``schedule``: one schedule for every product, or ``{op kind | "default": schedule}``
     (a Schedule, a preset name or a serialised schedule each)."""
@@ -175,7 +167,7 @@ class Policy:
         self.spec: Optional[Spec] = as_spec(arch)
         if self.spec is not None:   # the op's schema takes the arch as a string
             self.arch = self.spec.to_string()
-            self.arch_name = spec_label(self.spec)
+            self.arch_name = arch_label(self.spec)   # its description, for messages
         elif isinstance(arch, str):
             self.arch = self.arch_name = canonical_arch(arch)
         else:
