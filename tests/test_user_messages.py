@@ -118,6 +118,28 @@ def test_scales_no_arch_takes_and_formats_an_arch_lacks():
         registry.row("sm80", "fp8_e4m3")
 
 
+def test_emulate_names_the_archs_with_a_format_an_arch_lacks():
+    with pytest.raises(ValueError) as e:
+        emulate("sm80", formats={"mm": "fp8_e4m3"})
+    assert str(e.value) == (
+        "formats['mm']='fp8_e4m3': sm80 has no fp8_e4m3 instruction; it supports fp64, fp32, "
+        "tf32, fp16, bf16; fp8_e4m3 runs on sm89 (Ada Lovelace), sm90 (Hopper), sm100 "
+        "(Blackwell) or sm120 (RTX Blackwell)")
+    with pytest.raises(ValueError, match=r"xf32 instruction; .*; xf32 runs on gfx942 "
+                                         r"\(CDNA3\)$"):
+        emulate("H100", fp32_format="xf32")
+    a = torch.randn(4, 4).to(torch.float8_e4m3fn)
+    one = torch.tensor(1.0)
+    with emulate("MI300X"):
+        with pytest.raises(ValueError) as e:
+            torch._scaled_mm(a, a.t().contiguous().t(), one, one, out_dtype=torch.float32)
+    assert str(e.value) == (
+        "emulate(gfx942): aten._scaled_mm.default (tensorwise scales): gfx942 has no fp8_e4m3 "
+        "instruction (PyTorch has no fp8_e4m3 GEMM there either); it supports fp64, fp32, "
+        "xf32, fp16, bf16, fp8_e4m3fnuz, fp8_e5m2fnuz; fp8_e4m3 runs on sm89 (Ada Lovelace), "
+        "sm90 (Hopper), sm100 (Blackwell) or sm120 (RTX Blackwell)")
+
+
 def test_probe_command_names_the_archs_with_block_scales(capsys):
     assert main(["probe", "--arch", "sm90", "--scale-format", "ue8m0"]) == 2
     err = capsys.readouterr().err.strip()

@@ -373,8 +373,9 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
             from ..registry import archs_text
             hint = (f"; block-scaled ({sp.recipe}) products need a Spec that takes block "
                     f"scales, as the registry's for {archs_text(block_scaled_archs())} do")
+        why = str(e).removeprefix("emulate: ")      # (the policy's own prefix, said once)
         raise type(e)(f"emulate({policy.arch_name}): {func} ({sp.recipe} scales): "
-                      f"{e}{hint}") from None
+                      f"{why}{hint}") from None
     D = acc if sp.post is None else acc * sp.post
     if bias is not None:
         D = D + bias.to(torch.float32)
