@@ -170,8 +170,9 @@ def render(res, layers) -> str:
     fast = sorted({f"{r.fmt} {r.arch}" for r in em if r.seconds < best[r.fmt]})
     if fast:
         out.append(f"note: emulated ran faster than native ({', '.join(fast)}): other work on "
-                   "this machine slowed the native runs; a larger --repeat on a quieter "
-                   "machine measures them")
+                   "this machine slowed the native passes (PyTorch's threads stall on OpenMP "
+                   "barriers when other jobs share the cores); --threads 1 and a larger "
+                   "--repeat measure them")
     return "\n".join(out)
 
 
