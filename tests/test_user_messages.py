@@ -104,6 +104,16 @@ def test_no_block_scales_names_the_archs_that_have_them():
         tme.emulated_mm(A, B, arch=tme.spec("sm90", "fp8_e4m3"), scale_a=sa, scale_b=sb)
 
 
+def test_the_archs_named_come_from_the_rows(monkeypatch):
+    import dataclasses
+    mx = next(r for r in registry.rows_for("sm100") if r.scale_format == "ue8m0"
+              and "fp8_e4m3" in r.formats)
+    monkeypatch.setattr(registry, "ROWS", registry.ROWS + [dataclasses.replace(mx, arch="sm89")])
+    with pytest.raises(ValueError, match=r"fp8_e4m3 with ue8m0 block scales needs sm89 \(Ada "
+                                         r"Lovelace\), sm100 \(Blackwell\) or sm120"):
+        registry.row("sm90", "fp8_e4m3", scale_format="ue8m0")
+
+
 def test_scales_no_arch_takes_and_formats_an_arch_lacks():
     with pytest.raises(ValueError) as e:
         registry.row("sm100", "fp8_e4m3", scale_format="ue4m3")

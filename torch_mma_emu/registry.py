@@ -285,8 +285,8 @@ def row(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instruction
     if not cand:
         have = sorted({f for r in rows for f in r.formats})
         pair = fa if fa == fb else f"{fa} x {fb}"
-        where = [a for a in ARCHS if any(fa in r.formats and fb in r.formats for r in ROWS
-                                         if r.arch == a)]
+        where = [a for a in ARCHS if any(fa in r.formats and fb in r.formats
+                                         for r in rows_for(a))]
         raise ValueError(f"{name} ({ARCHS[name].family}) has no instruction for {pair} inputs; "
                          f"supported input formats: {', '.join(have)}" +
                          (f"; {pair} runs on {archs_text(where)}" if where else ""))
@@ -326,8 +326,8 @@ def archs_with(scale_format: str | None, in_format: str | None = None,
 
 
 def _no_scale_message(name: str, fa: str, fb: str, sf: str | None, cand: list[Row]) -> str:
-    """``name`` has instructions for fa x fb, none taking ``sf``: what it has, and which archs
-    take ``sf`` (block-scaled formats are Blackwell's, derived from the rows, not named)."""
+    """``name`` has instructions for fa x fb, none taking ``sf``: what they take, and which
+    archs take ``sf`` (derived from the rows: no arch is named here)."""
     pair = fa if fa == fb else f"{fa} x {fb}"
     have = sorted({r.scale_format or "" for r in cand})
     what = " and ".join(scales_text(h or None) for h in have)
