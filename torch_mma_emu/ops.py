@@ -11,7 +11,8 @@ from torch._subclasses.fake_tensor import is_fake
 
 from . import cpp
 from .formats import (INT_OF_SIZE, OPERAND_DTYPES, OUT_DTYPES, Format, format_of_dtype,
-                      format_pair, formats_of_dtype, get_format, out_format, scale_format_of_dtype)
+                      format_pair, formats_of_dtype, get_format, out_format, scale_format_of_dtype,
+                      scales_text)
 from .registry import spec as _registry_spec
 from .schedule import Schedule, as_schedule, run_scheduled
 from .tf32 import tf32_round
@@ -134,7 +135,8 @@ def _check_custom(s: Spec, fa: Format, fb: Format, sf, out_dtype) -> None:
         raise TypeError(f"emulated_mm: the spec takes {s.fmt_a.name} x {s.fmt_b.name} inputs, "
                         f"got {fa.name} x {fb.name}")
     if s.scale_format != sf:
-        raise TypeError(f"emulated_mm: the spec takes scale format {s.scale_format}, got {sf}")
+        raise TypeError(f"emulated_mm: the spec takes {scales_text(s.scale_format)}, got "
+                        f"{scales_text(sf)} (scale_a / scale_b)")
     if out_dtype is not None and _out_name(out_dtype) != s.out_format:
         raise TypeError(f"emulated_mm: the spec produces {s.out_format}, out_dtype={out_dtype}")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .formats import default_out, get_format, out_format
+from .formats import INPUT_FORMATS, default_out, get_format, out_format, scales_text
 from .isa import (F8F6F4, FP8, FP8_FNUZ, INSTRUCTIONS, Instruction, answers_to,
                            norm)
 from .spec import NVIDIA_NAN, ZERO_OPS, Spec, as_spec
@@ -285,13 +285,14 @@ def row(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instruction
     if not cand:
         have = sorted({f for r in rows for f in r.formats})
         pair = fa if fa == fb else f"{fa} x {fb}"
+        where = [a for a in ARCHS if any(fa in r.formats and fb in r.formats
+                                         for r in rows_for(a))]
         raise ValueError(f"{name} ({ARCHS[name].family}) has no instruction for {pair} inputs; "
-                         f"supported input formats: {', '.join(have)}")
+                         f"supported input formats: {', '.join(have)}" +
+                         (f"; {pair} runs on {archs_text(where)}" if where else ""))
     c2 = [r for r in cand if r.scale_format == sf]
     if not c2:
-        have = sorted({str(r.scale_format) for r in cand})
-        raise ValueError(f"{name} has no {fa} instruction with scale format {sf}; "
-                         f"available scale formats: {', '.join(have)} (None = unscaled)")
+        raise ValueError(_no_scale_message(name, fa, fb, sf, cand))
     c3 = [r for r in c2 if r.out == out]
     if not c3:
         have = sorted({r.out for r in c2})
@@ -306,6 +307,38 @@ def row(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instruction
         return c4[0]
     defaults = [r for r in c3 if r.default]
     return (defaults or c3)[0]
+
+
+def archs_text(names) -> str:
+    """"sm100 (Blackwell) or sm120 (RTX Blackwell)": archs as a message names them."""
+    named = [f"{a} ({ARCHS[a].family})" for a in names]
+    return " or ".join(named) if len(named) < 3 else ", ".join(named[:-1]) + " or " + named[-1]
+
+
+def archs_with(scale_format: str | None, in_format: str | None = None,
+               in_format_b: str | None = None) -> list[str]:
+    """The archs with an instruction taking ``scale_format`` (None: unscaled) and these input
+    formats (None: any), in registry order: what a message offers where an arch lacks one."""
+    fb = in_format_b or in_format
+    return [a for a in ARCHS if any(r.scale_format == scale_format and in_format in
+                                    (None, *r.formats) and fb in (None, *r.formats)
+                                    for r in rows_for(a))]
+
+
+def _no_scale_message(name: str, fa: str, fb: str, sf: str | None, cand: list[Row]) -> str:
+    """``name`` has instructions for fa x fb, none taking ``sf``: what they take, and which
+    archs take ``sf`` (derived from the rows: no arch is named here)."""
+    pair = fa if fa == fb else f"{fa} x {fb}"
+    have = sorted({r.scale_format or "" for r in cand})
+    what = " and ".join(scales_text(h or None) for h in have)
+    msg = (f"{name} ({ARCHS[name].family}) has no {pair} instruction with {scales_text(sf)}; "
+           f"its {pair} instructions take {what}")
+    others = [a for a in archs_with(sf, fa, fb) if a != name]
+    if others:
+        return msg + f"; {pair} with {scales_text(sf)} needs {archs_text(others)}"
+    takes = [f for f in INPUT_FORMATS if any(f in r.formats for r in ROWS if r.scale_format == sf)]
+    return msg + (f"; no arch in the registry takes {pair} with {scales_text(sf)}" +
+                  (f" ({sf} scales go with {', '.join(takes)} inputs)" if takes else ""))
 
 
 def spec(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instruction=None,

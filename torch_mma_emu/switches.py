@@ -24,6 +24,7 @@ import contextlib
 import importlib
 import sys
 import threading
+import warnings
 from typing import Any, Callable, Iterator, Optional
 
 
@@ -249,9 +250,16 @@ def is_ours(fn) -> bool:
 
 
 def optional_module(name: str):
-    """The module, or None where this build of PyTorch lacks it (no Inductor, no flex)."""
+    """The module, or None where this build of PyTorch lacks it (no Inductor, no flex).
+    PyTorch's own deprecation warnings while it imports (torch 2.13's Inductor imports
+    torch.utils.mkldnn, whose ``@torch.jit.script_method`` warns) are not the user's to
+    read; under ``-W error`` they would also fail the import and drop the patch."""
+    if name in sys.modules:        # (imported: no warnings to hold back)
+        return sys.modules[name]
     try:
-        return importlib.import_module(name)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
+            return importlib.import_module(name)
     except Exception:  # noqa: BLE001 (any failure to import: the feature is absent)
         return None
 

@@ -25,12 +25,12 @@ from .compare import capture, divergence, top1_agreement, ulp_distance
 from .mode import emulate
 from .policy import arch_has
 
-__all__ = ["Run", "PreviewResult", "FORMATS", "runs_for", "preview_model"]
+__all__ = ["Run", "PreviewResult", "FORMATS", "MODEL_DTYPE", "runs_for", "preview_model"]
 
 # preview format -> (model dtype, emulate() options builder, archs predicate)
 FORMATS = ("fp32", "tf32", "xf32", "fp16", "bf16", "fp8")
 # the model runs in the format's dtype; fp8 previews run a bf16 model (scaled fp8 products)
-_DTYPE = {**{f: FLOAT_DTYPES[f] for f in FORMATS if f != "fp8"}, "fp8": torch.bfloat16}
+MODEL_DTYPE = {**{f: FLOAT_DTYPES[f] for f in FORMATS if f != "fp8"}, "fp8": torch.bfloat16}
 
 
 def _fp8_name(arch: str) -> Optional[str]:
@@ -147,18 +147,20 @@ def preview_model(model: nn.Module, inputs, layers: Optional[Sequence[str]] = No
     runs = runs_for(archs, formats)
     models = {}
     for run in runs:
-        dt = _DTYPE[run.fmt]
+        dt = MODEL_DTYPE[run.fmt]
         if dt not in models:
             models[dt] = copy.deepcopy(model).to(dt)
-            capture(models[dt], layers, *_cast_inputs(inputs, dt))   # warm-up
         m, x = models[dt], _cast_inputs(inputs, dt)
-        # the native forward of this dtype is timed next to each emulated one
-        run.native_seconds = best_of(lambda: capture(m, layers, *x), repeat)
+        # the native forward of this dtype is timed next to each emulated one, each side
+        # after an untimed run of its own: neither is timed cold (lazy set-up on first
+        # calls: oneDNN's kernels for a dtype, the imports of a first emulate block)
+        run.native_seconds = best_of(lambda: capture(m, layers, *x), repeat, warm_up=True)
         if run.arch == "native":
             run.outputs = capture(m, layers, *x)
             run.seconds = run.native_seconds
         else:
             say(f"{run.fmt:5s} {run.arch}")
+            # the untimed emulated run: its outputs are the run's (and it warms up)
             with emulate(run.arch, **run.options) as em:
                 run.outputs = capture(m, layers, *x)
             run.counts = dict(em.counts)

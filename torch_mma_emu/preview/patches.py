@@ -43,10 +43,9 @@ MHA_FASTPATH = patch_switch(
 
 
 def _inductor_settings(p: Patches) -> None:
-    try:
-        import torch._functorch.config as aot_config
-        import torch._inductor.config as ind_config
-    except Exception:  # no Inductor in this build: nothing to switch
+    aot_config = optional_module("torch._functorch.config")
+    ind_config = optional_module("torch._inductor.config")
+    if aot_config is None or ind_config is None:  # no Inductor in this build: nothing to switch
         return
     values = [(ind_config, "max_autotune_gemm_backends", "ATEN"),
               (getattr(ind_config, "cpp", None), "weight_prepack", False),
@@ -81,9 +80,8 @@ INDUCTOR_SETTINGS = patch_switch(
 
 
 def _product_decomps(p: Patches) -> None:
-    try:
-        from torch._inductor import decomposition as dec
-    except Exception:  # no Inductor in this build: nothing to keep
+    dec = optional_module("torch._inductor.decomposition")
+    if dec is None:       # no Inductor in this build: nothing to keep
         return
     tables = [dec.decompositions]
     if hasattr(dec, "fast_random_decomps"):
@@ -164,11 +162,11 @@ FLEX_CPU_GRAD = _replacing(
 
 
 def _flex_lowering(p: Patches) -> None:
-    try:
-        import torch._inductor.kernel.flex.flex_attention  # noqa: F401 (registers it)
-        from torch._inductor.lowering import lowerings
-    except Exception:  # no Inductor / flex lowering in this build
+    registers = optional_module("torch._inductor.kernel.flex.flex_attention")
+    lowering = optional_module("torch._inductor.lowering")
+    if registers is None or lowering is None:   # no Inductor / flex lowering in this build
         return
+    lowerings = lowering.lowerings
     for hop in flex_ops():
         fn = lowerings.get(hop)
         if fn is None or is_ours(fn):

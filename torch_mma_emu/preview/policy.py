@@ -29,8 +29,8 @@ import torch
 
 from ..formats import (FLOAT_DTYPES, FORMATS, OUT_DTYPES, default_out, format_of_dtype,
                        get_format)
-from ..registry import ARCHS, canonical_arch, spec as registry_spec
-from ..spec import Spec, as_spec
+from ..registry import ARCHS, archs_text, archs_with, canonical_arch, spec as registry_spec
+from ..spec import Spec, arch_label, as_spec
 
 __all__ = ["Plan", "Policy", "OP_KINDS", "FORMAT_CHOICES", "tf32_settings"]
 
@@ -135,6 +135,14 @@ def _supported(arch: str) -> list[str]:
     return [f for f in FORMAT_CHOICES if arch_has(arch, f, default_out(f))]
 
 
+def _elsewhere(fa: str, fb: Optional[str] = None) -> str:
+    """"; fp8_e4m3 runs on sm89 (Ada Lovelace), ..." for a message: the archs (from the
+    registry) with an instruction for these inputs."""
+    where = archs_with(None, fa, fb)
+    pair = fa if fb in (None, fa) else f"{fa} x {fb}"
+    return f"; {pair} runs on {archs_text(where)}" if where else ""
+
+
 def _check_schedules(schedule) -> dict:
     """``schedule``: one schedule for every product, or ``{op kind | "default": schedule}``
     (a Schedule, a preset name or a serialised schedule each)."""
@@ -168,7 +176,7 @@ class Policy:
         self.spec: Optional[Spec] = as_spec(arch)
         if self.spec is not None:   # the op's schema takes the arch as a string
             self.arch = self.spec.to_string()
-            self.arch_name = f"custom({self.spec.arch})"
+            self.arch_name = arch_label(self.spec)   # its description, for messages
         elif isinstance(arch, str):
             self.arch = self.arch_name = canonical_arch(arch)
         else:
@@ -197,7 +205,7 @@ class Policy:
             if fp32_format in ("tf32", "xf32") and not arch_has(self.arch, fp32_format):
                 raise ValueError(f"fp32_format={fp32_format!r}: {self.arch} has no "
                                  f"{fp32_format} instruction; it supports "
-                                 f"{', '.join(_supported(self.arch))}")
+                                 f"{', '.join(_supported(self.arch))}{_elsewhere(fp32_format)}")
             if fp16_alt_impl != "off" and not arch_has(self.arch, "bf16"):
                 raise ValueError(f"fp16_alt_impl={fp16_alt_impl!r} runs fp16 products as "
                                  f"bf16, but {self.arch} has no bf16 instruction")
@@ -233,7 +241,7 @@ class Policy:
                 if not arch_has(self.arch, name, default_out(name)):
                     raise ValueError(f"formats[{key!r}]={val!r}: {self.arch} has no {name} "
                                      f"instruction; it supports "
-                                     f"{', '.join(_supported(self.arch))}")
+                                     f"{', '.join(_supported(self.arch))}{_elsewhere(name)}")
             out[key] = name
         return out
 
@@ -272,7 +280,7 @@ class Policy:
             if fa in FP8 and fb in FP8 and choice == "auto" and self.spec is None:
                 if not _has_pair(self.arch, fa, fb):  # e.g. e4m3 x e5m2 (fp8 training)
                     raise ValueError(f"emulate: {self.arch} has no instruction for {fa} x "
-                                     f"{fb} inputs")
+                                     f"{fb} inputs{_elsewhere(fa, fb)}")
                 return Plan(self.arch, f"{fa} x {fb}")
             return NATIVE  # PyTorch raises its own error for mixed dtypes
         own = _own_format(a_dtype)
@@ -342,7 +350,7 @@ class Policy:
         if not arch_has(arch, own):
             raise ValueError(f"emulate: {arch} has no {own} instruction (PyTorch has no "
                              f"{own} GEMM there either); it supports "
-                             f"{', '.join(_supported(arch))}")
+                             f"{', '.join(_supported(arch))}{_elsewhere(own)}")
         return Plan(arch, own)
 
     def describe(self) -> str:

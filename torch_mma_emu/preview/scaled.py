@@ -367,13 +367,15 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
                 label += f" (fp32 promotion every {step})"
             if sched is not None:
                 label += f" (schedule {policy.schedule_name('scaled_mm')})"
-    except ValueError as e:
-        hint = ""
-        if sp.block_a is not None:
-            hint = (f"; block-scaled ({sp.recipe}) products run on "
-                    f"{', '.join(block_scaled_archs())}")
-        raise ValueError(f"emulate({policy.arch_name}): {func} ({sp.recipe} scales): "
-                         f"{e}{hint}") from None
+    except (ValueError, TypeError) as e:   # (TypeError: a Spec that takes other inputs)
+        hint = ""      # (an arch's own message names the archs with block scales)
+        if sp.block_a is not None and policy.spec is not None:
+            from ..registry import archs_text
+            hint = (f"; block-scaled ({sp.recipe}) products need a Spec that takes block "
+                    f"scales, as the registry's for {archs_text(block_scaled_archs())} do")
+        why = str(e).removeprefix("emulate: ")      # (the policy's own prefix, said once)
+        raise type(e)(f"emulate({policy.arch_name}): {func} ({sp.recipe} scales): "
+                      f"{why}{hint}") from None
     D = acc if sp.post is None else acc * sp.post
     if bias is not None:
         D = D + bias.to(torch.float32)

@@ -42,7 +42,7 @@ import torch
 from .attention import attention_backward, attention_forward
 from .dispatch_args import bind, restride
 from .gemm import acc_product
-from .sdpa_target import Choice, gpu_choice
+from .sdpa_target import SM, Choice, gpu_choice
 
 __all__ = ["route", "traced_route", "handle_forward", "handle_backward"]
 
@@ -149,7 +149,8 @@ def _note(q, k, v, mask, p, is_causal, arch) -> str:
     gpu = gpu_choice(arch, q, k, v, mask, p, is_causal, False) \
         if q.dtype != torch.float64 else Choice(True, "fp64 check path")
     kernel = gpu.kernel if gpu.fused else "efficient"
-    return "flash form" + (f", dropout_p={p}" if p else "") + f" ({kernel} on {arch})"
+    where = arch if arch in SM or arch.startswith("gfx") else f"{arch}, taken as sm90"
+    return "flash form" + (f", dropout_p={p}" if p else "") + f" ({kernel} on {where})"
 
 
 def _bias(mask):

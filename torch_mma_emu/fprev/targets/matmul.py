@@ -16,6 +16,7 @@ import torch
 
 from ...limits import check
 from ...ops import emulated_mm
+from ...spec import arch_label
 from ..probes import ProbeValues, check_dtype
 from .base import RowsTarget
 from .torch_ops import as_device, check_n
@@ -45,11 +46,11 @@ def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="
         def mm(A, B, C=None):
             return emulated_mm(A, B, C, arch=arch, in_format=in_format, out_dtype=out_dtype,
                        c_mode=c_mode, instruction=instruction, **kw)
-        return mm, f"emulated_mm(arch={arch})", False
+        return mm, f"emulated_mm(arch={arch_label(arch)})", False
     if backend == "reference":
         from .. import reference_adapter
         return reference_adapter.mm(arch, in_format, out_dtype, c_mode, instruction), \
-            f"reference.mm(arch={arch})", False
+            f"reference.mm(arch={arch_label(arch)})", False
     if backend in ("cublas", "triton"):
         return _native(backend), f"native_mm(backend={backend})", False
     raise ValueError(f"backend must be one of {BACKENDS} or a callable mm(A, B[, C]), "
@@ -138,7 +139,7 @@ def _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction, unit_gi
     if sp.op in _FUSED_C_OPS + _FUSED_ROUNDED_C_OPS and big / unit < 2.0 ** (keep + 1):
         # a unit aligned to big's exponent is truncated away iff big/unit >= 2**(keep + 1)
         raise ProbeRangeError(
-            f"{arch} {fmt.name} keeps {keep} fraction bits in its fused sum, but "
+            f"{arch_label(arch)} {fmt.name} keeps {keep} fraction bits in its fused sum, but "
             f"big/unit = {big / unit:g} < 2**{keep + 1}: probes could not "
             f"swamp the units (the {fmt.name} range is too narrow for this instruction)")
     if sp.op in _FUSED_C_OPS:
@@ -148,7 +149,7 @@ def _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction, unit_gi
     if n * unit * 2.0 ** bits > big:
         most = int(big / (unit * 2.0 ** bits))
         raise ProbeRangeError(
-            f"{arch} {fmt.name} {what}, but big/(n*unit) = {big:g}/({n}*{unit:g}) = "
+            f"{arch_label(arch)} {fmt.name} {what}, but big/(n*unit) = {big:g}/({n}*{unit:g}) = "
             f"{big / (n * unit):g} < 2**{bits}: the sum of the units before a mask would "
             f"survive next to big, so probes could not swamp the units (the {fmt.name} "
             f"range is too narrow for this instruction with {n} summands; at most {most} "
