@@ -10,7 +10,7 @@ import torch
 triton = pytest.importorskip("triton")
 
 import torch_mma_emu.triton as tmt  # noqa: E402
-from torch_mma_emu.triton.choice import TL_FORMATS, choose  # noqa: E402
+from torch_mma_emu.triton.target_rules import TL_FORMATS, choose  # noqa: E402
 from helpers import triton_as_modelled  # noqa: E402
 
 tt = pytest.importorskip("triton_ttgir")

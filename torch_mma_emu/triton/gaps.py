@@ -176,7 +176,7 @@ class CpuDriver:
 
     def get_current_target(self):
         from triton.backends.compiler import GPUTarget
-        from .choice import NV_CC
+        from .target_rules import NV_CC
         block = self._current()
         arch = getattr(block, "arch", None)
         if arch is not None and block.vendor == "amd":

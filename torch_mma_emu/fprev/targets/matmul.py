@@ -16,6 +16,7 @@ import torch
 
 from ...limits import check
 from ...ops import emulated_mm
+from ...registry import DEFAULT_ARCH
 from ..probes import ProbeValues, check_dtype
 from .base import RowsTarget
 from .torch_ops import _check_n, _device
@@ -30,7 +31,7 @@ def _native(backend):
     return lambda A, B, C=None: native_mm(A, B, C, backend=backend)
 
 
-def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="chain",
+def resolve_mm(backend, *, arch=DEFAULT_ARCH, in_format=None, out_dtype=None, c_mode="chain",
                instruction=None, mm_kwargs=None):
     """(callable mm(A, B, C=None), label, ieee) for a backend name or callable."""
     kw = dict(mm_kwargs or {})
@@ -58,7 +59,7 @@ def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="
 
 class MatmulTarget(RowsTarget):
     def __init__(self, m, n, k, *, backend="torch", dtype=torch.float32, device="cpu",
-                 out_dtype=None, with_c=False, arch="sm90", in_format=None, c_mode="chain",
+                 out_dtype=None, with_c=False, arch=DEFAULT_ARCH, in_format=None, c_mode="chain",
                  instruction=None, mm_kwargs=None, values=None, big=None, unit=None,
                  pack=None, batch=True):
         m, n, k = _check_n(m, "m"), _check_n(n, "n"), _check_n(k, "k")
