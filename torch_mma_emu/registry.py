@@ -310,24 +310,19 @@ def archs() -> list[str]:
     return list(ARCHS)
 
 
-# instruction id -> the archs whose rows run it (in ARCHS order): derived from ROWS, so an
-# instruction's archs are never restated
-_INSTRUCTION_ARCHS: dict[str, tuple[str, ...]] = {
-    iid: tuple(a for a in ARCHS if any(r.arch == a and r.instruction == iid for r in ROWS))
-    for iid in INSTRUCTIONS}
-
-
 def instruction_archs(iid: str) -> tuple[str, ...]:
-    """The archs whose registry rows run instruction ``iid`` (an id of isa.py)."""
-    if iid not in _INSTRUCTION_ARCHS:
+    """The archs whose registry rows run instruction ``iid`` (an id of isa.py), in ARCHS
+    order: read off ROWS, so an instruction's archs are never restated."""
+    if iid not in INSTRUCTIONS:
         raise ValueError(f"unknown instruction id {iid!r}; known: {', '.join(INSTRUCTIONS)}")
-    return _INSTRUCTION_ARCHS[iid]
+    have = {r.arch for r in ROWS if r.instruction == iid}
+    return tuple(a for a in ARCHS if a in have)
 
 
 def family_archs(family: str) -> tuple[str, ...]:
     """The archs with an instruction of this family (isa.FAMILIES), in ARCHS order."""
-    return tuple(a for a in ARCHS if any(a in _INSTRUCTION_ARCHS[i.id]
-                                         for i in INSTRUCTIONS.values() if i.family == family))
+    have = {r.arch for r in ROWS if r.instr.family == family}
+    return tuple(a for a in ARCHS if a in have)
 
 
 def rows_for(arch: str) -> list[Row]:
