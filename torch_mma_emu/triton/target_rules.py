@@ -18,7 +18,7 @@ from functools import lru_cache
 from typing import Optional
 
 from ..isa import FAMILIES, INSTRUCTIONS
-from ..registry import ARCHS, canonical_arch, family_archs, row as registry_row
+from ..registry import ARCHS, DEFAULT_ARCH, canonical_arch, family_archs, row as registry_row
 
 # Triton's scalar type names -> the project's format names (triton.language dtype.name)
 TL_FORMATS = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp64": "fp64",
@@ -235,6 +235,16 @@ def _row_of(arch, fa, fb, out, path) -> Optional[str]:
 
 
 # -- the backend's other rules for a target ------------------------------------------------
+
+def gpu_target(arch: Optional[str]) -> tuple:
+    """The fields of Triton's ``GPUTarget`` for ``arch``: ("cuda", 90, 32), ("hip", "gfx942",
+    64) (AMD's wave size: 64 before gfx10, the HIP backend's HIPOptions); no arch (a Spec's
+    block): the default arch's."""
+    a = ARCHS[canonical_arch(arch if arch is not None else DEFAULT_ARCH)]
+    if a.vendor == "nvidia":
+        return ("cuda", NV_CC[a.name], 32)
+    return ("hip", a.name, 64 if a.gfx_version[0] < 10 else 32)
+
 
 def backend_dot_options(arch: str) -> dict:
     """The target backend's dot defaults that Triton's interpreter options carry (Triton 3.6
