@@ -107,7 +107,8 @@ def _nv_plan(arch, fa, fb, out, precision, imp, M, N, K, batched, num_warps, for
                             "float8e5 (torch.float8_e5m2) is upcast to fp16 there")
     if fa == "fp64":
         return DotPlan(force or "fma", "fp64", "fp64", "fp64",
-                       note="fp64: FMA chain (DMMA on sm80/sm90 computes the same)")
+                       note=f"fp64: FMA chain (the arch's fp64 instruction, "
+                            f"{INSTRUCTIONS[ARCHS[arch].fp64].name}, computes the same)")
     if fa == "fp32" and (precision == "ieee" or cc < 80):
         if force not in (None, "fma"):
             raise ValueError(f"torch_mma_emu.triton: fp32 tl.dot with input_precision="
@@ -159,7 +160,8 @@ def _amd_plan(arch, fa, fb, out, precision, imp, M, N, K, batched, num_warps, fo
     v = ARCHS[arch].cdna
     if fa == "fp64":         # the family of the arch's fp64 instruction: vector ALU or MFMA
         return DotPlan(force or INSTRUCTIONS[ARCHS[arch].fp64].family, "fp64", "fp64", "fp64",
-                       note="fp64: FMA chain (the fp64 MFMA computes the same)")
+                       note=f"fp64: FMA chain (the arch's fp64 instruction, "
+                            f"{INSTRUCTIONS[ARCHS[arch].fp64].name}, computes the same)")
     if fa == "fp32":
         if precision == "tf32" and v != XF32_CDNA:
             have = ", ".join(a.name for a in ARCHS.values() if a.cdna == XF32_CDNA)
