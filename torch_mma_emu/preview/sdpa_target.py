@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from ..registry import ARCHS
+from ..registry import ARCHS, DEFAULT_ARCH
 
 __all__ = ["Choice", "gpu_choice", "SM"]
 
@@ -121,7 +121,8 @@ def _rocm(arch, q, k, v, mask, p, causal, gqa) -> Choice:
 def gpu_choice(arch: str, q, k, v, mask: Optional[torch.Tensor], dropout_p: float,
                is_causal: bool, enable_gqa: bool) -> Choice:
     """The kernel PyTorch picks on ``arch`` (a registry arch name; any other name, e.g. a
-    custom spec's, is taken as an sm90-class GPU) for these arguments."""
+    custom spec's, is taken as a GPU of the default arch, ``registry.DEFAULT_ARCH``) for
+    these arguments."""
     if not (q.dim() == k.dim() == v.dim() == 4):
         return Choice(False, "math", "every fused kernel takes 4-D query, key and value")
     if q.shape[2] == 0 or k.shape[2] == 0 or not (q.dtype == k.dtype == v.dtype):
@@ -129,5 +130,5 @@ def gpu_choice(arch: str, q, k, v, mask: Optional[torch.Tensor], dropout_p: floa
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     if arch in ARCHS and ARCHS[arch].vendor == "amd":
         return _rocm(arch, q, k, v, mask, dropout_p, is_causal, enable_gqa)
-    sm = SM.get(arch, (9, 0))     # a custom spec's own arch name: taken as an sm90-class GPU
+    sm = SM.get(arch, SM[DEFAULT_ARCH])   # a custom spec's own arch name: the default arch
     return _nvidia(sm, q, k, v, mask, dropout_p, is_causal, enable_gqa, grad)
