@@ -11,7 +11,9 @@ triton = pytest.importorskip("triton")
 
 import torch_mma_emu as tme  # noqa: E402
 import torch_mma_emu.triton as tmt  # noqa: E402
-from torch_mma_emu.triton.choice import TL_FORMATS, choose  # noqa: E402
+from torch_mma_emu import registry  # noqa: E402
+from torch_mma_emu.triton import target_rules  # noqa: E402
+from torch_mma_emu.triton.target_rules import TL_FORMATS, choose  # noqa: E402
 from helpers import triton_as_modelled  # noqa: E402
 
 tt = pytest.importorskip("triton_ttgir")
@@ -101,6 +103,21 @@ def test_choose_is_what_triton_compiles(case):
     text = tt.ttgir(dc.dot_kernel, sig, dict(BM=BM, BN=BN, BK=BK, IMP=imp, PREC=prec,
                                              OUT16=out16), arch, nw)
     triton_as_modelled(tt.dots(text) == modelled(*case), f"the tl.dot of case {case}")
+
+
+@pytest.mark.parametrize("arch", list(registry.ARCHS))
+def test_backend_options_are_what_triton_parses(arch):
+    """target_rules' per-target backend rules (dot options, GPUTarget, warp size) against
+    the installed Triton's backend for that target: read off the compiler, not restated."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    opts = make_backend(GPUTarget(*target_rules.gpu_target(arch))).parse_options({})
+    norm = lambda v: tuple(sorted(v)) if isinstance(v, tuple) else v  # noqa: E731
+    mine = target_rules.backend_dot_options(arch)
+    got = {k: norm(getattr(opts, k)) for k in mine}
+    triton_as_modelled(got == {k: norm(v) for k, v in mine.items()},
+                       f"the backend dot options of {arch}: Triton {got}")
+    assert opts.warp_size == target_rules.gpu_target(arch)[2]
 
 
 def test_amd_4x4_tiles_are_refused_not_guessed():

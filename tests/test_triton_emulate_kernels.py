@@ -2,7 +2,7 @@
 each gives the bits of the same computation written with emulated_mm (one chain step per
 K block, schedules where they apply), for every arch and format it can take, and differs
 from Triton's plain interpreter.  The expected instruction per arch is restated here from
-docs/triton.md, independently of torch_mma_emu/triton/choice.py."""
+docs/triton.md, independently of torch_mma_emu/triton/target_rules.py."""
 import math
 
 import numpy as np

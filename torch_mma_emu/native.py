@@ -62,8 +62,8 @@ def device_arch(device=None) -> str:
     """The arch name of a CUDA device as the registry spells it ("sm80", "sm90", ...)."""
     if not torch.cuda.is_available():
         raise RuntimeError("device_arch: no CUDA device")
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm{major}{minor}"
+    from .registry import nvidia_arch_name
+    return nvidia_arch_name(torch.cuda.get_device_capability(device))
 
 
 def _format(t: torch.Tensor, name: Optional[str], which: str, fn: str) -> str:
@@ -240,8 +240,11 @@ def instruction_spec(arch, in_format: str, out_dtype=None, instruction: str = ""
     if instruction not in KERNELS:
         raise ValueError(f"instruction_spec: unknown instruction {instruction!r}; known: "
                          f"{', '.join(KERNELS)}")
-    if KERNELS[instruction].sm90a and registry.canonical_arch(arch) != "sm90":
-        raise ValueError(f"instruction_spec: {instruction} exists on sm90 only, not {arch}")
+    kern = KERNELS[instruction]
+    cc = registry.ARCHS[registry.canonical_arch(arch)].capability
+    if kern.sm90a and not (cc and kern.runs_on(cc)):
+        raise ValueError(f"instruction_spec: {instruction} exists on "
+                         f"{registry.arch_of_capability(kern.min_cc)} only, not {arch}")
     out = out_format(out_dtype)
     fb = in_format_b or in_format
     for iid in issued_by(instruction):

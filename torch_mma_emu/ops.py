@@ -13,7 +13,7 @@ from . import cpp
 from .formats import (INT_OF_SIZE, OPERAND_DTYPES, OUT_DTYPES, Format, format_of_dtype,
                       format_pair, formats_of_dtype, get_format, out_format, scale_format_of_dtype,
                       scales_text)
-from .registry import spec as _registry_spec
+from .registry import DEFAULT_ARCH, spec as _registry_spec
 from .schedule import Schedule, as_schedule, run_scheduled
 from .tf32 import tf32_round
 from .spec import Spec, as_spec
@@ -82,7 +82,7 @@ def _out_name(out_dtype: Optional[torch.dtype]) -> Optional[str]:
     return out_format(out_dtype, "emulated_mm: ")
 
 
-def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
+def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = DEFAULT_ARCH,
                  in_format: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
                  instruction: Optional[str] = None, scale_a: Optional[torch.Tensor] = None,
                  scale_b: Optional[torch.Tensor] = None) -> Spec:
@@ -283,7 +283,7 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
 @torch.library.custom_op("mma_emu::emulated_mm", mutates_args=())
 def _emulated_mm_op(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None,
                     scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
-                    *, arch: str = "sm90", in_format: Optional[str] = None,
+                    *, arch: str = DEFAULT_ARCH, in_format: Optional[str] = None,
                     out_dtype: Optional[torch.dtype] = None, instruction: Optional[str] = None,
                     c_mode: str = "chain", schedule: Optional[str] = None) -> torch.Tensor:
     return _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
@@ -291,7 +291,7 @@ def _emulated_mm_op(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] 
 
 
 @_emulated_mm_op.register_fake
-def _(A, B, C=None, scale_a=None, scale_b=None, *, arch="sm90", in_format=None,
+def _(A, B, C=None, scale_a=None, scale_b=None, *, arch=DEFAULT_ARCH, in_format=None,
       out_dtype=None, instruction=None, c_mode="chain", schedule=None):
     sched = _schedule_of(schedule, c_mode)
     if sched is not None and sched.input_precision is not None:
@@ -507,7 +507,7 @@ torch.ops.mma_emu.emulated_mm.default.__doc__ = _OP_DOC
 
 
 def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *,
-                arch="sm90", in_format: Optional[str] = None,
+                arch=DEFAULT_ARCH, in_format: Optional[str] = None,
                 out_dtype: Optional[torch.dtype] = None, instruction: Optional[str] = None,
                 c_mode: str = "chain", scale_a: Optional[torch.Tensor] = None,
                 scale_b: Optional[torch.Tensor] = None, schedule=None) -> torch.Tensor:

@@ -25,11 +25,18 @@ from .spec import NVIDIA_NAN, ZERO_OPS, Spec, as_spec
 
 @dataclass(frozen=True)
 class Arch:
+    """One architecture and the facts code asks about it (every other module reads them here,
+    never by the arch's name): ``fp32`` / ``fp64`` are the ids (isa.py) of the instructions
+    that run fp32 x fp32 and fp64 x fp64 products (its ``_fma_rows``); ``cdna`` is an AMD
+    arch's CDNA generation (Triton's and PyTorch's AMD rules are by generation)."""
     name: str
     vendor: str
     family: str
     gpus: tuple[str, ...]
     aliases: tuple[str, ...] = ()
+    fp32: str = ""
+    fp64: str = ""
+    cdna: int | None = None
 
     @property
     def capability(self) -> tuple[int, int] | None:
@@ -40,26 +47,62 @@ class Arch:
         digits = self.name[2:]
         return int(digits[:-1]), int(digits[-1])
 
+    @property
+    def gfx_version(self) -> tuple[int, int] | None:
+        """(major, minor) of an AMD arch's gfx name, what ROCm's torch reports as its device
+        capability ("gfx942" -> (9, 4), "gfx90a" -> (9, 0): the last digit is the stepping);
+        None for NVIDIA."""
+        if self.vendor != "amd":
+            return None
+        return int(self.name[3:-2]), int(self.name[-2], 16)
+
+
+def _nv(name, family, gpus, aliases, fp64="dfma") -> Arch:
+    # NVIDIA has no fp32 tensor-core input: fp32 runs as an FFMA chain; fp64 on DMMA where
+    # the arch has the fp64 tensor core (sm80, sm90, sm100), else on the DFMA units
+    return Arch(name, "nvidia", family, gpus, aliases, fp32="ffma", fp64=fp64)
+
+
+def _amd(name, cdna, gpus, aliases, fp64="mfma.f64") -> Arch:
+    return Arch(name, "amd", f"CDNA{cdna}", gpus, aliases, fp32="mfma.f32", fp64=fp64,
+                cdna=cdna)
+
 
 ARCHS: dict[str, Arch] = {a.name: a for a in [
-    Arch("sm70", "nvidia", "Volta", ("V100",), ("volta",)),
-    Arch("sm75", "nvidia", "Turing", ("T4",), ("turing",)),
-    Arch("sm80", "nvidia", "Ampere", ("A100", "A30"), ("ampere",)),
-    Arch("sm86", "nvidia", "Ampere (GA10x)", ("A40", "A10", "A2", "RTX3090"), ("ga10x",)),
-    Arch("sm89", "nvidia", "Ada Lovelace", ("L40S", "L40", "L4", "RTX4090"), ("ada", "ada_lovelace", "lovelace")),
-    Arch("sm90", "nvidia", "Hopper", ("H100", "H200", "GH200", "H800"), ("hopper", "sm90a")),
-    Arch("sm100", "nvidia", "Blackwell", ("B200", "GB200", "B100"), ("blackwell", "sm100a")),
-    Arch("sm120", "nvidia", "RTX Blackwell", ("RTX PRO 6000", "RTX5090"), ("rtx_blackwell", "sm120a")),
-    Arch("gfx908", "amd", "CDNA1", ("MI100",), ("cdna1",)),
-    Arch("gfx90a", "amd", "CDNA2", ("MI250X", "MI250", "MI210"), ("cdna2",)),
-    Arch("gfx942", "amd", "CDNA3", ("MI300X", "MI300A", "MI325X"), ("cdna3",)),
+    _nv("sm70", "Volta", ("V100",), ("volta",)),
+    _nv("sm75", "Turing", ("T4",), ("turing",)),
+    _nv("sm80", "Ampere", ("A100", "A30"), ("ampere",), fp64="dmma"),
+    _nv("sm86", "Ampere (GA10x)", ("A40", "A10", "A2", "RTX3090"), ("ga10x",)),
+    _nv("sm89", "Ada Lovelace", ("L40S", "L40", "L4", "RTX4090"), ("ada", "ada_lovelace", "lovelace")),
+    _nv("sm90", "Hopper", ("H100", "H200", "GH200", "H800"), ("hopper", "sm90a"), fp64="dmma"),
+    _nv("sm100", "Blackwell", ("B200", "GB200", "B100"), ("blackwell", "sm100a"), fp64="dmma"),
+    _nv("sm120", "RTX Blackwell", ("RTX PRO 6000", "RTX5090"), ("rtx_blackwell", "sm120a")),
+    # CDNA1 has no fp64 MFMA: fp64 runs on the vector ALU
+    _amd("gfx908", 1, ("MI100",), ("cdna1",), fp64="v_fma_f64"),
+    _amd("gfx90a", 2, ("MI250X", "MI250", "MI210"), ("cdna2",)),
+    _amd("gfx942", 3, ("MI300X", "MI300A", "MI325X"), ("cdna3",)),
 ]}
+# the arch a call that names none models (emulated_mm, the command lines' dry runs): Hopper
+DEFAULT_ARCH = "sm90"
 
 
 _ALIAS: dict[str, str] = {}
 for _a in ARCHS.values():
     for _n in (_a.name, *_a.aliases, *_a.gpus):
         _ALIAS[norm(_n)] = _a.name
+
+
+def nvidia_arch_name(cc) -> str:
+    """How the registry spells the NVIDIA arch of CUDA compute capability ``cc`` ((8, 7) ->
+    "sm87"), whether or not it has rows (the inverse of ``Arch.capability``)."""
+    return f"sm{int(cc[0])}{int(cc[1])}"
+
+
+def arch_of_capability(cc) -> str | None:
+    """The registry's NVIDIA arch of CUDA compute capability ``cc`` ((9, 0) -> "sm90");
+    None if the registry has none."""
+    name = nvidia_arch_name(cc)
+    return name if name in ARCHS else None
 
 
 def canonical_arch(name: str) -> str:
@@ -130,16 +173,18 @@ def _t(L, F, rho, **kw):
     return dict(L=L, F=F, rho=rho, zero_sign="plus", **kw)
 
 
-def _fma_rows(arch, vendor):
-    simt = "ffma" if vendor == "nvidia" else "mfma.f32"
-    dmma = {"sm80": "dmma", "sm90": "dmma", "sm100": "dmma"}.get(arch, "dfma") \
-        if vendor == "nvidia" else ("v_fma_f64" if arch == "gfx908" else "mfma.f64")
+def _fma_rows(arch):
+    """The fp64 and fp32 rows: chains of IEEE FMA on the arch's ``fp64`` / ``fp32``
+    instructions."""
+    a = ARCHS[arch]
     src = "seed 003 Tables 3, 6: chain of IEEE FMA"
-    if vendor == "nvidia":
+    if a.vendor == "nvidia":
         src += "; NVIDIA has no fp32 tensor-core input, fp32 runs as an FFMA chain"
+    src64 = src if INSTRUCTIONS[a.fp64].family != "fma" or a.vendor == "nvidia" else \
+        f"IEEE FMA chain (no fp64 matrix core on {a.family})"
     return [
-        Row(arch, ("fp64",), "fp64", "fma", dmma, dict(rho="rne_fp64"), source=src),
-        Row(arch, ("fp32",), "fp32", "fma", simt, dict(rho="rne_fp32"), source=src),
+        Row(arch, ("fp64",), "fp64", "fma", a.fp64, dict(rho="rne_fp64"), source=src64),
+        Row(arch, ("fp32",), "fp32", "fma", a.fp32, dict(rho="rne_fp32"), source=src),
     ]
 
 
@@ -159,7 +204,7 @@ def _nv_half_rows(arch, L, F, instr, tf32=None, bf16=True, floor=None):
 
 
 def _blackwell_rows(arch):
-    r = _fma_rows(arch, "nvidia")
+    r = _fma_rows(arch)
     kind = "tcgen05" if arch == "sm100" else "sm120"      # instruction ids f"{kind}.f16", ...
     r += _nv_half_rows(arch, 16, 25, f"{kind}.f16", tf32=(8, 25, f"{kind}.tf32"),
                        floor=-133 if arch == "sm100" else None)
@@ -184,23 +229,23 @@ def _blackwell_rows(arch):
 
 ROWS: list[Row] = []
 # NVIDIA -------------------------------------------------------------------------------
-ROWS += _fma_rows("sm70", "nvidia")
+ROWS += _fma_rows("sm70")
 ROWS += [
     Row("sm70", ("fp16",), "fp32", "t_fdpa", "hmma.884", _t(4, 23, "rz_fp32"), source="seed 003 Table 4"),
     Row("sm70", ("fp16",), "fp16", "t_fdpa", "hmma.884", _t(4, 23, "rne_fp16"), source="seed 003 Table 4"),
 ]
-ROWS += _fma_rows("sm75", "nvidia")
+ROWS += _fma_rows("sm75")
 ROWS += _nv_half_rows("sm75", 8, 24, "hmma.1688", bf16=False)
 for _arch in ("sm80", "sm86"):
-    ROWS += _fma_rows(_arch, "nvidia")
+    ROWS += _fma_rows(_arch)
     ROWS += _nv_half_rows(_arch, 8, 24, "hmma.16816", tf32=(4, 24, "hmma.1684"))
-ROWS += _fma_rows("sm89", "nvidia")
+ROWS += _fma_rows("sm89")
 ROWS += _nv_half_rows("sm89", 8, 24, "hmma.16816", tf32=(4, 24, "hmma.1684"))
 ROWS += [
     Row("sm89", FP8, "fp32", "t_fdpa", "qmma.16832", _t(16, 13, "rz_e8m13"), source="seed 003 Table 4"),
     Row("sm89", FP8, "fp16", "t_fdpa", "qmma.16832", _t(16, 13, "rne_fp16"), source="seed 003 Table 4"),
 ]
-ROWS += _fma_rows("sm90", "nvidia")
+ROWS += _fma_rows("sm90")
 ROWS += _nv_half_rows("sm90", 16, 25, "hgmma.k16", tf32=(8, 25, "hgmma.k8.tf32"), floor=-133)
 ROWS += [
     Row("sm90", FP8, "fp32", "t_fdpa", "qgmma.k32", _t(32, 13, "rz_e8m13"), source="seed 003 Table 4"),
@@ -232,14 +277,12 @@ ROWS += [
         "layout is the fp16 instruction's: the fp32 samples do not show it)"),
 ]
 # AMD ----------------------------------------------------------------------------------
-ROWS += _fma_rows("gfx908", "amd")[1:]  # CDNA1 has no fp64 MFMA; fp64 runs on the vector ALU
+ROWS += _fma_rows("gfx908")
 ROWS += [
-    Row("gfx908", ("fp64",), "fp64", "fma", "v_fma_f64", dict(rho="rne_fp64"),
-        source="IEEE FMA chain (no fp64 matrix core on CDNA1)"),
     Row("gfx908", ("fp16",), "fp32", "e_fdpa", "mfma.32x32x8f16", dict(L=4, rho="rne_fp32"), source="seed 003 Table 6"),
     Row("gfx908", ("bf16",), "fp32", "e_fdpa", "mfma.32x32x4bf16", dict(L=2, rho="rne_fp32"), source="seed 003 Table 6"),
 ]
-ROWS += _fma_rows("gfx90a", "amd")
+ROWS += _fma_rows("gfx90a")
 _FTZ = dict(rho="rne_fp32", flush_inputs=True)
 ROWS += [
     Row("gfx90a", ("fp16",), "fp32", "ftz_addmul", "mfma.32x32x8f16", dict(L=4, P=4, **_FTZ), source="seed 003 Table 6"),
@@ -247,7 +290,7 @@ ROWS += [
     Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x4bf16", dict(L=2, P=2, **_FTZ),
         default=False, source="seed 003 Table 6 (CDNA1-era bf16 instruction, no _1k suffix)"),
 ]
-ROWS += _fma_rows("gfx942", "amd")
+ROWS += _fma_rows("gfx942")
 # tr_renorm: MMA-Sim 2.1's final renormalisation (docs/model.md section 6.5)
 _TR = dict(F=24, F2=31, rho="rne_fp32", tr_renorm=True)
 ROWS += [
@@ -265,6 +308,21 @@ ROWS += [
 def archs() -> list[str]:
     """Canonical names of the supported architectures."""
     return list(ARCHS)
+
+
+def instruction_archs(iid: str) -> tuple[str, ...]:
+    """The archs whose registry rows run instruction ``iid`` (an id of isa.py), in ARCHS
+    order: read off ROWS, so an instruction's archs are never restated."""
+    if iid not in INSTRUCTIONS:
+        raise ValueError(f"unknown instruction id {iid!r}; known: {', '.join(INSTRUCTIONS)}")
+    have = {r.arch for r in ROWS if r.instruction == iid}
+    return tuple(a for a in ARCHS if a in have)
+
+
+def family_archs(family: str) -> tuple[str, ...]:
+    """The archs with an instruction of this family (isa.FAMILIES), in ARCHS order."""
+    have = {r.arch for r in ROWS if r.instr.family == family}
+    return tuple(a for a in ARCHS if a in have)
 
 
 def rows_for(arch: str) -> list[Row]:

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import torch
 
+from ..registry import DEFAULT_ARCH
 from .algorithms.fast import reveal_default
 from .algorithms.paper import basic_fprev, fprev, modified_fprev
 from .collectives import reveal_collective
@@ -180,7 +181,7 @@ def reveal_mv(m: int, n: int, *, dtype=torch.float32, device="cpu", big=None, un
 
 
 def reveal_matmul(m: int, n: int, k: int, mm="torch", *, dtype=torch.float32, device="cpu",
-                  out_dtype=None, arch: str = "sm90", in_format=None, with_c: bool = False,
+                  out_dtype=None, arch: str = DEFAULT_ARCH, in_format=None, with_c: bool = False,
                   c_mode: str = "chain", instruction=None, batch: bool = True,
                   mm_kwargs=None, big=None, unit=None, **opts) -> SumTree:
     """The order in which an (m, k) @ (k, n) product sums over k.

@@ -30,6 +30,7 @@ import torch
 from ..formats import format_of_dtype
 from ..ops import emulated_mm, round_result
 from ..packed_layouts import ceil_div, swizzled_numel, unpack_fp4, unswizzle  # noqa: F401
+from ..registry import ARCHS, arch_of_capability
 from .dispatch_args import bind, phase
 from .gemm import run_product
 
@@ -306,12 +307,14 @@ def handle_scaled_mm(mode, func, args, kwargs):
     except NotEmulated as e:
         raise ValueError(f"emulate({arch}): {func}: {e}; "
                          "formats={'scaled_mm': 'native'} runs it natively") from None
-    # PyTorch runs these recipes of F.scaled_mm on one GPU family only
-    only = "sm90" if sp.recipe == "blockwise" else \
-        "sm100" if sp.label == "MX fp4_e2m1" else None
-    if v2 and only is not None and mode.policy.spec is None and mode.policy.arch != only:
+    # PyTorch runs these recipes of F.scaled_mm on one compute capability only
+    only = (9, 0) if sp.recipe == "blockwise" else \
+        (10, 0) if sp.label == "MX fp4_e2m1" else None
+    if v2 and only is not None and mode.policy.spec is None and \
+            ARCHS[mode.policy.arch].capability != only:
         raise ValueError(f"emulate({arch}): F.scaled_mm runs {sp.label.split(' (')[0]} "
-                         f"({sp.recipe}) products on {only} only (PyTorch raises on other GPUs)")
+                         f"({sp.recipe}) products on {arch_of_capability(only)} only "
+                         "(PyTorch raises on other GPUs)")
     return run_scaled(mode, func, sp, a.get("bias"), out_dtype, a.get("use_fast_accum"), out)
 
 
@@ -330,7 +333,7 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
     fp32 promotion every ``mode.fp8_promotion`` K elements (unless ``use_fast_accum``)."""
     shapes = [tuple(sp.A.shape), tuple(sp.B.shape)]
     policy = mode.policy
-    nvidia = not policy.arch.startswith("gfx") and policy.spec is None
+    nvidia = policy.spec is None and ARCHS[policy.arch].vendor == "nvidia"
     sched = policy.schedule_for("scaled_mm")
     # a schedule given for scaled_mm decides the accumulation (its promote_every or none)
     # whatever the call's use_fast_accum says, in both directions

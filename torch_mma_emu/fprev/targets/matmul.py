@@ -16,6 +16,7 @@ import torch
 
 from ...limits import check
 from ...ops import emulated_mm
+from ...registry import DEFAULT_ARCH
 from ...spec import arch_label
 from ..probes import ProbeValues, check_dtype
 from .base import RowsTarget
@@ -31,7 +32,7 @@ def _native(backend):
     return lambda A, B, C=None: native_mm(A, B, C, backend=backend)
 
 
-def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="chain",
+def resolve_mm(backend, *, arch=DEFAULT_ARCH, in_format=None, out_dtype=None, c_mode="chain",
                instruction=None, mm_kwargs=None):
     """(callable mm(A, B, C=None), label, ieee) for a backend name or callable."""
     kw = dict(mm_kwargs or {})
@@ -59,7 +60,7 @@ def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="
 
 class MatmulTarget(RowsTarget):
     def __init__(self, m, n, k, *, backend="torch", dtype=torch.float32, device="cpu",
-                 out_dtype=None, with_c=False, arch="sm90", in_format=None, c_mode="chain",
+                 out_dtype=None, with_c=False, arch=DEFAULT_ARCH, in_format=None, c_mode="chain",
                  instruction=None, mm_kwargs=None, values=None, big=None, unit=None,
                  pack=None, batch=True):
         m, n, k = check_n(m, "m"), check_n(n, "n"), check_n(k, "k")
