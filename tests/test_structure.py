@@ -42,7 +42,7 @@ THIRD_PARTY_PRIVATE = frozenset({
     "torch._inductor.config",
     "torch._inductor.decomposition",
     "torch._inductor.kernel.flex.flex_attention",
-    "torch._inductor.lowering.lowerings",
+    "torch._inductor.lowering",
     "torch._inductor.runtime.hints.HeuristicType",
     "torch._inductor.runtime.triton_heuristics.CachingAutotuner",
     "torch._subclasses.fake_tensor.FakeTensor",
@@ -167,6 +167,11 @@ def private_uses(mods: dict[str, Path | None], pkg: str = PKG) -> tuple[list[str
                             bound[a.asname] = a.name
                     elif any(map(_private, a.name.split("."))):
                         theirs.add(a.name)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))
+                    and getattr(node.func, "id", getattr(node.func, "attr", "")) == "optional_module"
+                    and node.args and isinstance(node.args[0], ast.Constant)
+                    and any(map(_private, str(node.args[0].value).split(".")))):
+                theirs.add(node.args[0].value)     # switches.optional_module("torch._x"): an import
         for node in ast.walk(tree):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
                     and node.value.id in bound and _private(node.attr)

@@ -39,6 +39,7 @@ from typing import Optional
 
 import torch
 
+from ..registry import ARCHS
 from .attention import attention_backward, attention_forward
 from .dispatch_args import bind, restride
 from .gemm import acc_product
@@ -149,7 +150,8 @@ def _note(q, k, v, mask, p, is_causal, arch) -> str:
     gpu = gpu_choice(arch, q, k, v, mask, p, is_causal, False) \
         if q.dtype != torch.float64 else Choice(True, "fp64 check path")
     kernel = gpu.kernel if gpu.fused else "efficient"
-    where = arch if arch in SM or arch.startswith("gfx") else f"{arch}, taken as sm90"
+    amd = arch in ARCHS and ARCHS[arch].vendor == "amd"
+    where = arch if arch in SM or amd else f"{arch}, taken as sm90"
     return "flash form" + (f", dropout_p={p}" if p else "") + f" ({kernel} on {where})"
 
 
