@@ -37,6 +37,7 @@ def probe(target, in_format=None, out_dtype=None, *, scale_format=None, block_si
     special.nan_encoding(ctx)
     special.special_values(ctx)
     special.zero_sign(ctx)
+    special.zero_result_sign(ctx)
     subnormal.subnormal_inputs(ctx)
     subnormal.subnormal_outputs(ctx)
     subnormal.subnormal_accumulation(ctx)

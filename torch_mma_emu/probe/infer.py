@@ -99,10 +99,22 @@ def hints(rep: FeatureReport, iface, wide: bool = False) -> dict:
     if "RNE" in fr.split("/") or fr.startswith("RNE"):
         rhos.add("rne_" + out)
     h["rhos"] = None if wide or not rhos else sorted(rhos)
-    # lower cap of the alignment exponent
+    # lower cap of the alignment exponent: a floor the probe sees is emax_floor or the
+    # exponent of zero terms (zero_exp: the probe's vectors hold zero products and c = 0)
     fl = rep.value("exponent_floor")
+    known_ze = space.known_zero_exps(iface)
+    zero = {"zero_sign": ("keep", "plus"), "zero_exp": known_ze,
+            "cancelled_group": ("drop", "keep"), "tr_renorm": (False, True)}
     if fl is not None and not wide:
-        h["floors"] = [fl.lo] if fl.exact else [None]
+        h["floors"] = [fl.lo, None] if fl.exact else [None]
+        zero["zero_exp"] = (None, fl.lo) if fl.exact else known_ze
+    elif wide and fl is not None and fl.exact and fl.lo not in known_ze:
+        zero["zero_exp"] = (*known_ze, fl.lo)
+    # the sign of a nonzero sum rounding to zero (zero_sign)
+    zs = rep.value("zero_result_sign")
+    if zs in ("-0", "+0") and not wide:
+        zero["zero_sign"] = ("keep",) if zs == "-0" else ("plus",)
+    h["zero"] = zero
     # c added after the products (CDNA3)
     f2 = rep.value("c_add_precision")
     if f2 is not None and not wide:
@@ -147,12 +159,13 @@ def infer(target, in_format=None, out_dtype=None, *, scale_format=None, block_si
     every = space.structures(min(max(w, 1), 64))
     for name, h in (("features", hints(rep, iface)),
                     ("neighbourhood", hints(rep, iface, wide=True)),
-                    ("whole model space", {})):
+                    ("whole model space", {"zero": {"zero_sign": ("keep", "plus")}})):
         cands, cut = [], False
         structs = every if name == "whole model space" else seen
         # the features' rounding describes the final c addition, not the passes: every rho
         multi = space.multipass_space(iface, structs, floors=h.get("floors"),
-                                      nan_bits=h.get("nan_bits")) if structs else ()
+                                      nan_bits=h.get("nan_bits"),
+                                      zero=h.get("zero")) if structs else ()
         for sp in itertools.chain(multi, space.space(iface, **h)):
             if len(cands) >= max_candidates:
                 cut = True
@@ -181,7 +194,7 @@ def infer_spec(target, in_format=None, out_dtype=None, *, scale_format=None,
     """A :class:`~torch_mma_emu.spec.Spec` for ``target`` built from its features.
 
     The features restrict the model space (op kind, L, F, F2, rho, floor, alignment
-    rounding, NaN encoding); every spec left is checked bit for bit against the probe
+    rounding, NaN encoding, the zero corners' sign and zero-term exponent); every spec left is checked bit for bit against the probe
     vectors and ``checks`` random inputs run on the target; when none fits, the loop widens
     to the neighbourhood and then the whole space (seed 003's revise step).  Among the specs
     that fit, the one closest to a known registry entry for these formats, then the

@@ -101,6 +101,7 @@ LABELS = {
     "overflow": "output overflow",
     "product_overflow": "products overflow (|ab| >= 2^128)",
     "zero_sign": "sign of an exact zero sum",
+    "zero_result_sign": "sign of a sum rounding to zero",
     "order": "accumulation order (FPRev)",
 }
 

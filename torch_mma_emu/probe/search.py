@@ -16,7 +16,8 @@ from .targets import output_codes
 # fields that change arithmetic (arch, instruction, notes do not)
 ARITH_FIELDS = ("op", "in_format", "in_format_b", "out_format", "L", "F", "F2", "rho", "P",
                 "G", "scale_format", "block_size", "emax_floor", "align_round",
-                "flush_inputs", "nan_bits", "passes", "pass_width", "c_join")
+                "flush_inputs", "nan_bits", "passes", "pass_width", "c_join",
+                "zero_sign", "zero_exp", "cancelled_group", "tr_renorm")
 _OP_RANK = {op: i for i, op in enumerate(("fma", "e_fdpa", "t_fdpa", "st_fdpa", "gst_fdpa",
                                           "tr_fdpa", "gtr_fdpa", "ftz_addmul"))}
 
@@ -117,12 +118,22 @@ def closest_known(sp: Spec) -> tuple[int, Spec | None]:
     return best
 
 
+def _known_fit(sp: Spec) -> tuple[int, int]:
+    """(distance to the closest registry entry, minus the number of archs at that distance)."""
+    ds = [distance(sp, r) for r in known_specs(sp)]
+    if not ds:
+        return len(ARITH_FIELDS) + 1, 0
+    d = min(ds)
+    return d, -ds.count(d)
+
+
 def rank(specs) -> list[Spec]:
-    """Closest to a known registry entry first, then simpler (lower op rank, smaller L,
-    no floor, F nearest 24)."""
+    """Closest to a known registry entry first (among equals, the arithmetic more registry
+    rows share: a floor and a zero-term exponent at the same value look alike to the
+    probes), then simpler (lower op rank, smaller L, no floor, F nearest 24)."""
     def key(sp):
-        d, _ = closest_known(sp)
-        return (d, sp.passes, sp.c_join != "first", _OP_RANK.get(sp.op, len(OPS)),
+        d, shared = _known_fit(sp)
+        return (d, shared, sp.passes, sp.c_join != "first", _OP_RANK.get(sp.op, len(OPS)),
                 sp.passes * sp.L, sp.width != sp.L, sp.emax_floor is not None,
                 abs(sp.F - 24), sp.F2, sp.align_round != "rd")
     return sorted(specs, key=key)
