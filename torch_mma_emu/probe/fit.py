@@ -26,7 +26,6 @@ import torch
 from ..formats import INT_OF_SIZE, formats_of_dtype, out_format
 from ..spec import Spec
 from . import search, space
-from .samples import Samples
 from .samples import Samples, check_bit_patterns, from_arrays, load
 from .targets import values_of
 

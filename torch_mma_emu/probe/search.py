@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..spec import OPS, Spec
+from ..spec import OPS, ZERO_OPS, Spec
 from .samples import Samples
 from .targets import output_codes
 
@@ -22,11 +22,31 @@ _OP_RANK = {op: i for i, op in enumerate(("fma", "e_fdpa", "t_fdpa", "st_fdpa", 
                                           "tr_fdpa", "gtr_fdpa", "ftz_addmul"))}
 
 
+def _floor_and_zero_exp(sp: Spec) -> tuple:
+    """(emax_floor, zero_exp) in one form per arithmetic.  A zero_exp at or below the floor
+    never raises e_max above it.  A T/ST/GST floor at or below the output's emin acts only
+    on sums with a zero term, as a zero_exp does: without one, c != 0 (a subnormal counts
+    at emin) already puts e_max at emin or above.  So Hopper's floor -133 with zero_exp
+    -133 is sm120's zero_exp -133 alone (docs/model.md section 6.3)."""
+    fl, ze = sp.emax_floor, sp.zero_exp
+    if fl is None:
+        return fl, ze
+    if ze is not None and ze <= fl:
+        ze = None
+    if sp.op in ZERO_OPS and sp.passes == 1 and fl <= sp.fmt_out.emin:
+        return None, fl if ze is None else ze
+    return fl, ze
+
+
 def arith_key(sp: Spec) -> tuple:
-    """The arithmetic identity of a spec (NaN encoding normalised)."""
+    """The arithmetic identity of a spec (NaN encoding normalised, a redundant floor or
+    zero-term exponent dropped)."""
     vals = []
+    fz = _floor_and_zero_exp(sp)
     for f in ARITH_FIELDS:
         v = getattr(sp, f)
+        if f in ("emax_floor", "zero_exp"):
+            v = fz[f == "zero_exp"]
         if f == "nan_bits":
             v = sp.nan_encoding
         if f == "in_format_b" and v is None:

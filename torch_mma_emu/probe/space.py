@@ -17,6 +17,20 @@ OPS_SCALED = ("st_fdpa", "gst_fdpa")
 # them in ``zero`` (field -> choices); the default searches only each field's default
 ZERO_DEFAULTS = {"zero_sign": "keep", "zero_exp": None, "cancelled_group": "drop",
                  "tr_renorm": False}
+ZERO_FIELD_OPS = {"zero_sign": ZERO_OPS, "zero_exp": ZERO_OPS, "cancelled_group": ("gst_fdpa",),
+                  "tr_renorm": ("tr_fdpa", "gtr_fdpa")}   # the ops each field applies to
+
+
+def known_values(iface: Interface, field: str) -> tuple | None:
+    """The values of a zero-corner field among the registry's entries for these formats
+    (None when it has no entry for them): the cheap choice where a probe cannot decide."""
+    from ..registry import all_specs
+    fa, fb, out = iface.fmt_a.name, iface.fmt_b.name, iface.out.name
+    same = [r for r in all_specs() if r.out_format == out and r.in_format == fa
+            and (r.in_format_b or r.in_format) == fb and r.op in ZERO_FIELD_OPS[field]
+            and (not iface.scaled or r.scale_format == iface.scale_format)]
+    vals = {getattr(r, field) for r in same}
+    return tuple(sorted(vals, key=repr)) if vals else None
 
 
 def known_zero_exps(iface: Interface) -> tuple:
@@ -160,9 +174,7 @@ def space(iface: Interface, *, ops=None, Ls=None, Fs=None, F2s=None, rhos=None, 
 def _zero_choices(op: str, zero: dict | None):
     """The zero-corner field combinations that apply to ``op`` (the others stay default)."""
     zero = zero or {}
-    applies = {"zero_sign": op in ZERO_OPS, "zero_exp": op in ZERO_OPS,
-               "cancelled_group": op == "gst_fdpa", "tr_renorm": op in ("tr_fdpa", "gtr_fdpa")}
-    dims = [(f, tuple(zero[f]) if applies[f] and zero.get(f) else (d,))
+    dims = [(f, tuple(zero[f]) if op in ZERO_FIELD_OPS[f] and zero.get(f) else (d,))
             for f, d in ZERO_DEFAULTS.items()]
     for vals in product(*(v for _, v in dims)):
         yield {f: v for (f, _), v in zip(dims, vals) if v != ZERO_DEFAULTS[f]}

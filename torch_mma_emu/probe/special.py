@@ -1,6 +1,6 @@
 """Special values (seed 003 section 4.2): the NaN encoding, infinity rules, overflow of the
-result and of single products, the sign of an exact zero sum and of a nonzero sum that
-rounds to zero (Spec.zero_sign, docs/model.md section 6.1)."""
+result and of single products, and the sign of an exact zero sum (the sign of a sum that
+rounds to zero is probe/corners.py's)."""
 from __future__ import annotations
 
 import math
@@ -100,21 +100,3 @@ def zero_sign(ctx: Ctx):
                        list(zip(vecs, outs)))
     return ctx.add("zero_sign", None, f"{[o.value for o in outs]}", list(zip(vecs, outs)))
 
-
-def zero_result_sign(ctx: Ctx):
-    """One negative product a quarter of the output's smallest subnormal, c = 0: it rounds
-    to zero (RNE and RZ); -0 keeps the sum's sign (zero_sign="keep"), +0 is "plus"."""
-    out = ctx.out
-    t = out.emin - out.man_bits - 2
-    for ea in range(ctx.fa.emin, math.frexp(max_finite(ctx.fa))[1]):
-        eb = t - ea
-        if ctx.fb.emin <= eb < math.frexp(max_finite(ctx.fb))[1]:
-            v = ctx.runner.raw([-(2.0 ** ea)], [2.0 ** eb], 0.0)
-            o = ctx.run([v])[0]
-            if o.value != 0:
-                return ctx.add("zero_result_sign", None, f"-2**{t} -> {o.value!r}", [(v, o)])
-            sign = "-0" if math.copysign(1, o.value) < 0 else "+0"
-            return ctx.add("zero_result_sign", sign, f"-2**{ea} * 2**{eb} + 0 -> {sign}",
-                           [(v, o)])
-    return ctx.add("zero_result_sign", None, f"products of normal {ctx.fa.name} inputs cannot "
-                   f"reach 2**{t}, below the {out.name} subnormals")
