@@ -102,8 +102,8 @@ LABELS = {
     "product_overflow": "products overflow (|ab| >= 2^128)",
     "zero_sign": "sign of an exact zero sum",
     "zero_result_sign": "sign of a sum rounding to zero",
-    "cancelled_group_scale": "a cancelled block's scale sets the alignment",
-    "tr_carry": "T' + c' renormalised on a carry (TR-FDPA)",
+    "cancelled_group_scale": "cancelled block's scale aligns",
+    "tr_carry": "T'+c' renormalised on a carry",
     "order": "accumulation order (FPRev)",
 }
 
