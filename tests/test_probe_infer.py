@@ -33,8 +33,8 @@ def _id(sp):
 DISTINCT = _distinct()
 
 
-# slow: 128 rows of a few seconds each (about 10 minutes on 2 cores); the zero corners'
-# fields are read by their deciding probes (probe/corners.py, tests/test_probe_corners.py)
+# slow: 128 rows, 2-55 s each (295 s CPU, 872 s wall on the shared 2-core machine); the zero
+# corners' fields are read by their deciding probes (probe/corners.py, test_probe_corners)
 @pytest.mark.slow
 @pytest.mark.parametrize("entry", DISTINCT, ids=[_id(s) for s in DISTINCT])
 def test_infer_recovers_the_registry_arithmetic(entry):
