@@ -374,10 +374,11 @@ def _near(g, fmt, e, n):
 
 
 def _renorm_lanes(spec, g, n_carry=2048):
-    """Candidate lanes as float64 values a (n, L), b (n, L), c (n,).  Lanes [0, n_carry) carry
-    T' + c' into the next binade with T's last bit about 24 binades below its top (p1 ~
-    2^(E-7), p2 ~ 2^(E-31), c = +-(2^(E+1) - m 2^(E-23))): there the renormalisation may drop
-    the bit the plain finish rounds with; then 16 lanes cancel c against the dot (to a lower
+    """Candidate lanes as float64 values a (n, L), b (n, L), c (n,).  Lanes [0, n_carry) have
+    T's last bit about 24 binades below its top (p1, p2 24 binades apart); odd ones carry
+    T' + c' into the next binade (p1 ~ 2^(E-7), c = +-(2^(E+1) - m 2^(E-23))), where the
+    renormalisation may drop the bit the plain finish rounds with; even ones cancel one binade
+    (p1 ~ 2^(E-8), c = -+(2^E + m 2^(E-23))), where it keeps T's bit F2 + 1; then 16 lanes cancel c against the dot (to a lower
     binade) and 8 have products near 2^-126 (formats with 8 exponent bits, else their smallest
     normals) with c = +-0 or c = -dot."""
     fa, fb = FORMATS[spec.in_format], FORMATS[spec.in_format_b or spec.in_format]
@@ -394,9 +395,13 @@ def _renorm_lanes(spec, g, n_carry=2048):
         a[t, k1], b[t, k1] = _near(g, fa, e1a, 1), _near(g, fb, e1b, 1)
         a[t, k2], b[t, k2] = _near(g, fa, e2a, 1), _near(g, fb, e2b, 1)
         d = float(a[t] @ b[t])
-        E = e1a + e1b + 7 - r[t][0] // 2 % 2
         m = r[t][1] // 2 % 16
-        c[t] = (1 if d >= 0 else -1) * (2.0 ** (E + 1) - m * 2.0 ** (E - 23))
+        if t % 2:
+            E = e1a + e1b + 7 - r[t][0] // 2 % 2
+            c[t] = (1 if d >= 0 else -1) * (2.0 ** (E + 1) - m * 2.0 ** (E - 23))
+        else:  # c ~ -2^E against T ~ 2^(E-8): S falls one binade, T's bit 2^(E-32) survives
+            E = e1a + e1b + 8 + r[t][0] // 2 % 2
+            c[t] = (-1 if d >= 0 else 1) * (2.0 ** E + m * 2.0 ** (E - 23))
     for t in range(n_carry, n_carry + 16):
         a[t], b[t] = _near(g, fa, 0, L), _near(g, fb, -(t % 3), L)
         d = float(a[t] @ b[t])

@@ -128,9 +128,10 @@ void place_differing(const Params& P, Gen& g, int64_t K, int64_t M, int64_t N,
     double d = 0;
     uint64_t cc;
     if (!tiny && g.bits(1)) {
-      // T' + c' carrying into the next binade with T's last bit 24 below its top (p1 ~
-      // 2^(E-7), p2 ~ 2^(E-31), c ~ 2^(E+1) - m 2^(E-23)): the renormalisation drops the bit
-      // the plain finish rounds with
+      // T with its last bit 24 below its top (p1, p2 24 binades apart) against c: T' + c'
+      // carrying into the next binade (p1 ~ 2^(E-7), c ~ 2^(E+1) - m 2^(E-23)), where the
+      // renormalisation drops the bit the plain finish rounds with, or cancelling one binade
+      // (p1 ~ 2^(E-8), c ~ -(2^E + m 2^(E-23))), where it keeps T's bit F2 + 1
       const int ta = (1 << P.fa.ebits) - 2 - P.fa.bias, tb = (1 << P.fb.ebits) - 2 - P.fb.bias;
       const int e1a = std::min(ta, 6) - int(g.bits(1)), e1b = std::min(tb, 6) - int(g.bits(1));
       const int e2b = std::max(1 - P.fb.bias, e1b - 14) + int(g.bits(1));
@@ -143,9 +144,14 @@ void place_differing(const Params& P, Gen& g, int64_t K, int64_t M, int64_t N,
       ra[size_t(k2)] = code_near(g, P.fa, e2a);
       rb[size_t(k2)] = code_near(g, P.fb, e2b);
       for (int64_t k = 0; k < K; ++k) d += value_of(P.fa, ra[size_t(k)]) * value_of(P.fb, rb[size_t(k)]);
-      const int E = e1a + e1b + 7 - int(g.bits(1));
       const double m = double(g.bits(4));
-      cc = bits_of(float((d < 0 ? -1 : 1) * (std::ldexp(1.0, E + 1) - std::ldexp(m, E - 23))));
+      if (g.bits(1)) {
+        const int E = e1a + e1b + 7 - int(g.bits(1));
+        cc = bits_of(float((d < 0 ? -1 : 1) * (std::ldexp(1.0, E + 1) - std::ldexp(m, E - 23))));
+      } else {  // c ~ -2^E against T ~ 2^(E-8): S falls one binade, T's bit 2^(E-32) survives
+        const int E = e1a + e1b + 8 + int(g.bits(1));
+        cc = bits_of(float((d < 0 ? 1 : -1) * (std::ldexp(1.0, E) + std::ldexp(m, E - 23))));
+      }
     } else {
       for (int64_t k = 0; k < K; ++k) {
         ra[size_t(k)] = g.bits(3) ? code_near(g, P.fa, ea - int(g.bits(5) % spa) / 2) : 0;
