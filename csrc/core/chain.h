@@ -45,7 +45,7 @@ MMA_HD float ftz_group(const Params& P, const float* a, const float* b, int k0, 
   // input subnormals (of the input format) flush to +0
   const float tha = f32_of(uint32_t(P.fa.emin() + 127) << 23);
   const float thb = f32_of(uint32_t(P.fb.emin() + 127) << 23);
-  float p[4];
+  float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int l = 0; l < P.P; ++l) {
     const int k = k0 + l;
     float x = k < K ? a[k] : 0.0f, y = k < K ? b[k] : 0.0f;
