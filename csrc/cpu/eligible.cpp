@@ -12,6 +12,7 @@ static bool plane_format(const FormatDesc& f) {
 }
 
 FastKind fast_eligible(const Params& P) {
+  if (P.has_c_emin()) return FastKind::kNone;  // a narrow C's first chunk: the core only
   // multi-pass instructions (core passes.h): the planes hold each instruction's k pass by
   // pass; T-, E-, TR-, GTR-FDPA kernels run the passes and the final c addition
   if (P.multipass() && (P.passes < 1 || P.L * P.passes > 256 || (P.passes > 1 && P.L > kMaxPassL) ||

@@ -316,7 +316,7 @@ void check_values(const Params& P0, Isa isa, Family fam, Gen& g, Result& res) {
       for (int64_t j = 0; j < N; ++j) b[size_t((k + 1) * N + j)] = -b[size_t(k * N + j)];
     }
   // two K blocks, as the torch side runs long products
-  const int64_t kb = (K / 2) / eng.PP * eng.PP;
+  const int64_t kb = (K / 2) / eng.LL * eng.LL;  // on the instruction grid
   std::vector<T> acc;
   FpEnvGuard env;
   for (int blk = 0; blk < 2; ++blk) {
