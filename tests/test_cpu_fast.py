@@ -67,12 +67,11 @@ def test_fast_paths_serve_the_expected_rows():
               "tr_fdpa": "tr", "gtr_fdpa": "tr", "e_fdpa": "e", "gst_fdpa": "gst"}
     for isa in ISAS:
         for s in ROW_SPECS:
-            # tr_renorm (gfx942, docs/model.md 6.5) takes the TR kernel, which hands the lanes
-            # where the renormalised finish may differ to the core; only with round-down
-            # alignment (floor composes), truncation goes to the core
             assert fast_path(s, isa) == f"{isa}:{expect[s.op]}", (_id(s), isa, fast_path(s, isa))
+            # tr_renorm (gfx942, docs/model.md 6.5): the TR kernel computes the renormalised
+            # finish under either alignment rounding
             if s.tr_renorm:
-                assert fast_path(s.replace(align_round="rz"), isa) == "scalar"
+                assert fast_path(s.replace(align_round="rz"), isa) == f"{isa}:tr"
     with cpu_path("scalar"):
         assert all(torch.ops.mma_emu._cpu_fast_path(list(params(s))) == "scalar"
                    for s in ROW_SPECS)
@@ -360,3 +359,88 @@ def test_rows_and_columns_straddling_the_plane_window(spec):
         C = (torch.randn(M, N, generator=g, dtype=torch.float64) * torch.exp2(
             torch.randint(-2 * spread, 2 * spread + 1, (M, N), generator=g).double())).to(odt)
         check_fast_scalar(spec, _kw(spec, _codes(fa, a), _codes(fb, b), C))
+
+
+# ---- tr_renorm: the lanes where the renormalised finish differs from the plain one ----------
+
+TR_ROWS = [s for s in FDPA_ROWS if s.tr_renorm]
+
+
+def _near(g, fmt, e, n):
+    """n values of fmt near 2^e (random significand and sign); e inside fmt's normal range."""
+    sig = 1 + torch.randint(0, 1 << fmt.man_bits, (n,), generator=g).double() / (1 << fmt.man_bits)
+    sign = torch.randint(0, 2, (n,), generator=g).double() * 2 - 1
+    return sign * sig * 2.0 ** e
+
+
+def _renorm_lanes(spec, g, n_carry=2048):
+    """Candidate lanes as float64 values a (n, L), b (n, L), c (n,).  Lanes [0, n_carry) have
+    T's last bit about 24 binades below its top (p1, p2 24 binades apart); odd ones carry
+    T' + c' into the next binade (p1 ~ 2^(E-7), c = +-(2^(E+1) - m 2^(E-23))), where the
+    renormalisation may drop the bit the plain finish rounds with; even ones cancel one binade
+    (p1 ~ 2^(E-8), c = -+(2^E + m 2^(E-23))), where it keeps T's bit F2 + 1; then 16 lanes cancel c against the dot (to a lower
+    binade) and 8 have products near 2^-126 (formats with 8 exponent bits, else their smallest
+    normals) with c = +-0 or c = -dot."""
+    fa, fb = FORMATS[spec.in_format], FORMATS[spec.in_format_b or spec.in_format]
+    L, n = spec.L, n_carry + 24
+    a, b, c = (torch.zeros(n, L, dtype=torch.float64), torch.zeros(n, L, dtype=torch.float64),
+               torch.zeros(n, dtype=torch.float64))
+    r = torch.randint(0, 1 << 30, (n_carry, 6), generator=g).tolist()
+    for t in range(n_carry):
+        e1a, e1b = min(fa.emax, 6) - r[t][0] % 2, min(fb.emax, 6) - r[t][1] % 2
+        e2b = max(fb.emin, e1b - 14) + r[t][2] % 2
+        e2a = e1a + e1b - 24 - r[t][3] % 3 + 1 - e2b
+        k1 = r[t][4] % L
+        k2 = (k1 + 1 + r[t][5] % max(1, L - 1)) % L
+        a[t, k1], b[t, k1] = _near(g, fa, e1a, 1), _near(g, fb, e1b, 1)
+        a[t, k2], b[t, k2] = _near(g, fa, e2a, 1), _near(g, fb, e2b, 1)
+        d = float(a[t] @ b[t])
+        m = r[t][1] // 2 % 16
+        if t % 2:
+            E = e1a + e1b + 7 - r[t][0] // 2 % 2
+            c[t] = (1 if d >= 0 else -1) * (2.0 ** (E + 1) - m * 2.0 ** (E - 23))
+        else:  # c ~ -2^E against T ~ 2^(E-8): S falls one binade, T's bit 2^(E-32) survives
+            E = e1a + e1b + 8 + r[t][0] // 2 % 2
+            c[t] = (-1 if d >= 0 else 1) * (2.0 ** E + m * 2.0 ** (E - 23))
+    for t in range(n_carry, n_carry + 16):
+        a[t], b[t] = _near(g, fa, 0, L), _near(g, fb, -(t % 3), L)
+        d = float(a[t] @ b[t])
+        c[t] = -d * (1 + (-1) ** t * 2.0 ** -(8 + t % 16)) if t % 4 else -d
+    for t in range(n_carry + 16, n):
+        a[t] = _near(g, fa, max(-63, fa.emin) + t % 3, L)
+        b[t] = _near(g, fb, max(-63, fb.emin) + t % 2, L)
+        c[t] = [0.0, -0.0, -float(a[t] @ b[t])][t % 3]
+    return a, b, c
+
+
+@needs_fast
+@pytest.mark.parametrize("rz", [False, True], ids=["rd", "rz"])
+@pytest.mark.parametrize("spec", TR_ROWS, ids=_id)
+def test_tr_renorm_finish_corners(spec, rz):
+    """fast (each ISA) == scalar core == reference on lanes where tr_renorm's finish differs
+    from the plain one (found among the candidates by the core, one instruction per lane), on
+    cancelling and tiny lanes, and with NaN/Inf and signed zeros."""
+    spec = spec.replace(align_round="rz") if rz else spec
+    plain = spec.replace(tr_renorm=False)
+    fa, fb = FORMATS[spec.in_format], FORMATS[spec.in_format_b or spec.in_format]
+    a, b, c = _renorm_lanes(spec, seeded(spec.to_string(), "renorm"))
+    ac, bc = _codes(fa, a), _codes(fb, b)
+    c32 = c.to(torch.float32)
+    # every candidate as its own 1 x 1 product (a batch): where do the two finishes differ?
+    kwb = _kw(spec, ac[:, None, :], bc[:, :, None], c32[:, None, None])
+    rn = mm_on_path(kwb, "scalar").view(torch.int32).flatten()
+    pl = mm_on_path(dict(kwb, arch=plain), "scalar").view(torch.int32).flatten()
+    differ = (rn != pl).nonzero().flatten()
+    assert differ.numel() > 0, "no candidate reaches a lane where the finishes differ"
+    n_carry = a.shape[0] - 24
+    sel = torch.cat([differ[:40], torch.arange(n_carry, a.shape[0])])
+    # the selected lanes on the diagonal of one GEMM (off the diagonal: other mixtures)
+    C = c32[sel].diag()
+    r = min(40, differ.numel())  # specials in the rows of the cancelling lanes
+    C[r, 0], C[r + 1, 1], C[r + 2, 2], C[r + 3, r + 4], C[r + 4, r + 4] = (
+        float("inf"), -float("inf"), float("nan"), -0.0, -0.0)
+    kw = _kw(spec, ac[sel], bc[sel].t().contiguous(), C)
+    check_reference(spec, kw)
+    kw["A"] = kw["A"].clone()
+    kw["A"][r + 5, 0] = _codes(fa, torch.tensor([float("nan")], dtype=torch.float64))[0]
+    check_reference(spec, kw)

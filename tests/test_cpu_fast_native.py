@@ -7,6 +7,12 @@ NaN/Inf-sprinkled inputs (zero mismatches allowed).  Speed under qemu is not mea
 Skips where the tools are missing (scripts/_setup_env.sh installs g++-aarch64-linux-gnu and
 qemu-user where it can).  A deliberately broken build (-DMMA_TEST_BREAK flips bit 13 (an fp16 ulp) of
 every vector result) must fail on every FDPA row: the harness can fail.
+
+The "finish" family aims c at the dot of one instruction; on the TR/GTR rows it places lanes
+whose core result changes with `tr_renorm` flipped (docs/model.md 6.5: T' + c' carrying into
+the next binade, with the renormalisation's dropped bit deciding the RNE).  Each line reports
+finish=wrong/lanes/differing/differing-and-wrong; the differing lanes must exist, be right,
+and (in the broken build) be wrong: the vector kernel finishes them itself, not the core.
 """
 import hashlib
 import os
@@ -35,7 +41,8 @@ def _name(s):
     sc = f"-{s.scale_format}{s.block_size}" if s.scaled else ""
     b = f"x{s.in_format_b}" if s.in_format_b else ""
     mp = f"-{s.passes}pass" if s.multipass else ""
-    return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}{sc}-L{s.L}{mp}"
+    rz = "-rz" if s.op in ("tr_fdpa", "gtr_fdpa") and s.align_round == "rz" else ""
+    return f"{s.arch}-{s.op}-{s.in_format}{b}-{s.out_format}{sc}-L{s.L}{mp}{rz}"
 
 
 def _rows(specs):
@@ -43,6 +50,8 @@ def _rows(specs):
 
 
 ROW_SPECS = [r.first_spec() for r in ROWS]
+# tr_renorm's finish under round-toward-zero alignment too (the registry rows round down)
+RZ_RENORM = [s.replace(align_round="rz") for s in ROW_SPECS if s.tr_renorm]
 
 
 def _build(cxx, out_name, extra=()):
@@ -71,6 +80,11 @@ def _run(cmd, specs, seed=1, timeout=600):
     return r.returncode, lines
 
 
+def _finish(line):
+    """(wrong, lanes, differing, differing and wrong) of the finish family."""
+    return tuple(int(x) for x in line.split("finish=")[1].split()[0].rstrip(";").split("/"))
+
+
 def _check(cmd, isa, specs, seed=1):
     rc, lines = _run(cmd, specs, seed)
     bad = [ln for ln in lines[:-1] if not ln.startswith("ok ")]
@@ -78,6 +92,10 @@ def _check(cmd, isa, specs, seed=1):
     assert lines[-1] == f"{len(specs)} passed, 0 failed", lines[-1]
     # every row ran its vector kernel on this ISA
     assert all(f" {isa}:" in ln for ln in lines[:-1])
+    # the TR/GTR rows met lanes where the two finishes differ (and got them right)
+    for s, ln in zip(specs, lines[:-1]):
+        if s.op in ("tr_fdpa", "gtr_fdpa") and s.out_format == "fp32":
+            assert _finish(ln)[2] > 0, ln
 
 
 def _x86_isas():
@@ -92,7 +110,7 @@ def _x86_isas():
 def test_native_kernels_equal_the_core(isa):
     if isa not in _x86_isas():
         pytest.skip(f"this CPU has no {isa}")
-    _check([str(_build("g++", "fast_exact")), isa], isa, ROW_SPECS)
+    _check([str(_build("g++", "fast_exact")), isa], isa, ROW_SPECS + RZ_RENORM)
 
 
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or
@@ -101,7 +119,7 @@ def test_native_kernels_equal_the_core(isa):
                            "installs them where it can)")
 def test_neon_kernels_equal_the_core_under_qemu():
     exe = _build("aarch64-linux-gnu-g++", "fast_exact_aarch64", ["-static"])
-    _check(["qemu-aarch64", str(exe), "neon"], "neon", ROW_SPECS)
+    _check(["qemu-aarch64", str(exe), "neon"], "neon", ROW_SPECS + RZ_RENORM)
 
 
 @pytest.mark.slow
@@ -124,3 +142,7 @@ def test_harness_catches_a_broken_kernel():
     fdpa = [s for s in ROW_SPECS if s.op not in ("fma", "ftz_addmul")]
     mism = [ln for ln in lines if ln.startswith("MISMATCH")]
     assert rc == 1 and len(mism) == len(fdpa), lines[-3:]
+    # every lane where tr_renorm's finish differs from the plain one came out of the vector
+    # kernel (broken), none was handed to the core
+    tr = [ln for s, ln in zip(ROW_SPECS, lines) if s.op in ("tr_fdpa", "gtr_fdpa")]
+    assert tr and all(_finish(ln)[2] > 0 and _finish(ln)[3] == _finish(ln)[2] for ln in tr), tr

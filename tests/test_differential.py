@@ -112,3 +112,27 @@ def test_multipass_specs_match_reference(spec, family):
         check(spec, operands(spec, 3, 2, K, family, g))
     g = torch.Generator().manual_seed(11)
     check(spec, operands(spec, 2, 2, n + 3, family, g), c_mode="epilogue")
+
+
+@pytest.mark.parametrize("c_mode", ["chain", "epilogue"])
+def test_fp16_c_read_as_it_is_matches_reference(c_mode):
+    """sm70 fp16 -> fp32 reads an fp16 C as it is (``c_format="fp16"``, docs/model.md 6.4):
+    the core (c_emin) and the reference (C decoded as fp16 in the first chunk) agree on C of
+    fp16 subnormals, zeros and random bits, with products in the binades where aligning C at
+    -14 instead of its own exponent truncates them; in chain mode that differs from
+    converting C first, in epilogue mode it must not."""
+    spec = tme.spec("sm70", "fp16")
+    g = torch.Generator().manual_seed(5)
+    M, N, K = 6, 5, 9
+    ex = lambda *s: torch.randint(-24, -15, s, generator=g).double()  # noqa: E731
+    sign = lambda *s: torch.randint(0, 2, s, generator=g).double() * 2 - 1  # noqa: E731
+    A = (sign(M, K) * 2.0 ** ex(M, K)).half()
+    B = (sign(K, N) * 2.0 ** ex(K, N)).half()
+    sub = torch.randint(0, 1 << 16, (M, N), generator=g) & 0x83FF        # fp16 subnormals
+    rnd = torch.randint(0, 1 << 16, (M, N), generator=g)
+    codes = torch.where(torch.rand((M, N), generator=g) < 0.8, sub, rnd)
+    C = codes.to(torch.int16).view(torch.float16)
+    check(spec, dict(A=A, B=B, C=C, arch="sm70", out_dtype=torch.float32), c_mode)
+    old = tme.emulated_mm(A, B, C, arch=spec.replace(c_format=None), c_mode=c_mode)
+    new = tme.emulated_mm(A, B, C, arch="sm70", out_dtype=torch.float32, c_mode=c_mode)
+    assert (bits(old) != bits(new)).any() == (c_mode == "chain")

@@ -56,7 +56,7 @@ def test_python_names_are_the_extension_names():
 
 @pytest.mark.parametrize("change,msg", [
     (lambda L: {**L, "params": L["params"][:-1]}, "params: only in the extension [], only in "
-                                                  "Python ['tr_renorm']"),
+                                                  "Python ['c_emin']"),
     (lambda L: {**L, "params": L["params"] + ("new_field",)}, "only in the extension "
                                                               "['new_field']"),
     (lambda L: {**L, "ops": L["ops"] + ("q_fdpa",)}, "ops: only in the extension ['q_fdpa']"),

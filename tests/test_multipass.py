@@ -39,8 +39,8 @@ def test_fields_layout_and_serialisation():
     assert "passes" not in plain.to_string() and not plain.multipass
     # the params vector keeps every old field in place and appends passes, width, c_final
     p, old = list(cpp.params(sp)), list(cpp.params(plain))
-    # (then the zero corners' zero_exp, zero_plus, group_keep, tr_renorm: docs/model.md 6)
-    assert len(p) == len(old) == 49 and p[-7:-4] == [2, 2, 1] and old[-7:-4] == [1, 16, 0]
+    # (then the corners' zero_exp, zero_plus, group_keep, tr_renorm, c_emin: docs/model.md 6)
+    assert len(p) == len(old) == 50 and p[-8:-5] == [2, 2, 1] and old[-8:-5] == [1, 16, 0]
     assert "passes=2x16 (alternating pairs, width 2) c_join=final" in sp.describe()
 
 

@@ -70,7 +70,7 @@ def test_fit_files_and_directories(capsys):
     rc, out = run(capsys, "fit", str(HW / "V100_fp16_to_fp32.npz"),
                   str(HW / "A100_tf32_to_fp32.npz"))
     assert rc == 0, out.err
-    assert "t_fdpa L=4 F=23 rho=rz_fp32 = registry sm70" in out.out
+    assert "t_fdpa L=4 F=23 rho=rz_fp32 zero_sign=plus zero_exp=-131 = registry sm70" in out.out
     assert "Model parameters (seed 003 Table 4)" in out.out
     rc, out = run(capsys, "fit", str(HW / "V100_fp16_to_fp16.npz"), "--json")
     doc = json.loads(out.out)

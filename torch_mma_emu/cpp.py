@@ -69,14 +69,18 @@ SCHED = codes(LAYOUT)["sched_ops"]          # opcode name -> code
 
 
 @lru_cache(maxsize=4096)
-def params(spec: Spec, c_mode: str = "chain") -> tuple[int, ...]:
-    """The parameter vector of ``spec`` for ``torch.ops.mma_emu._gemm`` / ``_sched``."""
-    return tuple(vector(spec.param_values(c_mode), LAYOUT))
+def params(spec: Spec, c_mode: str = "chain", c_in: str | None = None) -> tuple[int, ...]:
+    """The parameter vector of ``spec`` for ``torch.ops.mma_emu._gemm`` / ``_sched``
+    (``c_in``: the format C came in, see :meth:`Spec.param_values`)."""
+    return tuple(vector(spec.param_values(c_mode, c_in), LAYOUT))
 
 
-def gemm(spec: Spec, a, b, c, scale_a=None, scale_b=None, c_mode: str = "chain"):
-    """The plain instruction chain of ``spec`` over a (batch, M, K) and b (batch, K, N)."""
-    return torch.ops.mma_emu._gemm(a, b, c, scale_a, scale_b, list(params(spec, c_mode)))
+def gemm(spec: Spec, a, b, c, scale_a=None, scale_b=None, c_mode: str = "chain",
+         c_in: str | None = None):
+    """The plain instruction chain of ``spec`` over a (batch, M, K) and b (batch, K, N);
+    ``c`` in the output format, ``c_in`` the format it came in."""
+    return torch.ops.mma_emu._gemm(a, b, c, scale_a, scale_b,
+                                   list(params(spec, c_mode, c_in)))
 
 
 def sched(spec: Spec, a, b, c, partials, program, consts, scale_a=None, scale_b=None):

@@ -276,8 +276,17 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
         d = run_scheduled(sched, s, a3, b3, c3, C is not None, lo,
                           (sa3, sb3) if s.scaled else None)
         return d.reshape(out_shape)
-    d = cpp.gemm(s, a3, b3, c3, sa3, sb3, c_mode)
+    d = cpp.gemm(s, a3, b3, c3, sa3, sb3, c_mode, _c_in(s, C))
     return d.reshape(out_shape)
+
+
+def _c_in(s: Spec, C) -> Optional[str]:
+    """The format C came in where the instruction reads it as it is (``Spec.c_format``:
+    Volta's m8n8k4.f32.f16.f16.f16 takes an fp16 C, docs/model.md 6.4); None otherwise."""
+    if C is None or s.c_format is None:
+        return None
+    f = format_of_dtype(C.dtype)
+    return s.c_format if f is not None and f.name == s.c_format else None
 
 
 @torch.library.custom_op("mma_emu::emulated_mm", mutates_args=())

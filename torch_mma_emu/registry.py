@@ -231,7 +231,9 @@ ROWS: list[Row] = []
 # NVIDIA -------------------------------------------------------------------------------
 ROWS += _fma_rows("sm70")
 ROWS += [
-    Row("sm70", ("fp16",), "fp32", "t_fdpa", "hmma.884", _t(4, 23, "rz_fp32"), source="seed 003 Table 4"),
+    # an fp16 C is read as it is (m8n8k4.f32.f16.f16.f16: MMA-Sim, docs/model.md 6.4)
+    Row("sm70", ("fp16",), "fp32", "t_fdpa", "hmma.884", _t(4, 23, "rz_fp32", c_format="fp16"),
+        source="seed 003 Table 4"),
     Row("sm70", ("fp16",), "fp16", "t_fdpa", "hmma.884", _t(4, 23, "rne_fp16"), source="seed 003 Table 4"),
 ]
 ROWS += _fma_rows("sm75")
@@ -283,11 +285,13 @@ ROWS += [
     Row("gfx908", ("bf16",), "fp32", "e_fdpa", "mfma.32x32x4bf16", dict(L=2, rho="rne_fp32"), source="seed 003 Table 6"),
 ]
 ROWS += _fma_rows("gfx90a")
+# L = the instruction's K: the accumulator input is flushed once per instruction (MMA-Sim,
+# docs/model.md 6.6; L = P is the old flush per group of P)
 _FTZ = dict(rho="rne_fp32", flush_inputs=True)
 ROWS += [
-    Row("gfx90a", ("fp16",), "fp32", "ftz_addmul", "mfma.32x32x8f16", dict(L=4, P=4, **_FTZ), source="seed 003 Table 6"),
-    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x8bf16_1k", dict(L=4, P=4, **_FTZ), source="seed 003 Table 6"),
-    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x4bf16", dict(L=2, P=2, **_FTZ),
+    Row("gfx90a", ("fp16",), "fp32", "ftz_addmul", "mfma.32x32x8f16", dict(L=8, P=4, **_FTZ), source="seed 003 Table 6"),
+    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x8bf16_1k", dict(L=8, P=4, **_FTZ), source="seed 003 Table 6"),
+    Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x4bf16", dict(L=4, P=2, **_FTZ),
         default=False, source="seed 003 Table 6 (CDNA1-era bf16 instruction, no _1k suffix)"),
 ]
 ROWS += _fma_rows("gfx942")

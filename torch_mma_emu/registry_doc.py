@@ -34,7 +34,7 @@ def _model(r: Row) -> str:
     if r.op == "fma":
         txt = "FMA"
     elif r.op == "ftz_addmul":
-        txt = f"FTZ-AddMul P={p['P']}"
+        txt = f"FTZ-AddMul L={p['L']} P={p['P']}"
     elif r.op == "e_fdpa":
         txt = f"E-FDPA L={p['L']}"
     else:

@@ -48,6 +48,7 @@ CANCELLED_GROUPS = ("drop", "keep")
 ZERO_OPS = ("t_fdpa", "st_fdpa", "gst_fdpa")  # the ops the zero corners apply to
 C_MODES = ("chain", "epilogue")
 C_JOINS = ("first", "final")
+C_FORMATS = ("fp16",)  # the narrower C an instruction may read (Spec.c_format)
 MULTIPASS_OPS = ("t_fdpa", "e_fdpa", "tr_fdpa", "gtr_fdpa")  # unscaled fused operations
 MAX_PASS_L = 64       # the C++ core gathers one pass's operands into arrays of this size
 
@@ -87,6 +88,10 @@ class Spec:
     zero_exp: int | None = None     # exponent zero terms take in e_max (None: they take none)
     cancelled_group: str = "drop"   # gst: a group cancelling to 0 "drop"s / "keep"s its scale exp
     tr_renorm: bool = False         # tr/gtr: T' + c' renormalised, RD to F2 bits (MMA-Sim 2.1)
+    # t_fdpa: a C of this (narrower) format enters the first instruction as it is (sm70/sm75
+    # fp16 -> fp32: m8n8k4.f32.f16.f16.f16, an fp16 subnormal C aligned at fp16's emin -14);
+    # None: C is converted to the output format first (docs/model.md 2 and 6.4)
+    c_format: str | None = None
     arch: str = "custom"
     instruction: str = ""
     notes: str = field(default="", compare=False)
@@ -204,6 +209,10 @@ class Spec:
             errs.append("cancelled_group applies to gst_fdpa only")
         if self.tr_renorm and self.op not in ("tr_fdpa", "gtr_fdpa"):
             errs.append("tr_renorm applies to tr_fdpa and gtr_fdpa only")
+        if self.c_format is not None and (self.c_format not in C_FORMATS or
+                                          self.op != "t_fdpa" or self.out_format != "fp32"):
+            errs.append(f"c_format takes None or one of {C_FORMATS}, on t_fdpa with fp32 "
+                        f"output (got {self.c_format!r} on {self.op} -> {self.out_format})")
         return errs
 
     def _multipass_errors(self) -> list[str]:
@@ -315,6 +324,8 @@ class Spec:
             bits.append(f"cancelled_group={self.cancelled_group}")
         if self.tr_renorm:
             bits.append("tr_renorm")
+        if self.c_format is not None:
+            bits.append(f"c_format={self.c_format}")
         return " ".join(bits)
 
     # -- serialisation (codec.py): lets a custom spec travel through the op's ``arch`` string
@@ -336,10 +347,11 @@ class Spec:
         return parse_spec(s)
 
     # -- the parameters the C++ kernels read ----------------------------------------------
-    def param_values(self, c_mode: str = "chain") -> dict:
+    def param_values(self, c_mode: str = "chain", c_in: str | None = None) -> dict:
         """The kernels' parameters by name (MMA_PARAMS, csrc/core/layout.h); op, rho and the
         NaN styles as names, which torch_mma_emu/cpp.py numbers as the extension does.
-        ``fs_*`` describe the scale format (zeros when unscaled)."""
+        ``fs_*`` describe the scale format (zeros when unscaled).  ``c_in``: the format C
+        came in; where it is ``c_format`` the first chunk aligns c at that format's emin."""
         nan = self.nan_encoding
         v = {"op": self.op, "L": self.L, "F": self.F, "F2": self.F2, "rho": self.rho,
              "P": self.P, "G": self.G, "block": self.block_size,
@@ -352,7 +364,9 @@ class Spec:
              "zero_exp": self.zero_exp if self.zero_exp is not None else NO_FLOOR,
              "zero_plus": int(self.zero_sign == "plus"),
              "group_keep": int(self.cancelled_group == "keep"),
-             "tr_renorm": int(self.tr_renorm)}
+             "tr_renorm": int(self.tr_renorm),
+             "c_emin": (FORMATS[c_in].emin if c_in is not None and c_in == self.c_format
+                        else NO_FLOOR)}
         sc = FORMATS[self.scale_format] if self.scale_format else None
         for key, f in (("fa", self.fmt_a), ("fb", self.fmt_b), ("fo", self.fmt_out), ("fs", sc)):
             v.update({f"{key}_code": f.code if f else 0, f"{key}_ebits": f.exp_bits if f else 0,

@@ -37,26 +37,43 @@ MMA_HD T dot_fma(const Params& P, const T* a, const T* b, int K, T c) {
   return P.epilogue ? add_rn(acc, c) : acc;
 }
 
-// FTZ-AddMul chain (Algorithm 2, AMD CDNA2) on fp32 values of the inputs.
-MMA_HD float dot_ftz(const Params& P, const float* a, const float* b, int K, float c) {
+// One FTZ-AddMul group (Algorithm 2, AMD CDNA2): P products k0..k0+P-1 (k >= K are zero
+// padding) added pairwise to acc, all on fp32 values.  acc is taken as it is: the caller
+// flushes it where an instruction starts.
+MMA_HD float ftz_group(const Params& P, const float* a, const float* b, int k0, int K,
+                       float acc) {
   // input subnormals (of the input format) flush to +0
   const float tha = f32_of(uint32_t(P.fa.emin() + 127) << 23);
   const float thb = f32_of(uint32_t(P.fb.emin() + 127) << 23);
+  float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int l = 0; l < P.P; ++l) {
+    const int k = k0 + l;
+    float x = k < K ? a[k] : 0.0f, y = k < K ? b[k] : 0.0f;
+    if (x < tha && x > -tha) x = 0.0f;
+    if (y < thb && y > -thb) y = 0.0f;
+    p[l] = ftz_keep_sign(mul_rn(x, y));
+  }
+  float s = ftz_keep_sign(add_rn(p[0], p[1]));
+  if (P.P == 4) s = ftz_keep_sign(add_rn(s, ftz_keep_sign(add_rn(p[2], p[3]))));
+  return ftz_keep_sign(add_rn(acc, s));
+}
+
+// The accumulator input of an FTZ-AddMul instruction: subnormal, -0 -> +0 (NaN stays).
+MMA_HD float ftz_acc_in(float acc) {
   const float tiny = f32_of(0x00800000u);  // 2^-126
+  return (acc < tiny && acc > -tiny) ? 0.0f : acc;
+}
+
+// FTZ-AddMul chain on fp32 values of the inputs: instructions of L products (the last one
+// zero padded to L, its padding groups run too), each flushing its accumulator input once
+// and adding its groups of P (docs/model.md 5, MMA-Sim's flush per instruction: section 6.6;
+// L = P is the old flush per group).
+MMA_HD float dot_ftz(const Params& P, const float* a, const float* b, int K, float c) {
   float acc = P.epilogue ? 0.0f : c;
-  float p[4];
-  for (int k0 = 0; k0 < K; k0 += P.P) {
-    if (acc < tiny && acc > -tiny) acc = 0.0f;  // accumulator input: subnormal, -0 -> +0
-    for (int l = 0; l < P.P; ++l) {
-      const int k = k0 + l;
-      float x = k < K ? a[k] : 0.0f, y = k < K ? b[k] : 0.0f;
-      if (x < tha && x > -tha) x = 0.0f;
-      if (y < thb && y > -thb) y = 0.0f;
-      p[l] = ftz_keep_sign(mul_rn(x, y));
-    }
-    float s = ftz_keep_sign(add_rn(p[0], p[1]));
-    if (P.P == 4) s = ftz_keep_sign(add_rn(s, ftz_keep_sign(add_rn(p[2], p[3]))));
-    acc = ftz_keep_sign(add_rn(acc, s));
+  const int Kp = (K + P.L - 1) / P.L * P.L;
+  for (int k0 = 0; k0 < Kp; k0 += P.P) {
+    if (k0 % P.L == 0) acc = ftz_acc_in(acc);
+    acc = ftz_group(P, a, b, k0, K, acc);
   }
   return P.epilogue ? add_rn(acc, c) : acc;
 }

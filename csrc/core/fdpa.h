@@ -236,7 +236,13 @@ MMA_HD uint64_t plus_zero(const Params& P, const OutFmt& o, uint64_t r) {
 // One fused elementary op with its special-value rules.
 MMA_HD uint64_t fused_op(const Params& P, const OutFmt& o, const Chunk& ch, uint64_t c_bits,
                          bool check_specials) {
-  const Dec c = decode(P.fo, c_bits);
+  Dec c = decode(P.fo, c_bits);
+  // C read by the first instruction in a narrower format (c_emin): its value, exact, at
+  // that format's minimum exponent (the low bits shifted out are zero)
+  if (ch.k0 == 0 && P.has_c_emin() && c.sig && c.cls == kFinite && c.exp < P.c_emin) {
+    c.sig >>= imin(P.c_emin - c.exp, 31);
+    c.exp = P.c_emin;
+  }
   uint64_t out;
   // TR-FDPA products can overflow without any infinite input, so it always checks.
   if ((check_specials || c.cls != kFinite || P.op == kTrFdpa) && chunk_specials(P, o, ch, c, &out))

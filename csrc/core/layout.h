@@ -21,7 +21,7 @@
   MMA_FORMAT_PARAMS(X, fa) MMA_FORMAT_PARAMS(X, fb) MMA_FORMAT_PARAMS(X, fo)               \
   MMA_FORMAT_PARAMS(X, fs)                                                                 \
   X(passes) X(pass_width) X(c_final) X(zero_exp) X(zero_plus) X(group_keep) \
-  X(tr_renorm)
+  X(tr_renorm) X(c_emin)
 
 #define MMA_OPS(X)                                                                     \
   X(fma, kFma) X(ftz_addmul, kFtzAddMul) X(e_fdpa, kEFdpa) X(t_fdpa, kTFdpa)           \

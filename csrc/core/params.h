@@ -31,6 +31,11 @@ struct Params {
   // TR/GTR-FDPA: T' kept at F2 + 1 bits, c = 0 at fp32's emin in E, and T' + c' renormalised
   // and rounded down to F2 fraction bits before the final rounding (section 6.5)
   int32_t tr_renorm;
+  // The least exponent of the incoming c term in the first chunk (k0 = 0): C read in a
+  // narrower format than the output by the instruction (Volta's m8n8k4.f32.f16.f16.f16: an
+  // fp16 subnormal C aligned at fp16's emin -14, section 6.4); kNoZeroExp: none.
+  int32_t c_emin;
+  MMA_HD bool has_c_emin() const { return c_emin > kNoZeroExp; }
   MMA_HD bool multipass() const { return passes > 1 || c_final; }
   MMA_HD bool has_zero_exp() const { return zero_exp > kNoZeroExp; }
 };
@@ -50,6 +55,7 @@ inline Params parse_params(const int64_t* v) {
   p.passes = MMA_P(passes); p.pass_width = MMA_P(pass_width); p.c_final = MMA_P(c_final);
   p.zero_exp = MMA_P(zero_exp); p.zero_plus = MMA_P(zero_plus); p.group_keep = MMA_P(group_keep);
   p.tr_renorm = MMA_P(tr_renorm);
+  p.c_emin = MMA_P(c_emin);
 #undef MMA_FORMAT
 #undef MMA_P
   return p;

@@ -12,6 +12,7 @@ static bool plane_format(const FormatDesc& f) {
 }
 
 FastKind fast_eligible(const Params& P) {
+  if (P.has_c_emin()) return FastKind::kNone;  // a narrow C's first chunk: the core only
   // multi-pass instructions (core passes.h): the planes hold each instruction's k pass by
   // pass; T-, E-, TR-, GTR-FDPA kernels run the passes and the final c addition
   if (P.multipass() && (P.passes < 1 || P.L * P.passes > 256 || (P.passes > 1 && P.L > kMaxPassL) ||
@@ -51,9 +52,9 @@ FastKind fast_eligible(const Params& P) {
       if (P.fo.ebits != 8 || P.fo.mbits != 23 || P.fo.nan_style != kIeee) return FastKind::kNone;
       if (!plane_format(P.fa) || !plane_format(P.fb)) return FastKind::kNone;
       if ((P.fa.mbits + 1) + (P.fb.mbits + 1) > 24 || P.flush_inputs) return FastKind::kNone;
-      // tr_renorm (section 6.5): the kernel hands the lanes where it differs to the core; its
-      // argument needs round-down alignment
-      if (P.tr_renorm && !P.align_rd) return FastKind::kNone;
+      // T' (< 2^(32 + G - F), G = F2 or, with tr_renorm, F2 + 1 grid bits) and c' 2^(G - F)
+      // exact fp64 integers below 2^52, so S = T' + c' is exact
+      if (P.F2 + (P.tr_renorm ? 1 : 0) - P.F > 20) return FastKind::kNone;
       return FastKind::kTr;
     }
     case kEFdpa:

@@ -31,7 +31,7 @@ bool run_values(const Params& P, const at::Tensor& a, const at::Tensor& b, const
   T* op = out.data_ptr<T>();
   const int64_t Np = (N + eng.W - 1) / eng.W * eng.W;
   const int64_t per_k = int64_t(sizeof(T)) * (M + Np);
-  int64_t KB = std::max<int64_t>(1, block_bytes() / std::max<int64_t>(per_k, 1) / eng.PP) * eng.PP;
+  int64_t KB = std::max<int64_t>(1, block_bytes() / std::max<int64_t>(per_k, 1) / eng.LL) * eng.LL;
   if (KB >= K) KB = K;
   constexpr int64_t RB = 24;
   const int64_t nrb = (M + RB - 1) / RB;

@@ -15,7 +15,7 @@ struct ValueKernels {
   int wf = 0, wd = 0;  // panel widths (columns) for fp32 and fp64
   void (*f32)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) = nullptr;
   void (*f64)(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t) = nullptr;
-  void (*ftz)(int, const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) = nullptr;
+  void (*ftz)(int, int, const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) = nullptr;
 };
 ValueKernels value_kernels_avx2();
 ValueKernels value_kernels_avx512();
@@ -27,6 +27,7 @@ struct ValuesEngine {
   ValueKernels ks;
   FastKind kind = FastKind::kNone;
   int PP = 1, W = 0;
+  int LL = 1;  // FTZ-AddMul: products per instruction (its accumulator input flushed once)
   int64_t M = 0, K = 0, Kp = 0, NP = 0, Np = 0;
   std::vector<T> Ap, Bp;
 
@@ -43,6 +44,7 @@ struct ValuesEngine {
       return false;
     }
     PP = kind == FastKind::kFtz ? P.P : 1;
+    LL = kind == FastKind::kFtz ? P.L : 1;
     W = f64 ? ks.wd : ks.wf;
     return W > 0;
   }
@@ -52,7 +54,7 @@ struct ValuesEngine {
             int64_t bs1, int64_t M_, int64_t N, int64_t k0, int64_t Kb, const ParFor& par) {
     M = M_;
     K = Kb;
-    Kp = (K + PP - 1) / PP * PP;  // FTZ chunks are zero padded
+    Kp = (K + LL - 1) / LL * LL;  // FTZ instructions are zero padded (their groups all run)
     NP = (N + W - 1) / W;
     Np = NP * W;
     const T tha = T(f32_of(uint32_t(P.fa.emin() + 127) << 23));
@@ -91,17 +93,18 @@ struct ValuesEngine {
     });
   }
 
-  // acc rows [i0, i0 + rows) (stride ld) advanced over the packed products [k0, k1).
+  // acc rows [i0, i0 + rows) (stride ld) advanced over the packed products [k0, k1)
+  // (FTZ-AddMul: instructions of LL counted from k0, the last one zero padded).
   void run(int64_t i0, int64_t rows, int64_t k0, int64_t k1, T* acc, int64_t ld) const {
-    const int64_t kend = std::min(Kp, (k1 + PP - 1) / PP * PP);
-    const int64_t KB = std::max<int64_t>(PP, (kind == FastKind::kFtz ? 256 : 512) / PP * PP);
+    const int64_t kend = std::min(Kp, k0 + (k1 - k0 + LL - 1) / LL * LL);
+    const int64_t KB = std::max<int64_t>(LL, (kind == FastKind::kFtz ? 256 : 512) / LL * LL);
     const T* arow = Ap.data() + i0 * Kp;
     for (int64_t kb = k0; kb < kend; kb += KB) {
       const int64_t ke = std::min(kend, kb + KB);
       for (int64_t p = 0; p < NP; ++p) {
         const T* bp = Bp.data() + p * Kp * W;
         if constexpr (sizeof(T) == 4) {
-          if (kind == FastKind::kFtz) ks.ftz(PP, arow, Kp, rows, bp, kb, ke, acc + p * W, ld);
+          if (kind == FastKind::kFtz) ks.ftz(PP, LL, arow, Kp, rows, bp, kb, ke, acc + p * W, ld);
           else ks.f32(arow, Kp, rows, bp, kb, ke, acc + p * W, ld);
         } else {
           ks.f64(arow, Kp, rows, bp, kb, ke, acc + p * W, ld);

@@ -36,7 +36,7 @@ struct FastTfdpa {
 // Which Params the fast chunk reproduces.  L must be one of the instantiated lengths.
 MMA_HD FastTfdpa fast_tfdpa_plan(const Params& P) {
   FastTfdpa f{false, false, 0};
-  if (P.op != kTFdpa || P.multipass()) return f;  // multi-pass: the generic kernel
+  if (P.op != kTFdpa || P.multipass() || P.has_c_emin()) return f;  // the generic kernel
   if (!(P.L == 4 || P.L == 8 || P.L == 16 || P.L == 32)) return f;
   f.G = P.F - (P.fa.mbits + P.fb.mbits);
   if (f.G < 0 || P.F > 29) return f;

@@ -84,7 +84,8 @@ def corner_alternatives(spec):
     """(label, spec) for the choices the zero corners leave to evidence (issue 31, docs/model.md
     section 6): the other sign of a zero result, other exponents for zero terms (none, the
     MATLAB models' -15, MMA-Sim's per-arch values), the other rule for cancelled scale
-    groups, T' + c' renormalised or not."""
+    groups, T' + c' renormalised or not, FTZ-AddMul's accumulator flushed per group (L = P),
+    an fp16 C converted first (c_format=None)."""
     out = []
     if spec.op in ZERO_OPS:
         out += [(f"zero_sign={z}", spec.replace(zero_sign=z)) for z in ZERO_SIGNS
@@ -97,6 +98,10 @@ def corner_alternatives(spec):
                 for c in CANCELLED_GROUPS if c != spec.cancelled_group]
     if spec.op in ("tr_fdpa", "gtr_fdpa"):
         out.append((f"tr_renorm={not spec.tr_renorm}", spec.replace(tr_renorm=not spec.tr_renorm)))
+    if spec.op == "ftz_addmul" and spec.L != spec.P:
+        out.append((f"L={spec.P} (flush per group)", spec.replace(L=spec.P)))
+    if spec.c_format is not None:
+        out.append(("c_format=None", spec.replace(c_format=None)))
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from . import accumulator, passes, precision, special, structure, subnormal
+from . import accumulator, corners, passes, precision, special, structure, subnormal
 from .context import Ctx
 from .report import Feature, FeatureReport, Interval
 from .targets import make_target
@@ -37,6 +37,7 @@ def probe(target, in_format=None, out_dtype=None, *, scale_format=None, block_si
     special.nan_encoding(ctx)
     special.special_values(ctx)
     special.zero_sign(ctx)
+    corners.zero_result_sign(ctx)
     subnormal.subnormal_inputs(ctx)
     subnormal.subnormal_outputs(ctx)
     subnormal.subnormal_accumulation(ctx)
@@ -52,6 +53,8 @@ def probe(target, in_format=None, out_dtype=None, *, scale_format=None, block_si
     precision.final_rounding(ctx)
     precision.c_add_precision(ctx)
     precision.exponent_floor(ctx)
+    corners.cancelled_group_scale(ctx)
+    corners.tr_carry(ctx)
     accumulator.normalize_at_end(ctx)
     accumulator.carry_bits(ctx)
     accumulator.monotonicity(ctx)

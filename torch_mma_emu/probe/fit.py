@@ -342,7 +342,7 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     filled = {}
     done = []
     for sp in found:
-        sp2, fields = _complete(sp, feats, kmax)
+        sp2, fields = _complete(sp, feats, kmax, s)
         done.append(sp2)
         filled.setdefault(search.arith_key(sp2), fields)
     ranked = search.annotate(search.rank(_dedupe(done)))
@@ -390,7 +390,7 @@ def _ties(specs) -> list[str]:
     return out
 
 
-def _complete(sp: Spec, feats: DataFeatures, kmax: int) -> tuple[Spec, list]:
+def _complete(sp: Spec, feats: DataFeatures, kmax: int, samples: Samples) -> tuple[Spec, list]:
     """Fill the dimensions the data cannot see from the closest known spec (a registry
     entry for these formats), when that entry agrees with everything the data shows;
     returns the spec and the visible fields so filled (L, emax_floor)."""
@@ -418,6 +418,11 @@ def _complete(sp: Spec, feats: DataFeatures, kmax: int) -> tuple[Spec, list]:
         ch["emax_floor"] = best.emax_floor
     if not feats.nan_outputs:
         ch["nan_bits"] = best.nan_bits
+    # the zero corners (docs/model.md section 6): the entry's choices, kept only where the
+    # data still fits them (recorded data rarely reaches them)
+    zero = {f: getattr(best, f) for f in space.ZERO_DEFAULTS if getattr(best, f) != getattr(sp, f)}
+    if zero and search.mismatches(sp.replace(**ch, **zero), samples) == 0:
+        ch.update(zero)
     shown = [k for k in ("L", "emax_floor") if k in ch and ch[k] != getattr(sp, k)]
     return (sp.replace(**ch) if ch else sp), shown
 

@@ -99,10 +99,10 @@ def hints(rep: FeatureReport, iface, wide: bool = False) -> dict:
     if "RNE" in fr.split("/") or fr.startswith("RNE"):
         rhos.add("rne_" + out)
     h["rhos"] = None if wide or not rhos else sorted(rhos)
-    # lower cap of the alignment exponent
-    fl = rep.value("exponent_floor")
-    if fl is not None and not wide:
-        h["floors"] = [fl.lo] if fl.exact else [None]
+    h["zero"] = _zero_hints(rep, iface, wide)
+    if not wide and rep.value("exponent_floor") is not None:
+        fl = rep.value("exponent_floor")
+        h["floors"] = [fl.lo, None] if fl.exact else [None]
     # c added after the products (CDNA3)
     f2 = rep.value("c_add_precision")
     if f2 is not None and not wide:
@@ -118,6 +118,42 @@ def hints(rep: FeatureReport, iface, wide: bool = False) -> dict:
     if nb is not None:
         h["nan_bits"] = [None if nb == IEEE_NAN[out] else nb]
     return h
+
+
+# the zero corners' fields (docs/model.md section 6), their deciding feature and its reading
+_DECIDED = {"zero_sign": ("zero_result_sign", {"-0": "keep", "+0": "plus"}),
+            "cancelled_group": ("cancelled_group_scale", {True: "keep", False: "drop"}),
+            "tr_renorm": ("tr_carry", {True: True, False: False})}
+_BOTH = {"zero_sign": ("keep", "plus"), "cancelled_group": ("drop", "keep"),
+         "tr_renorm": (False, True)}
+
+
+def _zero_hints(rep: FeatureReport, iface, wide: bool) -> dict:
+    """The zero corners' values to search: the probe's reading where it decides the field;
+    where it cannot (the formats never reach the corner), the registry's choice for these
+    formats (both choices act alike on every probe, so the cheap one suffices), else both.
+    ``wide``: every choice, plus the floor seen as a zero-term exponent."""
+    fl = rep.value("exponent_floor")
+    if wide:
+        zero = dict(_BOTH, zero_exp=space.known_zero_exps(iface))
+        if fl is not None and fl.exact and fl.lo not in zero["zero_exp"]:
+            zero["zero_exp"] = (*zero["zero_exp"], fl.lo)
+        return zero
+    zero = {}
+    for f, (feat, read) in _DECIDED.items():
+        v = rep.value(feat)
+        zero[f] = (read[v],) if v in read else space.known_values(iface, f) or _BOTH[f]
+    # zero_exp: a floor the exponent_floor probe sees (its vectors hold zero terms) is
+    # emax_floor or zero_exp (or both: search.arith_key knows when they coincide)
+    if fl is not None and fl.exact:
+        zero["zero_exp"] = (None, fl.lo)
+    else:
+        # unseen (no cap down to fl.hi, or not observable): the registry's values there
+        top = fl.hi if fl is not None and fl.hi is not None else None
+        known = space.known_values(iface, "zero_exp") or space.known_zero_exps(iface)
+        zero["zero_exp"] = tuple(z for z in known if z is None or top is None or z <= top) \
+            or (None,)
+    return zero
 
 
 def infer(target, in_format=None, out_dtype=None, *, scale_format=None, block_size=None,
@@ -147,12 +183,13 @@ def infer(target, in_format=None, out_dtype=None, *, scale_format=None, block_si
     every = space.structures(min(max(w, 1), 64))
     for name, h in (("features", hints(rep, iface)),
                     ("neighbourhood", hints(rep, iface, wide=True)),
-                    ("whole model space", {})):
+                    ("whole model space", {"zero": {"zero_sign": ("keep", "plus")}})):
         cands, cut = [], False
         structs = every if name == "whole model space" else seen
         # the features' rounding describes the final c addition, not the passes: every rho
         multi = space.multipass_space(iface, structs, floors=h.get("floors"),
-                                      nan_bits=h.get("nan_bits")) if structs else ()
+                                      nan_bits=h.get("nan_bits"),
+                                      zero=h.get("zero")) if structs else ()
         for sp in itertools.chain(multi, space.space(iface, **h)):
             if len(cands) >= max_candidates:
                 cut = True
@@ -181,8 +218,9 @@ def infer_spec(target, in_format=None, out_dtype=None, *, scale_format=None,
     """A :class:`~torch_mma_emu.spec.Spec` for ``target`` built from its features.
 
     The features restrict the model space (op kind, L, F, F2, rho, floor, alignment
-    rounding, NaN encoding); every spec left is checked bit for bit against the probe
-    vectors and ``checks`` random inputs run on the target; when none fits, the loop widens
+    rounding, NaN encoding, the zero corners' fields); every spec left is checked bit for
+    bit against the probe vectors and ``checks`` random inputs run on the target; when
+    none fits, the loop widens
     to the neighbourhood and then the whole space (seed 003's revise step).  Among the specs
     that fit, the one closest to a known registry entry for these formats, then the
     simplest, is returned.  ``infer(...)`` returns the details (report, ties, rounds).

@@ -101,6 +101,9 @@ LABELS = {
     "overflow": "output overflow",
     "product_overflow": "products overflow (|ab| >= 2^128)",
     "zero_sign": "sign of an exact zero sum",
+    "zero_result_sign": "sign of a sum rounding to zero",
+    "cancelled_group_scale": "cancelled block's scale aligns",
+    "tr_carry": "T'+c' renormalised on a carry",
     "order": "accumulation order (FPRev)",
 }
 

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..spec import OPS, Spec
+from ..spec import OPS, ZERO_OPS, Spec
 from .samples import Samples
 from .targets import output_codes
 
 # fields that change arithmetic (arch, instruction, notes do not)
 ARITH_FIELDS = ("op", "in_format", "in_format_b", "out_format", "L", "F", "F2", "rho", "P",
                 "G", "scale_format", "block_size", "emax_floor", "align_round",
-                "flush_inputs", "nan_bits", "passes", "pass_width", "c_join")
+                "flush_inputs", "nan_bits", "passes", "pass_width", "c_join",
+                "zero_sign", "zero_exp", "cancelled_group", "tr_renorm")
 _OP_RANK = {op: i for i, op in enumerate(("fma", "e_fdpa", "t_fdpa", "st_fdpa", "gst_fdpa",
                                           "tr_fdpa", "gtr_fdpa", "ftz_addmul"))}
 
@@ -26,11 +27,31 @@ def op_rank(op: str) -> int:
     return _OP_RANK.get(op, len(_OP_RANK) + 1)
 
 
+def _floor_and_zero_exp(sp: Spec) -> tuple:
+    """(emax_floor, zero_exp) in one form per arithmetic.  A zero_exp at or below the floor
+    never raises e_max above it.  A T/ST/GST floor at or below the output's emin acts only
+    on sums with a zero term, as a zero_exp does: without one, c != 0 (a subnormal counts
+    at emin) already puts e_max at emin or above.  So Hopper's floor -133 with zero_exp
+    -133 is sm120's zero_exp -133 alone (docs/model.md section 6.3)."""
+    fl, ze = sp.emax_floor, sp.zero_exp
+    if fl is None:
+        return fl, ze
+    if ze is not None and ze <= fl:
+        ze = None
+    if sp.op in ZERO_OPS and sp.passes == 1 and fl <= sp.fmt_out.emin:
+        return None, fl if ze is None else ze
+    return fl, ze
+
+
 def arith_key(sp: Spec) -> tuple:
-    """The arithmetic identity of a spec (NaN encoding normalised)."""
+    """The arithmetic identity of a spec (NaN encoding normalised, a redundant floor or
+    zero-term exponent dropped)."""
     vals = []
+    fz = _floor_and_zero_exp(sp)
     for f in ARITH_FIELDS:
         v = getattr(sp, f)
+        if f in ("emax_floor", "zero_exp"):
+            v = fz[f == "zero_exp"]
         if f == "nan_bits":
             v = sp.nan_encoding
         if f == "in_format_b" and v is None:
@@ -122,12 +143,22 @@ def closest_known(sp: Spec) -> tuple[int, Spec | None]:
     return best
 
 
+def _known_fit(sp: Spec) -> tuple[int, int]:
+    """(distance to the closest registry entry, minus the number of archs at that distance)."""
+    ds = [distance(sp, r) for r in known_specs(sp)]
+    if not ds:
+        return len(ARITH_FIELDS) + 1, 0
+    d = min(ds)
+    return d, -ds.count(d)
+
+
 def rank(specs) -> list[Spec]:
-    """Closest to a known registry entry first, then simpler (lower op rank, smaller L,
-    no floor, F nearest 24)."""
+    """Closest to a known registry entry first (among equals, the arithmetic more registry
+    rows share: a floor and a zero-term exponent at the same value look alike to the
+    probes), then simpler (lower op rank, smaller L, no floor, F nearest 24)."""
     def key(sp):
-        d, _ = closest_known(sp)
-        return (d, sp.passes, sp.c_join != "first", _OP_RANK.get(sp.op, len(OPS)),
+        d, shared = _known_fit(sp)
+        return (d, shared, sp.passes, sp.c_join != "first", _OP_RANK.get(sp.op, len(OPS)),
                 sp.passes * sp.L, sp.width != sp.L, sp.emax_floor is not None,
                 abs(sp.F - 24), sp.F2, sp.align_round != "rd")
     return sorted(specs, key=key)

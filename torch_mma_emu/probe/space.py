@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
-from ..spec import NVIDIA_NAN, Spec
+from ..spec import NVIDIA_NAN, ZERO_OPS, Spec
 from .targets import Interface
 
 POW2_L = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -13,6 +13,35 @@ F_RANGE = tuple(range(8, 41))
 KNOWN_FLOORS = (None, -133)
 OPS_UNSCALED = ("fma", "e_fdpa", "t_fdpa", "tr_fdpa", "gtr_fdpa", "ftz_addmul")
 OPS_SCALED = ("st_fdpa", "gst_fdpa")
+# the zero corners' fields (docs/model.md section 6): values searched when a caller names
+# them in ``zero`` (field -> choices); the default searches only each field's default
+ZERO_DEFAULTS = {"zero_sign": "keep", "zero_exp": None, "cancelled_group": "drop",
+                 "tr_renorm": False}
+ZERO_FIELD_OPS = {"zero_sign": ZERO_OPS, "zero_exp": ZERO_OPS, "cancelled_group": ("gst_fdpa",),
+                  "tr_renorm": ("tr_fdpa", "gtr_fdpa")}   # the ops each field applies to
+
+
+def known_values(iface: Interface, field: str) -> tuple | None:
+    """The values of a zero-corner field among the registry's entries for these formats
+    (None when it has no entry for them): the cheap choice where a probe cannot decide."""
+    from ..registry import all_specs
+    fa, fb, out = iface.fmt_a.name, iface.fmt_b.name, iface.out.name
+    same = [r for r in all_specs() if r.out_format == out and r.in_format == fa
+            and (r.in_format_b or r.in_format) == fb and r.op in ZERO_FIELD_OPS[field]
+            and (not iface.scaled or r.scale_format == iface.scale_format)]
+    vals = {getattr(r, field) for r in same}
+    return tuple(sorted(vals, key=repr)) if vals else None
+
+
+def known_zero_exps(iface: Interface) -> tuple:
+    """None and the zero-term exponents of the registry's entries for these formats (of any
+    entry with this output format when none has these inputs)."""
+    from ..registry import all_specs
+    fa, fb, out = iface.fmt_a.name, iface.fmt_b.name, iface.out.name
+    same_out = [r for r in all_specs() if r.out_format == out and r.zero_exp is not None]
+    same = [r for r in same_out if r.in_format == fa and (r.in_format_b or r.in_format) == fb]
+    vals = {r.zero_exp for r in (same or same_out)}
+    return (None, *sorted(vals, reverse=True))
 
 
 def rhos_for(out: str, op: str) -> tuple[str, ...]:
@@ -66,7 +95,7 @@ def structures(kmax: int, c_joins=("first", "final"), passes=None) -> list[Struc
 
 
 def multipass_space(iface: Interface, structs, *, ops=None, Fs=None, rhos=None,
-                    floors=None, nan_bits=None):
+                    floors=None, nan_bits=None, zero=None):
     """Yield the multi-pass Specs: each structure with every op/F/rho/floor/NaN choice."""
     fa, fb, out = iface.fmt_a.name, iface.fmt_b.name, iface.out.name
     if iface.scaled or max(iface.fmt_a.bits, iface.fmt_b.bits) > 32:
@@ -85,7 +114,7 @@ def multipass_space(iface: Interface, structs, *, ops=None, Fs=None, rhos=None,
                 continue
             for F, nb, r, fl in product(tuple(Fs or F_RANGE), nans, op_rhos, floors):
                 yield from _make(op=op, F=F, rho=r, emax_floor=fl, nan_bits=nb, **shape,
-                                 **common)
+                                 _zero=zero, **common)
 
 
 def nan_choices(out: str):
@@ -93,8 +122,9 @@ def nan_choices(out: str):
 
 
 def space(iface: Interface, *, ops=None, Ls=None, Fs=None, F2s=None, rhos=None, floors=None,
-          aligns=None, nan_bits=None, Gs=None):
-    """Yield the valid Specs; each keyword restricts one dimension (None: all values)."""
+          aligns=None, nan_bits=None, Gs=None, zero=None):
+    """Yield the valid Specs; each keyword restricts one dimension (None: all values);
+    ``zero`` maps zero-corner fields to the values to try (unnamed: the default only)."""
     fa, fb, out = iface.fmt_a.name, iface.fmt_b.name, iface.out.name
     fb_arg = None if fb == fa else fb
     all_ops = OPS_SCALED if iface.scaled else OPS_UNSCALED
@@ -133,18 +163,28 @@ def space(iface: Interface, *, ops=None, Ls=None, Fs=None, F2s=None, rhos=None, 
             for L, F, nb, r, al in product(Ls, Fs, nans, op_rhos, aligns):
                 for F2 in (F2s or range(F + 1, min(40, F + 12) + 1)):
                     yield from _make(op=op, L=L, F=F, F2=F2, rho=r, align_round=al,
-                                     nan_bits=nb, **common)
+                                     nan_bits=nb, _zero=zero, **common)
             continue
         groups = Gs or ((0,) if op != "gst_fdpa" else (16, 8, 32, 4, 2))
         for L, F, nb, r, fl, G in product(Ls, Fs, nans, op_rhos, floors, groups):
             yield from _make(op=op, L=L, F=F, rho=r, emax_floor=fl, nan_bits=nb,
-                             G=G if op == "gst_fdpa" else 0, **common)
+                             G=G if op == "gst_fdpa" else 0, _zero=zero, **common)
 
 
-def _make(**kw):
+def _zero_choices(op: str, zero: dict | None):
+    """The zero-corner field combinations that apply to ``op`` (the others stay default)."""
+    zero = zero or {}
+    dims = [(f, tuple(zero[f]) if op in ZERO_FIELD_OPS[f] and zero.get(f) else (d,))
+            for f, d in ZERO_DEFAULTS.items()]
+    for vals in product(*(v for _, v in dims)):
+        yield {f: v for (f, _), v in zip(dims, vals) if v != ZERO_DEFAULTS[f]}
+
+
+def _make(_zero=None, **kw):
     if kw.get("rho") is None:
         return
-    try:
-        yield Spec(arch="custom", **kw)
-    except ValueError:
-        return
+    for z in _zero_choices(kw["op"], _zero):
+        try:
+            yield Spec(arch="custom", **kw, **z)
+        except ValueError:
+            continue

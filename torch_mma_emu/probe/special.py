@@ -1,5 +1,6 @@
 """Special values (seed 003 section 4.2): the NaN encoding, infinity rules, overflow of the
-result and of single products, and the sign of an exact zero sum."""
+result and of single products, and the sign of an exact zero sum (the sign of a sum that
+rounds to zero is probe/corners.py's)."""
 from __future__ import annotations
 
 import math
@@ -98,3 +99,4 @@ def zero_sign(ctx: Ctx):
         return ctx.add("zero_sign", signs.pop(), "1*1 + (-1) and (-1)*1 + 1",
                        list(zip(vecs, outs)))
     return ctx.add("zero_sign", None, f"{[o.value for o in outs]}", list(zip(vecs, outs)))
+

@@ -30,11 +30,12 @@ def scales_per_chunk(spec: Spec) -> int:
 
 def elementary(spec: Spec, a_codes: Sequence[int], b_codes: Sequence[int], c_code: int,
                scale_a_codes: Sequence[int] | None = None,
-               scale_b_codes: Sequence[int] | None = None) -> int:
+               scale_b_codes: Sequence[int] | None = None, c_format: str | None = None) -> int:
     """One elementary operation on one chunk; returns the output code (``spec.out_format``).
 
     ``a_codes``/``b_codes``: exactly ``spec.L`` codes in ``spec.fmt_a``/``spec.fmt_b`` (tf32 /
-    xf32 as fp32 words); ``c_code``: the accumulator in the output format; scales (scaled ops
+    xf32 as fp32 words); ``c_code``: the accumulator in the output format (or in
+    ``c_format``: a C the instruction reads as it is, docs/model.md 6.4); scales (scaled ops
     only): the codes of the K-blocks covering the chunk (``max(1, L // block_size)`` each).
     """
     spec = _as_spec(spec)
@@ -45,7 +46,7 @@ def elementary(spec: Spec, a_codes: Sequence[int], b_codes: Sequence[int], c_cod
     fa, fb, fo = spec.fmt_a.name, spec.fmt_b.name, spec.out_format
     a = [decode(fa, x) for x in a_codes]
     b = [decode(fb, x) for x in b_codes]
-    c = decode(fo, c_code)
+    c = decode(c_format or fo, c_code)
     sa = sb = None
     if spec.scaled:
         n = scales_per_chunk(spec)
@@ -92,16 +93,24 @@ def instruction(spec: Spec, a_codes: Sequence[int], b_codes: Sequence[int], acc_
 
 def dot(spec: Spec, a_codes: Sequence[int], b_codes: Sequence[int], c_code: int,
         scale_a_codes: Sequence[int] | None = None, scale_b_codes: Sequence[int] | None = None,
-        c_mode: str = "chain") -> int:
+        c_mode: str = "chain", c_format: str | None = None) -> int:
     """One output element over any K: the chain of elementary operations (docs/model.md 2).
 
     ``acc = c``; for each chunk of L consecutive k (ascending, the last one zero padded)
     ``acc = op(chunk, acc)``; ``K = 0`` gives ``c``.  ``c_mode="epilogue"``: ``acc`` starts at
     +0 and ``D = RNE_out(acc + c)``.  Scales: one per K-block of ``spec.block_size`` over the
     whole K (``ceil(K / block_size)``); blocks lying entirely in the padding use scale 1.0.
+    ``c_format``: the format ``c_code`` is in when it is not the output format (it must be
+    ``spec.c_format``): the first chunk reads it as it is, anything else converts it.
     """
     spec = _as_spec(spec)
     K = len(a_codes)
+    if c_format is not None:
+        if c_format != spec.c_format:
+            raise ValueError(f"c in {c_format} needs a spec with c_format={c_format!r}")
+        if c_mode == "epilogue" or spec.multipass or K == 0:   # read in the output format
+            c_code = encode(spec.out_format, x_of(decode(c_format, c_code)))
+            c_format = None
     if len(b_codes) != K:
         raise ValueError(f"a has {K} codes but b has {len(b_codes)}")
     if c_mode not in ("chain", "epilogue"):
@@ -136,7 +145,7 @@ def dot(spec: Spec, a_codes: Sequence[int], b_codes: Sequence[int], c_code: int,
             neutral = NEUTRAL_SCALE[spec.scale_format]
             sa = [scale_a_codes[i] if i < nblocks else neutral for i in range(first, first + n)]
             sb = [scale_b_codes[i] if i < nblocks else neutral for i in range(first, first + n)]
-        acc = elementary(spec, a_chunk, b_chunk, acc, sa, sb)
+        acc = elementary(spec, a_chunk, b_chunk, acc, sa, sb, c_format if k0 == 0 else None)
     if c_mode == "epilogue":
         acc = epilogue_add(spec, acc, c_code)
     return acc
@@ -203,7 +212,8 @@ def mm(spec, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None,
 
     ``A`` (M, K), ``B`` (K, N) with dtypes matching ``spec``'s formats (float32 for tf32/xf32,
     uint8 codes for fp6/fp4); ``C`` (broadcastable to (M, N)) or ``None`` (zeros) is first
-    converted to the output dtype with ``.to`` (RNE).  ``scale_a`` (M, ceil(K/bs)) and
+    converted to the output dtype with ``.to`` (RNE), except a C in ``spec.c_format`` (read
+    as it is by the first chunk, docs/model.md 6.4).  ``scale_a`` (M, ceil(K/bs)) and
     ``scale_b`` (ceil(K/bs), N) for scaled specs.  Returns the output-dtype tensor.
     """
     spec = _as_spec(spec)
@@ -215,8 +225,11 @@ def mm(spec, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None,
     M, K = A.shape
     N = B.shape[1]
     out_dtype = OUT_DTYPES[spec.out_format]
+    c_format = None
     if C is None:
         Cc = torch.zeros((M, N), dtype=out_dtype)
+    elif spec.c_format is not None and C.dtype == OUT_DTYPES.get(spec.c_format):
+        c_format, Cc = spec.c_format, C.expand(M, N)
     else:
         Cc = C.to(out_dtype).expand(M, N)
     a = tensor_to_codes(A)
@@ -230,6 +243,6 @@ def mm(spec, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor | None = None,
         sbT = _scale_codes(scale_b.t(), "scale_b")
     out = [[dot(spec, a[i], bT[j], c[i][j],
                 sa[i] if sa is not None else None, sbT[j] if sbT is not None else None,
-                c_mode=c_mode)
+                c_mode=c_mode, c_format=c_format)
             for j in range(N)] for i in range(M)]
     return codes_to_tensor(out, spec.out_format).reshape(M, N)

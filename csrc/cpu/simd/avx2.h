@@ -142,6 +142,14 @@ struct Avx2 {
     const __m256i e64 = _mm256_cvtepi32_epi64(h ? _mm256_extracti128_si256(e, 1) : _mm256_castsi256_si128(e));
     return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(e64, _mm256_set1_epi64x(1023)), 52));
   }
+  // the integer x (|x| < 2^53) rounded to its leading 53 - j bits, toward minus infinity (down)
+  // or zero: on the bit pattern, clear the j low bits, after adding 2^j - 1 to a negative x's
+  // (a carry moves into the exponent field: the next binade)
+  MMA_VT D keep_bits(D x, int j, bool down) {
+    const __m256i b = _mm256_castpd_si256(x), low = _mm256_set1_epi64x((int64_t(1) << j) - 1);
+    const __m256i up = down ? _mm256_and_si256(_mm256_cmpgt_epi64(_mm256_setzero_si256(), b), low) : _mm256_setzero_si256();
+    return _mm256_castsi256_pd(_mm256_andnot_si256(low, _mm256_add_epi64(b, up)));
+  }
   // two fp64 halves -> one fp32 vector, nearest even
   MMA_VT F join_rne(D lo, D hi) {
     return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm256_cvtpd_ps(lo)), _mm256_cvtpd_ps(hi), 1);

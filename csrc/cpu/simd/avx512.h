@@ -120,6 +120,11 @@ struct Avx512 {
     const __m512i e64 = _mm512_cvtepi32_epi64(h ? _mm512_extracti64x4_epi64(e, 1) : _mm512_castsi512_si256(e));
     return _mm512_castsi512_pd(_mm512_slli_epi64(_mm512_add_epi64(e64, _mm512_set1_epi64(1023)), 52));
   }
+  MMA_VT512 D keep_bits(D x, int j, bool down) {  // as in avx2.h
+    const __m512i b = _mm512_castpd_si512(x), low = _mm512_set1_epi64((int64_t(1) << j) - 1);
+    const __m512i up = down ? _mm512_and_si512(_mm512_srai_epi64(b, 63), low) : _mm512_setzero_si512();
+    return _mm512_castsi512_pd(_mm512_andnot_si512(low, _mm512_add_epi64(b, up)));
+  }
   MMA_VT512 F join_rne(D lo, D hi) {
     return _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvt_roundpd_ps(lo, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)),
                               _mm512_cvt_roundpd_ps(hi, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 1);

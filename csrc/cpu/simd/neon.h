@@ -136,6 +136,11 @@ struct Neon {
     const int64x2_t e64 = h ? vmovl_high_s32(e) : vmovl_s32(vget_low_s32(e));
     return vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(e64, vdupq_n_s64(1023)), 52));
   }
+  MMA_VTN D keep_bits(D x, int j, bool down) {  // as in avx2.h
+    const int64x2_t b = vreinterpretq_s64_f64(x), low = vdupq_n_s64((int64_t(1) << j) - 1);
+    const int64x2_t up = down ? vandq_s64(vshrq_n_s64(b, 63), low) : vdupq_n_s64(0);
+    return vreinterpretq_f64_s64(vbicq_s64(vaddq_s64(b, up), low));
+  }
   MMA_VTN F join_rne(D lo, D hi) { return vcvt_high_f32_f64(vcvt_f32_f64(lo), hi); }
   // toward zero: the nearest conversion, one step back where its magnitude went up
   MMA_VTN F join_rz(D lo, D hi) {
