@@ -12,7 +12,7 @@ import torch_mma_emu as tme
 from torch_mma_emu import _C, cpp, schedule
 from torch_mma_emu.formats import NAN_STYLES
 from torch_mma_emu.registry import all_specs
-from torch_mma_emu.spec import OPS, RHOS
+from torch_mma_emu.elementary import NAMES as OPS, RHO_NAMES as RHOS
 
 HEADER = Path(__file__).resolve().parents[1] / "csrc/core/layout.h"
 

@@ -3,7 +3,8 @@
 ``csrc/core/layout.h`` is the one definition of the integer parameter vector the kernels
 read, of the codes of the elementary operations, output conversions and NaN styles, and of
 the schedule program's opcodes; the extension exports those names in order
-(``_C._layout()``).  Here the vector is built from :meth:`Spec.param_values` by name, in the
+(``_C._layout()``).  The operations and roundings are also the records of elementary.py,
+which must list the same names in the same order.  Here the vector is built from :meth:`Spec.param_values` by name, in the
 extension's order, and the Python names are checked against the extension's at import: a
 stale build or a name added on one side only is an ImportError naming the difference, never
 a silently shifted vector.
@@ -16,7 +17,8 @@ import torch
 
 from . import _C
 from .formats import NAN_STYLES
-from .spec import OPS, RHOS, Spec
+from . import elementary
+from .spec import Spec
 
 LAYOUT: dict = _C._layout()
 PARAMS: tuple = LAYOUT["params"]            # names in the vector's order
@@ -28,13 +30,16 @@ _ENUMS = {"op": "ops", "rho": "rhos", **{f"{f}_nan_style": "nan_styles"
 SCHED_OP_NAMES = ("PARTIAL", "C", "ZERO", "ADD", "NODE", "EPI_ALPHA", "EPI_FMA", "EPI_MULADD",
                   "CHAIN", "CHAINS")
 
-_PROBE = Spec("t_fdpa", "fp16", "fp32", L=16, F=24, rho="rz_fp32")   # any spec: the names
+_PROBE = Spec(elementary.names(has_F=True, scaled=False)[0], "fp16", "fp32", L=16, F=24,
+              rho=elementary.RHO_NAMES[0])   # any spec: the names of its parameters
 
 
 def layout_errors(layout: dict) -> list[str]:
     """How ``layout`` (the extension's names) differs from what the Python side uses."""
-    ours = {"params": set(_PROBE.param_values()), "ops": set(OPS), "rhos": set(RHOS),
-            "nan_styles": set(NAN_STYLES), "sched_ops": set(SCHED_OP_NAMES)}
+    ours = {"params": set(_PROBE.param_values()), "ops": set(elementary.NAMES),
+            "rhos": set(elementary.RHO_NAMES), "nan_styles": set(NAN_STYLES),
+            "sched_ops": set(SCHED_OP_NAMES)}
+    ordered = {"ops": elementary.NAMES, "rhos": elementary.RHO_NAMES}
     errs = []
     for key, names in ours.items():
         theirs = layout.get(key, ())
@@ -44,6 +49,9 @@ def layout_errors(layout: dict) -> list[str]:
         if only_c or only_py:
             errs.append(f"{key}: only in the extension {sorted(only_c)}, only in Python "
                         f"{sorted(only_py)}")
+        elif key in ordered and tuple(theirs) != ordered[key]:
+            errs.append(f"{key}: elementary.py lists {list(ordered[key])}, the extension "
+                        f"(csrc/core/layout.h) {list(theirs)}: one order in both")
     return errs
 
 

@@ -264,7 +264,7 @@ def instruction_spec(arch, in_format: str, out_dtype=None, instruction: str = ""
                       "differently; tests/data/hwdata)")
     same = (" (assumed for the warp-level instruction; the H100 recordings, taken through "
             "wmma, agree for fp16, bf16 and tf32)") if group else ""
-    if base.op == "fma" or base.L <= k:
+    if base.elementary.fixed_L or base.L <= k:
         return base, f"default row '{base.instruction}'{same}"
     return base.replace(L=k, arch=base.arch, instruction=instruction), (
         f"default row '{base.instruction}' with L = {k} (one instruction = one chunk){same}")

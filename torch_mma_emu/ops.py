@@ -10,6 +10,7 @@ import torch
 from torch._subclasses.fake_tensor import is_fake
 
 from . import cpp
+from .elementary import VALUES
 from .formats import (INT_OF_SIZE, OPERAND_DTYPES, OUT_DTYPES, Format, format_of_dtype,
                       format_pair, formats_of_dtype, get_format, out_format, scale_format_of_dtype,
                       scales_text)
@@ -264,7 +265,7 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
                                  f"product's batch {tuple(batch)}")
         sa3 = _flat3(scale_a, batch, M, nblk).view(torch.uint8)
         sb3 = _flat3(scale_b, batch, nblk, N).view(torch.uint8)
-    if s.op in ("fma", "ftz_addmul"):
+    if s.elementary.operands == VALUES:
         vdt = torch.float64 if s.out_format == "fp64" else torch.float32
         a3, b3 = a3.to(vdt), b3.to(vdt)
     else:

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .elementary import OPS as ELEMENTARY
 from .formats import INPUT_FORMATS, default_out, get_format, out_format, scales_text
 from .isa import (F8F6F4, FP8, FP8_FNUZ, INSTRUCTIONS, Instruction, answers_to,
                            norm)
-from .spec import NVIDIA_NAN, ZERO_OPS, Spec, as_spec
+from .spec import NVIDIA_NAN, Spec, as_spec
 
 # --------------------------------------------------------------------------------------
 # Architectures
@@ -145,7 +146,7 @@ class Row:
         vendor = ARCHS[self.arch].vendor
         if vendor == "nvidia":
             p.setdefault("nan_bits", NVIDIA_NAN[self.out])
-            if self.op in ZERO_OPS:
+            if "zero_exp" in ELEMENTARY[self.op].zero_fields:
                 p.setdefault("zero_exp", ZERO_EXP_GST if self.op == "gst_fdpa" else
                              ZERO_EXP[self.arch][self.out == "fp32"])
         return Spec(op=self.op, in_format=fa, in_format_b=None if fb == fa else fb,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from .formats import FORMATS
 from .isa import INSTRUCTIONS, KERNELS
 from .registry import ARCHS, Row, instruction_archs, rows_for
 
@@ -30,24 +31,23 @@ def _cols_of(r: Row) -> set[str]:
 
 
 def _model(r: Row) -> str:
-    p = r.params
-    if r.op == "fma":
-        txt = "FMA"
-    elif r.op == "ftz_addmul":
-        txt = f"FTZ-AddMul L={p['L']} P={p['P']}"
-    elif r.op == "e_fdpa":
-        txt = f"E-FDPA L={p['L']}"
-    else:
-        txt = f"{r.op.split('_')[0].upper()}-FDPA L={p['L']} F={p['F']}"
-    if r.op in ("t_fdpa", "st_fdpa", "gst_fdpa"):
-        txt += {"rz_e8m13": " E8M13", "rne_fp16": ""}.get(p["rho"], "")
-    if r.out == "fp16" and r.op != "fma":
+    """A row's model in a README cell (:meth:`Spec.parts` of its first spec): the
+    operation's title with its sizes, a rounding narrower than the output's format, the
+    passes; an fp16-output row is "fp16 out" (the fp32 one beside it has the sizes)."""
+    sp = r.first_spec()
+    p = sp.parts()
+    o, rho = p["op"], p["rho"]
+    txt = o.title + "".join(f" {k}={p[k]}" for k in ("L", "F", "P")
+                            if k in p and not (k == "L" and o.fixed_L))
+    if rho.man_bits < FORMATS[rho.out].man_bits:
+        txt += f" {rho.label}"
+    if r.out == "fp16":
         txt = "fp16 out"
-    multi = [f"{p['passes']} passes of {p['L']}"] if p.get("passes", 1) > 1 else []
-    if multi and p.get("pass_width", 0) not in (0, p["L"]):
-        multi.append({1: "alternating k", 2: "alternating pairs",
-                      4: "alternating quads"}.get(p["pass_width"], f"width {p['pass_width']}"))
-    if p.get("c_join", "first") == "final":
+    multi = []
+    if "passes" in p:
+        n, L, layout, width = p["passes"]
+        multi = [f"{n} passes of {L}"] + ([layout] if width != L else [])
+    if p.get("c_join") == "final":
         multi.append("c last")
     if multi:
         txt += f" ({', '.join(multi)})"

@@ -454,11 +454,7 @@ def node_capacity(spec: Spec) -> int:
     if spec.scaled:
         raise ValueError(f"schedules on block-scaled instructions ({spec.op}) are not "
                          "supported yet")
-    if spec.op == "fma":
-        return 1
-    if spec.op == "ftz_addmul":
-        return spec.P
-    return spec.L
+    return getattr(spec, spec.elementary.capacity)   # FMA: L = 1; FTZ-AddMul: P
 
 
 def _slots(ks: list[int], width: int) -> list[int]:

@@ -5,16 +5,9 @@ A :class:`Spec` says how one output element ``d = c + sum_k a_k b_k`` is compute
 ``acc = op(a[chunk], b[chunk], acc)``; ``d = acc``.  The registry maps architectures to
 specs; users may build their own (``spec("sm90", "fp16").replace(F=27)``).
 
-Elementary operations (seed 003 Table 1, Algorithms 1-11):
-
-``fma``        IEEE fused multiply-add chain (L = 1), RNE, in the output format.
-``ftz_addmul`` AMD CDNA2: FTZ products, pairwise FTZ additions of P products, FTZ add to acc.
-``e_fdpa``     exact fused dot-product-add, RNE to fp32 (AMD CDNA1).
-``t_fdpa``     truncated FDPA: align at max exponent, truncate to F fraction bits, then rho.
-``st_fdpa``    t_fdpa with one E8M0 scale pair per block (MXFP8/6/4).
-``gst_fdpa``   exact dot per group of G, times the block scales, then truncated fused sum.
-``tr_fdpa``    AMD CDNA3: truncated sum of the L products, then round-down add of c.
-``gtr_fdpa``   AMD CDNA3 FP8: even/odd truncated groups, round-down combination and add of c.
+The elementary operations (fma, ftz_addmul, e_fdpa, t_fdpa, st_fdpa, gst_fdpa, tr_fdpa,
+gtr_fdpa) and the output roundings rho: one record each in :mod:`torch_mma_emu.elementary`
+(what each carries, allows and is called); a Spec names them and reads them there.
 
 Multi-pass instructions (docs/model.md section 2.1): with ``passes > 1`` one instruction
 covers ``passes * L`` consecutive k and runs one fused operation (a *pass*) per subset of
@@ -32,24 +25,18 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from . import codec
+from . import elementary as elem
 from .formats import FORMATS, NAN_STYLES, Format
-
-# the names of the ops and rhos; their codes are the C++ core's (csrc/core/layout.h)
-OPS = ("fma", "ftz_addmul", "e_fdpa", "t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa")
-
-# Output conversions (seed 003 Table 2) plus the IEEE ones used by FMA / AMD paths.
-RHOS = ("rz_fp32", "rz_e8m13", "rne_fp32", "rne_fp16", "rne_fp64")
-RHO_OUT = {"rz_fp32": "fp32", "rz_e8m13": "fp32", "rne_fp32": "fp32",
-           "rne_fp16": "fp16", "rne_fp64": "fp64"}
 
 ALIGN_ROUNDINGS = ("rd", "rz")
 ZERO_SIGNS = ("keep", "plus")
 CANCELLED_GROUPS = ("drop", "keep")
-ZERO_OPS = ("t_fdpa", "st_fdpa", "gst_fdpa")  # the ops the zero corners apply to
 C_MODES = ("chain", "epilogue")
 C_JOINS = ("first", "final")
 C_FORMATS = ("fp16",)  # the narrower C an instruction may read (Spec.c_format)
-MULTIPASS_OPS = ("t_fdpa", "e_fdpa", "tr_fdpa", "gtr_fdpa")  # unscaled fused operations
+# the names of the pass layouts by pass width (width = L: "contiguous")
+PASS_LAYOUTS = {1: "alternating single k", 2: "alternating pairs", 4: "alternating quads",
+                8: "alternating octets"}
 MAX_PASS_L = 64       # the C++ core gathers one pass's operands into arrays of this size
 
 # Canonical NaN encodings of the output (None: the IEEE default quiet NaN).
@@ -101,17 +88,20 @@ class Spec:
         errs = self._kind_errors()
         if errs:
             raise ValueError("invalid Spec: " + "; ".join(errs))
-        if self.op not in OPS:
-            errs.append(f"op must be one of {OPS}, got {self.op!r}")
+        o = elem.OPS.get(self.op)
+        if o is None:
+            errs.append(f"op must be one of {elem.NAMES}, got {self.op!r}")
         for fname in ("in_format", "in_format_b", "out_format", "scale_format"):
             v = getattr(self, fname)
             if v is not None and v not in FORMATS:
                 errs.append(f"{fname}={v!r} is not a known format ({', '.join(FORMATS)})")
-        if self.out_format not in ("fp32", "fp16", "fp64"):
-            errs.append("out_format must be fp32, fp16 or fp64")
-        if self.rho not in RHOS:
-            errs.append(f"rho must be one of {RHOS}")
-        elif RHO_OUT[self.rho] != self.out_format:
+        if self.out_format not in elem.OUT_FORMATS:
+            errs.append(f"out_format must be {', '.join(elem.OUT_FORMATS[:-1])} or "
+                        f"{elem.OUT_FORMATS[-1]}")
+        rho = elem.RHOS.get(self.rho)
+        if rho is None:
+            errs.append(f"rho must be one of {elem.RHO_NAMES}")
+        elif rho.out != self.out_format:
             errs.append(f"rho={self.rho} does not produce {self.out_format}")
         if self.L < 1 or self.L > 256:
             errs.append("L must be in 1..256")
@@ -121,41 +111,48 @@ class Spec:
             errs.append("F2 must be in 0..40")
         if self.align_round not in ALIGN_ROUNDINGS:
             errs.append(f"align_round must be one of {ALIGN_ROUNDINGS}")
-        if self.op == "fma" and self.L != 1:
-            errs.append("fma has L = 1")
-        if self.op == "fma" and self.in_format != self.out_format:
-            errs.append("fma takes inputs in the output format (fp32 or fp64)")
-        if self.op == "ftz_addmul" and (self.P not in (2, 4) or self.L % self.P):
-            errs.append("ftz_addmul needs P in (2, 4) dividing L")
-        if self.op in ("st_fdpa", "gst_fdpa"):
-            if self.scale_format not in ("ue8m0", "ue4m3"):
-                errs.append(f"{self.op} needs scale_format ue8m0 or ue4m3")
-            if self.block_size <= 0 or self.L % self.block_size and self.block_size % self.L:
-                errs.append(f"{self.op} needs a block_size that tiles L")
-        elif self.scale_format is not None:
-            errs.append(f"{self.op} takes no block scales")
-        if self.op == "gst_fdpa" and (self.G <= 0 or self.L % self.G or self.block_size % self.G):
-            errs.append("gst_fdpa needs a group G dividing L and the block size")
-        if self.op == "gst_fdpa" and max(self.fmt_a.exp_bits, self.fmt_b.exp_bits) > 3:
-            errs.append("gst_fdpa takes element formats with at most 3 exponent bits "
-                        "(fp4, fp6)")
-        if self.op == "st_fdpa" and self.scale_format != "ue8m0":
-            errs.append("st_fdpa takes ue8m0 scales")
-        if self.op == "gtr_fdpa" and self.L % 2:
-            errs.append("gtr_fdpa needs an even L")
-        if self.op in ("t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa") and self.F < 1:
-            errs.append(f"{self.op} needs F >= 1")
-        if self.op in ("tr_fdpa", "gtr_fdpa") and self.F2 < 1:
-            errs.append(f"{self.op} needs F2 >= 1")
-        if self.op in ("fma", "e_fdpa", "ftz_addmul", "tr_fdpa", "gtr_fdpa") and \
-                not self.rho.startswith("rne"):
-            errs.append(f"{self.op} rounds to nearest (rho rne_*)")
-        errs += self._multipass_errors() + self._range_errors() + self._zero_errors()
+        if o is not None:
+            errs += self._op_errors(o, rho)
+        errs += self._multipass_errors(o) + self._range_errors() + self._zero_errors(o)
         if errs:
             raise ValueError("invalid Spec: " + "; ".join(errs))
         # the op's string now, not on first use: Dynamo reads the cached string as a guarded
         # constant, and cannot trace the encoder (see ops._spec_string)
         self.to_string()
+
+    def _op_errors(self, o: elem.Op, rho: elem.Rho | None) -> list[str]:
+        """What the operation's record (elementary.py) allows of the other fields."""
+        errs = []
+        if o.fixed_L is not None and self.L != o.fixed_L:
+            errs.append(f"{o.name} has L = {o.fixed_L}")
+        if o.same_in_out and self.in_format != self.out_format:
+            errs.append(f"{o.name} takes inputs in the output format (fp32 or fp64)")
+        if o.has_P and (self.P not in o.P_choices or self.L % self.P):
+            errs.append(f"{o.name} needs P in {o.P_choices} dividing L")
+        if o.scaled:
+            if self.scale_format not in o.scale_formats:
+                errs.append(f"{o.name} needs scale_format {' or '.join(o.scale_formats)}")
+            if self.block_size <= 0 or self.L % self.block_size and self.block_size % self.L:
+                errs.append(f"{o.name} needs a block_size that tiles L")
+        elif self.scale_format is not None:
+            errs.append(f"{o.name} takes no block scales")
+        if o.has_G and (self.G <= 0 or self.L % self.G or self.block_size % self.G):
+            errs.append(f"{o.name} needs a group G dividing L and the block size")
+        if o.max_exp_bits is not None and \
+                max(FORMATS[f].exp_bits for f in (self.in_format, self.in_format_b or
+                                                  self.in_format) if f in FORMATS) > o.max_exp_bits:
+            errs.append(f"{o.name} takes element formats with at most {o.max_exp_bits} "
+                        "exponent bits (fp4, fp6)")
+        if self.L % o.L_multiple:
+            errs.append(f"{o.name} needs an even L" if o.L_multiple == 2 else
+                        f"{o.name} needs L a multiple of {o.L_multiple}")
+        if o.has_F and self.F < 1:
+            errs.append(f"{o.name} needs F >= 1")
+        if o.has_F2 and self.F2 < 1:
+            errs.append(f"{o.name} needs F2 >= 1")
+        if o.nearest_only and rho is not None and not rho.nearest:
+            errs.append(f"{o.name} rounds to nearest (rho rne_*)")
+        return errs
 
     def _kind_errors(self) -> list[str]:
         """Each field of the kind its annotation says (ints: anything with __index__, kept
@@ -193,7 +190,7 @@ class Spec:
                 errs.append(f"{name} must be in 0..65535, got {getattr(self, name)}")
         return errs
 
-    def _zero_errors(self) -> list[str]:
+    def _zero_errors(self, o: elem.Op | None) -> list[str]:
         errs = []
         if self.zero_sign not in ZERO_SIGNS:
             errs.append(f"zero_sign must be one of {ZERO_SIGNS}, got {self.zero_sign!r}")
@@ -203,19 +200,17 @@ class Spec:
         if self.zero_exp is not None and not -MAX_FLOOR <= self.zero_exp <= MAX_FLOOR:
             errs.append(f"zero_exp must be in -{MAX_FLOOR}..{MAX_FLOOR} or None, "
                         f"got {self.zero_exp}")
-        if self.op not in ZERO_OPS and (self.zero_sign != "keep" or self.zero_exp is not None):
-            errs.append(f"zero_sign / zero_exp apply to {ZERO_OPS}, not {self.op}")
-        if self.op != "gst_fdpa" and self.cancelled_group != "drop":
-            errs.append("cancelled_group applies to gst_fdpa only")
-        if self.tr_renorm and self.op not in ("tr_fdpa", "gtr_fdpa"):
-            errs.append("tr_renorm applies to tr_fdpa and gtr_fdpa only")
-        if self.c_format is not None and (self.c_format not in C_FORMATS or
-                                          self.op != "t_fdpa" or self.out_format != "fp32"):
-            errs.append(f"c_format takes None or one of {C_FORMATS}, on t_fdpa with fp32 "
-                        f"output (got {self.c_format!r} on {self.op} -> {self.out_format})")
+        for f in elem.ZERO_FIELDS:
+            if o is not None and f not in o.zero_fields and getattr(self, f) != _DEFAULTS[f]:
+                errs.append(f"{f} applies to {', '.join(elem.with_field(f))} only, not {o.name}")
+        if self.c_format is not None and (self.c_format not in C_FORMATS or o is None or
+                                          not o.narrow_c or self.out_format != "fp32"):
+            errs.append(f"c_format takes None or one of {C_FORMATS}, on "
+                        f"{', '.join(elem.names(narrow_c=True))} with fp32 output "
+                        f"(got {self.c_format!r} on {self.op} -> {self.out_format})")
         return errs
 
-    def _multipass_errors(self) -> list[str]:
+    def _multipass_errors(self, o: elem.Op | None) -> list[str]:
         errs = []
         if isinstance(self.passes, bool) or not isinstance(self.passes, int) or \
                 not 1 <= self.passes <= 16:
@@ -229,9 +224,9 @@ class Spec:
         if self.c_join not in C_JOINS:
             errs.append(f"c_join must be one of {C_JOINS}, got {self.c_join!r}")
         if self.multipass:
-            if self.op not in MULTIPASS_OPS:
-                errs.append(f"passes > 1 or c_join='final' take one of {MULTIPASS_OPS}, "
-                            f"not {self.op}")
+            if o is not None and not o.passes:
+                errs.append(f"passes > 1 or c_join='final' take one of "
+                            f"{elem.names(passes=True)}, not {self.op}")
             if self.passes > 1 and self.L > MAX_PASS_L:
                 errs.append(f"a pass covers at most {MAX_PASS_L} k (L={self.L})")
             if self.passes * self.L > 256:
@@ -256,6 +251,16 @@ class Spec:
         return self.scale_format is not None
 
     @property
+    def elementary(self) -> elem.Op:
+        """The record of the elementary operation (:mod:`torch_mma_emu.elementary`)."""
+        return elem.OPS[self.op]
+
+    @property
+    def rounding(self) -> elem.Rho:
+        """The record of the output rounding rho (:mod:`torch_mma_emu.elementary`)."""
+        return elem.RHOS[self.rho]
+
+    @property
     def multipass(self) -> bool:
         """Not one fused operation per chunk with c inside: passes or a final c addition."""
         return self.passes > 1 or self.c_join == "final"
@@ -278,13 +283,7 @@ class Spec:
 
     def pass_layout(self) -> str:
         """Name of the pass layout: contiguous, alternating pairs/quads/..."""
-        if self.passes == 1:
-            return "one pass"
-        w = self.width
-        if w == self.L:
-            return "contiguous"
-        return {1: "alternating single k", 2: "alternating pairs", 4: "alternating quads",
-                8: "alternating octets"}.get(w, f"alternating runs of {w}")
+        return pass_layout(self.passes, self.L, self.width)
 
     @property
     def nan_encoding(self) -> int:
@@ -295,38 +294,58 @@ class Spec:
         changes.setdefault("arch", "custom")
         return dataclasses.replace(self, **changes)
 
-    def describe(self) -> str:
-        bits = [f"{self.op}", f"L={self.L}"]
-        if self.op in ("t_fdpa", "st_fdpa", "gst_fdpa", "tr_fdpa", "gtr_fdpa"):
-            bits.append(f"F={self.F}")
-        if self.op in ("tr_fdpa", "gtr_fdpa"):
-            bits.append(f"F2={self.F2}")
-            bits.append(f"align={self.align_round}")
-        if self.P:
-            bits.append(f"P={self.P}")
-        if self.G:
-            bits.append(f"G={self.G}")
+    def parts(self) -> dict:
+        """What this spec computes, in the order every rendering prints it: ``op`` (the
+        operation's record), ``L``, the fields its operation carries (``F``; ``F2`` and
+        ``align_round``; ``P``; ``G``), ``scale`` (format, block size), ``emax_floor``,
+        ``flush_inputs``, ``rho`` (the rounding's record), ``passes`` (count, L, layout
+        name, width), then ``c_join``, the zero-corner fields and ``c_format``; an optional
+        one only where it is set.  :meth:`describe`, the probe's Table 4
+        (probe/tables.py) and the README's model cells (registry_doc.py) format it."""
+        o = self.elementary
+        p: dict = {"op": o, "L": self.L}
+        if o.has_F:
+            p["F"] = self.F
+        if o.has_F2:
+            p.update(F2=self.F2, align_round=self.align_round)
+        for f in ("P", "G"):
+            if getattr(self, f):
+                p[f] = getattr(self, f)
         if self.scaled:
-            bits.append(f"scale={self.scale_format}/{self.block_size}")
+            p["scale"] = (self.scale_format, self.block_size)
         if self.emax_floor is not None:
-            bits.append(f"emax_floor={self.emax_floor}")
-        bits.append(f"rho={self.rho}")
+            p["emax_floor"] = self.emax_floor
+        if self.flush_inputs:
+            p["flush_inputs"] = True
+        p["rho"] = self.rounding
         if self.passes > 1:
-            bits.append(f"passes={self.passes}x{self.L} ({self.pass_layout()}"
-                        + (f", width {self.width}" if self.width != self.L else "") + ")")
-        if self.c_join != "first":
-            bits.append(f"c_join={self.c_join}")
-        if self.zero_sign != "keep":
-            bits.append(f"zero_sign={self.zero_sign}")
-        if self.zero_exp is not None:
-            bits.append(f"zero_exp={self.zero_exp}")
-        if self.cancelled_group != "drop":
-            bits.append(f"cancelled_group={self.cancelled_group}")
-        if self.tr_renorm:
-            bits.append("tr_renorm")
-        if self.c_format is not None:
-            bits.append(f"c_format={self.c_format}")
-        return " ".join(bits)
+            p["passes"] = (self.passes, self.L, self.pass_layout(), self.width)
+        for f in ("c_join", *elem.ZERO_FIELDS, "c_format"):
+            if getattr(self, f) != _DEFAULTS[f]:
+                p[f] = getattr(self, f)
+        return p
+
+    def describe(self) -> str:
+        """One line: ``t_fdpa L=16 F=25 rho=rz_fp32 ...`` (:meth:`parts` as ``key=value``;
+        the input flush is in the operation's name for FTZ-AddMul, the only one taking it)."""
+        out = []
+        for k, v in self.parts().items():
+            if k == "op":
+                out.append(v.name)
+            elif k == "rho":
+                out.append(f"rho={v.name}")
+            elif k == "align_round":
+                out.append(f"align={v}")
+            elif k == "scale":
+                out.append(f"scale={v[0]}/{v[1]}")
+            elif k == "passes":
+                n, L, lay, w = v
+                out.append(f"passes={n}x{L} ({lay}" + (f", width {w}" if w != L else "") + ")")
+            elif k == "tr_renorm":
+                out.append("tr_renorm")
+            elif k != "flush_inputs":
+                out.append(f"{k}={v}")
+        return " ".join(out)
 
     # -- serialisation (codec.py): lets a custom spec travel through the op's ``arch`` string
     def to_string(self) -> str:
@@ -380,6 +399,9 @@ class Spec:
 # The serialised fields, in order, with the kind of each value: every compared field of the
 # dataclass (its annotations say the kind; notes is free text and stays out).
 FIELD_KINDS = codec.field_kinds(Spec)
+# the fields that name or annotate a spec; every other one decides its bits
+NON_ARITH_FIELDS = ("arch", "instruction", "notes")
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Spec)}
 # single-pass specs serialise as before the multi-pass fields existed
 _DEFAULTS_OMITTED = {("passes", 1), ("pass_width", 0), ("c_join", "first"),
                      ("zero_sign", "keep"), ("cancelled_group", "drop"),
@@ -387,6 +409,15 @@ _DEFAULTS_OMITTED = {("passes", 1), ("pass_width", 0), ("c_join", "first"),
 _OPTIONAL = {f.name for f in dataclasses.fields(Spec) if f.type.endswith("| None")}
 _REQUIRED = [f.name for f in dataclasses.fields(Spec)
              if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+
+
+def pass_layout(passes: int, L: int, width: int) -> str:
+    """The name of a pass layout (the one name every rendering prints)."""
+    if passes == 1:
+        return "one pass"
+    if width == L:
+        return "contiguous"
+    return PASS_LAYOUTS.get(width, f"alternating runs of {width}")
 
 
 def as_spec(x) -> Spec | None:

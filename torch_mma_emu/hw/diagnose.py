@@ -7,9 +7,10 @@ from __future__ import annotations
 import torch
 
 from .. import registry
+from ..elementary import C_FUSED
 from ..ops import emulated_mm
 from ..registry import ARCHS, spec as registry_spec
-from ..spec import CANCELLED_GROUPS, ZERO_OPS, ZERO_SIGNS
+from ..spec import CANCELLED_GROUPS, ZERO_SIGNS
 from ..tf32 import tf32_round
 from .common import compare, emulate
 
@@ -87,18 +88,19 @@ def corner_alternatives(spec):
     groups, T' + c' renormalised or not, FTZ-AddMul's accumulator flushed per group (L = P),
     an fp16 C converted first (c_format=None)."""
     out = []
-    if spec.op in ZERO_OPS:
+    zf = spec.elementary.zero_fields
+    if "zero_exp" in zf:
         out += [(f"zero_sign={z}", spec.replace(zero_sign=z)) for z in ZERO_SIGNS
                 if z != spec.zero_sign]
         floors = [None, MATLAB_FP16_FLOOR] + sorted(
             {z for pair in registry.ZERO_EXP.values() for z in pair} | {registry.ZERO_EXP_GST})
         out += [(f"zero_exp={z}", spec.replace(zero_exp=z)) for z in floors if z != spec.zero_exp]
-    if spec.op == "gst_fdpa":
+    if "cancelled_group" in zf:
         out += [(f"cancelled_group={c}", spec.replace(cancelled_group=c))
                 for c in CANCELLED_GROUPS if c != spec.cancelled_group]
-    if spec.op in ("tr_fdpa", "gtr_fdpa"):
+    if "tr_renorm" in zf:
         out.append((f"tr_renorm={not spec.tr_renorm}", spec.replace(tr_renorm=not spec.tr_renorm)))
-    if spec.op == "ftz_addmul" and spec.L != spec.P:
+    if spec.elementary.has_P and spec.L != spec.P:
         out.append((f"L={spec.P} (flush per group)", spec.replace(L=spec.P)))
     if spec.c_format is not None:
         out.append(("c_format=None", spec.replace(c_format=None)))
@@ -133,7 +135,7 @@ def diagnose(path, spec, kw, native_out, dev, c_mode, arch, odt):
             if same(s2, kw, mode):
                 found.append(f"{a} model ({s2.describe()}), c_mode={mode}")
                 break
-    if spec.op == "t_fdpa":
+    if spec.elementary.c_joins == C_FUSED and not spec.scaled:   # T-FDPA: sweep L and F
         for L in (4, 8, 16, 32):
             for F in sorted({13, 23, 24, 25, 26, 27, spec.F}):
                 if (L, F) == (spec.L, spec.F):

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..elementary import C_ROUNDED
 from ..formats import INT_OF_SIZE, formats_of_dtype, out_format
 from ..spec import Spec
 from . import search, space
@@ -326,9 +327,9 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     # likely models first: correctly rounded data points at exact sums (E-FDPA, FMA);
     # single fused operations before multi-pass ones
     def prior(sp):
-        exact = sp.op in ("e_fdpa", "fma")
-        return (sp.multipass, 0 if exact == feats.exact_rn else 1,
-                search.op_rank(sp.op))
+        # the correctly rounded operations: c and the products' exact sum rounded once
+        exact = sp.elementary.c_joins == C_ROUNDED and sp.elementary.fused
+        return (sp.multipass, 0 if exact == feats.exact_rn else 1, sp.elementary.rank)
     cands.sort(key=prior)
     near = []
     stats: dict = {}
@@ -336,7 +337,7 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     # samples are far too few to decide, and running the rest would only add to the count
     stop = None if max_consistent is None else max(max_consistent, len(s))
     found = search.survivors(cands, s, near, stop_after=stop, stats=stats)
-    if any(sp.L == kmax and sp.op != "fma" and not sp.multipass for sp in found):
+    if any(sp.L == kmax and sp.elementary.fixed_L is None and not sp.multipass for sp in found):
         undetermined.insert(0, f"the fused length beyond K: L = {kmax} stands for every "
                             f"L >= {kmax} (each sample is one fused operation then)")
     filled = {}
@@ -369,8 +370,7 @@ def _ties(specs) -> list[str]:
     if len(specs) < 2:
         return []
     out = []
-    Fs = sorted({sp.F for sp in specs if sp.op in ("t_fdpa", "st_fdpa", "gst_fdpa",
-                                                   "tr_fdpa", "gtr_fdpa")})
+    Fs = sorted({sp.F for sp in specs if sp.elementary.has_F})
     if len(Fs) > 1:
         run = Fs == list(range(Fs[0], Fs[-1] + 1))
         out.append("F: " + (f"{Fs[0]}..{Fs[-1]}" if run else ", ".join(map(str, Fs)))

@@ -7,6 +7,7 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
+from .. import elementary as elem
 from ..spec import IEEE_NAN, Spec
 from . import search, space
 from .features import probe
@@ -59,19 +60,21 @@ def hints(rep: FeatureReport, iface, wide: bool = False) -> dict:
     exact = F is not None and F.hi is None and F.lo >= 41
     # op kind
     if W is not None and W.exact and W.lo == 1:
-        ops = ["fma", "e_fdpa"]
+        ops = list(elem.names(c_joins=elem.C_ROUNDED, fused=True))   # FMA, E-FDPA
     elif nonfused or rep.value("subnormal_inputs") is False:
-        ops = ["ftz_addmul"]
+        ops = list(elem.names(fused=False))                          # FTZ-AddMul
     elif exact:
-        ops = ["e_fdpa"]
+        ops = list(elem.names(c_joins=elem.C_ROUNDED, fused=True, fixed_L=None))
     elif iface.scaled:
         g = rep.value("product_groups")
-        ops = ["gst_fdpa"] if isinstance(g, str) and g.startswith("G") else \
-            ["st_fdpa"] if g == "none" else ["st_fdpa", "gst_fdpa"]
+        kind = "G" if isinstance(g, str) and g.startswith("G") else "" if g == "none" else None
+        ops = list(elem.names(scaled=True, **({} if kind is None else {"groups": kind})))
     else:
         cj = rep.value("c_joins")
-        after = ["gtr_fdpa"] if rep.value("product_groups") == "even/odd" else ["tr_fdpa"]
-        ops = ["t_fdpa"] if cj is True else after if cj is False else ["t_fdpa"] + after
+        after = list(elem.names(c_joins=elem.C_AFTER, groups="even/odd" if rep.value(
+            "product_groups") == "even/odd" else ""))
+        fused = list(elem.names(c_joins=elem.C_FUSED, scaled=False))
+        ops = fused if cj is True else after if cj is False else fused + after
     if wide:
         ops = None
     h["ops"] = ops

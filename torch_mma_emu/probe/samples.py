@@ -162,22 +162,22 @@ def random_samples(target, n: int, ks, seed: int = 0, families=None,
 
 def stand_in_spec(iface: Interface):
     """A Spec with the interface's formats (what inputs.operands needs to draw inputs)."""
+    from .. import elementary as elem
     from ..spec import Spec
-    if iface.scaled:
-        op, L, G = "st_fdpa", iface.block_size, 0
-        if iface.scale_format == "ue4m3":
-            op, G = "gst_fdpa", iface.block_size
-    else:
-        op, L, G = "t_fdpa", 1, 0
-    rho = "rz_fp32" if iface.out.name == "fp32" else "rne_" + iface.out.name
-    if op == "gst_fdpa" and max(iface.fmt_a.exp_bits, iface.fmt_b.exp_bits) > 3:
-        op, G = "st_fdpa", 0
-    return Spec(op=op, in_format=iface.fmt_a.name,
+    # the simplest truncated fused operation taking these formats (T-FDPA; ST-FDPA, or
+    # GST-FDPA for ue4m3 scales: where none takes them, Spec says why)
+    ebits = max(iface.fmt_a.exp_bits, iface.fmt_b.exp_bits)
+    ops = [elem.OPS[n] for n in elem.names(has_F=True, has_F2=False, scaled=iface.scaled)]
+    fits = [o for o in ops if (not o.scaled or iface.scale_format in o.scale_formats)
+            and (o.max_exp_bits is None or ebits <= o.max_exp_bits)]
+    o = (fits or ops)[0]
+    return Spec(op=o.name, in_format=iface.fmt_a.name,
                 in_format_b=None if iface.fmt_b == iface.fmt_a else iface.fmt_b.name,
-                out_format=iface.out.name, L=L, F=24, rho=rho, G=G,
-                scale_format=iface.scale_format if op != "st_fdpa" or
-                iface.scale_format == "ue8m0" else None,
-                block_size=iface.block_size)
+                out_format=iface.out.name, L=iface.block_size if o.scaled else 1, F=24,
+                rho=elem.rhos_for(iface.out.name, o.name)[0],
+                G=iface.block_size if o.has_G else 0,
+                scale_format=iface.scale_format if iface.scale_format in o.scale_formats
+                else None, block_size=iface.block_size)
 
 
 # ------------------------------------------------------------------------------------

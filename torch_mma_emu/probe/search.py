@@ -9,22 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..spec import OPS, ZERO_OPS, Spec
+from ..spec import FIELD_KINDS, NON_ARITH_FIELDS, Spec
 from .samples import Samples
 from .targets import output_codes
 
-# fields that change arithmetic (arch, instruction, notes do not)
-ARITH_FIELDS = ("op", "in_format", "in_format_b", "out_format", "L", "F", "F2", "rho", "P",
-                "G", "scale_format", "block_size", "emax_floor", "align_round",
-                "flush_inputs", "nan_bits", "passes", "pass_width", "c_join",
-                "zero_sign", "zero_exp", "cancelled_group", "tr_renorm")
-_OP_RANK = {op: i for i, op in enumerate(("fma", "e_fdpa", "t_fdpa", "st_fdpa", "gst_fdpa",
-                                          "tr_fdpa", "gtr_fdpa", "ftz_addmul"))}
-
-
-def op_rank(op: str) -> int:
-    """How simple an elementary operation is taken to be (fma first; unknown ones last)."""
-    return _OP_RANK.get(op, len(_OP_RANK) + 1)
+# the fields samples cannot see, each with its reason: they stay out of a fit's identity
+UNSEEN_FIELDS = {"c_format": "samples carry C in the output format, so the narrower C an "
+                             "instruction may read as it is never arrives"}
+# the fields that change the arithmetic a fit sees: Spec's, less the names and the unseen
+ARITH_FIELDS = tuple(f for f in FIELD_KINDS
+                     if f not in NON_ARITH_FIELDS and f not in UNSEEN_FIELDS)
 
 
 def _floor_and_zero_exp(sp: Spec) -> tuple:
@@ -38,7 +32,7 @@ def _floor_and_zero_exp(sp: Spec) -> tuple:
         return fl, ze
     if ze is not None and ze <= fl:
         ze = None
-    if sp.op in ZERO_OPS and sp.passes == 1 and fl <= sp.fmt_out.emin:
+    if "zero_exp" in sp.elementary.zero_fields and sp.passes == 1 and fl <= sp.fmt_out.emin:
         return None, fl if ze is None else ze
     return fl, ze
 
@@ -56,9 +50,9 @@ def arith_key(sp: Spec) -> tuple:
             v = sp.nan_encoding
         if f == "in_format_b" and v is None:
             v = sp.in_format
-        if f in ("F2", "align_round") and sp.op not in ("tr_fdpa", "gtr_fdpa"):
+        if f in ("F2", "align_round") and not sp.elementary.has_F2:
             v = None
-        if f == "F" and sp.op in ("fma", "e_fdpa", "ftz_addmul"):
+        if f == "F" and not sp.elementary.has_F:
             v = None
         if f == "pass_width":
             v = sp.width if sp.passes > 1 else None
@@ -158,7 +152,7 @@ def rank(specs) -> list[Spec]:
     probes), then simpler (lower op rank, smaller L, no floor, F nearest 24)."""
     def key(sp):
         d, shared = _known_fit(sp)
-        return (d, shared, sp.passes, sp.c_join != "first", _OP_RANK.get(sp.op, len(OPS)),
+        return (d, shared, sp.passes, sp.c_join != "first", sp.elementary.rank,
                 sp.passes * sp.L, sp.width != sp.L, sp.emax_floor is not None,
                 abs(sp.F - 24), sp.F2, sp.align_round != "rd")
     return sorted(specs, key=key)

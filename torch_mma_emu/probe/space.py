@@ -5,20 +5,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import product
 
-from ..spec import NVIDIA_NAN, ZERO_OPS, Spec
+from .. import elementary as elem
+from ..spec import NVIDIA_NAN, Spec, pass_layout
 from .targets import Interface
 
 POW2_L = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 F_RANGE = tuple(range(8, 41))
 KNOWN_FLOORS = (None, -133)
-OPS_UNSCALED = ("fma", "e_fdpa", "t_fdpa", "tr_fdpa", "gtr_fdpa", "ftz_addmul")
-OPS_SCALED = ("st_fdpa", "gst_fdpa")
+# the operations searched, simplest first (elementary.py's ranks)
+OPS_UNSCALED = elem.names(scaled=False)
+OPS_SCALED = elem.names(scaled=True)
 # the zero corners' fields (docs/model.md section 6): values searched when a caller names
 # them in ``zero`` (field -> choices); the default searches only each field's default
 ZERO_DEFAULTS = {"zero_sign": "keep", "zero_exp": None, "cancelled_group": "drop",
                  "tr_renorm": False}
-ZERO_FIELD_OPS = {"zero_sign": ZERO_OPS, "zero_exp": ZERO_OPS, "cancelled_group": ("gst_fdpa",),
-                  "tr_renorm": ("tr_fdpa", "gtr_fdpa")}   # the ops each field applies to
+ZERO_FIELD_OPS = {f: elem.with_field(f) for f in ZERO_DEFAULTS}   # the ops each applies to
 
 
 def known_values(iface: Interface, field: str) -> tuple | None:
@@ -44,14 +45,12 @@ def known_zero_exps(iface: Interface) -> tuple:
     return (None, *sorted(vals, reverse=True))
 
 
-def rhos_for(out: str, op: str) -> tuple[str, ...]:
-    if op in ("fma", "e_fdpa", "ftz_addmul", "tr_fdpa", "gtr_fdpa"):
-        return ("rne_" + out,)
-    return {"fp32": ("rz_fp32", "rz_e8m13", "rne_fp32"), "fp16": ("rne_fp16",),
-            "fp64": ("rne_fp64",)}[out]
+rhos_for = elem.rhos_for
 
-
-MULTIPASS_OPS = ("t_fdpa", "e_fdpa")   # fused ops searched as passes (Spec allows more)
+# the operations searched as passes: every one that may be a pass (elementary.py) but
+# TR-/GTR-FDPA, whose F2 and alignment rounding would multiply each structure's candidates
+# 24-fold (no recorded instruction runs them in passes)
+MULTIPASS_OPS = elem.names(passes=True, has_F2=False)
 
 
 @dataclass(frozen=True)
@@ -64,10 +63,7 @@ class Structure:
     c_join: str
 
     def describe(self) -> str:
-        sp = Spec(op="t_fdpa", in_format="fp16", out_format="fp32", L=self.L, F=24,
-                  rho="rz_fp32", passes=self.passes, pass_width=self.width,
-                  c_join=self.c_join)
-        lay = sp.pass_layout()
+        lay = pass_layout(self.passes, self.L, self.width)
         return (f"{self.passes} pass{'es' if self.passes > 1 else ''} of {self.L} ({lay}), "
                 f"c {'added last' if self.c_join == 'final' else 'in the first pass'}")
 
@@ -108,7 +104,7 @@ def multipass_space(iface: Interface, structs, *, ops=None, Fs=None, rhos=None,
         for st in structs:
             shape = dict(L=st.L, passes=st.passes, pass_width=st.width if st.passes > 1 else 0,
                          c_join=st.c_join)
-            if op == "e_fdpa":
+            if not elem.OPS[op].has_F:
                 for nb, r in product(nans, op_rhos):
                     yield from _make(op=op, rho=r, nan_bits=nb, **shape, **common)
                 continue
@@ -138,20 +134,23 @@ def space(iface: Interface, *, ops=None, Ls=None, Fs=None, F2s=None, rhos=None, 
                   scale_format=iface.scale_format, block_size=iface.block_size)
     wide_in = max(iface.fmt_a.bits, iface.fmt_b.bits) > 32
     for op in ops:
-        if wide_in and op != "fma":      # the fused operations take codes of <= 32 bits
+        o = elem.OPS[op]
+        # over 32 bits: only FMA (inputs in the output format); the others decode codes of
+        # <= 32 bits or take fp32 values
+        if wide_in and not o.same_in_out:
             continue
         op_rhos = [r for r in rhos_for(out, op) if rhos is None or r in rhos]
-        if op == "fma":
+        if o.same_in_out:
             if fa == fb == out and out in ("fp32", "fp64"):
                 for nb in nans:
-                    yield from _make(op=op, L=1, rho=op_rhos[0] if op_rhos else None,
+                    yield from _make(op=op, L=o.fixed_L, rho=op_rhos[0] if op_rhos else None,
                                      nan_bits=nb, **common)
             continue
-        if op == "e_fdpa":
+        if not o.has_F and not o.has_P:
             for L, nb, r in product(Ls, nans, op_rhos):
                 yield from _make(op=op, L=L, rho=r, nan_bits=nb, **common)
             continue
-        if op == "ftz_addmul":
+        if o.has_P:
             if out != "fp32":           # AMD CDNA2: FTZ-Add/Mul accumulate in fp32 only
                 continue
             for L, nb, r in product(Ls, nans, op_rhos):
@@ -159,16 +158,16 @@ def space(iface: Interface, *, ops=None, Ls=None, Fs=None, F2s=None, rhos=None, 
                     yield from _make(op=op, L=L, P=L, rho=r, flush_inputs=True, nan_bits=nb,
                                      **common)
             continue
-        if op in ("tr_fdpa", "gtr_fdpa"):
+        if o.has_F2:
             for L, F, nb, r, al in product(Ls, Fs, nans, op_rhos, aligns):
                 for F2 in (F2s or range(F + 1, min(40, F + 12) + 1)):
                     yield from _make(op=op, L=L, F=F, F2=F2, rho=r, align_round=al,
                                      nan_bits=nb, _zero=zero, **common)
             continue
-        groups = Gs or ((0,) if op != "gst_fdpa" else (16, 8, 32, 4, 2))
+        groups = Gs or ((0,) if not o.has_G else (16, 8, 32, 4, 2))
         for L, F, nb, r, fl, G in product(Ls, Fs, nans, op_rhos, floors, groups):
             yield from _make(op=op, L=L, F=F, rho=r, emax_floor=fl, nan_bits=nb,
-                             G=G if op == "gst_fdpa" else 0, _zero=zero, **common)
+                             G=G if o.has_G else 0, _zero=zero, **common)
 
 
 def _zero_choices(op: str, zero: dict | None):

@@ -52,29 +52,22 @@ def table3(reports) -> str:
                         title="Feature tests (seed 000 Table III)")
 
 
+# Spec.parts() beyond the columns of Table 4, as its "other" column prints them
+_OTHER = {"align_round": lambda v: f"align {v.upper()}", "G": lambda v: f"G={v}",
+          "P": lambda v: f"P={v}", "scale": lambda v: f"{v[0]}/{v[1]}",
+          "emax_floor": lambda v: f"emax floor {v}", "flush_inputs": lambda v: "FTZ inputs",
+          "passes": lambda v: f"{v[0]} passes ({v[2]})",
+          "c_join": lambda v: "c added last" if v == "final" else f"c_join={v}"}
+
+
 def table4_row(target: str, sp) -> list:
-    other = []
-    if sp.emax_floor is not None:
-        other.append(f"emax floor {sp.emax_floor}")
-    if sp.op in ("tr_fdpa", "gtr_fdpa"):
-        other.append(f"align {sp.align_round.upper()}")
-    if sp.G:
-        other.append(f"G={sp.G}")
-    if sp.P:
-        other.append(f"P={sp.P}")
-    if sp.scaled:
-        other.append(f"{sp.scale_format}/{sp.block_size}")
-    if sp.flush_inputs:
-        other.append("FTZ inputs")
-    if sp.passes > 1:
-        other.append(f"{sp.passes} passes ({sp.pass_layout()})")
-    if sp.c_join == "final":
-        other.append("c added last")
+    """One spec as a row of Table 4 (:meth:`Spec.parts`: the titles of its operation and
+    rounding, its L, F and F2, "-" where the operation has none, the rest under "other")."""
+    p = sp.parts()
+    other = [fmt(p[k]) for k, fmt in ((k, _OTHER.get(k)) for k in p) if fmt is not None]
     inp = sp.in_format if sp.in_format_b is None else f"{sp.in_format} x {sp.in_format_b}"
-    fused = sp.op not in ("fma", "e_fdpa", "ftz_addmul")
-    return [target, inp, sp.out_format, sp.op.replace("_", "-").upper(), sp.L,
-            sp.F if fused else "-", sp.F2 if sp.op in ("tr_fdpa", "gtr_fdpa") else "-",
-            sp.rho.replace("_", "-").upper(), ", ".join(other)]
+    return [target, inp, sp.out_format, p["op"].title, p["L"], p.get("F", "-"),
+            p.get("F2", "-"), p["rho"].title, ", ".join(other)]
 
 
 def table4(rows) -> str:
@@ -85,14 +78,15 @@ def table4(rows) -> str:
 
 def summary_row(rep: FeatureReport, sp) -> list:
     inp, out = _pair(rep)
-    if sp.op in ("fma", "e_fdpa", "ftz_addmul"):
+    if not sp.elementary.has_F:
         align = acc = "-"
     else:
         carry = math.ceil(math.log2(sp.L + 1))
         align = f"(2,{sp.F})"
         acc = str(2 + sp.F + carry)
-    final = {"rz": "trunc.", "rn": "RNE"}[sp.rho[:2]]
-    return [inp, out, rep.target, align, acc, sp.L if sp.op != "ftz_addmul" else 1, final]
+    final = "RNE" if sp.rounding.nearest else "trunc."
+    # N_FMA: products summed by one fused operation (FTZ-AddMul rounds every addition)
+    return [inp, out, rep.target, align, acc, sp.L if sp.elementary.fused else 1, final]
 
 
 def summary(rows) -> str:

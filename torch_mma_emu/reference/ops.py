@@ -15,6 +15,7 @@ import math
 from fractions import Fraction
 from typing import Sequence
 
+from ..elementary import NAMES
 from ..spec import Spec
 from . import ieee
 from .rounding import apply_rho, rd_f, rz_f
@@ -287,13 +288,5 @@ def op_gtr_fdpa(spec: Spec, a, b, c, scale_a=None, scale_b=None) -> XVal:
     return _add_c_rounded(spec, T, e_max, c, special_trunc=True)
 
 
-OPS = {
-    "fma": op_fma,
-    "ftz_addmul": op_ftz_addmul,
-    "e_fdpa": op_e_fdpa,
-    "t_fdpa": op_t_fdpa,
-    "st_fdpa": op_st_fdpa,
-    "gst_fdpa": op_gst_fdpa,
-    "tr_fdpa": op_tr_fdpa,
-    "gtr_fdpa": op_gtr_fdpa,
-}
+# the algorithm of each elementary operation, by its name (op_<name> above)
+OPS = {name: globals()[f"op_{name}"] for name in NAMES}

@@ -17,6 +17,7 @@ import math
 from fractions import Fraction
 from functools import lru_cache
 
+from ..elementary import RHOS
 from ..formats import FORMATS, Format, get_format
 from .values import NAN, XVal, decode, floor_log2, pow2, x_inf
 
@@ -113,14 +114,11 @@ def round_xval(fmt: str | Format, v: XVal, mode: str = "rne") -> XVal:
     return round_to(fmt, v.value, mode, zero_sign=v.sign)
 
 
-# (man_bits, emin, emax, mode, output format) of each conversion function rho
-RHO = {
-    "rz_fp32": (23, -126, 127, "rz", "fp32"),
-    "rz_e8m13": (13, -126, 127, "rz", "fp32"),   # subnormals: multiples of 2**-139
-    "rne_fp32": (23, -126, 127, "rne", "fp32"),
-    "rne_fp16": (10, -14, 15, "rne", "fp16"),
-    "rne_fp64": (52, -1022, 1023, "rne", "fp64"),
-}
+# (man_bits, emin, emax, mode, output format) of each conversion function rho: its bits
+# and mode (elementary.py) in its output format's exponent range (rz_e8m13: fp32's, so its
+# subnormals are multiples of 2**-139)
+RHO = {r.name: (r.man_bits, FORMATS[r.out].emin, FORMATS[r.out].emax, r.mode, r.out)
+       for r in RHOS.values()}
 
 
 def apply_rho(rho: str, x: Fraction, zero_sign: int = 0) -> XVal:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from ...elementary import C_AFTER, C_FUSED
 from ...limits import check
 from ...ops import emulated_mm
 from ...registry import DEFAULT_ARCH
@@ -97,14 +98,6 @@ class MatmulTarget(RowsTarget):
         return D[:, 0]
 
 
-# significand bits (hidden bit included) of the accumulators the output conversions use
-_RHO_BITS = {"rz_fp32": 24, "rz_e8m13": 14, "rne_fp32": 24, "rne_fp16": 11, "rne_fp64": 53}
-# c (the running sum) is a term of the truncated fused sum
-_FUSED_C_OPS = ("t_fdpa", "st_fdpa", "gst_fdpa")
-# truncated sum of the products, then c added in a separate rounded step (AMD CDNA3)
-_FUSED_ROUNDED_C_OPS = ("tr_fdpa", "gtr_fdpa")
-
-
 def _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction, unit_given, n=1):
     """Probe values for a known model (emulated / reference): a normal unit where the
     instruction flushes subnormal inputs, and a clear :class:`ProbeRangeError` where big
@@ -136,14 +129,15 @@ def _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction, unit_gi
         values = ProbeValues(values.big, 2.0 ** fmt.emin, values.capacity, values.mask_levels)
     big, unit = values.big, values.unit
     keep = max(sp.F, sp.F2)
-    p = _RHO_BITS.get(sp.rho, 53)
-    if sp.op in _FUSED_C_OPS + _FUSED_ROUNDED_C_OPS and big / unit < 2.0 ** (keep + 1):
+    p = sp.rounding.bits
+    joins = sp.elementary.c_joins
+    if joins in (C_FUSED, C_AFTER) and big / unit < 2.0 ** (keep + 1):
         # a unit aligned to big's exponent is truncated away iff big/unit >= 2**(keep + 1)
         raise ProbeRangeError(
             f"{arch_label(arch)} {fmt.name} keeps {keep} fraction bits in its fused sum, but "
             f"big/unit = {big / unit:g} < 2**{keep + 1}: probes could not "
             f"swamp the units (the {fmt.name} range is too narrow for this instruction)")
-    if sp.op in _FUSED_C_OPS:
+    if joins == C_FUSED:
         bits, what = keep, f"keeps {keep} fraction bits in its fused sum"
     else:
         bits, what = p + 1, f"rounds the running sum to {p} significant bits ({sp.rho})"
