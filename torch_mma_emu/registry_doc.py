@@ -30,7 +30,7 @@ def _cols_of(r: Row) -> set[str]:
     return out
 
 
-def _model(r: Row) -> str:
+def model_cell(r: Row) -> str:
     """A row's model in a README cell (:meth:`Spec.parts` of its first spec): the
     operation's title with its sizes, a rounding narrower than the output's format, the
     passes; an fp16-output row is "fp16 out" (the fp32 one beside it has the sizes)."""
@@ -57,7 +57,7 @@ def _model(r: Row) -> str:
 def _cell(rs: list[Row], rows: list[Row]) -> str:
     parts = []
     for r in rs:
-        txt = _model(r)
+        txt = model_cell(r)
         if not r.default:
             # an instruction variant: named where it is of another family than the default
             default = next((d for d in rows if d.default and r.formats[0] in d.formats

@@ -1,7 +1,7 @@
 // The Python <-> C++ interface by name, one list per fact (X-macros), in order:
 //   MMA_PARAMS       the integer parameter vector of _gemm / _sched (params.h reads it)
-//   MMA_OPS          elementary operations        (torch_mma_emu.spec.OPS)
-//   MMA_RHOS         output conversions            (torch_mma_emu.spec.RHOS)
+//   MMA_OPS          elementary operations        (torch_mma_emu.elementary.OPS)
+//   MMA_RHOS         output conversions            (torch_mma_emu.elementary.RHOS)
 //   MMA_NAN_STYLES   special encodings of formats  (torch_mma_emu.formats.NAN_STYLES)
 //   MMA_SCHED_OPS    schedule program opcodes      (schedule.h; torch_mma_emu.schedule)
 // The extension exports these lists (torch_mma_emu._C._layout(), csrc/ops.cpp) and

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from .. import elementary as elem
 from ..elementary import C_ROUNDED
 from ..formats import INT_OF_SIZE, formats_of_dtype, out_format
 from ..spec import Spec
@@ -286,7 +287,7 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
         raise ValueError(f"max_consistent must be an int >= 2 or None, got {max_consistent!r}")
     if ops is not None:
         ops = [ops] if isinstance(ops, str) else list(ops)
-        known = space.OPS_UNSCALED + space.OPS_SCALED
+        known = elem.names()
         if not ops or any(o not in known for o in ops):
             raise ValueError(f"ops must name elementary operations among {known}, got {ops!r}")
     t0 = time.perf_counter()

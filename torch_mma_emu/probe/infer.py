@@ -96,11 +96,12 @@ def hints(rep: FeatureReport, iface, wide: bool = False) -> dict:
     pe = rep.value("output_precision")
     rhos = set()
     if fr.startswith("RZ") or "RZ" in fr.split("/"):
-        rhos.add("rz_e8m13" if pe is not None and pe.exact and pe.lo == 14 else "rz_fp32")
+        rz = {r.bits: r.name for r in elem.RHOS.values() if r.mode == "rz"}   # by bits
+        rhos.add(rz.get(pe.lo, rz[max(rz)]) if pe is not None and pe.exact else rz[max(rz)])
         if pe is not None and not pe.exact:
-            rhos |= {"rz_e8m13", "rz_fp32"}
+            rhos |= set(rz.values())
     if "RNE" in fr.split("/") or fr.startswith("RNE"):
-        rhos.add("rne_" + out)
+        rhos.add(elem.nearest_rho(out))
     h["rhos"] = None if wide or not rhos else sorted(rhos)
     h["zero"] = _zero_hints(rep, iface, wide)
     if not wide and rep.value("exponent_floor") is not None:

@@ -12,9 +12,6 @@ from .targets import Interface
 POW2_L = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 F_RANGE = tuple(range(8, 41))
 KNOWN_FLOORS = (None, -133)
-# the operations searched, simplest first (elementary.py's ranks)
-OPS_UNSCALED = elem.names(scaled=False)
-OPS_SCALED = elem.names(scaled=True)
 # the zero corners' fields (docs/model.md section 6): values searched when a caller names
 # them in ``zero`` (field -> choices); the default searches only each field's default
 ZERO_DEFAULTS = {"zero_sign": "keep", "zero_exp": None, "cancelled_group": "drop",
@@ -50,7 +47,7 @@ rhos_for = elem.rhos_for
 # the operations searched as passes: every one that may be a pass (elementary.py) but
 # TR-/GTR-FDPA, whose F2 and alignment rounding would multiply each structure's candidates
 # 24-fold (no recorded instruction runs them in passes)
-MULTIPASS_OPS = elem.names(passes=True, has_F2=False)
+SEARCHED_AS_PASSES = elem.names(passes=True, has_F2=False)
 
 
 @dataclass(frozen=True)
@@ -99,7 +96,7 @@ def multipass_space(iface: Interface, structs, *, ops=None, Fs=None, rhos=None,
     common = dict(in_format=fa, in_format_b=None if fb == fa else fb, out_format=out)
     nans = tuple(nan_bits) if nan_bits is not None else nan_choices(out)
     floors = tuple(floors) if floors is not None else KNOWN_FLOORS
-    for op in [o for o in (ops or MULTIPASS_OPS) if o in MULTIPASS_OPS]:
+    for op in [o for o in (ops or SEARCHED_AS_PASSES) if o in SEARCHED_AS_PASSES]:
         op_rhos = [r for r in rhos_for(out, op) if rhos is None or r in rhos]
         for st in structs:
             shape = dict(L=st.L, passes=st.passes, pass_width=st.width if st.passes > 1 else 0,
@@ -123,7 +120,7 @@ def space(iface: Interface, *, ops=None, Ls=None, Fs=None, F2s=None, rhos=None, 
     ``zero`` maps zero-corner fields to the values to try (unnamed: the default only)."""
     fa, fb, out = iface.fmt_a.name, iface.fmt_b.name, iface.out.name
     fb_arg = None if fb == fa else fb
-    all_ops = OPS_SCALED if iface.scaled else OPS_UNSCALED
+    all_ops = elem.names(scaled=iface.scaled)     # simplest first (elementary.py's ranks)
     ops = [o for o in (ops or all_ops) if o in all_ops]
     nans = tuple(nan_bits) if nan_bits is not None else nan_choices(out)
     Ls = tuple(Ls or POW2_L)
