@@ -4,10 +4,10 @@
 read, of the codes of the elementary operations, output conversions and NaN styles, and of
 the schedule program's opcodes; the extension exports those names in order
 (``_C._layout()``).  The operations and roundings are also the records of elementary.py,
-which must list the same names in the same order.  Here the vector is built from :meth:`Spec.param_values` by name, in the
-extension's order, and the Python names are checked against the extension's at import: a
-stale build or a name added on one side only is an ImportError naming the difference, never
-a silently shifted vector.
+which must list the same names in the same order.  Here the vector is built from
+:meth:`Spec.param_values` by name, in the extension's order, and the Python names are
+checked against the extension's at import: a stale build or a name added on one side only
+is an ImportError naming the difference, never a silently shifted vector.
 """
 from __future__ import annotations
 

@@ -138,9 +138,9 @@ class Spec:
             errs.append(f"{o.name} takes no block scales")
         if o.has_G and (self.G <= 0 or self.L % self.G or self.block_size % self.G):
             errs.append(f"{o.name} needs a group G dividing L and the block size")
-        if o.max_exp_bits is not None and \
-                max(FORMATS[f].exp_bits for f in (self.in_format, self.in_format_b or
-                                                  self.in_format) if f in FORMATS) > o.max_exp_bits:
+        ebits = max((FORMATS[f].exp_bits for f in (self.in_format, self.in_format_b)
+                     if f in FORMATS), default=0)
+        if o.max_exp_bits is not None and ebits > o.max_exp_bits:
             errs.append(f"{o.name} takes element formats with at most {o.max_exp_bits} "
                         "exponent bits (fp4, fp6)")
         if self.L % o.L_multiple:
