@@ -201,7 +201,7 @@ class Spec:
             errs.append(f"zero_exp must be in -{MAX_FLOOR}..{MAX_FLOOR} or None, "
                         f"got {self.zero_exp}")
         for f in elem.ZERO_FIELDS:
-            if o is not None and f not in o.zero_fields and getattr(self, f) != _DEFAULTS[f]:
+            if o is not None and f not in o.zero_fields and getattr(self, f) != DEFAULTS[f]:
                 errs.append(f"{f} applies to {', '.join(elem.with_field(f))} only, not {o.name}")
         if self.c_format is not None and (self.c_format not in C_FORMATS or o is None or
                                           not o.narrow_c or self.out_format != "fp32"):
@@ -321,7 +321,7 @@ class Spec:
         if self.passes > 1:
             p["passes"] = (self.passes, self.L, self.pass_layout(), self.width)
         for f in ("c_join", *elem.ZERO_FIELDS, "c_format"):
-            if getattr(self, f) != _DEFAULTS[f]:
+            if getattr(self, f) != DEFAULTS[f]:
                 p[f] = getattr(self, f)
         return p
 
@@ -401,7 +401,7 @@ class Spec:
 FIELD_KINDS = codec.field_kinds(Spec)
 # the fields that name or annotate a spec; every other one decides its bits
 NON_ARITH_FIELDS = ("arch", "instruction", "notes")
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Spec)}
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(Spec)}   # each field's default
 # single-pass specs serialise as before the multi-pass fields existed
 _DEFAULTS_OMITTED = {("passes", 1), ("pass_width", 0), ("c_join", "first"),
                      ("zero_sign", "keep"), ("cancelled_group", "drop"),

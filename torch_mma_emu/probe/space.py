@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from itertools import product
 
 from .. import elementary as elem
-from ..spec import NVIDIA_NAN, Spec, pass_layout
+from ..spec import DEFAULTS, NVIDIA_NAN, Spec, pass_layout
 from .targets import Interface
 
 POW2_L = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -14,8 +14,7 @@ F_RANGE = tuple(range(8, 41))
 KNOWN_FLOORS = (None, -133)
 # the zero corners' fields (docs/model.md section 6): values searched when a caller names
 # them in ``zero`` (field -> choices); the default searches only each field's default
-ZERO_DEFAULTS = {"zero_sign": "keep", "zero_exp": None, "cancelled_group": "drop",
-                 "tr_renorm": False}
+ZERO_DEFAULTS = {f: DEFAULTS[f] for f in elem.ZERO_FIELDS}
 ZERO_FIELD_OPS = {f: elem.with_field(f) for f in ZERO_DEFAULTS}   # the ops each applies to
 
 
