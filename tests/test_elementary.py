@@ -29,7 +29,7 @@ from torch_mma_emu.registry_doc import model_cell
 from torch_mma_emu.spec import FIELD_KINDS, NON_ARITH_FIELDS, Spec
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("torch_mma_emu", "triton_kernels")
+PACKAGES = ("torch_mma_emu", "triton_kernels", "scripts")
 NAMES = set(elem.NAMES) | set(elem.RHO_NAMES)
 HOMONYMS = {"fma"}          # names with other meanings in the package (see the docstring)
 
