@@ -192,6 +192,8 @@ def test_node_capacity_and_operands_follow_the_record():
 def test_names_are_in_rank_order_and_select_by_property():
     assert [elem.OPS[n].rank for n in elem.names()] == sorted(o.rank for o in elem.OPS.values())
     assert len({o.rank for o in elem.OPS.values()}) == len(elem.OPS)
+    assert all(o.c_joins in elem.C_JOIN_KINDS and o.operands in (elem.VALUES, elem.CODES) and
+               set(o.zero_fields) <= set(elem.ZERO_FIELDS) for o in elem.OPS.values())
     # searched as passes: every operation that may be one but those with F2 (see space.py)
     assert set(space.SEARCHED_AS_PASSES) == {n for n in elem.names(passes=True)
                                              if not elem.OPS[n].has_F2}

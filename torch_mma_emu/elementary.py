@@ -6,8 +6,8 @@ operation carries (F, F2, scales, P, G), which roundings it allows, how c joins 
 it may run as a pass of a multi-pass instruction, which zero-corner fields apply, how it is
 printed and ranked: all of it is read here.  The names and their order are the C++ core's
 (``csrc/core/layout.h``, ``MMA_OPS`` / ``MMA_RHOS``); ``cpp.layout_errors`` checks them at
-import, and tests/test_elementary.py fails on an operation's name spelled as a rule
-elsewhere (the registry, the reference's dispatch and a few listed places aside).
+import, and tests/test_elementary.py fails on an operation's or a rounding's name spelled
+anywhere else (the registry's rows and Spec's default rho aside).
 """
 from __future__ import annotations
 
