@@ -36,7 +36,7 @@ void check_program(at::IntArrayRef prog, const Params& P, int64_t K, int64_t S) 
         const int64_t n = prog[pc + 1], acc = prog[pc + 2], w = prog[pc + 3];
         TORCH_CHECK_VALUE(n >= 1 && w >= n && w <= kSchedMaxWidth, "_sched: bad node size");
         if (P.op == kFma) TORCH_CHECK_VALUE(w == 1, "_sched: fma nodes take one product");
-        if (P.op == kFtzAddMul) TORCH_CHECK_VALUE(w == P.P && w <= 4, "_sched: ftz node width");
+        if (P.op == kFtzAddMul) TORCH_CHECK_VALUE(w % P.P == 0, "_sched: ftz node width");
         TORCH_CHECK_VALUE(P.op != kStFdpa && P.op != kGstFdpa,
                           "_sched: block-scaled ops cannot run tree nodes");
         need(pc, 4 + 2 * n);

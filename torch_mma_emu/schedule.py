@@ -456,9 +456,7 @@ def node_capacity(spec: Spec) -> int:
                          "supported yet")
     if spec.op == "fma":
         return 1
-    if spec.op == "ftz_addmul":
-        return spec.P
-    return spec.L
+    return spec.L      # ftz_addmul too: an instruction of L products, flushed once (L = P: a group)
 
 
 def _slots(ks: list[int], width: int) -> list[int]:
