@@ -139,7 +139,7 @@ def test_ranks_start_in_a_bounded_pool(monkeypatch):
     def popen(cmd, *a, **kw):
         cfg, rank = cmd[-2], int(cmd[-1])
         if rank:
-            seen.append(os.path.exists(collectives._ready_file(os.path.dirname(cfg), rank - 1)))
+            seen.append(os.path.exists(collectives.ready_file(os.path.dirname(cfg), rank - 1)))
         return real(cmd, *a, **kw)
     monkeypatch.setattr(collectives.subprocess, "Popen", popen)
     monkeypatch.setattr(collectives.os, "cpu_count", lambda: 1)

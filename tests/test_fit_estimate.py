@@ -9,7 +9,7 @@ import torch
 from torch_mma_emu.cli import main
 from torch_mma_emu.probe import fit_estimate as fe
 from torch_mma_emu.probe.fit import FitUndecidedWarning, fit
-from torch_mma_emu.probe.samples import Batch, _stand_in, random_batches
+from torch_mma_emu.probe.samples import Batch, random_batches, stand_in_spec
 from torch_mma_emu.probe.targets import output_codes
 from torch_mma_emu.ops import emulated_mm
 
@@ -34,7 +34,7 @@ def test_agreement_prefix_by_hand():
 def _random_inputs(iface, ks, n):
     """The estimate's own random inputs, in its order (seed 0)."""
     g = torch.Generator().manual_seed(0)
-    kws = [kw for _, _, kw in random_batches(_stand_in(iface), n, ks, None, g, n)]
+    kws = [kw for _, _, kw in random_batches(stand_in_spec(iface), n, ks, None, g, n)]
     A = torch.cat([kw["A"] for kw in kws])
     B = torch.cat([kw["B"] for kw in kws])
     C = torch.cat([kw["C"] if kw["C"] is not None else

@@ -274,15 +274,17 @@ def test_triton_step_compares_bit_for_bit_and_archives_mismatches(tmp_path):
     out, tar = tmp_path / "triton.md", tmp_path / "t.tar"
     assert mod.main(["--stand-in", "--quick", "--out", str(out), "--archive", str(tar)]) == 0
     text = out.read_text()
-    assert "| matmul fp8_e4m3 imprecise=32 | wgmma fp8_e4m3->fp32, fp32 promotion every 32 " \
-           "x8 | 7680 | 0 | 0 | exact | ok |" in text
+    assert "| matmul fp8_e4m3 imprecise=32 | wgmma fp8_e4m3->fp32, fp32 promotion every 32: " \
+           "instruction QGMMA (wgmma.m64nNk32), model sm90 qgmma.k32 x8 | 7680 | 0 | 0 | " \
+           "exact | ok |" in text
     assert "| attention integer scores causal |" in text and "MISMATCH" not in text
     assert text.count("| ok |") == 38 and not tar.exists()
     assert "| torch.compile (inductor) launch inside emulate | - | - | - | - | refused | " \
            "skipped (no GPU) |" in text
     assert mod.main(["--stand-in", "--quick", "--out", str(out), "--archive", str(tar),
                      "--perturb", "bmm fp16 (3-D dots)"]) == 1
-    assert "| bmm fp16 (3-D dots) | mma.sync fp16->fp32 x24 | 7680 | 1 |" in out.read_text()
+    assert "| bmm fp16 (3-D dots) | mma.sync fp16->fp32: instruction mma.sync (no sm90 row " \
+           "of its own), model sm90 hgmma.k16 standing in x24 | 7680 | 1 |" in out.read_text()
     saved = read_archive(str(tar))["bmm_fp16_(3-D_dots).pt"]
     assert saved["arch"] == "sm90" and (saved["native"] != saved["emulated"]).sum() == 1
     assert mod.main(["--out", str(out)]) == 2 or torch.cuda.is_available()

@@ -9,7 +9,7 @@ import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu import isa as ins, native, registry
-from torch_mma_emu.triton import choice
+from torch_mma_emu.triton import target_rules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,7 +18,6 @@ def test_rows_point_to_instructions_that_take_their_types():
     for r in registry.ROWS:
         i = ins.get(r.instruction)
         where = f"{r.arch} {r.formats} -> {r.out} ({r.instruction})"
-        assert r.arch in i.archs, where
         assert set(r.formats) <= set(i.inputs), where
         assert r.out in i.outputs, where
         assert (r.scale_format in i.scales) if r.scale_format else not i.scales, where
@@ -32,7 +31,6 @@ def test_rows_point_to_instructions_that_take_their_types():
 def test_records_are_well_formed():
     for i in ins.INSTRUCTIONS.values():
         assert i.family in ins.FAMILIES, i.id
-        assert set(i.archs) <= set(registry.ARCHS), i.id
         assert i.kernel is None or i.kernel in ins.KERNELS, i.id
         if i.kernel:                     # the kernel issues this instruction's PTX
             k = ins.KERNELS[i.kernel]
@@ -88,6 +86,27 @@ def test_parts_of_names_are_not_names(name):
 
 
 def test_triton_paths_are_the_table_families():
-    assert choice.PATHS == ins.FAMILIES
-    assert ins.family_archs("wgmma") == ("sm90",)
-    assert ins.family_archs("tcgen05") == ("sm100",)
+    assert target_rules.PATHS == ins.FAMILIES
+    assert registry.family_archs("wgmma") == ("sm90",)
+    assert registry.family_archs("tcgen05") == ("sm100",)
+    assert registry.family_archs("mfma") == tuple(
+        a for a, x in registry.ARCHS.items() if x.vendor == "amd")
+
+
+def test_an_instructions_archs_are_its_rows():
+    """Derived, not restated: an instruction runs on exactly the archs of its rows, and
+    each arch's fp32 / fp64 instructions are the ones its fma rows name."""
+    # the archs with an fp64 tensor core (A100, H100, B200) run DMMA, the others DFMA
+    assert {"sm80", "sm90", "sm100"} <= set(registry.instruction_archs("dmma"))
+    assert {"sm70", "sm75", "sm86", "sm89", "sm120"} <= set(registry.instruction_archs("dfma"))
+    assert "gfx908" in registry.instruction_archs("v_fma_f64")       # CDNA1: no fp64 MFMA
+    assert "gfx908" not in registry.instruction_archs("mfma.f64")
+    assert registry.instruction_archs("ffma") == tuple(
+        a for a, x in registry.ARCHS.items() if x.vendor == "nvidia")
+    for a in registry.ARCHS.values():
+        for fmt, iid in (("fp32", a.fp32), ("fp64", a.fp64)):
+            r = registry.row(a.name, fmt)
+            assert r.instruction == iid and r.op == "fma", (a.name, fmt)
+        assert (a.cdna is not None) == (a.vendor == "amd"), a.name
+    with pytest.raises(ValueError, match="unknown instruction id"):
+        registry.instruction_archs("hmma.9999")

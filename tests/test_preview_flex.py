@@ -1,6 +1,6 @@
 """flex_attention under ``emulate``: forward and backward in the GPU kernels' form (flex.py),
 eager and compiled (``aot_eager``, and Inductor: while a block is open a graph holding flex
-attention is compiled as ``aot_eager``, switches.py), with grad enabled on CPU too
+attention is compiled as ``aot_eager``, preview/patches.py), with grad enabled on CPU too
 (PyTorch refuses CPU inputs that require grad; the GPU being previewed has the backward)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu.preview import emulate
-from torch_mma_emu.switches import holds_flex
+from torch_mma_emu.preview.patches import holds_flex
 from helpers import rnd, same
 from spy_below import BelowSpy, coarse
 
@@ -283,8 +283,8 @@ def test_flex_compiled_by_inductor_before_the_block_is_recompiled_inside_it(monk
         out = _call(f, q, k, v)
     assert same(out, _reference(q, k, v, spec, 0.3)[0]) and not same(out, native)
     assert em.recorder.native_count == 0 and em.recorder.emulated_count == 1
-    from torch_mma_emu import switches
-    monkeypatch.setattr(switches, "holds_flex", lambda gm: False)
+    from torch_mma_emu.preview import patches
+    monkeypatch.setattr(patches, "holds_flex", lambda gm: False)
     f = _flex_fn("inductor")
     with pytest.warns(UserWarning, match="flex_attention.*not emulated"):
         with torch.no_grad(), emulate(spec, record=True) as em:

@@ -26,17 +26,17 @@ from helpers import bits, cpu_path, fast_path, row_id, row_specs
 @contextlib.contextmanager
 def route(chains: bool):
     """chains=True: the CHAIN route, and _gemm partials are an error; False: _gemm + PARTIAL."""
-    old_flag, old_run = sched_mod._CPU_CHAINS, sched_mod._run_chains
+    old_flag, old_run = sched_mod._CPU_CHAINS, sched_mod.run_chains
 
     def no_partials(*a, **k):
         raise AssertionError("the CPU CHAIN route computed partials with _gemm")
     sched_mod._CPU_CHAINS = chains
     if chains:
-        sched_mod._run_chains = no_partials
+        sched_mod.run_chains = no_partials
     try:
         yield
     finally:
-        sched_mod._CPU_CHAINS, sched_mod._run_chains = old_flag, old_run
+        sched_mod._CPU_CHAINS, sched_mod.run_chains = old_flag, old_run
 
 
 _probe = tme.spec("sm90", "fp16")
@@ -109,8 +109,8 @@ def test_routes_taken():
     """The CPU takes the CHAIN route where it can and the _gemm route where it must."""
     A, B = torch.randn(8, 64).half(), torch.randn(64, 8).half()
     calls = []
-    old = sched_mod._run_chains
-    sched_mod._run_chains = lambda *a, **k: calls.append(1) or old(*a, **k)
+    old = sched_mod.run_chains
+    sched_mod.run_chains = lambda *a, **k: calls.append(1) or old(*a, **k)
     try:
         tme.emulated_mm(A, B, arch="sm90", schedule="cublas_split_k_4")
         assert calls == []
@@ -121,7 +121,7 @@ def test_routes_taken():
         tme.emulated_mm(A.double(), B.double(), arch="sm80", schedule="cublas_split_k_4")
         assert len(calls) == 1
     finally:
-        sched_mod._run_chains = old
+        sched_mod.run_chains = old
 
 
 def test_the_op_checks_chain_ops():

@@ -1,6 +1,6 @@
-"""The process-wide switches (torch_mma_emu/switches.py): reference counts across nested
-blocks, threads that leave in another order than they came and blocks that raise; every
-switch puts back exactly what it found when its last holder leaves; a wrapper it installed
+"""The process-wide switches (the mechanism, torch_mma_emu/switches.py; the preview's
+patches, torch_mma_emu/preview/patches.py): reference counts across nested blocks, threads
+that leave in another order than they came and blocks that raise; every switch puts back exactly what it found when its last holder leaves; a wrapper it installed
 and someone kept does what the original does once the switch is off."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from torch_mma_emu import switches
-from torch_mma_emu.preview import module_hooks
+from torch_mma_emu.preview import module_hooks, patches
 
 
 # -- the counting itself, on a switch that logs what it does ------------------------------
@@ -127,7 +127,7 @@ def _state():
     import torch.nn.attention.flex_attention as fa
     from torch._inductor.lowering import lowerings
     from torch.nn.modules import module as nn_module
-    flex_ops = switches._flex_ops()
+    flex_ops = patches.flex_ops()
     return {
         "mha": torch.backends.mha.get_fastpath_enabled(),
         "inductor": _inductor_state(),
@@ -164,7 +164,7 @@ def test_every_switch_changes_its_setting_and_restores_it(a_profile_function):
     pytest.importorskip("torch._inductor.lowering")
     import torch.nn.attention.flex_attention  # noqa: F401 (its function is patched)
     before = _state()
-    every = switches.EMULATE + (switches.ONEDNN_OFF, switches.TORCHAO_GPU_CHECKS)
+    every = patches.EMULATE + (patches.ONEDNN_OFF, patches.TORCHAO_GPU_CHECKS)
     block = object()
     with switches.hold(every):
         switches.THREADS.enter("test", block, lambda b: None)     # holds THREAD_START
@@ -190,8 +190,8 @@ def test_every_switch_changes_its_setting_and_restores_it(a_profile_function):
 def test_every_switch_restores_when_the_block_raises():
     before = _state()
     with pytest.raises(ZeroDivisionError):
-        with switches.hold(switches.EMULATE + (switches.ONEDNN_OFF,
-                                               switches.TORCHAO_GPU_CHECKS)):
+        with switches.hold(patches.EMULATE + (patches.ONEDNN_OFF,
+                                               patches.TORCHAO_GPU_CHECKS)):
             1 / 0
     assert _diff(before, _state()) == []
 
@@ -241,7 +241,7 @@ def test_emulate_blocks_in_two_threads_leave_in_the_other_order():
     assert seen["inside"]["inductor"][0] == "ATEN"      # still on for the second block
     assert seen["first inside"][0] == seen["started inside"][0] == "ATEN"
     assert seen["second after"] == before["inductor"]
-    if switches._config_per_thread():    # torch 2.12+: each thread gets and restores its own
+    if patches.inductor_config_per_thread():  # torch 2.12+: each thread gets, restores its own
         assert seen["first after"] == before["inductor"]
     else:                                # torch 2.11: process-wide, the second holds it
         assert seen["first after"] == seen["inside"]["inductor"]
@@ -273,7 +273,7 @@ def test_kept_decomposition_steps_aside_only_while_on():
         pytest.skip("no mm decomposition in this Inductor")
     original = dec.decompositions[op]
     a, b = torch.randn(1, 3), torch.randn(3, 1)
-    with switches.PRODUCT_DECOMPS:
+    with patches.PRODUCT_DECOMPS:
         kept = dec.decompositions[op]
         assert kept is not original and kept(a, b) is NotImplemented
     assert dec.decompositions[op] is original
@@ -289,7 +289,7 @@ def test_kept_validate_device_refuses_cpu_grad_again():
     original = fa._validate_device
     with pytest.raises(Exception) as want:
         original(q, q, q)
-    with switches.FLEX_CPU_GRAD:
+    with patches.FLEX_CPU_GRAD:
         kept = fa._validate_device
         assert kept(q, q, q) is None             # the previewed GPU has the backward
     assert fa._validate_device is original
@@ -303,8 +303,8 @@ def test_kept_compile_fx_compiles_as_before(monkeypatch):
     calls = []
     monkeypatch.setattr(cfx, "compile_fx", lambda gm, ex, *a, **k: calls.append("inductor"))
     monkeypatch.setattr(debugging, "aot_eager", lambda gm, ex: calls.append("aot_eager"))
-    monkeypatch.setattr(switches, "holds_flex", lambda gm: True)
-    with switches.FLEX_COMPILE:
+    monkeypatch.setattr(patches, "holds_flex", lambda gm: True)
+    with patches.FLEX_COMPILE:
         kept = cfx.compile_fx
         kept(None, [])
     kept(None, [])
@@ -314,18 +314,18 @@ def test_kept_compile_fx_compiles_as_before(monkeypatch):
 def test_kept_flex_lowering_notes_only_while_on(monkeypatch):
     pytest.importorskip("torch._inductor.kernel.flex.flex_attention")
     from torch._inductor.lowering import lowerings
-    hop = switches._flex_ops()[0]
+    hop = patches.flex_ops()[0]
     monkeypatch.setitem(lowerings, hop, lambda *a, **k: "lowered")
 
     class Block:
         notes = []
 
-        def _note_native(self, func, args, why):
+        def record_native(self, func, args, why):
             self.notes.append(func)
     block = Block()
     switches.THREADS.enter("mode", block, lambda b: None)
     try:
-        with switches.FLEX_LOWERING:
+        with patches.FLEX_LOWERING:
             kept = lowerings[hop]
             assert kept() == "lowered"
         assert kept() == "lowered"
@@ -339,10 +339,10 @@ def test_kept_torchao_checks_answer_as_the_originals(monkeypatch):
     mod.is_sm_at_least_89 = lambda: False
     monkeypatch.setitem(sys.modules, "torchao.mma_emu_test", mod)
     original_cuda = torch.cuda.is_available
-    with switches.torchao_checks((9, 0)):
+    with patches.torchao_checks((9, 0)):
         kept, kept_cuda = mod.is_sm_at_least_89, torch.cuda.is_available
         assert kept() is True and kept_cuda() is True
-        with switches.torchao_checks((8, 0)):      # the innermost block answers
+        with patches.torchao_checks((8, 0)):      # the innermost block answers
             assert kept() is False
         assert kept() is True
     assert mod.is_sm_at_least_89 is not kept and mod.is_sm_at_least_89() is False
@@ -358,7 +358,7 @@ def test_torchao_checks_in_two_threads_leaving_in_the_other_order(monkeypatch):
     seen = {}
 
     def a():
-        with switches.torchao_checks((9, 0)):
+        with patches.torchao_checks((9, 0)):
             a_in.set()
             b_in.wait(10)
             seen["a, b inside"] = mod.is_sm_at_least_90()      # b (8.0) opened last
@@ -366,7 +366,7 @@ def test_torchao_checks_in_two_threads_leaving_in_the_other_order(monkeypatch):
 
     def b():
         a_in.wait(10)
-        with switches.torchao_checks((8, 0)):
+        with patches.torchao_checks((8, 0)):
             b_in.set()
             a_out.wait(10)
             seen["b alone"] = mod.is_sm_at_least_90()
@@ -376,7 +376,7 @@ def test_torchao_checks_in_two_threads_leaving_in_the_other_order(monkeypatch):
     for t in ts:
         t.join(10)
     assert seen == {"a, b inside": False, "b alone": False}
-    assert mod.is_sm_at_least_90 is original and not switches.TORCHAO_GPU_CHECKS.is_on
+    assert mod.is_sm_at_least_90 is original and not patches.TORCHAO_GPU_CHECKS.is_on
 
 
 def test_kept_thread_start_hands_over_the_original_profile(a_profile_function):
@@ -397,8 +397,8 @@ def test_kept_thread_start_hands_over_the_original_profile(a_profile_function):
 
 def test_kept_onednn_and_mha_settings_are_values():
     """ONEDNN_OFF and MHA_FASTPATH install no wrapper: only the values come back."""
-    for sw, get in ((switches.ONEDNN_OFF, torch._C._get_mkldnn_enabled),
-                    (switches.MHA_FASTPATH, torch.backends.mha.get_fastpath_enabled)):
+    for sw, get in ((patches.ONEDNN_OFF, torch._C._get_mkldnn_enabled),
+                    (patches.MHA_FASTPATH, torch.backends.mha.get_fastpath_enabled)):
         before = get()
         with sw:
             assert get() is False

@@ -9,8 +9,11 @@ import torch
 
 triton = pytest.importorskip("triton")
 
+import torch_mma_emu as tme  # noqa: E402
 import torch_mma_emu.triton as tmt  # noqa: E402
-from torch_mma_emu.triton.choice import TL_FORMATS, choose  # noqa: E402
+from torch_mma_emu import registry  # noqa: E402
+from torch_mma_emu.triton import target_rules  # noqa: E402
+from torch_mma_emu.triton.target_rules import TL_FORMATS, choose  # noqa: E402
 from helpers import triton_as_modelled  # noqa: E402
 
 tt = pytest.importorskip("triton_ttgir")
@@ -102,9 +105,62 @@ def test_choose_is_what_triton_compiles(case):
     triton_as_modelled(tt.dots(text) == modelled(*case), f"the tl.dot of case {case}")
 
 
+@pytest.mark.parametrize("arch", list(registry.ARCHS))
+def test_backend_options_are_what_triton_parses(arch):
+    """target_rules' per-target backend rules (dot options, GPUTarget, warp size) against
+    the installed Triton's backend for that target: read off the compiler, not restated."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    opts = make_backend(GPUTarget(*target_rules.gpu_target(arch))).parse_options({})
+    norm = lambda v: tuple(sorted(v)) if isinstance(v, tuple) else v  # noqa: E731
+    mine = target_rules.backend_dot_options(arch)
+    got = {k: norm(getattr(opts, k)) for k in mine}
+    triton_as_modelled(got == {k: norm(v) for k, v in mine.items()},
+                       f"the backend dot options of {arch}: Triton {got}")
+    assert opts.warp_size == target_rules.gpu_target(arch)[2]
+
+
 def test_amd_4x4_tiles_are_refused_not_guessed():
     with pytest.raises(NotImplementedError, match="4x4 MFMA"):
         choose("gfx942", "fp16", "fp16", "fp32", "ieee", 0, (8, 64, 64))
+
+
+def test_a_plan_names_the_instruction_and_the_model_that_runs_it():
+    """describe() (em.counts, em.summary()) names the family and types, the instruction
+    Triton issues and the registry row whose arithmetic runs the dot; where the arch has no
+    row of that family (mma.sync on sm90), the row standing in says so."""
+    p = choose("sm90", "fp16", "fp16", "fp32")
+    assert p.describe() == ("wgmma fp16->fp32: instruction HGMMA (wgmma.m64nNk16), model "
+                            "sm90 hgmma.k16")
+    p = choose("sm90", "fp16", "fp16", "fp32", shape=(32, 64, 64), num_warps=2)
+    assert p.path == "mma.sync" and p.row is None
+    assert p.describe() == ("mma.sync fp16->fp32: instruction mma.sync (no sm90 row of its "
+                            "own), model sm90 hgmma.k16 standing in")
+    p = choose("sm80", "fp8_e5m2", "fp8_e5m2", "fp32")
+    assert p.describe() == ("mma.sync fp16->fp32 (operands converted to fp16): instruction "
+                            "HMMA.16816 (mma.m16n8k16, 2 x k8), model sm80 hmma.16816")
+
+
+@pytest.mark.parametrize("arch,fmt,shape,nw", [
+    ("sm90", "fp16", (64, 64, 64), 4), ("sm90", "fp16", (32, 64, 64), 2),
+    ("sm80", "fp8_e5m2", (64, 64, 64), 4), ("gfx942", "bf16", (32, 32, 64), 4),
+    ("sm90", "fp64", (16, 16, 32), 4)])
+def test_the_model_a_plan_names_is_the_arithmetic_that_runs_it(arch, fmt, shape, nw):
+    from helpers import rnd, same
+    from torch_mma_emu import registry
+    from torch_mma_emu.formats import FLOAT_DTYPES
+    from torch_mma_emu.triton.dot import run_plan
+    p = choose(arch, fmt, fmt, "fp64" if fmt == "fp64" else "fp32", shape=shape, num_warps=nw)
+    row = next(r for r in registry.rows_for(arch) if r.instruction == p.model()
+               and p.fmt_a in r.formats and r.out == p.out)
+    M, N, K = shape
+    A = rnd(M, K, dtype=FLOAT_DTYPES[fmt], seed=1, scale=8.0)
+    B = rnd(K, N, dtype=FLOAT_DTYPES[fmt], seed=2, scale=8.0)
+    C = rnd(M, N, dtype=FLOAT_DTYPES[p.out], seed=3)
+    conv = FLOAT_DTYPES[p.convert] if p.convert else None
+    want = tme.emulated_mm(A.to(conv) if conv else A, B.to(conv) if conv else B, C,
+                           arch=row.make_spec(p.fmt_a, p.fmt_b))
+    assert same(run_plan(p, arch, A, B, C), want)
 
 
 def _launches(monkeypatch, fn):

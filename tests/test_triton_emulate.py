@@ -44,7 +44,9 @@ def test_user_gemm_is_emulated_mm_bit_for_bit(dt, arch):
     assert same(C16, ref.to(dt))
     path = {"sm80": "mma.sync", "sm90": "wgmma", "gfx942": "mfma"}[arch]
     fmt = {torch.float16: "fp16", torch.bfloat16: "bf16"}[dt]
-    assert list(em.counts) == [f"{path} {fmt}->fp32"]
+    (plan,) = em.counts               # the family and types, the instruction, its model
+    assert plan.startswith(f"{path} {fmt}->fp32: instruction ")
+    assert plan.endswith(f", model {arch} {tme.registry.row(arch, fmt).instruction}")
     with tmt.interpret():                       # Triton's own interpreter: NumPy's dot
         plain = user_mm(A, B, out_dtype=torch.float32)
     assert not same(plain, ref)
@@ -83,10 +85,11 @@ def test_autotuned_kernel_runs_the_first_config_or_the_chosen_one():
     with pytest.warns(UserWarning, match="autotuned over 3 configs"), \
             tmt.emulate("sm90") as em:
         um.matmul(A, B, out_dtype=torch.float32)
-    assert list(em.counts) == ["wgmma fp16->fp32"]          # 64x64 tiles, 4 warps
+    assert list(em.counts) == ["wgmma fp16->fp32: instruction HGMMA (wgmma.m64nNk16), model sm90 hgmma.k16"]    # 64x64 tiles, 4 warps
     with tmt.emulate("sm90", autotune=lambda cfgs: cfgs[2]) as em:
         C = um.matmul(A, B, out_dtype=torch.float32)       # 32x64 tiles, 2 warps
-    assert list(em.counts) == ["mma.sync fp16->fp32"]
+    assert list(em.counts) == ["mma.sync fp16->fp32: instruction mma.sync (no sm90 row of its "
+                               "own), model sm90 hgmma.k16 standing in"]
     assert same(C, tme.emulated_mm(A, B, arch="sm90"))     # same arithmetic (docs/triton.md)
 
 
@@ -210,9 +213,9 @@ def test_instruction_override_forces_a_path_or_a_registry_variant():
     assert same(ms, tme.emulated_mm(A.half(), B.half(), arch="sm90"))
     assert same(ptx, tme.emulated_mm(A, B, arch="sm90", instruction="mma.sync.m16n8k32 (fp8)"))
     assert not same(wg, ms)
-    assert list(em.counts) == ["wgmma fp8_e4m3->fp32"]
+    assert [k.split(":")[0] for k in em.counts] == ["wgmma fp8_e4m3->fp32"]
     assert "operands converted to fp16" in list(em2.counts)[0]
-    assert "[mma.sync.m16n8k32 (fp8)]" in list(em3.counts)[0]
+    assert list(em3.counts)[0].endswith(": instruction mma.sync.m16n8k32 (fp8)")
 
 
 def _casts(x, block):

@@ -2,7 +2,7 @@
 each gives the bits of the same computation written with emulated_mm (one chain step per
 K block, schedules where they apply), for every arch and format it can take, and differs
 from Triton's plain interpreter.  The expected instruction per arch is restated here from
-docs/triton.md, independently of torch_mma_emu/triton/choice.py."""
+docs/triton.md, independently of torch_mma_emu/triton/target_rules.py."""
 import math
 
 import numpy as np
@@ -126,7 +126,9 @@ def test_fp8_gemm_below_32_imprecise_leaves_wgmma():
     with tmt.emulate("sm90") as em:
         D = kern().matmul(A, B, block_k=64, max_num_imprecise_acc=16)
     assert same(D, tme.emulated_mm(A.half(), B.half(), arch="sm90"))
-    assert "mma.sync fp16->fp32 (operands converted to fp16)" in em.counts
+    assert list(em.counts) == ["mma.sync fp16->fp32 (operands converted to fp16): instruction "
+                               "mma.sync (no sm90 row of its own), model sm90 hgmma.k16 "
+                               "standing in"]
 
 
 @pytest.mark.parametrize("arch", ["sm80", "sm90", "gfx942"])
@@ -345,5 +347,5 @@ def test_scaled_gemm_on_hopper_is_the_bf16_decomposition(fmt):
     Ad, Bd = bf16_dequant(av, sa), bf16_dequant(bv.t(), sb).t()
     assert same(D, chain(Ad, Bd, torch.zeros(128, 128), 128,
                          lambda x, y, c: tme.emulated_mm(x, y, c, arch="sm90")))
-    assert list(em.counts) == ["wgmma bf16->fp32"]
+    assert list(em.counts) == ["wgmma bf16->fp32: instruction HGMMA (wgmma.m64nNk16), model sm90 hgmma.k16"]
     assert torch.isnan(D[7]).all() and not torch.isnan(D[6]).any()

@@ -20,7 +20,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_mma_emu as tme
 from torch_mma_emu.preview import emulate
-from torch_mma_emu.preview.mode import _WATCH_NATIVE, _decomposes
+from torch_mma_emu.preview.mode import WATCHED_NATIVE, _decomposes
 from helpers import same
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -46,7 +46,7 @@ class Spy(TorchDispatchMode):
                 return out
         name = getattr(func, "overloadpacket", func).__name__
         name = name[:-1] if name in ("addmm_", "baddbmm_") else name
-        if name in ROUTED or name in _WATCH_NATIVE:
+        if name in ROUTED or name in WATCHED_NATIVE:
             self.seen[name] += 1
         return func(*args, **kwargs)
 
@@ -182,7 +182,7 @@ def _run(name, mode, dtype, arch="sm90"):
 def _check_all_emulated(em, spy, mode):
     native = [r for r in em.records if not r.emulated]
     assert not native, f"native matrix products: {native[:3]}"
-    watched = {k: n for k, n in spy.seen.items() if k in _WATCH_NATIVE}
+    watched = {k: n for k, n in spy.seen.items() if k in WATCHED_NATIVE}
     assert not watched, f"ops that stay native reached the dispatch level: {watched}"
     n_seen = sum(spy.seen.values())
     assert n_seen > 0 and len(em.records) == n_seen, (spy.seen, em.summary())

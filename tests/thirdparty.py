@@ -24,7 +24,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_mma_emu as tme
-from torch_mma_emu.preview.mode import _WATCH_NATIVE, _decomposes
+from torch_mma_emu.preview.mode import WATCHED_NATIVE, _decomposes
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")        # configs only: never reach a hub
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -39,7 +39,7 @@ PRODUCTS = {"mm", "addmm", "bmm", "baddbmm", "convolution", "convolution_backwar
             "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
             "_scaled_dot_product_cudnn_attention",
             "_scaled_dot_product_fused_attention_overrideable",
-            "_flash_attention_forward", "_efficient_attention_forward"} | set(_WATCH_NATIVE)
+            "_flash_attention_forward", "_efficient_attention_forward"} | set(WATCHED_NATIVE)
 
 
 def _custom_impl(func):

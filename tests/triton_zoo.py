@@ -26,7 +26,7 @@ pytest.importorskip("triton")
 import torch_mma_emu.triton as tmt  # noqa: E402
 
 ARCHS = {"sm90": "H100", "sm80": "A100", "gfx942": "MI300X"}
-# the instruction path each arch's dots may take (choice.py names them in em.counts)
+# the instruction path each arch's dots may take (target_rules.py names them in em.counts)
 PATHS = {"sm90": ("wgmma", "mma.sync", "fma"), "sm80": ("mma.sync", "fma"),
          "gfx942": ("mfma", "fma")}
 MATRIX = {"sm90": ("wgmma", "mma.sync"), "sm80": ("mma.sync",), "gfx942": ("mfma",)}

@@ -118,6 +118,11 @@ FORMATS: dict[str, Format] = {
 INPUT_FORMATS = tuple(n for n in FORMATS if n not in ("ue8m0", "ue4m3"))
 SCALE_FORMATS = ("ue8m0", "ue4m3")
 
+
+def scales_text(scale_format: str | None) -> str:
+    """How a message names a scale format: "ue8m0 block scales", or "no scales" for None."""
+    return f"{scale_format} block scales" if scale_format else "no scales"
+
 ALIASES = {
     "float64": "fp64", "double": "fp64", "binary64": "fp64",
     "float32": "fp32", "float": "fp32", "single": "fp32", "binary32": "fp32",

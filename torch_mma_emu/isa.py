@@ -1,8 +1,9 @@
 """Which matrix instructions exist, as data: one :class:`Instruction` per instruction.
 
-This table says what an instruction *is* (its archs, shape, operand and output types, its PTX /
+This table says what an instruction *is* (its shape, operand and output types, its PTX /
 SASS / AMD ISA names, the native kernel that issues it); how it *computes* on an arch is a
-registry row (registry.py), which points here by ``Instruction.id``.  A user's
+registry row (registry.py), which points here by ``Instruction.id``.  Which archs run it is
+read off those rows (``registry.instruction_archs``), never restated here.  A user's
 ``instruction=`` is resolved by :func:`names_of`: the id, the display name, the family, the
 PTX / SASS / ISA names and the explicit ``aliases`` (normalised: case, spaces, ``-`` and
 ``_`` ignored), never by matching parts of words.
@@ -18,21 +19,18 @@ from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
 # Who issues the instruction: the families Triton's instruction choice names as paths
-# (torch_mma_emu.triton.choice), in that order; "fma" is the scalar (SIMT / vector ALU) path.
+# (torch_mma_emu.triton.target_rules), in that order; "fma" is the scalar (SIMT / vector ALU) path.
 FAMILIES = ("wgmma", "mma.sync", "tcgen05", "mfma", "fma")
 
 FP8 = ("fp8_e4m3", "fp8_e5m2")
 FP8_FNUZ = ("fp8_e4m3fnuz", "fp8_e5m2fnuz")
 F8F6F4 = ("fp8_e4m3", "fp8_e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1")
-_NV = ("sm70", "sm75", "sm80", "sm86", "sm89", "sm90", "sm100", "sm120")
-_CDNA = ("gfx908", "gfx90a", "gfx942")
 
 
 @dataclass(frozen=True)
 class Instruction:
     id: str                          # stable key: registry rows and users name it
     name: str                        # display name (Spec.instruction, tme.instructions())
-    archs: tuple[str, ...]           # archs whose registry rows run it
     family: str                      # one of FAMILIES
     shape: tuple                     # (m, n, k) of one instruction; None where it varies
     inputs: tuple[str, ...]          # operand formats (A and B, any mix of these)
@@ -58,15 +56,14 @@ class Instruction:
         return tuple(n for n in own if n)
 
 
-def _i(id, name, archs, family, shape, inputs, outputs, **kw) -> Instruction:
-    archs = (archs,) if isinstance(archs, str) else archs
+def _i(id, name, family, shape, inputs, outputs, **kw) -> Instruction:
     inputs = (inputs,) if isinstance(inputs, str) else inputs
     outputs = (outputs,) if isinstance(outputs, str) else outputs
-    return Instruction(id, name, archs, family, shape, inputs, outputs, **kw)
+    return Instruction(id, name, family, shape, inputs, outputs, **kw)
 
 
 def _tcgen05(kind, k, inputs, outputs, scales=()):
-    return _i(f"tcgen05.{kind}", f"tcgen05.mma kind::{kind}", "sm100", "tcgen05",
+    return _i(f"tcgen05.{kind}", f"tcgen05.mma kind::{kind}", "tcgen05",
               (None, None, k), inputs, outputs, ptx=f"tcgen05.mma.cta_group::1.kind::{kind}",
               scales=scales, group=True, aliases=("tcgen05.mma", f"kind::{kind}"))
 
@@ -74,48 +71,47 @@ def _tcgen05(kind, k, inputs, outputs, scales=()):
 def _sm120(kind, name, k, inputs, outputs, scales=(), ptx_kind=None, kernel=None, aliases=()):
     ptx = f"mma.sync.aligned.m16n8k{k}" + (f".kind::{ptx_kind}" if ptx_kind else
                                             ".tf32" if kind == "tf32" else "")
-    return _i(f"sm120.{kind}", name, "sm120", "mma.sync", (16, 8, k), inputs, outputs,
+    return _i(f"sm120.{kind}", name, "mma.sync", (16, 8, k), inputs, outputs,
               ptx=ptx, scales=scales, kernel=kernel, aliases=aliases)
 
 
 INSTRUCTIONS: dict[str, Instruction] = {x.id: x for x in [
     # -- NVIDIA scalar and fp64 ---------------------------------------------------------------
-    _i("ffma", "CUDA-core FFMA", _NV, "fma", (1, 1, 1), "fp32", "fp32", ptx="fma.rn.f32",
+    _i("ffma", "CUDA-core FFMA", "fma", (1, 1, 1), "fp32", "fp32", ptx="fma.rn.f32",
        sass="FFMA"),
-    _i("dfma", "DFMA (CUDA cores)", ("sm70", "sm75", "sm86", "sm89", "sm120"), "fma",
+    _i("dfma", "DFMA (CUDA cores)", "fma",
        (1, 1, 1), "fp64", "fp64", ptx="fma.rn.f64", sass="DFMA"),
-    _i("dmma", "DMMA", ("sm80", "sm90", "sm100"), "mma.sync", (8, 8, 4), "fp64", "fp64",
+    _i("dmma", "DMMA", "mma.sync", (8, 8, 4), "fp64", "fp64",
        ptx="mma.sync.aligned.m8n8k4.f64"),
     # -- NVIDIA warp-level mma.sync -----------------------------------------------------------
-    _i("hmma.884", "HMMA.884 (mma.m8n8k4)", "sm70", "mma.sync", (8, 8, 4), "fp16",
+    _i("hmma.884", "HMMA.884 (mma.m8n8k4)", "mma.sync", (8, 8, 4), "fp16",
        ("fp32", "fp16"), ptx="mma.sync.aligned.m8n8k4", sass="HMMA.884",
        aliases=("mma.m8n8k4",)),
-    _i("hmma.1688", "HMMA.1688 (mma.m16n8k8)", "sm75", "mma.sync", (16, 8, 8), "fp16",
+    _i("hmma.1688", "HMMA.1688 (mma.m16n8k8)", "mma.sync", (16, 8, 8), "fp16",
        ("fp32", "fp16"), ptx="mma.sync.aligned.m16n8k8", sass="HMMA.1688",
        kernel="mma.m16n8k8", aliases=("mma.m16n8k8",)),
-    _i("hmma.16816", "HMMA.16816 (mma.m16n8k16, 2 x k8)", ("sm80", "sm86", "sm89"), "mma.sync",
+    _i("hmma.16816", "HMMA.16816 (mma.m16n8k16, 2 x k8)", "mma.sync",
        (16, 8, 16), ("fp16", "bf16"), ("fp32", "fp16"), ptx="mma.sync.aligned.m16n8k16",
        sass="HMMA.16816", kernel="mma.m16n8k16", aliases=("mma.m16n8k16",)),
-    _i("hmma.1684", "HMMA.1684 (mma.m16n8k8 tf32, 2 x k4)", ("sm80", "sm86", "sm89"),
-       "mma.sync", (16, 8, 8), "tf32", "fp32", ptx="mma.sync.aligned.m16n8k8.tf32",
+    _i("hmma.1684", "HMMA.1684 (mma.m16n8k8 tf32, 2 x k4)", "mma.sync", (16, 8, 8), "tf32", "fp32", ptx="mma.sync.aligned.m16n8k8.tf32",
        sass="HMMA.1684", kernel="mma.m16n8k8.tf32", aliases=("mma.m16n8k8",)),
-    _i("qmma.16832", "QMMA.16832 (mma.sync.m16n8k32, 2 x k16)", "sm89", "mma.sync",
+    _i("qmma.16832", "QMMA.16832 (mma.sync.m16n8k32, 2 x k16)", "mma.sync",
        (16, 8, 32), FP8, ("fp32", "fp16"), ptx="mma.sync.aligned.m16n8k32", sass="QMMA.16832",
        kernel="mma.m16n8k32", aliases=("mma.sync.m16n8k32",)),
     # Hopper's and Blackwell's warp-level fp8 instruction (docs/model.md section 2.1): not what
     # libraries use there, an instruction variant.  SASS on sm_90a: F2FP unpack to fp16 pairs,
     # two HMMA.16816 from zero, HADD2 / FADD of c.
-    _i("mma.sync.m16n8k32", "mma.sync.m16n8k32 (fp8)", ("sm90", "sm100"), "mma.sync",
+    _i("mma.sync.m16n8k32", "mma.sync.m16n8k32 (fp8)", "mma.sync",
        (16, 8, 32), FP8, ("fp32", "fp16"), ptx="mma.sync.aligned.m16n8k32",
        sass="F2FP + 2 x HMMA.16816", kernel="mma.m16n8k32", aliases=("mma.m16n8k32",)),
     # -- Hopper warpgroup wgmma (N = 8 ... 256) ------------------------------------------------
-    _i("hgmma.k16", "HGMMA (wgmma.m64nNk16)", "sm90", "wgmma", (64, None, 16),
+    _i("hgmma.k16", "HGMMA (wgmma.m64nNk16)", "wgmma", (64, None, 16),
        ("fp16", "bf16"), ("fp32", "fp16"), ptx="wgmma.mma_async.m64nNk16", sass="HGMMA",
        group=True, kernel="wgmma.m64n8k16", aliases=("wgmma.m64nNk16",)),
-    _i("hgmma.k8.tf32", "HGMMA (wgmma.m64nNk8 tf32)", "sm90", "wgmma", (64, None, 8), "tf32",
+    _i("hgmma.k8.tf32", "HGMMA (wgmma.m64nNk8 tf32)", "wgmma", (64, None, 8), "tf32",
        "fp32", ptx="wgmma.mma_async.m64nNk8.tf32", sass="HGMMA", group=True,
        kernel="wgmma.m64n8k8.tf32", aliases=("wgmma.m64nNk8",)),
-    _i("qgmma.k32", "QGMMA (wgmma.m64nNk32)", "sm90", "wgmma", (64, None, 32), FP8,
+    _i("qgmma.k32", "QGMMA (wgmma.m64nNk32)", "wgmma", (64, None, 32), FP8,
        ("fp32", "fp16"), ptx="wgmma.mma_async.m64nNk32", sass="QGMMA", group=True,
        kernel="wgmma.m64n8k32", aliases=("wgmma.m64nNk32",)),
     # -- Blackwell (sm100) tcgen05.mma, issued by one thread for the CTA (M = 64 / 128) ---------
@@ -138,25 +134,25 @@ INSTRUCTIONS: dict[str, Instruction] = {x.id: x for x in [
     _sm120("mxf4nvf4", "mma.sync kind::mxf4nvf4", 64, "fp4_e2m1", "fp32", scales=("ue4m3",),
            ptx_kind="mxf4nvf4.block_scale", aliases=("kind::mxf4nvf4",)),
     # -- AMD CDNA ---------------------------------------------------------------------------
-    _i("mfma.f32", "v_mfma_f32_*_f32", _CDNA, "mfma", (None, None, None), "fp32", "fp32",
+    _i("mfma.f32", "v_mfma_f32_*_f32", "mfma", (None, None, None), "fp32", "fp32",
        isa="v_mfma_f32_*_f32"),
-    _i("v_fma_f64", "v_fma_f64 (vector ALU)", "gfx908", "fma", (1, 1, 1), "fp64", "fp64",
+    _i("v_fma_f64", "v_fma_f64 (vector ALU)", "fma", (1, 1, 1), "fp64", "fp64",
        isa="v_fma_f64"),
-    _i("mfma.f64", "v_mfma_f64_*", ("gfx90a", "gfx942"), "mfma", (None, None, None), "fp64",
+    _i("mfma.f64", "v_mfma_f64_*", "mfma", (None, None, None), "fp64",
        "fp64", isa="v_mfma_f64_*"),
-    _i("mfma.32x32x8f16", "v_mfma_f32_32x32x8f16", ("gfx908", "gfx90a"), "mfma", (32, 32, 8),
+    _i("mfma.32x32x8f16", "v_mfma_f32_32x32x8f16", "mfma", (32, 32, 8),
        "fp16", "fp32", isa="v_mfma_f32_32x32x8f16"),
-    _i("mfma.32x32x4bf16", "v_mfma_f32_32x32x4bf16", ("gfx908", "gfx90a"), "mfma", (32, 32, 4),
+    _i("mfma.32x32x4bf16", "v_mfma_f32_32x32x4bf16", "mfma", (32, 32, 4),
        "bf16", "fp32", isa="v_mfma_f32_32x32x4bf16"),
-    _i("mfma.32x32x8bf16_1k", "v_mfma_f32_32x32x8bf16_1k", "gfx90a", "mfma", (32, 32, 8),
+    _i("mfma.32x32x8bf16_1k", "v_mfma_f32_32x32x8bf16_1k", "mfma", (32, 32, 8),
        "bf16", "fp32", isa="v_mfma_f32_32x32x8bf16_1k"),
-    _i("mfma.32x32x4_xf32", "v_mfma_f32_32x32x4_xf32", "gfx942", "mfma", (32, 32, 4), "xf32",
+    _i("mfma.32x32x4_xf32", "v_mfma_f32_32x32x4_xf32", "mfma", (32, 32, 4), "xf32",
        "fp32", isa="v_mfma_f32_32x32x4_xf32"),
-    _i("mfma.32x32x8_f16", "v_mfma_f32_32x32x8_f16", "gfx942", "mfma", (32, 32, 8), "fp16",
+    _i("mfma.32x32x8_f16", "v_mfma_f32_32x32x8_f16", "mfma", (32, 32, 8), "fp16",
        "fp32", isa="v_mfma_f32_32x32x8_f16"),
-    _i("mfma.32x32x8_bf16", "v_mfma_f32_32x32x8_bf16", "gfx942", "mfma", (32, 32, 8), "bf16",
+    _i("mfma.32x32x8_bf16", "v_mfma_f32_32x32x8_bf16", "mfma", (32, 32, 8), "bf16",
        "fp32", isa="v_mfma_f32_32x32x8_bf16"),
-    _i("mfma.32x32x16_fp8", "v_mfma_f32_32x32x16_fp8_fp8", "gfx942", "mfma", (32, 32, 16),
+    _i("mfma.32x32x16_fp8", "v_mfma_f32_32x32x16_fp8_fp8", "mfma", (32, 32, 16),
        FP8_FNUZ, "fp32", isa="v_mfma_f32_32x32x16_fp8_fp8"),
 ]}
 
@@ -222,8 +218,3 @@ def issued_by(kernel: str) -> tuple[str, ...]:
     """Ids of the instructions native kernel ``kernel`` issues (on one arch or another)."""
     return tuple(i.id for i in INSTRUCTIONS.values() if i.kernel == kernel)
 
-
-def family_archs(family: str) -> tuple[str, ...]:
-    """Archs with an instruction of this family."""
-    return tuple(dict.fromkeys(a for i in INSTRUCTIONS.values() if i.family == family
-                               for a in i.archs))

@@ -29,7 +29,7 @@ import torch
 from . import _C  # noqa: F401  (registers the CUDA ops where the build has them)
 from .formats import FLOAT_DTYPES, INT_OF_SIZE, OUT_DTYPES, default_out, format_pair, out_format
 from .isa import KERNEL_OUTPUTS, KERNEL_TYPES, KERNELS, issued_by
-from .ops import _broadcast_shapes
+from .ops import broadcast_shapes
 
 __all__ = ["native_mm", "mma_instruction", "device_arch", "instructions_for", "instruction_spec",
            "INSTRUCTIONS", "BACKENDS"]
@@ -62,8 +62,8 @@ def device_arch(device=None) -> str:
     """The arch name of a CUDA device as the registry spells it ("sm80", "sm90", ...)."""
     if not torch.cuda.is_available():
         raise RuntimeError("device_arch: no CUDA device")
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm{major}{minor}"
+    from .registry import nvidia_arch_name
+    return nvidia_arch_name(torch.cuda.get_device_capability(device))
 
 
 def _format(t: torch.Tensor, name: Optional[str], which: str, fn: str) -> str:
@@ -112,7 +112,7 @@ def _flat3(t, batch, r, c):
 
 
 @contextmanager
-def _tf32(enabled: bool):
+def tf32_matmul(enabled: bool):
     """cuBLAS fp32 GEMMs with TF32 on or off for the duration (new API where torch has it:
     mixing it with the legacy allow_tf32 flag raises)."""
     m = torch.backends.cuda.matmul
@@ -147,7 +147,7 @@ def _cublas(A3, B3, C3, fa, fb, odt, fp8_fast_accum):
                                          out_dtype=odt, use_fast_accum=fp8_fast_accum))
         D = torch.stack(outs)
         return D if C3 is None else D + C3
-    with _tf32(fa == "tf32"):
+    with tf32_matmul(fa == "tf32"):
         if odt != A3.dtype:  # fp16/bf16 inputs, wider output: the out_dtype overloads
             if C3 is None:
                 return torch.bmm(A3, B3, out_dtype=odt)
@@ -179,7 +179,7 @@ def native_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None
     odt = _out_dtype(fa, out_dtype, fn)
     if C is not None and not C.dtype.is_floating_point:
         raise TypeError(f"{fn}: C has dtype {C.dtype}; it must be a floating tensor")
-    batch, M, K, N, out_shape = _broadcast_shapes(A, B, C, fn)
+    batch, M, K, N, out_shape = broadcast_shapes(A, B, C, fn)
     a3, b3 = _flat3(A, batch, M, K), _flat3(B, batch, K, N)
     c3 = None if C is None else _flat3(C.to(odt), batch, M, N)
     if backend == "cublas":
@@ -240,8 +240,11 @@ def instruction_spec(arch, in_format: str, out_dtype=None, instruction: str = ""
     if instruction not in KERNELS:
         raise ValueError(f"instruction_spec: unknown instruction {instruction!r}; known: "
                          f"{', '.join(KERNELS)}")
-    if KERNELS[instruction].sm90a and registry.canonical_arch(arch) != "sm90":
-        raise ValueError(f"instruction_spec: {instruction} exists on sm90 only, not {arch}")
+    kern = KERNELS[instruction]
+    cc = registry.ARCHS[registry.canonical_arch(arch)].capability
+    if kern.sm90a and not (cc and kern.runs_on(cc)):
+        raise ValueError(f"instruction_spec: {instruction} exists on "
+                         f"{registry.arch_of_capability(kern.min_cc)} only, not {arch}")
     out = out_format(out_dtype)
     fb = in_format_b or in_format
     for iid in issued_by(instruction):

@@ -11,8 +11,9 @@ from torch._subclasses.fake_tensor import is_fake
 
 from . import cpp
 from .formats import (INT_OF_SIZE, OPERAND_DTYPES, OUT_DTYPES, Format, format_of_dtype,
-                      format_pair, formats_of_dtype, get_format, out_format, scale_format_of_dtype)
-from .registry import spec as _registry_spec
+                      format_pair, formats_of_dtype, get_format, out_format, scale_format_of_dtype,
+                      scales_text)
+from .registry import DEFAULT_ARCH, spec as _registry_spec
 from .schedule import Schedule, as_schedule, run_scheduled
 from .tf32 import tf32_round
 from .spec import Spec, as_spec
@@ -81,7 +82,7 @@ def _out_name(out_dtype: Optional[torch.dtype]) -> Optional[str]:
     return out_format(out_dtype, "emulated_mm: ")
 
 
-def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = "sm90",
+def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = DEFAULT_ARCH,
                  in_format: Optional[str] = None, out_dtype: Optional[torch.dtype] = None,
                  instruction: Optional[str] = None, scale_a: Optional[torch.Tensor] = None,
                  scale_b: Optional[torch.Tensor] = None) -> Spec:
@@ -134,7 +135,8 @@ def _check_custom(s: Spec, fa: Format, fb: Format, sf, out_dtype) -> None:
         raise TypeError(f"emulated_mm: the spec takes {s.fmt_a.name} x {s.fmt_b.name} inputs, "
                         f"got {fa.name} x {fb.name}")
     if s.scale_format != sf:
-        raise TypeError(f"emulated_mm: the spec takes scale format {s.scale_format}, got {sf}")
+        raise TypeError(f"emulated_mm: the spec takes {scales_text(s.scale_format)}, got "
+                        f"{scales_text(sf)} (scale_a / scale_b)")
     if out_dtype is not None and _out_name(out_dtype) != s.out_format:
         raise TypeError(f"emulated_mm: the spec produces {s.out_format}, out_dtype={out_dtype}")
 
@@ -143,7 +145,7 @@ def _out_dtype(s: Spec) -> torch.dtype:
     return OUT_DTYPES[s.out_format]
 
 
-def _broadcast_shapes(A, B, C, fn="emulated_mm"):
+def broadcast_shapes(A, B, C, fn="emulated_mm"):
     """(batch, M, K, N, out_shape) of ``C + A @ B`` with broadcast batch dimensions; a clear
     ValueError naming ``fn`` otherwise (shared with the native paths)."""
     if A.dim() < 2 or B.dim() < 2:
@@ -237,7 +239,7 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
     _check_devices(A, B, C, scale_a, scale_b)
     A, B, in_format, lo = _input_precision(sched, A, B, in_format)
     s = resolve_spec(A, B, arch, in_format, out_dtype, instruction, scale_a, scale_b)
-    batch, M, K, N, out_shape = _broadcast_shapes(A, B, C)
+    batch, M, K, N, out_shape = broadcast_shapes(A, B, C)
     odt = _out_dtype(s)
     if C is not None and not C.dtype.is_floating_point:
         raise TypeError(f"emulated_mm: C has dtype {C.dtype}; it must be a floating tensor")
@@ -290,7 +292,7 @@ def _c_in(s: Spec, C) -> Optional[str]:
 @torch.library.custom_op("mma_emu::emulated_mm", mutates_args=())
 def _emulated_mm_op(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None,
                     scale_a: Optional[torch.Tensor] = None, scale_b: Optional[torch.Tensor] = None,
-                    *, arch: str = "sm90", in_format: Optional[str] = None,
+                    *, arch: str = DEFAULT_ARCH, in_format: Optional[str] = None,
                     out_dtype: Optional[torch.dtype] = None, instruction: Optional[str] = None,
                     c_mode: str = "chain", schedule: Optional[str] = None) -> torch.Tensor:
     return _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
@@ -298,7 +300,7 @@ def _emulated_mm_op(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] 
 
 
 @_emulated_mm_op.register_fake
-def _(A, B, C=None, scale_a=None, scale_b=None, *, arch="sm90", in_format=None,
+def _(A, B, C=None, scale_a=None, scale_b=None, *, arch=DEFAULT_ARCH, in_format=None,
       out_dtype=None, instruction=None, c_mode="chain", schedule=None):
     sched = _schedule_of(schedule, c_mode)
     if sched is not None and sched.input_precision is not None:
@@ -306,7 +308,7 @@ def _(A, B, C=None, scale_a=None, scale_b=None, *, arch="sm90", in_format=None,
         in_format = "fp32" if sched.input_precision == "ieee" else "tf32"
     s = resolve_spec(A, B, arch, in_format, out_dtype, instruction, scale_a, scale_b)
     _check_devices(A, B, C, scale_a, scale_b)
-    *_, out_shape = _broadcast_shapes(A, B, C)
+    *_, out_shape = broadcast_shapes(A, B, C)
     return A.new_empty(out_shape, dtype=_out_dtype(s))
 
 
@@ -514,7 +516,7 @@ torch.ops.mma_emu.emulated_mm.default.__doc__ = _OP_DOC
 
 
 def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *,
-                arch="sm90", in_format: Optional[str] = None,
+                arch=DEFAULT_ARCH, in_format: Optional[str] = None,
                 out_dtype: Optional[torch.dtype] = None, instruction: Optional[str] = None,
                 c_mode: str = "chain", scale_a: Optional[torch.Tensor] = None,
                 scale_b: Optional[torch.Tensor] = None, schedule=None) -> torch.Tensor:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .formats import default_out, get_format, out_format
+from .formats import INPUT_FORMATS, default_out, get_format, out_format, scales_text
 from .isa import (F8F6F4, FP8, FP8_FNUZ, INSTRUCTIONS, Instruction, answers_to,
                            norm)
 from .spec import NVIDIA_NAN, ZERO_OPS, Spec, as_spec
@@ -25,11 +25,18 @@ from .spec import NVIDIA_NAN, ZERO_OPS, Spec, as_spec
 
 @dataclass(frozen=True)
 class Arch:
+    """One architecture and the facts code asks about it (every other module reads them here,
+    never by the arch's name): ``fp32`` / ``fp64`` are the ids (isa.py) of the instructions
+    that run fp32 x fp32 and fp64 x fp64 products (its ``_fma_rows``); ``cdna`` is an AMD
+    arch's CDNA generation (Triton's and PyTorch's AMD rules are by generation)."""
     name: str
     vendor: str
     family: str
     gpus: tuple[str, ...]
     aliases: tuple[str, ...] = ()
+    fp32: str = ""
+    fp64: str = ""
+    cdna: int | None = None
 
     @property
     def capability(self) -> tuple[int, int] | None:
@@ -40,26 +47,62 @@ class Arch:
         digits = self.name[2:]
         return int(digits[:-1]), int(digits[-1])
 
+    @property
+    def gfx_version(self) -> tuple[int, int] | None:
+        """(major, minor) of an AMD arch's gfx name, what ROCm's torch reports as its device
+        capability ("gfx942" -> (9, 4), "gfx90a" -> (9, 0): the last digit is the stepping);
+        None for NVIDIA."""
+        if self.vendor != "amd":
+            return None
+        return int(self.name[3:-2]), int(self.name[-2], 16)
+
+
+def _nv(name, family, gpus, aliases, fp64="dfma") -> Arch:
+    # NVIDIA has no fp32 tensor-core input: fp32 runs as an FFMA chain; fp64 on DMMA where
+    # the arch has the fp64 tensor core (sm80, sm90, sm100), else on the DFMA units
+    return Arch(name, "nvidia", family, gpus, aliases, fp32="ffma", fp64=fp64)
+
+
+def _amd(name, cdna, gpus, aliases, fp64="mfma.f64") -> Arch:
+    return Arch(name, "amd", f"CDNA{cdna}", gpus, aliases, fp32="mfma.f32", fp64=fp64,
+                cdna=cdna)
+
 
 ARCHS: dict[str, Arch] = {a.name: a for a in [
-    Arch("sm70", "nvidia", "Volta", ("V100",), ("volta",)),
-    Arch("sm75", "nvidia", "Turing", ("T4",), ("turing",)),
-    Arch("sm80", "nvidia", "Ampere", ("A100", "A30"), ("ampere",)),
-    Arch("sm86", "nvidia", "Ampere (GA10x)", ("A40", "A10", "A2", "RTX3090"), ("ga10x",)),
-    Arch("sm89", "nvidia", "Ada Lovelace", ("L40S", "L40", "L4", "RTX4090"), ("ada", "ada_lovelace", "lovelace")),
-    Arch("sm90", "nvidia", "Hopper", ("H100", "H200", "GH200", "H800"), ("hopper", "sm90a")),
-    Arch("sm100", "nvidia", "Blackwell", ("B200", "GB200", "B100"), ("blackwell", "sm100a")),
-    Arch("sm120", "nvidia", "RTX Blackwell", ("RTX PRO 6000", "RTX5090"), ("rtx_blackwell", "sm120a")),
-    Arch("gfx908", "amd", "CDNA1", ("MI100",), ("cdna1",)),
-    Arch("gfx90a", "amd", "CDNA2", ("MI250X", "MI250", "MI210"), ("cdna2",)),
-    Arch("gfx942", "amd", "CDNA3", ("MI300X", "MI300A", "MI325X"), ("cdna3",)),
+    _nv("sm70", "Volta", ("V100",), ("volta",)),
+    _nv("sm75", "Turing", ("T4",), ("turing",)),
+    _nv("sm80", "Ampere", ("A100", "A30"), ("ampere",), fp64="dmma"),
+    _nv("sm86", "Ampere (GA10x)", ("A40", "A10", "A2", "RTX3090"), ("ga10x",)),
+    _nv("sm89", "Ada Lovelace", ("L40S", "L40", "L4", "RTX4090"), ("ada", "ada_lovelace", "lovelace")),
+    _nv("sm90", "Hopper", ("H100", "H200", "GH200", "H800"), ("hopper", "sm90a"), fp64="dmma"),
+    _nv("sm100", "Blackwell", ("B200", "GB200", "B100"), ("blackwell", "sm100a"), fp64="dmma"),
+    _nv("sm120", "RTX Blackwell", ("RTX PRO 6000", "RTX5090"), ("rtx_blackwell", "sm120a")),
+    # CDNA1 has no fp64 MFMA: fp64 runs on the vector ALU
+    _amd("gfx908", 1, ("MI100",), ("cdna1",), fp64="v_fma_f64"),
+    _amd("gfx90a", 2, ("MI250X", "MI250", "MI210"), ("cdna2",)),
+    _amd("gfx942", 3, ("MI300X", "MI300A", "MI325X"), ("cdna3",)),
 ]}
+# the arch a call that names none models (emulated_mm, the command lines' dry runs): Hopper
+DEFAULT_ARCH = "sm90"
 
 
 _ALIAS: dict[str, str] = {}
 for _a in ARCHS.values():
     for _n in (_a.name, *_a.aliases, *_a.gpus):
         _ALIAS[norm(_n)] = _a.name
+
+
+def nvidia_arch_name(cc) -> str:
+    """How the registry spells the NVIDIA arch of CUDA compute capability ``cc`` ((8, 7) ->
+    "sm87"), whether or not it has rows (the inverse of ``Arch.capability``)."""
+    return f"sm{int(cc[0])}{int(cc[1])}"
+
+
+def arch_of_capability(cc) -> str | None:
+    """The registry's NVIDIA arch of CUDA compute capability ``cc`` ((9, 0) -> "sm90");
+    None if the registry has none."""
+    name = nvidia_arch_name(cc)
+    return name if name in ARCHS else None
 
 
 def canonical_arch(name: str) -> str:
@@ -130,16 +173,18 @@ def _t(L, F, rho, **kw):
     return dict(L=L, F=F, rho=rho, zero_sign="plus", **kw)
 
 
-def _fma_rows(arch, vendor):
-    simt = "ffma" if vendor == "nvidia" else "mfma.f32"
-    dmma = {"sm80": "dmma", "sm90": "dmma", "sm100": "dmma"}.get(arch, "dfma") \
-        if vendor == "nvidia" else ("v_fma_f64" if arch == "gfx908" else "mfma.f64")
+def _fma_rows(arch):
+    """The fp64 and fp32 rows: chains of IEEE FMA on the arch's ``fp64`` / ``fp32``
+    instructions."""
+    a = ARCHS[arch]
     src = "seed 003 Tables 3, 6: chain of IEEE FMA"
-    if vendor == "nvidia":
+    if a.vendor == "nvidia":
         src += "; NVIDIA has no fp32 tensor-core input, fp32 runs as an FFMA chain"
+    src64 = src if INSTRUCTIONS[a.fp64].family != "fma" or a.vendor == "nvidia" else \
+        f"IEEE FMA chain (no fp64 matrix core on {a.family})"
     return [
-        Row(arch, ("fp64",), "fp64", "fma", dmma, dict(rho="rne_fp64"), source=src),
-        Row(arch, ("fp32",), "fp32", "fma", simt, dict(rho="rne_fp32"), source=src),
+        Row(arch, ("fp64",), "fp64", "fma", a.fp64, dict(rho="rne_fp64"), source=src64),
+        Row(arch, ("fp32",), "fp32", "fma", a.fp32, dict(rho="rne_fp32"), source=src),
     ]
 
 
@@ -159,7 +204,7 @@ def _nv_half_rows(arch, L, F, instr, tf32=None, bf16=True, floor=None):
 
 
 def _blackwell_rows(arch):
-    r = _fma_rows(arch, "nvidia")
+    r = _fma_rows(arch)
     kind = "tcgen05" if arch == "sm100" else "sm120"      # instruction ids f"{kind}.f16", ...
     r += _nv_half_rows(arch, 16, 25, f"{kind}.f16", tf32=(8, 25, f"{kind}.tf32"),
                        floor=-133 if arch == "sm100" else None)
@@ -184,25 +229,25 @@ def _blackwell_rows(arch):
 
 ROWS: list[Row] = []
 # NVIDIA -------------------------------------------------------------------------------
-ROWS += _fma_rows("sm70", "nvidia")
+ROWS += _fma_rows("sm70")
 ROWS += [
     # an fp16 C is read as it is (m8n8k4.f32.f16.f16.f16: MMA-Sim, docs/model.md 6.4)
     Row("sm70", ("fp16",), "fp32", "t_fdpa", "hmma.884", _t(4, 23, "rz_fp32", c_format="fp16"),
         source="seed 003 Table 4"),
     Row("sm70", ("fp16",), "fp16", "t_fdpa", "hmma.884", _t(4, 23, "rne_fp16"), source="seed 003 Table 4"),
 ]
-ROWS += _fma_rows("sm75", "nvidia")
+ROWS += _fma_rows("sm75")
 ROWS += _nv_half_rows("sm75", 8, 24, "hmma.1688", bf16=False)
 for _arch in ("sm80", "sm86"):
-    ROWS += _fma_rows(_arch, "nvidia")
+    ROWS += _fma_rows(_arch)
     ROWS += _nv_half_rows(_arch, 8, 24, "hmma.16816", tf32=(4, 24, "hmma.1684"))
-ROWS += _fma_rows("sm89", "nvidia")
+ROWS += _fma_rows("sm89")
 ROWS += _nv_half_rows("sm89", 8, 24, "hmma.16816", tf32=(4, 24, "hmma.1684"))
 ROWS += [
     Row("sm89", FP8, "fp32", "t_fdpa", "qmma.16832", _t(16, 13, "rz_e8m13"), source="seed 003 Table 4"),
     Row("sm89", FP8, "fp16", "t_fdpa", "qmma.16832", _t(16, 13, "rne_fp16"), source="seed 003 Table 4"),
 ]
-ROWS += _fma_rows("sm90", "nvidia")
+ROWS += _fma_rows("sm90")
 ROWS += _nv_half_rows("sm90", 16, 25, "hgmma.k16", tf32=(8, 25, "hgmma.k8.tf32"), floor=-133)
 ROWS += [
     Row("sm90", FP8, "fp32", "t_fdpa", "qgmma.k32", _t(32, 13, "rz_e8m13"), source="seed 003 Table 4"),
@@ -234,14 +279,12 @@ ROWS += [
         "layout is the fp16 instruction's: the fp32 samples do not show it)"),
 ]
 # AMD ----------------------------------------------------------------------------------
-ROWS += _fma_rows("gfx908", "amd")[1:]  # CDNA1 has no fp64 MFMA; fp64 runs on the vector ALU
+ROWS += _fma_rows("gfx908")
 ROWS += [
-    Row("gfx908", ("fp64",), "fp64", "fma", "v_fma_f64", dict(rho="rne_fp64"),
-        source="IEEE FMA chain (no fp64 matrix core on CDNA1)"),
     Row("gfx908", ("fp16",), "fp32", "e_fdpa", "mfma.32x32x8f16", dict(L=4, rho="rne_fp32"), source="seed 003 Table 6"),
     Row("gfx908", ("bf16",), "fp32", "e_fdpa", "mfma.32x32x4bf16", dict(L=2, rho="rne_fp32"), source="seed 003 Table 6"),
 ]
-ROWS += _fma_rows("gfx90a", "amd")
+ROWS += _fma_rows("gfx90a")
 # L = the instruction's K: the accumulator input is flushed once per instruction (MMA-Sim,
 # docs/model.md 6.6; L = P is the old flush per group of P)
 _FTZ = dict(rho="rne_fp32", flush_inputs=True)
@@ -251,7 +294,7 @@ ROWS += [
     Row("gfx90a", ("bf16",), "fp32", "ftz_addmul", "mfma.32x32x4bf16", dict(L=4, P=2, **_FTZ),
         default=False, source="seed 003 Table 6 (CDNA1-era bf16 instruction, no _1k suffix)"),
 ]
-ROWS += _fma_rows("gfx942", "amd")
+ROWS += _fma_rows("gfx942")
 # tr_renorm: MMA-Sim 2.1's final renormalisation (docs/model.md section 6.5)
 _TR = dict(F=24, F2=31, rho="rne_fp32", tr_renorm=True)
 ROWS += [
@@ -269,6 +312,21 @@ ROWS += [
 def archs() -> list[str]:
     """Canonical names of the supported architectures."""
     return list(ARCHS)
+
+
+def instruction_archs(iid: str) -> tuple[str, ...]:
+    """The archs whose registry rows run instruction ``iid`` (an id of isa.py), in ARCHS
+    order: read off ROWS, so an instruction's archs are never restated."""
+    if iid not in INSTRUCTIONS:
+        raise ValueError(f"unknown instruction id {iid!r}; known: {', '.join(INSTRUCTIONS)}")
+    have = {r.arch for r in ROWS if r.instruction == iid}
+    return tuple(a for a in ARCHS if a in have)
+
+
+def family_archs(family: str) -> tuple[str, ...]:
+    """The archs with an instruction of this family (isa.FAMILIES), in ARCHS order."""
+    have = {r.arch for r in ROWS if r.instr.family == family}
+    return tuple(a for a in ARCHS if a in have)
 
 
 def rows_for(arch: str) -> list[Row]:
@@ -289,13 +347,14 @@ def row(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instruction
     if not cand:
         have = sorted({f for r in rows for f in r.formats})
         pair = fa if fa == fb else f"{fa} x {fb}"
+        where = [a for a in ARCHS if any(fa in r.formats and fb in r.formats
+                                         for r in rows_for(a))]
         raise ValueError(f"{name} ({ARCHS[name].family}) has no instruction for {pair} inputs; "
-                         f"supported input formats: {', '.join(have)}")
+                         f"supported input formats: {', '.join(have)}" +
+                         (f"; {pair} runs on {archs_text(where)}" if where else ""))
     c2 = [r for r in cand if r.scale_format == sf]
     if not c2:
-        have = sorted({str(r.scale_format) for r in cand})
-        raise ValueError(f"{name} has no {fa} instruction with scale format {sf}; "
-                         f"available scale formats: {', '.join(have)} (None = unscaled)")
+        raise ValueError(_no_scale_message(name, fa, fb, sf, cand))
     c3 = [r for r in c2 if r.out == out]
     if not c3:
         have = sorted({r.out for r in c2})
@@ -310,6 +369,38 @@ def row(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instruction
         return c4[0]
     defaults = [r for r in c3 if r.default]
     return (defaults or c3)[0]
+
+
+def archs_text(names) -> str:
+    """"sm100 (Blackwell) or sm120 (RTX Blackwell)": archs as a message names them."""
+    named = [f"{a} ({ARCHS[a].family})" for a in names]
+    return " or ".join(named) if len(named) < 3 else ", ".join(named[:-1]) + " or " + named[-1]
+
+
+def archs_with(scale_format: str | None, in_format: str | None = None,
+               in_format_b: str | None = None) -> list[str]:
+    """The archs with an instruction taking ``scale_format`` (None: unscaled) and these input
+    formats (None: any), in registry order: what a message offers where an arch lacks one."""
+    fb = in_format_b or in_format
+    return [a for a in ARCHS if any(r.scale_format == scale_format and in_format in
+                                    (None, *r.formats) and fb in (None, *r.formats)
+                                    for r in rows_for(a))]
+
+
+def _no_scale_message(name: str, fa: str, fb: str, sf: str | None, cand: list[Row]) -> str:
+    """``name`` has instructions for fa x fb, none taking ``sf``: what they take, and which
+    archs take ``sf`` (derived from the rows: no arch is named here)."""
+    pair = fa if fa == fb else f"{fa} x {fb}"
+    have = sorted({r.scale_format or "" for r in cand})
+    what = " and ".join(scales_text(h or None) for h in have)
+    msg = (f"{name} ({ARCHS[name].family}) has no {pair} instruction with {scales_text(sf)}; "
+           f"its {pair} instructions take {what}")
+    others = [a for a in archs_with(sf, fa, fb) if a != name]
+    if others:
+        return msg + f"; {pair} with {scales_text(sf)} needs {archs_text(others)}"
+    takes = [f for f in INPUT_FORMATS if any(f in r.formats for r in ROWS if r.scale_format == sf)]
+    return msg + (f"; no arch in the registry takes {pair} with {scales_text(sf)}" +
+                  (f" ({sf} scales go with {', '.join(takes)} inputs)" if takes else ""))
 
 
 def spec(arch, in_format="fp16", out_dtype=None, *, in_format_b=None, instruction=None,

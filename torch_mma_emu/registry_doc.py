@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from .isa import INSTRUCTIONS, KERNELS
-from .registry import ARCHS, Row, rows_for
+from .registry import ARCHS, Row, instruction_archs, rows_for
 
 _COLS = ["fp64", "fp32", "tf32/xf32", "bf16", "fp16", "fp8", "fp6/fp4", "MXFP8/6/4", "NVFP4"]
 
@@ -98,8 +98,8 @@ def instruction_table() -> str:
             types += f" ({', '.join(i.scales)} scales)"
         shape = "-" if i.shape == (None, None, None) else _shape(i.shape)
         kern = f"`{i.kernel}` (kind {KERNELS[i.kernel].kind})" if i.kernel else "-"
-        lines.append(f"| `{i.id}` | {i.name} | {', '.join(i.archs)} | {shape} | {types} | "
-                     f"{isa} | {kern} |")
+        archs = ", ".join(instruction_archs(i.id))
+        lines.append(f"| `{i.id}` | {i.name} | {archs} | {shape} | {types} | {isa} | {kern} |")
     return "\n".join(lines)
 
 

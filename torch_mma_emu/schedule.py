@@ -50,7 +50,7 @@ import torch
 from . import codec, cpp
 from .schedule_split import (GRAIN_CUBLAS, MERGES, ScheduleRowError, grain_elements, k_slices,
                              merge_partials, residue_program)
-from .schedule_partials import _run_chains, _scaled_chains, check_node_products, check_partials
+from .schedule_partials import check_node_products, check_partials, run_chains, scaled_chains
 from .limits import LimitError, check
 from .spec import Spec
 
@@ -684,9 +684,9 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
         check_partials(len(jobs), Bt, M, N, c3.element_size())
         gemm = partial(cpp.gemm, spec)  # the plain chain: gemm(a, b, c, sa=None, sb=None)
         if scales is not None:
-            parts = _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, spec.block_size)
+            parts = scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, spec.block_size)
         else:
-            parts = _run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k,
+            parts = run_chains(jobs, a3, b3, c3, zero, gemm, lo, sched.dot_k,
                                 spec.L * spec.passes)
         a3, b3, sc = *empty, (None, None)
     if sched.merge != "workspace":     # each slice's value, merged in fp16 here

@@ -10,7 +10,7 @@ import torch
 
 from .tf32 import tf32x3_split
 
-__all__ = ["_run_chains", "_scaled_chains", "f32dottc_tf32x3", "check_partials",
+__all__ = ["run_chains", "scaled_chains", "f32dottc_tf32x3", "check_partials",
            "check_node_products", "PARTIALS_ENV", "NODES_ENV"]
 
 PARTIALS_ENV = "MMA_EMU_SCHED_PARTIAL_BYTES"
@@ -94,7 +94,7 @@ def _tf32x3_chain(a3, b3, k0, k1, start, gemm, dot_k, L):
     return acc
 
 
-def _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, block) -> torch.Tensor:
+def scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, block) -> torch.Tensor:
     """The partials of a block-scaled product: each chain with its scale blocks (every range
     starts on a block; an empty one is C or +0)."""
     sa, sb = scales
@@ -110,7 +110,7 @@ def _scaled_chains(jobs, a3, b3, c3, zero, gemm, scales, block) -> torch.Tensor:
     return torch.cat(outs) if outs else c3.new_empty((0,) + tuple(c3.shape[1:]))
 
 
-def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k, L=1) -> torch.Tensor:
+def run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k, L=1) -> torch.Tensor:
     """The partial results (len(jobs) * batch, M, N) of chains over K ranges.  Chains of
     one length from +0 run as one batched _gemm call (their K ranges gathered into the
     batch dimension): one kernel launch, and the result is already the partials tensor."""
@@ -139,7 +139,7 @@ def _run_chains(jobs, a3, b3, c3, zero, gemm, lo, dot_k, L=1) -> torch.Tensor:
                 k0, k1, _ = jobs[j]
                 outs[j] = gemm(a3[:, :, k0:k1], b3[:, k0:k1, :], c3 if fc else zero)
             continue
-        sub = _run_chains([jobs[j] for j in js], a3, b3, c3, zero, gemm, None, None)
+        sub = run_chains([jobs[j] for j in js], a3, b3, c3, zero, gemm, None, None)
         for t, j in enumerate(js):
             outs[j] = sub[t * Bt:(t + 1) * Bt]
     return outs[0] if len(outs) == 1 else torch.cat(outs)

@@ -399,6 +399,18 @@ def as_spec(x) -> Spec | None:
     return None
 
 
+def arch_label(arch) -> str:
+    """How a message names an ``arch`` argument: an arch name as given; a Spec (or its
+    'spec:...' string) by what it computes, "custom Spec [fp16 -> fp32: t_fdpa L=16 F=27
+    ...]" ("sm90 Spec [...]" when it names its arch), never its dataclass repr."""
+    sp = as_spec(arch)
+    if sp is None:
+        return str(arch)
+    fmts = sp.in_format if sp.in_format_b in (None, sp.in_format) else \
+        f"{sp.in_format} x {sp.in_format_b}"
+    return f"{sp.arch} Spec [{fmts} -> {sp.out_format}: {sp.describe()}]"
+
+
 def parse_spec(s: str) -> Spec:
     """The Spec of a 'spec:...' string (:meth:`Spec.to_string`), parsed once per string."""
     if not isinstance(s, str):

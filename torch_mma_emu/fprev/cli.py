@@ -17,6 +17,7 @@ from ..cli_args import (Parser, add_command, arch_name, bounded, examples, finit
                          format_list, integer, one_line, positive_int)
 from ..codec import decimal_int
 from ..limits import check
+from ..registry import DEFAULT_ARCH
 from .collectives import BACKENDS
 
 DTYPES = ("float32", "float64", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
@@ -158,7 +159,7 @@ def _check_matmul(args, parser) -> None:
     if given and args.backend not in ("emulated", "reference"):
         parser.error(f"{', '.join(given)} {'apply' if len(given) > 1 else 'applies'} to "
                      f"--backend emulated or reference, not {args.backend}")
-    args.arch = args.arch or "sm90"
+    args.arch = args.arch or DEFAULT_ARCH
 
 
 def _shape(text: str) -> tuple:

@@ -6,7 +6,7 @@ import json
 import os
 import sys
 
-from .collectives import _ready_file, _worker
+from .collectives import ready_file, run_worker
 
 
 def main(argv: list[str]) -> None:
@@ -14,9 +14,9 @@ def main(argv: list[str]) -> None:
     with open(config_path) as f:
         config = json.load(f)
     # torch is imported: the parent may start the next rank (its bounded pool)
-    with open(_ready_file(os.path.dirname(config_path), int(rank)), "w"):
+    with open(ready_file(os.path.dirname(config_path), int(rank)), "w"):
         pass
-    _worker(int(rank), *config)
+    run_worker(int(rank), *config)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,7 @@ def _collective(dist, op, x, group, ws):
     return out.to(torch.float64)
 
 
-def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, dtype_name,
+def run_worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, dtype_name,
             big, unit, repeats, checks):
     import torch.distributed as dist
     dtype = getattr(torch, dtype_name)
@@ -114,14 +114,14 @@ def _worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, d
         dist.destroy_process_group()
 
 
-def _ready_file(tmp: str, rank: int) -> str:
+def ready_file(tmp: str, rank: int) -> str:
     """The file a worker writes once it has imported torch (collective_worker)."""
     return os.path.join(tmp, f"rank{rank}.ready")
 
 
 def _run_workers(config: list, nprocs: int, tmp: str, timeout: float,
                  progress: bool = False) -> None:
-    """Start ``nprocs`` worker processes running :func:`_worker` and wait for them; the
+    """Start ``nprocs`` worker processes running :func:`run_worker` and wait for them; the
     first failing rank's last stderr line becomes an :class:`FPRevError`.  ``progress``:
     a bar of finished ranks, with the time spent, on stderr."""
     from tqdm import tqdm
@@ -138,7 +138,7 @@ def _run_workers(config: list, nprocs: int, tmp: str, timeout: float,
     pool = max(1, os.cpu_count() or 1)
 
     def starting() -> int:     # started ranks still importing torch (no ready file yet)
-        return sum(p.poll() is None and not os.path.exists(_ready_file(tmp, r))
+        return sum(p.poll() is None and not os.path.exists(ready_file(tmp, r))
                    for r, p in enumerate(procs))
     try:
         deadline = time.monotonic() + timeout

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import torch
 
+from ..registry import DEFAULT_ARCH
 from .algorithms.fast import reveal_default
 from .algorithms.paper import basic_fprev, fprev, modified_fprev
 from .collectives import reveal_collective
@@ -108,14 +109,14 @@ def reveal(fn, n: int, *, dtype=torch.float32, device="cpu", big=None, unit=None
     >>> reveal(torch.sum, 64).describe()   # doctest: +SKIP
     '8-way strided (each way 4-way strided, ...), ...'
     """
-    from .targets.torch_ops import _check_n, _device
+    from .targets.torch_ops import as_device, check_n
     if not callable(fn):
         raise TypeError(f"reveal: fn must be a callable summing a 1-D tensor, got "
                         f"{type(fn).__name__}")
-    dev = _device(device)
+    dev = as_device(device)
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"reveal: device must be cpu or cuda[:i], got {device!r}")
-    target = VectorTarget(_returning_scalar(fn), _check_n(n), dtype, dev,
+    target = VectorTarget(_returning_scalar(fn), check_n(n), dtype, dev,
                           values=_values(dtype, big, unit))
     return reveal_target(target, **opts)
 
@@ -180,7 +181,7 @@ def reveal_mv(m: int, n: int, *, dtype=torch.float32, device="cpu", big=None, un
 
 
 def reveal_matmul(m: int, n: int, k: int, mm="torch", *, dtype=torch.float32, device="cpu",
-                  out_dtype=None, arch: str = "sm90", in_format=None, with_c: bool = False,
+                  out_dtype=None, arch: str = DEFAULT_ARCH, in_format=None, with_c: bool = False,
                   c_mode: str = "chain", instruction=None, batch: bool = True,
                   mm_kwargs=None, big=None, unit=None, **opts) -> SumTree:
     """The order in which an (m, k) @ (k, n) product sums over k.

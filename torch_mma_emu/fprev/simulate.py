@@ -13,12 +13,12 @@ import numpy as np
 
 from .tree import SumTree
 
-_BASE = 1 << 8
+MASK_BASE = 1 << 8            # a mask code: sum of sign * MASK_BASE**level (predict)
 
 
 def predict(tree: SumTree, weights: np.ndarray, masks: np.ndarray) -> np.ndarray:
     """``weights``: (P, n) integer units per leaf; ``masks``: (P, n) integer mask
-    codes (sum of sign * BASE**level, e.g. +1 / -1 for one pair).  Returns (P,) unit counts
+    codes (sum of sign * MASK_BASE**level, e.g. +1 / -1 for one pair).  Returns (P,) unit counts
     at the root, -1 where the masks do not cancel."""
     n = tree.n
     m = {v: masks[:, v].astype(np.int64) for v in range(n)}

@@ -20,7 +20,7 @@ import numpy as np
 from .errors import InconsistentError
 from .probes import decode
 from .rows import Support
-from .simulate import _BASE, predict
+from .simulate import MASK_BASE, predict
 
 
 def cross_check(target, tree, *, trials: int = 48, seed: int = 0) -> int:
@@ -52,8 +52,8 @@ def cross_check(target, tree, *, trials: int = 48, seed: int = 0) -> int:
             a, b = int(leaves[2 * lvl]), int(leaves[2 * lvl + 1])
             m = vals.big * 2.0 ** -lvl
             masks += [(a, m), (b, -m)]
-            Mk[t, a] += _BASE ** lvl
-            Mk[t, b] -= _BASE ** lvl
+            Mk[t, a] += MASK_BASE ** lvl
+            Mk[t, b] -= MASK_BASE ** lvl
         W[t, sup] = 1
         rows.append((object(), ((Support(np.sort(sup)), 0),), tuple(masks), ()))
     want = predict(tree, W, Mk)

@@ -30,7 +30,7 @@ def part_bench(args, dev):
     B32 = torch.randn(n, n, device=dev, generator=g)
     A, B = A32.half(), B32.half()
     t_emu = best_time(lambda: emulated_mm(A, B, arch=args.bench_arch), args.reps)
-    with native._tf32(False):  # the reference: fp32 torch.matmul without TF32
+    with native.tf32_matmul(False):  # the reference: fp32 torch.matmul without TF32
         t_ref = best_time(lambda: torch.matmul(A32, B32), args.reps)
     t_cublas = best_time(lambda: torch.matmul(A, B), args.reps)     # the tensor cores themselves
     macs = n ** 3

@@ -23,6 +23,7 @@ import torch
 
 from ..formats import FLOAT_DTYPES
 from ..ops import emulated_mm
+from ..registry import DEFAULT_ARCH
 from ..schedule import Schedule, preset
 from ..schedule_search import candidate_schedules, match_schedules
 
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
         print("schedules.py: no CUDA device (use --stand-in for the self-test)", file=sys.stderr)
         return 2
     if stand:
-        arch, dev = args.arch or "sm90", "cpu"
+        arch, dev = args.arch or DEFAULT_ARCH, "cpu"
         todo = cases((512,), [(16, 512, 16)])
     else:
         from torch_mma_emu.native import device_arch

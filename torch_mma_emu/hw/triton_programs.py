@@ -39,6 +39,7 @@ import torch
 
 from .. import triton as tmt
 from ..formats import INT_OF_SIZE
+from ..registry import ARCHS, DEFAULT_ARCH, canonical_arch
 from ..triton.inductor import NotEmulatedError
 from .common import bits
 
@@ -66,8 +67,9 @@ def cases(arch: str, quick: bool):
     """(name, expectation, make(g) -> inputs, run(inputs, emulating) -> output)."""
     from .. import triton_kernels as K
     um = _user_matmul()
-    nv = arch.startswith("sm")
-    cc = int(arch[2:]) if nv else 0
+    cap = ARCHS[canonical_arch(arch)].capability        # None on AMD
+    nv = cap is not None
+    cc = 10 * cap[0] + cap[1] if nv else 0
     out = []
     M, Kd, N = (96, 160, 80) if quick else (200, 384, 176)
 
@@ -216,7 +218,7 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     if args.stand_in:
-        arch, dev = args.arch or "sm90", "cpu"
+        arch, dev = args.arch or DEFAULT_ARCH, "cpu"
     else:
         from ..native import device_arch
         arch, dev = args.arch or device_arch(), "cuda"

@@ -44,6 +44,7 @@ import time
 import torch
 
 from .. import native
+from ..registry import DEFAULT_ARCH
 from .archive import Archive
 from .bench import part_bench
 from .identity import part_identity
@@ -108,7 +109,7 @@ def parse_args(argv=None):
     p.add_argument("--skip-identity", action="store_true")
     p.add_argument("--skip-native", action="store_true")
     p.add_argument("--skip-bench", action="store_true")
-    p.add_argument("--bench-arch", default="sm90")
+    p.add_argument("--bench-arch", default=DEFAULT_ARCH)
     p.add_argument("--bench-size", type=int, default=4096)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--device", default="cuda", help="'cpu': a dry run of part 1 (CPU against "
@@ -213,7 +214,7 @@ def main(argv=None):
 def dry_run(args) -> int:
     """Part 1 with the CPU kernel on both sides, and the report: tests this script anywhere."""
     os.makedirs(args.out, exist_ok=True)
-    meta = dict(gpu="CPU dry run", arch=args.arch or "sm90", torch=torch.__version__, cuda="",
+    meta = dict(gpu="CPU dry run", arch=args.arch or DEFAULT_ARCH, torch=torch.__version__, cuda="",
                 triton="", driver="", date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                 command="dry run")
     meta["wgmma kernels built"] = "n/a"

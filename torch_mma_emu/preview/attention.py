@@ -23,7 +23,6 @@ are at the end; the memory-efficient op is sdpa_route.py's.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Callable, Optional
 
 import torch
@@ -123,18 +122,16 @@ FLASH_OPS = ("_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product
 
 
 def _plan(mode, func, q, k, dropout_p, shapes):
-    plan = mode._plan("attention", q, k, phase())
+    plan = mode.plan("attention", q, k, phase())
     if dropout_p and dropout_p > 0:
-        key = ("dropout", str(func))
-        if key not in mode._warned:
-            mode._warned.add(key)
-            warnings.warn(f"emulate: {func} with dropout_p={dropout_p} runs natively "
-                          "(its random mask cannot be reproduced); use eval() or "
-                          "dropout_p=0 to emulate attention", stacklevel=4)
-        mode._note(func, "attention", "native", shapes, "dropout")
+        mode.warn_once(("dropout", str(func)),
+                       f"emulate: {func} with dropout_p={dropout_p} runs natively "
+                       "(its random mask cannot be reproduced); use eval() or "
+                       "dropout_p=0 to emulate attention", stacklevel=4)
+        mode.record(func, "attention", "native", shapes, "dropout")
         return None
     if plan.native or q.dtype != k.dtype:
-        mode._note(func, "attention", "native", shapes, "policy: native")
+        mode.record(func, "attention", "native", shapes, "policy: native")
         return None
     return plan
 
@@ -148,7 +145,7 @@ def handle_forward(mode, func, args, kwargs):
         return func(*args, **kwargs)
     out, lse = attention_forward(q, k, v, mask, bool(a.get("is_causal")), a.get("scale"),
                                  acc_product(plan))
-    mode._note(func, "attention", plan.label, [q.shape, k.shape, v.shape])
+    mode.record(func, "attention", plan.label, [q.shape, k.shape, v.shape])
     lse = lse.to(torch.float32) if q.dtype != torch.float64 else lse
     return restride(_outputs(func, q, k, out, lse), func, args, kwargs)
 
@@ -183,5 +180,5 @@ def handle_backward(mode, func, args, kwargs):
     dq, dk, dv, _ = attention_backward(dO, q, k, v, a["out"], a["logsumexp"], mask,
                                        bool(a.get("is_causal")), a.get("scale"),
                                        acc_product(plan))
-    mode._note(func, "attention", plan.label, [q.shape, k.shape, v.shape])
+    mode.record(func, "attention", plan.label, [q.shape, k.shape, v.shape])
     return restride((dq, dk, dv), func, args, kwargs)

@@ -28,9 +28,9 @@ from ..cli_args import bounded, seed
 from ..codec import decimal_int
 from ..limits import LimitError, check
 from ..registry import ARCHS, canonical_arch
-from .model_preview import FORMATS, _options, preview_model, runs_for
+from .model_preview import FORMATS, MODEL_DTYPE, preview_model, run_options, runs_for
 
-__all__ = ["register", "load_model", "make_input", "render", "plot"]
+__all__ = ["register", "load_model", "make_input", "render", "plot", "fmt_ratio"]
 
 
 def load_model(spec: str, kwargs: dict):
@@ -88,6 +88,22 @@ def fmt_num(x: float) -> str:
     return f"{x:.2e}" if (abs(x) < 1e-2 or abs(x) >= 1e4) else f"{x:.3f}"
 
 
+def fmt_ratio(x: float) -> str:
+    """A time ratio with the digits it needs: "412x", "14.2x", "0.25x", "<0.01x" (never
+    "0x"); "-" where unknown."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return "-"
+    if x < 0.01:
+        return "<0.01x"
+    return f"{x:.0f}x" if x >= 100 else f"{x:.3g}x"
+
+
+def fmt_ms(seconds: float) -> str:
+    """Milliseconds: "459.9", "0.41" (a fast native pass is not printed as "0.0")."""
+    ms = seconds * 1e3
+    return f"{ms:.1f}" if ms >= 1 or ms != ms else f"{ms:.2g}"
+
+
 def table(rows, header):
     w = [max(len(str(r[i])) for r in [header] + rows) for i in range(len(header))]
     line = lambda r: "  ".join(str(c).rjust(w[i]) if i else str(c).ljust(w[i])  # noqa: E731
@@ -97,9 +113,11 @@ def table(rows, header):
 
 def render(res, layers) -> str:
     """The text report: logits and layers against fp64, archs against each other, times."""
-    # native time of a dtype: the best of all its timings (one next to each emulated run),
-    # so that a burst of other work on a shared machine does not skew the ratios
-    best = {f: min(r.native_seconds for r in res.runs if r.fmt == f) for f in res.between}
+    # native time of a dtype: the best of all its timings (one next to each emulated run;
+    # fp8 previews run the bf16 model), so that a burst of other work on a shared machine
+    # does not skew the ratios
+    best = {f: min(r.native_seconds for r in res.runs if MODEL_DTYPE[r.fmt] == MODEL_DTYPE[f])
+            for f in res.between}
     out = []
     out.append("== logits against the fp64 run, and forward time emulated / native ==")
     rows = []
@@ -108,7 +126,7 @@ def render(res, layers) -> str:
         sec = best[r.fmt] if r.arch == "native" else r.seconds
         rows.append([r.fmt, r.label, fmt_num(d["max_abs"]), fmt_num(d["max_ulp"]),
                      fmt_num(d["median_ulp"]), f"{100 * r.top1_vs_fp64:.1f}%",
-                     f"{sec * 1e3:.1f}", f"{sec / best[r.fmt]:.1f}x"])
+                     fmt_ms(sec), fmt_ratio(sec / best[r.fmt])])
     out.append(table(rows, ["format", "arch", "max abs", "max ulp", "median ulp",
                             "top-1 = fp64", "fwd ms", "emulated/native"]))
     out.append("\n== per layer against the fp64 run: max |error| / median error in ulps ==")
@@ -140,14 +158,21 @@ def render(res, layers) -> str:
             continue
         nat = best[fmt]
         med = em[len(em) // 2]
-        rows.append([fmt, f"{nat * 1e3:.1f}", f"{med * 1e3:.1f}", f"{med / nat:.1f}x",
-                     f"{med / fp32_native:.0f}x" if fp32_native == fp32_native else "-"])
+        rows.append([fmt, fmt_ms(nat), fmt_ms(med), fmt_ratio(med / nat),
+                     fmt_ratio(med / fp32_native)])
     out.append(table(rows, ["format", "native ms (same dtype)", "emulated ms (median arch)",
                             "ratio", "ratio vs native fp32"]))
     em = [r for r in res.runs if r.arch != "native"]
     te, tn = sum(r.seconds for r in em), sum(best[r.fmt] for r in em)
     out.append(f"all {len(em)} emulated forward passes: {te:.2f} s; native forward passes of "
-               f"the same dtypes: {tn:.3f} s; ratio {te / tn:.0f}x (best of --repeat each)")
+               f"the same dtypes: {tn:.3f} s; ratio {fmt_ratio(te / tn)} (best of --repeat "
+               "each, after an untimed run of each)")
+    fast = sorted({f"{r.fmt} {r.arch}" for r in em if r.seconds < best[r.fmt]})
+    if fast:
+        out.append(f"note: emulated ran faster than native ({', '.join(fast)}): other work on "
+                   "this machine slowed the native passes (PyTorch's threads stall on OpenMP "
+                   "barriers when other jobs share the cores); --threads 1 and a larger "
+                   "--repeat measure them")
     return "\n".join(out)
 
 
@@ -265,7 +290,7 @@ def _check_args(args) -> tuple[list, list]:
         raise ValueError("--arch: give at least one arch (or 'all')")
     archs = [canonical_arch(a) for a in archs]          # ValueError names the known archs
     if args.formats is None:
-        formats = [f for f in FORMATS if any(_options(f, a) is not None for a in archs)]
+        formats = [f for f in FORMATS if any(run_options(f, a) is not None for a in archs)]
     else:
         formats = [f for f in args.formats.split(",") if f]
         bad = [f for f in formats if f not in FORMATS]

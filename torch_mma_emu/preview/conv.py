@@ -171,9 +171,9 @@ def conv_backward(grad_y, x, w, stride, padding, dilation, transposed: bool, out
 def handle_conv(mode, func, args, kwargs):
     a = bind(func, args, kwargs)
     x, w, bias = a["input"], a["weight"], a["bias"]
-    plan = mode._plan("conv", x, w, phase())
+    plan = mode.plan("conv", x, w, phase())
     if plan.native or x.dtype != w.dtype or x.dim() < 3:
-        mode._note(func, "conv", "native", [x.shape, w.shape], "policy: native")
+        mode.record(func, "conv", "native", [x.shape, w.shape], "policy: native")
         return func(*args, **kwargs)
     mm = mm_product(plan, mode.policy.bias, x.dtype)
     st, pad, dil = list(a["stride"]), list(a["padding"]), list(a["dilation"])
@@ -182,7 +182,7 @@ def handle_conv(mode, func, args, kwargs):
                            bias)
     else:
         y = conv_forward(x, w, st, pad, dil, a["groups"], mm, bias)
-    mode._note(func, "conv", plan.label, [x.shape, w.shape])
+    mode.record(func, "conv", plan.label, [x.shape, w.shape])
     if a.get("out") is not None:
         a["out"].resize_(y.shape)
         return a["out"].copy_(y)
@@ -192,13 +192,13 @@ def handle_conv(mode, func, args, kwargs):
 def handle_conv_backward(mode, func, args, kwargs):
     a = bind(func, args, kwargs)
     gy, x, w = a["grad_output"], a["input"], a["weight"]
-    plan = mode._plan("conv", gy, w, "backward")
+    plan = mode.plan("conv", gy, w, "backward")
     if plan.native or gy.dtype != w.dtype:
-        mode._note(func, "conv", "native", [gy.shape, w.shape], "policy: native")
+        mode.record(func, "conv", "native", [gy.shape, w.shape], "policy: native")
         return func(*args, **kwargs)
     mm = mm_product(plan, mode.policy.bias, gy.dtype)
     gx, gw, gb = conv_backward(gy, x, w, list(a["stride"]), list(a["padding"]),
                                list(a["dilation"]), a["transposed"],
                                list(a["output_padding"]), a["groups"], a["output_mask"], mm)
-    mode._note(func, "conv", plan.label, [gy.shape, x.shape, w.shape])
+    mode.record(func, "conv", plan.label, [gy.shape, x.shape, w.shape])
     return restride((gx, gw, gb), func, args, kwargs)

@@ -2,7 +2,7 @@
 
 Flex attention reaches the mode as the higher-order operators
 ``torch.ops.higher_order.flex_attention`` and ``flex_attention_backward`` (eager, compiled
-with ``aot_eager``, and compiled with Inductor while a block is open: switches.py).  Both
+with ``aot_eager``, and compiled with Inductor while a block is open: patches.py).  Both
 are emulated in the form of Inductor's Triton templates (``flex_attention.py.jinja``,
 ``flex_backwards.py.jinja``) with the whole sequence in one block, as for SDPA
 (attention.py).  ``prod(A, B)`` is the emulated product returning the fp32 accumulator.
@@ -147,9 +147,9 @@ def flex_backward(q, k, v, out, lse, dO, dlse, fw_graph, joint_graph, block_mask
 
 def _plan(mode, func, q, k, v, shapes):
     """The plan, or None (recorded) where the policy leaves attention native."""
-    plan = mode._plan("attention", q, k, phase())
+    plan = mode.plan("attention", q, k, phase())
     if plan.native or not (q.dtype == k.dtype == v.dtype):
-        mode._note(func, "attention", "native", shapes, "policy: native")
+        mode.record(func, "attention", "native", shapes, "policy: native")
         return None
     return plan
 
@@ -168,7 +168,7 @@ def _handler(names: tuple, run, note: str):
         buffers = (tuple(a.get("score_mod_other_buffers") or ()),
                    tuple(a.get("mask_mod_other_buffers") or ()))
         out = run(a, q, k, v, acc_product(plan), buffers)
-        mode._note(func, "attention", plan.label, shapes, note)
+        mode.record(func, "attention", plan.label, shapes, note)
         return out
     return handle
 

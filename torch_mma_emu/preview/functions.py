@@ -6,7 +6,7 @@ in the wrong form.
   ``nn.RNN`` call): on CPU in fp32 / bf16 PyTorch runs them as one oneDNN kernel
   (``mkldnn_rnn_layer``, backward ``mkldnn_rnn_layer_backward``) whose products never reach
   a dispatch mode.  The call runs with oneDNN off (``torch.backends.mkldnn``, for the call
-  only; ``switches.ONEDNN_OFF`` restores it when the last overlapping call in any thread
+  only; ``patches.ONEDNN_OFF`` restores it when the last overlapping call in any thread
   ends), so PyTorch's cell-by-cell code issues ``addmm`` / ``mm`` that are routed, forward
   and backward (the backward nodes are those of that code).
 * ``F.scaled_dot_product_attention``: the preview models the kernel the *target* GPU would
@@ -21,8 +21,8 @@ from typing import Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
-from ..switches import ONEDNN_OFF
 from . import sdpa_route
+from .patches import ONEDNN_OFF
 
 __all__ = ["FunctionRouter"]
 

@@ -106,14 +106,14 @@ def handle_gemm(mode, func, args, kwargs):
     ka, kb, kc = GEMM_KINDS[kind]
     a = bind(func, args, kwargs)
     A, B, C = a[ka], a[kb], (a[kc] if kc else None)
-    plan = mode._plan(kind, A, B, phase())
+    plan = mode.plan(kind, A, B, phase())
     if plan.native or A.dtype != B.dtype:
-        mode._note(func, kind, "native", [A.shape, B.shape], "policy: native")
+        mode.record(func, kind, "native", [A.shape, B.shape], "policy: native")
         return func(*args, **kwargs)
     out_dtype = a.get("out_dtype") or (C.dtype if inplace else A.dtype)
     D = run_product(A, B, plan, C=C, alpha=a.get("alpha", 1), beta=a.get("beta", 1),
                     bias_mode=mode.policy.bias, out_dtype=out_dtype)
-    mode._note(func, kind, plan.label, [A.shape, B.shape])
+    mode.record(func, kind, plan.label, [A.shape, B.shape])
     target = a["self"] if inplace else a.get("out")
     if target is not None and not inplace and target.dtype != D.dtype:
         raise RuntimeError(f"{name}: expected out tensor to have dtype {D.dtype}, but got "
@@ -130,13 +130,13 @@ def handle_addmm_activation(mode, func, args, kwargs):
     applied in the accumulator type before the one rounding to the output dtype."""
     a = bind(func, args, kwargs)
     A, B, C = a["mat1"], a["mat2"], a["self"]
-    plan = mode._plan("addmm", A, B, phase())
+    plan = mode.plan("addmm", A, B, phase())
     if plan.native or A.dtype != B.dtype:
-        mode._note(func, "addmm", "native", [A.shape, B.shape], "policy: native")
+        mode.record(func, "addmm", "native", [A.shape, B.shape], "policy: native")
         return func(*args, **kwargs)
     D = run_product(A, B, plan, C=C, alpha=a["alpha"], beta=a["beta"],
                     bias_mode=mode.policy.bias, out_dtype=plan.acc_dtype)
     D = (torch.nn.functional.gelu(D, approximate="tanh") if a["use_gelu"]
          else torch.relu(D))
-    mode._note(func, "addmm", plan.label, [A.shape, B.shape])
+    mode.record(func, "addmm", plan.label, [A.shape, B.shape])
     return D.to(A.dtype)

@@ -118,9 +118,9 @@ def handle_grouped_mm(mode, func, args, kwargs):
     if a.get("bias") is not None:
         raise RuntimeError(f"{func}: Bias tensor provided, but it is not supported yet.")
     shapes = [A.shape, B.shape]
-    plan = mode._plan("mm", A, B, phase())
+    plan = mode.plan("mm", A, B, phase())
     if plan.native or A.dtype != B.dtype:
-        mode._note(func, "grouped_mm", "native", shapes, "policy: native")
+        mode.record(func, "grouped_mm", "native", shapes, "policy: native")
         return func(*args, **kwargs)
     out_dtype = a.get("out_dtype") or A.dtype
     try:
@@ -128,7 +128,7 @@ def handle_grouped_mm(mode, func, args, kwargs):
                        lambda x, y, g: run_product(x, y, plan, out_dtype=out_dtype))
     except ValueError as e:
         raise ValueError(f"emulate({mode.policy.arch_name}): {func}: {e}") from None
-    mode._note(func, "grouped_mm", plan.label, shapes, "one GEMM per group")
+    mode.record(func, "grouped_mm", plan.label, shapes, "one GEMM per group")
     return D
 
 
@@ -155,7 +155,7 @@ def handle_scaled_grouped_mm(mode, func, args, kwargs):
     A, B, sa, sb, offs = a["self"], a["mat2"], a["scale_a"], a["scale_b"], a.get("offs")
     arch = mode.policy.arch_name
     if mode.policy.choice("scaled_mm") == "native":
-        mode._note(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
+        mode.record(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
         return func(*args, **kwargs)
     if a.get("bias") is not None or a.get("scale_result") is not None:
         raise RuntimeError(f"{func}: bias and scale_result are not supported yet (PyTorch)")

@@ -23,13 +23,16 @@ through the mode at run time.  With ``backend="aot_eager"`` the results are thos
 mode bit for bit.  Inductor would turn some products into generated code that never reaches
 the mode (K = 1 outer products, CPU dot products, max-autotune templates, prepacked oneDNN
 Linear); while a block is open the process-wide switches keep them library calls
-(../switches.py, docs/preview.md, "torch.compile").
+(patches.py, docs/preview.md, "torch.compile").
 
 This module holds the mode and its routing table (``_HANDLERS``: aten op -> handler); each
 op family's handler lives with the family (gemm.py, conv.py, attention.py, scaled.py,
-grouped.py, flex.py, sdpa_route.py) and is called as ``handler(mode, func, args, kwargs)``,
-using the mode's ``_plan``, ``_note``, ``_note_native``, ``_warned``, ``policy`` and
-``fp8_promotion``.
+grouped.py, flex.py, sdpa_route.py) and is called as ``handler(mode, func, args, kwargs)``.
+A handler talks to the mode through its handler API only: :meth:`EmulateMode.plan` (the
+policy's plan for two operands), :meth:`~EmulateMode.record` (one call, emulated or
+native), :meth:`~EmulateMode.record_native` (a product that runs natively: recorded and
+warned once), :meth:`~EmulateMode.warn_once`, and the attributes ``policy`` and
+``fp8_promotion``; :data:`WATCHED_NATIVE` names the ops recorded when they run natively.
 """
 from __future__ import annotations
 
@@ -43,21 +46,21 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import switches
 from ..triton import context as _triton
-from . import attention, conv, custom_ops, flex, gemm, grouped, scaled, sdpa_route
+from . import attention, conv, custom_ops, flex, gemm, grouped, patches, scaled, sdpa_route
 from .attribution import LayerTracker
 from .dispatch_args import phase
 from .functions import FunctionRouter
 from .policy import Plan, Policy
 from .records import Record, Recorder
 
-__all__ = ["EmulateMode", "emulate"]
+__all__ = ["EmulateMode", "emulate", "WATCHED_NATIVE"]
 
 aten = torch.ops.aten
 
 # Ops that multiply matrices and stay native (they do not run on matrix units in PyTorch's
 # GPU paths, have no emulation here, or are backend kernels that the switches keep out of
 # the block): each is recorded and warned about once per block, by name.
-_WATCH_NATIVE = {"mv", "dot", "vdot", "addmv", "addbmm", "addr", "_int_mm", "_weight_int8pack_mm",
+WATCHED_NATIVE = frozenset({"mv", "dot", "vdot", "addmv", "addbmm", "addr", "_int_mm", "_weight_int8pack_mm",
                  "linalg_vecdot", "_native_multi_head_attention", "_transformer_encoder_layer_fwd",
                  "_trilinear",
                  "_cdist_forward", "_cdist_backward",
@@ -73,7 +76,7 @@ _WATCH_NATIVE = {"mv", "dot", "vdot", "addmv", "addbmm", "addr", "_int_mm", "_we
                  "_efficient_attention_backward", "_flash_attention_forward",
                  "_flash_attention_backward", "_linear_pointwise", "_convolution_pointwise",
                  "_convolution_transpose_pointwise", "_mkl_linear", "qlinear_pointwise",
-                 "qconv_pointwise", "qconv2d_pointwise"}
+                 "qconv_pointwise", "qconv2d_pointwise"})
 
 _CIA = "CompositeImplicitAutograd"
 _DECOMPOSES: dict = {}      # op -> has a CompositeImplicitAutograd kernel (cached)
@@ -136,13 +139,13 @@ class EmulateMode(TorchDispatchMode):
         self._router = FunctionRouter(self)
 
     # Entering the block also (1) holds the process-wide switches that keep products
-    # visible to the mode (switches.EMULATE), (2) enters the function-level router
+    # visible to the mode (patches.EMULATE), (2) enters the function-level router
     # (functions.py: RNNs, attention with dropout), (3) makes threads started inside it run
     # under it (switches.THREADS), (4) with record=True, tracks module paths and captures the
     # first top-level module call (attribution.py).  Leaving undoes them, also when the
     # body raises.
     def __enter__(self):
-        switches.enter_all(switches.EMULATE)
+        switches.enter_all(patches.EMULATE)
         entered = []
         try:
             self._triton = _triton.open_for(self.policy)    # Triton kernels too (triton.md)
@@ -177,12 +180,12 @@ class EmulateMode(TorchDispatchMode):
                 _triton.close(getattr(self, "_triton", None))
                 self._triton = None
             finally:
-                switches.leave_all(switches.EMULATE)
+                switches.leave_all(patches.EMULATE)
 
     def _adopt_thread(self):
         """Called in a thread started inside the block: run it under this mode (until the
         thread ends; its mode stacks are its own)."""
-        for s in switches.EMULATE:      # settings PyTorch keeps per thread
+        for s in patches.EMULATE:      # settings PyTorch keeps per thread
             s.adopt()
         self._router.__enter__()
         if self.layer_tracker is not None:
@@ -202,7 +205,16 @@ class EmulateMode(TorchDispatchMode):
     def summary(self) -> str:
         return self.recorder.summary()
 
-    def _note(self, func, kind, plan_label, shapes, note=""):
+    # -- the handler API (what the op families' handlers call) ------------------------
+    def plan(self, kind: str, a, b, phase: str) -> Plan:
+        """The policy's plan for a product of ``kind`` of operands ``a`` and ``b`` (their
+        dtypes) in ``phase`` (``"forward"`` / ``"backward"``, dispatch_args.phase)."""
+        return self.policy.plan(kind, a.dtype, b.dtype, backward=phase == "backward")
+
+    def record(self, func, kind: str, plan_label: str, shapes, note: str = "") -> None:
+        """One call of ``func``: its op kind, the plan's label (``"native"`` where it ran
+        natively), its operand shapes and a note; kept in ``records`` / ``counts`` with the
+        phase and the module path (``record=True``)."""
         lt = self.layer_tracker
         module = lt.path() if lt is not None else ""
         rec = Record(str(func), kind, phase(), plan_label, self.policy.arch_name,
@@ -213,16 +225,23 @@ class EmulateMode(TorchDispatchMode):
                     rec.phase == "forward":
                 lt.capture.modules.append(module)
 
-    def _note_native(self, func, args, why):
+    def record_native(self, func, args, why: str) -> None:
         """An op that multiplies matrices and runs natively: recorded, warned once."""
-        self._note(func, "other", "native", [a.shape for a in args
-                                            if isinstance(a, torch.Tensor)], why)
+        self.record(func, "other", "native", [a.shape for a in args
+                                              if isinstance(a, torch.Tensor)], why)
         name = str(func)
-        if name not in self._warned:
-            self._warned.add(name)
-            warnings.warn(f"emulate({self.policy.arch_name}): {name} multiplies matrices and "
-                          f"runs natively ({why}); em.records lists each call",
-                          stacklevel=3)
+        self.warn_once(name, f"emulate({self.policy.arch_name}): {name} multiplies matrices and "
+                       f"runs natively ({why}); em.records lists each call", stacklevel=3)
+
+    def warn_once(self, key, message: str, stacklevel: int = 2) -> bool:
+        """Warn ``message`` unless this block warned under ``key`` already (any thread);
+        ``stacklevel`` counts from the caller, as in ``warnings.warn``.  Whether it warned."""
+        with self._lock:
+            if key in self._warned:
+                return False
+            self._warned.add(key)
+        warnings.warn(message, stacklevel=stacklevel + 1)
+        return True
 
     def report(self, reference="fp64", *, plot: Optional[str] = None):
         """Per-layer divergence of the block's first top-level module call from
@@ -275,7 +294,7 @@ class EmulateMode(TorchDispatchMode):
             hop = flex.HANDLERS.get(func.name())      # flex attention, forward and backward
             if hop is not None:
                 return hop(self, func, args, kwargs)
-            self._note_native(func, args, "higher-order operator: products inside it are "
+            self.record_native(func, args, "higher-order operator: products inside it are "
                                           "not emulated")
             return func(*args, **kwargs)
         if handler is None:
@@ -286,8 +305,8 @@ class EmulateMode(TorchDispatchMode):
                     return out
             if func.namespace not in custom_ops.OWN:
                 return self._foreign(func, args, kwargs)
-            if func.overloadpacket.__name__ in _WATCH_NATIVE:
-                self._note_native(func, args, "no emulation of this op")
+            if func.overloadpacket.__name__ in WATCHED_NATIVE:
+                self.record_native(func, args, "no emulation of this op")
             return func(*args, **kwargs)
         return handler(self, func, args, kwargs)
 
@@ -300,12 +319,9 @@ class EmulateMode(TorchDispatchMode):
             with _Reentered(self):
                 return custom_ops.run_own_kernel(func, key, args, kwargs)
         if custom_ops.is_opaque_and_unknown(func):
-            self._note_native(func, args, "a compiled kernel of another library: products "
+            self.record_native(func, args, "a compiled kernel of another library: products "
                                           "inside it, if any, are not seen")
         return func(*args, **kwargs)
-
-    def _plan(self, kind, a, b, phase) -> Plan:
-        return self.policy.plan(kind, a.dtype, b.dtype, backward=phase == "backward")
 
 
 def _overloads(name: str, which) -> list:

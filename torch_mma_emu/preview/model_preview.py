@@ -23,31 +23,31 @@ from ..registry import ARCHS
 from ..timing import best_of
 from .compare import capture, divergence, top1_agreement, ulp_distance
 from .mode import emulate
-from .policy import _has
+from .policy import arch_has
 
-__all__ = ["Run", "PreviewResult", "FORMATS", "runs_for", "preview_model"]
+__all__ = ["Run", "PreviewResult", "FORMATS", "MODEL_DTYPE", "runs_for", "preview_model"]
 
 # preview format -> (model dtype, emulate() options builder, archs predicate)
 FORMATS = ("fp32", "tf32", "xf32", "fp16", "bf16", "fp8")
 # the model runs in the format's dtype; fp8 previews run a bf16 model (scaled fp8 products)
-_DTYPE = {**{f: FLOAT_DTYPES[f] for f in FORMATS if f != "fp8"}, "fp8": torch.bfloat16}
+MODEL_DTYPE = {**{f: FLOAT_DTYPES[f] for f in FORMATS if f != "fp8"}, "fp8": torch.bfloat16}
 
 
 def _fp8_name(arch: str) -> Optional[str]:
     for name in ("fp8_e4m3", "fp8_e4m3fnuz"):
-        if _has(arch, name):
+        if arch_has(arch, name):
             return name
     return None
 
 
-def _options(fmt: str, arch: str) -> Optional[dict]:
+def run_options(fmt: str, arch: str) -> Optional[dict]:
     """emulate() options for this preview format on ``arch``, None where unsupported."""
     if fmt == "fp32":
         return dict(fp32_format="fp32")
     if fmt in ("tf32", "xf32"):
-        return dict(fp32_format=fmt) if _has(arch, fmt) else None
+        return dict(fp32_format=fmt) if arch_has(arch, fmt) else None
     if fmt in ("fp16", "bf16"):
-        return {} if _has(arch, fmt) else None
+        return {} if arch_has(arch, fmt) else None
     f8 = _fp8_name(arch)  # fp8: the Linear layers (addmm / mm) in fp8, tensorwise scaled
     return dict(formats={"mm": f8, "addmm": f8}) if f8 else None
 
@@ -91,7 +91,7 @@ def runs_for(archs: Sequence[str], formats: Sequence[str]) -> list[Run]:
             raise ValueError(f"unknown preview format {fmt!r}; allowed: {', '.join(FORMATS)}")
         if fmt in ("fp32", "fp16", "bf16"):
             out.append(Run(fmt, "native", {}))
-        emulated = [Run(fmt, a, o) for a in archs if (o := _options(fmt, a)) is not None]
+        emulated = [Run(fmt, a, o) for a in archs if (o := run_options(fmt, a)) is not None]
         if not emulated:
             raise ValueError(f"no arch of {', '.join(archs)} has a {fmt} instruction")
         out += emulated
@@ -134,7 +134,7 @@ def preview_model(model: nn.Module, inputs, layers: Optional[Sequence[str]] = No
     if formats is None:
         from ..registry import canonical_arch
         names = [canonical_arch(a) for a in archs]
-        formats = [f for f in FORMATS if any(_options(f, a) is not None for a in names)]
+        formats = [f for f in FORMATS if any(run_options(f, a) is not None for a in names)]
     say = progress or (lambda s: None)
     model = model.eval()
     with torch.no_grad():  # materialise lazy modules once, before the per-dtype copies
@@ -147,18 +147,20 @@ def preview_model(model: nn.Module, inputs, layers: Optional[Sequence[str]] = No
     runs = runs_for(archs, formats)
     models = {}
     for run in runs:
-        dt = _DTYPE[run.fmt]
+        dt = MODEL_DTYPE[run.fmt]
         if dt not in models:
             models[dt] = copy.deepcopy(model).to(dt)
-            capture(models[dt], layers, *_cast_inputs(inputs, dt))   # warm-up
         m, x = models[dt], _cast_inputs(inputs, dt)
-        # the native forward of this dtype is timed next to each emulated one
-        run.native_seconds = best_of(lambda: capture(m, layers, *x), repeat)
+        # the native forward of this dtype is timed next to each emulated one, each side
+        # after an untimed run of its own: neither is timed cold (lazy set-up on first
+        # calls: oneDNN's kernels for a dtype, the imports of a first emulate block)
+        run.native_seconds = best_of(lambda: capture(m, layers, *x), repeat, warm_up=True)
         if run.arch == "native":
             run.outputs = capture(m, layers, *x)
             run.seconds = run.native_seconds
         else:
             say(f"{run.fmt:5s} {run.arch}")
+            # the untimed emulated run: its outputs are the run's (and it warms up)
             with emulate(run.arch, **run.options) as em:
                 run.outputs = capture(m, layers, *x)
             run.counts = dict(em.counts)

@@ -29,8 +29,8 @@ import torch
 
 from ..formats import (FLOAT_DTYPES, FORMATS, OUT_DTYPES, default_out, format_of_dtype,
                        get_format)
-from ..registry import ARCHS, canonical_arch, spec as registry_spec
-from ..spec import Spec, as_spec
+from ..registry import ARCHS, archs_text, archs_with, canonical_arch, spec as registry_spec
+from ..spec import Spec, arch_label, as_spec
 
 __all__ = ["Plan", "Policy", "OP_KINDS", "FORMAT_CHOICES", "tf32_settings"]
 
@@ -113,7 +113,8 @@ def _fp16_accumulation_flag() -> bool:
 
 
 @lru_cache(maxsize=1024)
-def _has(arch: str, fmt: str, out: str = "fp32") -> bool:
+def arch_has(arch: str, fmt: str, out: str = "fp32") -> bool:
+    """Whether ``arch`` has a registry row for ``fmt`` inputs and ``out`` results."""
     try:
         registry_spec(arch, fmt, out)
         return True
@@ -131,7 +132,15 @@ def _has_pair(arch: str, fa: str, fb: str) -> bool:
 
 
 def _supported(arch: str) -> list[str]:
-    return [f for f in FORMAT_CHOICES if _has(arch, f, default_out(f))]
+    return [f for f in FORMAT_CHOICES if arch_has(arch, f, default_out(f))]
+
+
+def _elsewhere(fa: str, fb: Optional[str] = None) -> str:
+    """"; fp8_e4m3 runs on sm89 (Ada Lovelace), ..." for a message: the archs (from the
+    registry) with an instruction for these inputs."""
+    where = archs_with(None, fa, fb)
+    pair = fa if fb in (None, fa) else f"{fa} x {fb}"
+    return f"; {pair} runs on {archs_text(where)}" if where else ""
 
 
 def _check_schedules(schedule) -> dict:
@@ -167,7 +176,7 @@ class Policy:
         self.spec: Optional[Spec] = as_spec(arch)
         if self.spec is not None:   # the op's schema takes the arch as a string
             self.arch = self.spec.to_string()
-            self.arch_name = f"custom({self.spec.arch})"
+            self.arch_name = arch_label(self.spec)   # its description, for messages
         elif isinstance(arch, str):
             self.arch = self.arch_name = canonical_arch(arch)
         else:
@@ -193,11 +202,11 @@ class Policy:
         self.fp16_accumulation = (_fp16_accumulation_flag() if fp16_accumulation is None
                                   else fp16_accumulation)
         if self.spec is None:
-            if fp32_format in ("tf32", "xf32") and not _has(self.arch, fp32_format):
+            if fp32_format in ("tf32", "xf32") and not arch_has(self.arch, fp32_format):
                 raise ValueError(f"fp32_format={fp32_format!r}: {self.arch} has no "
                                  f"{fp32_format} instruction; it supports "
-                                 f"{', '.join(_supported(self.arch))}")
-            if fp16_alt_impl != "off" and not _has(self.arch, "bf16"):
+                                 f"{', '.join(_supported(self.arch))}{_elsewhere(fp32_format)}")
+            if fp16_alt_impl != "off" and not arch_has(self.arch, "bf16"):
                 raise ValueError(f"fp16_alt_impl={fp16_alt_impl!r} runs fp16 products as "
                                  f"bf16, but {self.arch} has no bf16 instruction")
 
@@ -229,10 +238,10 @@ class Policy:
                 raise ValueError(f"formats[{key!r}]={val!r}; allowed: "
                                  f"{', '.join(SPECIAL_CHOICES + FORMAT_CHOICES)}")
             if self.spec is None:
-                if not _has(self.arch, name, default_out(name)):
+                if not arch_has(self.arch, name, default_out(name)):
                     raise ValueError(f"formats[{key!r}]={val!r}: {self.arch} has no {name} "
                                      f"instruction; it supports "
-                                     f"{', '.join(_supported(self.arch))}")
+                                     f"{', '.join(_supported(self.arch))}{_elsewhere(name)}")
             out[key] = name
         return out
 
@@ -271,7 +280,7 @@ class Policy:
             if fa in FP8 and fb in FP8 and choice == "auto" and self.spec is None:
                 if not _has_pair(self.arch, fa, fb):  # e.g. e4m3 x e5m2 (fp8 training)
                     raise ValueError(f"emulate: {self.arch} has no instruction for {fa} x "
-                                     f"{fb} inputs")
+                                     f"{fb} inputs{_elsewhere(fa, fb)}")
                 return Plan(self.arch, f"{fa} x {fb}")
             return NATIVE  # PyTorch raises its own error for mixed dtypes
         own = _own_format(a_dtype)
@@ -321,7 +330,7 @@ class Policy:
                 want = self.fp32_format
                 if want == "auto":
                     allowed = self.conv_tf32 if kind == "conv" else self.matmul_tf32
-                    want = "tf32" if allowed and _has(arch, "tf32") else "fp32"
+                    want = "tf32" if allowed and arch_has(arch, "tf32") else "fp32"
                 if want in ("tf32", "xf32"):
                     return Plan(arch, want, in_format=want)
             return Plan(arch, "fp32")
@@ -331,17 +340,17 @@ class Policy:
             if alt and kind != "attention":  # rocBLAS/MIOpen only, not attention kernels
                 return Plan(arch, "bf16 (fp16 alt impl)", cast=torch.bfloat16)
             if (self.fp16_accumulation and kind not in ("attention", "conv")   # cuBLAS only
-                    and _has(arch, "fp16", "fp16")):
+                    and arch_has(arch, "fp16", "fp16")):
                 return Plan(arch, "fp16 (fp16 acc)", torch.float16)
             return Plan(arch, "fp16")
         if own == "bf16":
-            if not _has(arch, "bf16"):
+            if not arch_has(arch, "bf16"):
                 return Plan(arch, "bf16 via fp32 FMA", cast=torch.float32)
             return Plan(arch, "bf16")
-        if not _has(arch, own):
+        if not arch_has(arch, own):
             raise ValueError(f"emulate: {arch} has no {own} instruction (PyTorch has no "
                              f"{own} GEMM there either); it supports "
-                             f"{', '.join(_supported(arch))}")
+                             f"{', '.join(_supported(arch))}{_elsewhere(own)}")
         return Plan(arch, own)
 
     def describe(self) -> str:

@@ -30,6 +30,7 @@ import torch
 from ..formats import format_of_dtype
 from ..ops import emulated_mm, round_result
 from ..packed_layouts import ceil_div, swizzled_numel, unpack_fp4, unswizzle  # noqa: F401
+from ..registry import ARCHS, arch_of_capability
 from .dispatch_args import bind, phase
 from .gemm import run_product
 
@@ -279,7 +280,7 @@ def handle_scaled_mm(mode, func, args, kwargs):
     A, B, out = a["self"], a["mat2"], a.get("out")
     arch = mode.policy.arch_name
     if mode.policy.choice("scaled_mm") == "native":
-        mode._note(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
+        mode.record(func, "scaled_mm", "native", [A.shape, B.shape], "policy: native")
         return func(*args, **kwargs)
     v2 = func.overloadpacket.__name__ == "_scaled_mm_v2"
     if not v2 and out is not None and a.get("out_dtype") not in (None, out.dtype):
@@ -306,19 +307,21 @@ def handle_scaled_mm(mode, func, args, kwargs):
     except NotEmulated as e:
         raise ValueError(f"emulate({arch}): {func}: {e}; "
                          "formats={'scaled_mm': 'native'} runs it natively") from None
-    # PyTorch runs these recipes of F.scaled_mm on one GPU family only
-    only = "sm90" if sp.recipe == "blockwise" else \
-        "sm100" if sp.label == "MX fp4_e2m1" else None
-    if v2 and only is not None and mode.policy.spec is None and mode.policy.arch != only:
+    # PyTorch runs these recipes of F.scaled_mm on one compute capability only
+    only = (9, 0) if sp.recipe == "blockwise" else \
+        (10, 0) if sp.label == "MX fp4_e2m1" else None
+    if v2 and only is not None and mode.policy.spec is None and \
+            ARCHS[mode.policy.arch].capability != only:
         raise ValueError(f"emulate({arch}): F.scaled_mm runs {sp.label.split(' (')[0]} "
-                         f"({sp.recipe}) products on {only} only (PyTorch raises on other GPUs)")
+                         f"({sp.recipe}) products on {arch_of_capability(only)} only "
+                         "(PyTorch raises on other GPUs)")
     return run_scaled(mode, func, sp, a.get("bias"), out_dtype, a.get("use_fast_accum"), out)
 
 
 def _native(mode, func, args, kwargs, A, B, why):
     """A scaled product the emulator does not model: native, recorded, warned (every call:
     its numbers are this machine's, not the arch's)."""
-    mode._note(func, "scaled_mm", "native", [A.shape, B.shape], why)
+    mode.record(func, "scaled_mm", "native", [A.shape, B.shape], why)
     warnings.warn(f"emulate({mode.policy.arch_name}): {func} runs natively ({why}); "
                   "its result is this machine's, not the emulated arch's", stacklevel=4)
     return func(*args, **kwargs)
@@ -330,7 +333,7 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
     fp32 promotion every ``mode.fp8_promotion`` K elements (unless ``use_fast_accum``)."""
     shapes = [tuple(sp.A.shape), tuple(sp.B.shape)]
     policy = mode.policy
-    nvidia = not policy.arch.startswith("gfx") and policy.spec is None
+    nvidia = policy.spec is None and ARCHS[policy.arch].vendor == "nvidia"
     sched = policy.schedule_for("scaled_mm")
     # a schedule given for scaled_mm decides the accumulation (its promote_every or none)
     # whatever the call's use_fast_accum says, in both directions
@@ -354,7 +357,7 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
                 part = part * (sp.kblock_a[:, j:j + 1] * sp.kblock_b[j:j + 1])
                 acc = part if acc is None else acc + part
         else:
-            plan = mode._plan("scaled_mm", sp.A, sp.B, phase())
+            plan = mode.plan("scaled_mm", sp.A, sp.B, phase())
             label = plan.label + (" (rowwise scales)" if sp.recipe == "rowwise" else "")
             if step is None or K <= step:
                 acc = run_product(sp.A, sp.B, plan, out_dtype=torch.float32)
@@ -367,17 +370,19 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
                 label += f" (fp32 promotion every {step})"
             if sched is not None:
                 label += f" (schedule {policy.schedule_name('scaled_mm')})"
-    except ValueError as e:
-        hint = ""
-        if sp.block_a is not None:
-            hint = (f"; block-scaled ({sp.recipe}) products run on "
-                    f"{', '.join(block_scaled_archs())}")
-        raise ValueError(f"emulate({policy.arch_name}): {func} ({sp.recipe} scales): "
-                         f"{e}{hint}") from None
+    except (ValueError, TypeError) as e:   # (TypeError: a Spec that takes other inputs)
+        hint = ""      # (an arch's own message names the archs with block scales)
+        if sp.block_a is not None and policy.spec is not None:
+            from ..registry import archs_text
+            hint = (f"; block-scaled ({sp.recipe}) products need a Spec that takes block "
+                    f"scales, as the registry's for {archs_text(block_scaled_archs())} do")
+        why = str(e).removeprefix("emulate: ")      # (the policy's own prefix, said once)
+        raise type(e)(f"emulate({policy.arch_name}): {func} ({sp.recipe} scales): "
+                      f"{why}{hint}") from None
     D = acc if sp.post is None else acc * sp.post
     if bias is not None:
         D = D + bias.to(torch.float32)
-    mode._note(func, "scaled_mm", label, shapes)
+    mode.record(func, "scaled_mm", label, shapes)
     D = round_result(D, out_dtype)
     if out is not None:
         out.resize_(D.shape)

@@ -39,10 +39,11 @@ from typing import Optional
 
 import torch
 
+from ..registry import ARCHS
 from .attention import attention_backward, attention_forward
 from .dispatch_args import bind, restride
 from .gemm import acc_product
-from .sdpa_target import Choice, gpu_choice
+from .sdpa_target import SM, Choice, gpu_choice
 
 __all__ = ["route", "traced_route", "handle_forward", "handle_backward"]
 
@@ -149,7 +150,9 @@ def _note(q, k, v, mask, p, is_causal, arch) -> str:
     gpu = gpu_choice(arch, q, k, v, mask, p, is_causal, False) \
         if q.dtype != torch.float64 else Choice(True, "fp64 check path")
     kernel = gpu.kernel if gpu.fused else "efficient"
-    return "flash form" + (f", dropout_p={p}" if p else "") + f" ({kernel} on {arch})"
+    amd = arch in ARCHS and ARCHS[arch].vendor == "amd"
+    where = arch if arch in SM or amd else f"{arch}, taken as sm90"
+    return "flash form" + (f", dropout_p={p}" if p else "") + f" ({kernel} on {where})"
 
 
 def _bias(mask):
@@ -167,9 +170,9 @@ def _operands(mode, func, args, kwargs, phase: str):
     q, k, v, mask = a["query"], a["key"], a["value"], _bias(a["attn_bias"])
     p = float(a["dropout_p"] or 0.0)
     shapes = [q.shape, k.shape, v.shape]
-    plan = mode._plan("attention", q, k, phase)
+    plan = mode.plan("attention", q, k, phase)
     if plan.native or not (q.dtype == k.dtype == v.dtype):
-        mode._note(func, "attention", "native", shapes, "policy: native")
+        mode.record(func, "attention", "native", shapes, "policy: native")
         plan = None
     return a, q, k, v, mask, p, shapes, plan
 
@@ -194,7 +197,7 @@ def handle_forward(mode, func, args, kwargs):
                             dtype=lse.dtype if q.dtype == torch.float64 else torch.float32)
     if width:
         lse_out[..., :L] = lse
-    mode._note(func, "attention", plan.label, shapes,
+    mode.record(func, "attention", plan.label, shapes,
                _note(q, k, v, mask, p, a["is_causal"], _arch(mode)))
     i64 = dict(dtype=torch.int64, device=q.device)
     out, lse_out = restride((out, lse_out), func, args, kwargs)
@@ -215,7 +218,7 @@ def handle_backward(mode, func, args, kwargs):
     dq, dk, dv, dS = attention_backward(dO, q, k, v, a["out"], lse, mask,
                                         bool(a["is_causal"]), a["scale"],
                                         acc_product(plan), keep, p)
-    mode._note(func, "attention", plan.label, shapes,
+    mode.record(func, "attention", plan.label, shapes,
                _note(q, k, v, mask, p, a["is_causal"], _arch(mode)))
     db = None
     gmask = a.get("grad_input_mask") or [True] * 4

@@ -16,14 +16,15 @@ from typing import Optional
 
 import torch
 
-from ..registry import ARCHS
+from ..registry import ARCHS, DEFAULT_ARCH
 
 __all__ = ["Choice", "gpu_choice", "SM"]
 
 # compute capability of the registry's NVIDIA archs
 SM = {a.name: a.capability for a in ARCHS.values() if a.capability}
-# ROCm: AOTriton builds for these (MI100 / gfx908 has none: math path)
-_ROCM_FUSED = ("gfx90a", "gfx942")
+# ROCm: PyTorch's AOTriton kernels are built for CDNA2 and later (CDNA1, MI100, has none:
+# the math path)
+ROCM_FUSED_FROM_CDNA = 2
 _HALF = (torch.float16, torch.bfloat16)
 
 
@@ -100,7 +101,7 @@ def _nvidia(sm, q, k, v, mask, p, causal, gqa, grad) -> Choice:
 
 
 def _rocm(arch, q, k, v, mask, p, causal, gqa) -> Choice:
-    if arch not in _ROCM_FUSED:
+    if ARCHS[arch].cdna < ROCM_FUSED_FROM_CDNA:
         return Choice(False, "math", f"PyTorch has no fused attention kernel for {arch}")
     dt = q.dtype
     eq, ek, ev = q.shape[-1], k.shape[-1], v.shape[-1]
@@ -120,13 +121,14 @@ def _rocm(arch, q, k, v, mask, p, causal, gqa) -> Choice:
 def gpu_choice(arch: str, q, k, v, mask: Optional[torch.Tensor], dropout_p: float,
                is_causal: bool, enable_gqa: bool) -> Choice:
     """The kernel PyTorch picks on ``arch`` (a registry arch name; any other name, e.g. a
-    custom spec's, is taken as an sm90-class GPU) for these arguments."""
+    custom spec's, is taken as a GPU of the default arch, ``registry.DEFAULT_ARCH``) for
+    these arguments."""
     if not (q.dim() == k.dim() == v.dim() == 4):
         return Choice(False, "math", "every fused kernel takes 4-D query, key and value")
     if q.shape[2] == 0 or k.shape[2] == 0 or not (q.dtype == k.dtype == v.dtype):
         return Choice(False, "math", "empty sequence or mixed dtypes")
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
-    if arch.startswith("gfx"):
+    if arch in ARCHS and ARCHS[arch].vendor == "amd":
         return _rocm(arch, q, k, v, mask, dropout_p, is_causal, enable_gqa)
-    sm = SM.get(arch, (9, 0))     # a custom spec's own arch name: taken as an sm90-class GPU
+    sm = SM.get(arch, SM[DEFAULT_ARCH])   # a custom spec's own arch name: the default arch
     return _nvidia(sm, q, k, v, mask, dropout_p, is_causal, enable_gqa, grad)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 
 from ..registry import canonical_arch
-from ..switches import torchao_checks
+from .patches import torchao_checks
 
 __all__ = ["gpu_checks_pass"]
 
@@ -38,6 +38,6 @@ def _answers(arch: str) -> tuple[int, int]:
 def gpu_checks_pass(arch):
     """torchao's ``is_sm_at_least_*`` (in every loaded torchao module that imported them)
     answer for ``arch``'s compute capability, ``torch.cuda.is_available()`` is True;
-    everything is restored when the last such block closes (``switches.TORCHAO_GPU_CHECKS``:
+    everything is restored when the last such block closes (``patches.TORCHAO_GPU_CHECKS``:
     nested and concurrent blocks answer for the innermost one opened)."""
     return torchao_checks(_answers(arch))

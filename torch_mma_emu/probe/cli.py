@@ -119,15 +119,19 @@ def _all_interfaces(args) -> list[tuple]:
                 out.append((f, "fp16"))
         return out
     from .. import registry
+    from ..formats import scales_text
     out = []
     for r in registry.rows_for(args.arch):
         if r.default and r.scale_format == args.scale_format and \
                 (args.block_size is None or args.block_size in r.block_sizes):
             out += [(fmt, r.out) for fmt in r.formats if (fmt, r.out) not in out]
     if not out:
-        raise ValueError(f"{args.arch} has no instruction with scale format "
-                         f"{args.scale_format}" + (f" and block size {args.block_size}"
-                                                   if args.block_size else ""))
+        sf = args.scale_format
+        where = [a for a in registry.archs_with(sf) if args.block_size is None or any(
+            args.block_size in r.block_sizes for r in registry.rows_for(a) if r.scale_format == sf)]
+        what = scales_text(sf) + (f" per {args.block_size} elements" if args.block_size else "")
+        raise ValueError(f"{args.arch} has no instruction with {what}" +
+                         (f"; {what} need {registry.archs_text(where)}" if where else ""))
     return out
 
 

@@ -328,7 +328,7 @@ def fit(samples, in_format=None, out_dtype=None, *, ops=None, limit: int | None 
     def prior(sp):
         exact = sp.op in ("e_fdpa", "fma")
         return (sp.multipass, 0 if exact == feats.exact_rn else 1,
-                search._OP_RANK.get(sp.op, 9))
+                search.op_rank(sp.op))
     cands.sort(key=prior)
     near = []
     stats: dict = {}

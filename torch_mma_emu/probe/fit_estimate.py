@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .targets import output_codes
-from .samples import Samples, _stand_in, random_batches
+from .samples import Samples, random_batches, stand_in_spec
 
 __all__ = ["Estimate", "samples_needed", "ESTIMATE_MODELS", "ESTIMATE_INPUTS"]
 
@@ -69,7 +69,7 @@ def samples_needed(specs, samples: Samples, inputs: int = ESTIMATE_INPUTS, seed:
     if len(specs) < 2:
         return Estimate(0, 0, len(specs), 0)
     g = torch.Generator().manual_seed(seed)
-    batches = [kw for _, _, kw in random_batches(_stand_in(iface), inputs, samples.ks, None,
+    batches = [kw for _, _, kw in random_batches(stand_in_spec(iface), inputs, samples.ks, None,
                                                   g, inputs)]
     rows = []
     for sp in specs:

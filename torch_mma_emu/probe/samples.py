@@ -147,7 +147,7 @@ def random_samples(target, n: int, ks, seed: int = 0, families=None,
     """n random inputs of seed 003's three families (split evenly over families and ks),
     run on ``target``."""
     iface = target.iface
-    stand_in = _stand_in(iface)   # carries only the formats for inputs.operands
+    stand_in = stand_in_spec(iface)   # carries only the formats for inputs.operands
     g = torch.Generator().manual_seed(seed)
     fams, _ = check_schedule(n, ks, families, batch)
     s = Samples(iface, source=f"{n} random inputs ({', '.join(fams)})")
@@ -160,7 +160,8 @@ def random_samples(target, n: int, ks, seed: int = 0, families=None,
     return s
 
 
-def _stand_in(iface: Interface):
+def stand_in_spec(iface: Interface):
+    """A Spec with the interface's formats (what inputs.operands needs to draw inputs)."""
     from ..spec import Spec
     if iface.scaled:
         op, L, G = "st_fdpa", iface.block_size, 0

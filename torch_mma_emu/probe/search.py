@@ -22,6 +22,11 @@ _OP_RANK = {op: i for i, op in enumerate(("fma", "e_fdpa", "t_fdpa", "st_fdpa", 
                                           "tr_fdpa", "gtr_fdpa", "ftz_addmul"))}
 
 
+def op_rank(op: str) -> int:
+    """How simple an elementary operation is taken to be (fma first; unknown ones last)."""
+    return _OP_RANK.get(op, len(_OP_RANK) + 1)
+
+
 def _floor_and_zero_exp(sp: Spec) -> tuple:
     """(emax_floor, zero_exp) in one form per arithmetic.  A zero_exp at or below the floor
     never raises e_max above it.  A T/ST/GST floor at or below the output's emin acts only

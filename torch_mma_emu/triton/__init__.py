@@ -12,7 +12,7 @@ arithmetic) without ``TRITON_INTERPRET``.  ``torch_mma_emu.emulate(arch)`` opens
 ``emulate(arch)`` block too.  Importing this package does not import Triton; opening a block
 does (and raises a clear error without it or with an interpreter of another layout).
 """
-from .choice import PATHS, DotPlan, choose
+from .target_rules import PATHS, DotPlan, choose
 from .context import TritonEmulation, emulate, interpret
 from .device_queries import device_queries
 from .cuda_on_cpu import cuda_on_cpu

@@ -17,6 +17,7 @@ import warnings
 import numpy as np
 
 from . import layout, reduce
+from .target_rules import DPP_ARCHS
 
 _STACK: list = []        # per running launch: [compiled or None, why-not, block]
 _NAMES = re.compile(r"\b(sum|max|min|reduce|argmax|argmin|xor_sum|softmax|cumsum|cumprod|"
@@ -58,10 +59,10 @@ def begin(block, interp, args, kwargs, launched=None) -> None:
     target = None if block.arch is None else (
         layout.target_of(block.arch) if block.vendor == "nvidia" else
         layout.amd_target_of(block.arch))
-    if target is None or (target.backend == "hip" and target.arch not in layout.DPP_ARCHS):
+    if target is None or (target.backend == "hip" and target.arch not in DPP_ARCHS):
         entry[1] = ("a Spec names no GPU" if block.arch is None else
                     f"{block.arch}: no Triton target known" if target is None else
-                    f"AMD reductions are modelled on {' / '.join(layout.DPP_ARCHS)}, "
+                    f"AMD reductions are modelled on {' / '.join(DPP_ARCHS)}, "
                     f"not {target.arch}")
         return
     fn = getattr(interp, "fn", None)
@@ -250,7 +251,7 @@ def _reduce_apply(ops, input):
         return None
     try:
         dpp = (compiled.target.startswith("hip:") and len(site.ops) == 1
-               and compiled.target[4:] in layout.DPP_ARCHS)
+               and compiled.target[4:] in DPP_ARCHS)
         tree = site.tree if site.tree is not None else reduce.tree_of(site.bases, axis, dpp)
         site.tree = tree                       # one tree per compiled site
     except NotImplementedError as e:

@@ -13,14 +13,11 @@ from ..ops import emulated_mm
 from ..registry import ARCHS, canonical_arch
 from ..spec import Spec
 from . import hook
-from .choice import NV_CC, PATHS, DotPlan, choose
+from . import target_rules
 from .dot import format_of, run_plan, split_fp32, to_numpy, to_torch
+from .target_rules import PATHS, DotPlan, choose
 
 SPLITS = ("tf32x3", "bf16x3", "bf16x6")
-
-
-def _nv_min_dot_size(lhs, rhs):       # the CUDA backend's min_dot_size
-    return (1, 1, 32) if lhs.scalar.primitive_bitwidth == 8 else (1, 1, 16)
 
 
 def _precision(p) -> str:
@@ -81,36 +78,17 @@ class TritonEmulation:
         return ARCHS[self.arch].vendor if self.arch else None
 
     def interpreter_options(self, opts):
-        """The interpreter's options with the target backend's dot defaults (Triton 3.6
-        third_party/{nvidia,amd}/backend/compiler.py)."""
+        """The interpreter's options with the target backend's dot defaults
+        (``target_rules.backend_dot_options``)."""
         if self.arch is None:
             return opts
-        if self.vendor == "nvidia":
-            cc = NV_CC[self.arch]
-            new = dict(default_dot_input_precision="tf32",
-                       allowed_dot_input_precisions=("tf32", "tf32x3", "ieee", "bf16x3",
-                                                     "bf16x6"),
-                       max_num_imprecise_acc_default=2**30 if cc == 90 else 0,
-                       supported_fp8_dtypes=("fp8e4b15", "fp8e5")
-                       + (("fp8e4nv",) if cc >= 89 else ()),
-                       deprecated_fp8_dot_operand_dtypes=("fp8e4b15",) if cc >= 90 else ())
-        else:
-            new = dict(default_dot_input_precision="ieee",
-                       allowed_dot_input_precisions=("bf16x3", "bf16x6", "ieee")
-                       + (("tf32",) if self.arch == "gfx942" else ()),
-                       max_num_imprecise_acc_default=0,
-                       supported_fp8_dtypes=("fp8e4b8", "fp8e4nv", "fp8e5", "fp8e5b16"),
-                       deprecated_fp8_dot_operand_dtypes=())
+        new = target_rules.backend_dot_options(self.arch)
         names = {f.name for f in dataclasses.fields(opts)}
         return dataclasses.replace(opts, **{k: v for k, v in new.items() if k in names})
 
     @property
     def min_dot_size(self):
-        if self.vendor == "nvidia":
-            return _nv_min_dot_size
-        if self.vendor == "amd":
-            return lambda lhs, rhs: (1, 1, 1)
-        return None
+        return target_rules.min_dot_size(self.arch)
 
     def begin_launch(self, interp, args, grid, kwargs):
         self._num_warps = int(kwargs.get("num_warps") or 4)
@@ -169,8 +147,8 @@ class TritonEmulation:
 
     def reduce_dot_precision(self) -> str:
         """The precision of the dot Triton makes of ``tl.sum(x[:, :, None] * y[None, :, :],
-        1)`` (combine.py): "tf32", which CDNA1 / CDNA2 run as fp32 MFMA."""
-        return "ieee" if self.vendor == "amd" and self.arch != "gfx942" else "tf32"
+        1)`` (combine.py; ``target_rules.reduce_dot_precision``)."""
+        return "tf32" if self.arch is None else target_rules.reduce_dot_precision(self.arch)
 
     def prepare(self, a, b, d, input_precision, max_num_imprecise_acc):
         """The interpreter's dot ``d + a @ b``, planned and counted now; the returned
@@ -241,13 +219,11 @@ class TritonEmulation:
             where = self.arch or "a Spec"
             raise NotImplementedError(f"torch_mma_emu.triton: tl.dot_scaled on {where} is not "
                                       "modelled (NVIDIA archs are)")
-        fa, fb = scaled._elem(lhs_format), scaled._elem(rhs_format)
-        cc = NV_CC[self.arch]
-        M, N = lhs.data.shape[-2], rhs.data.shape[-1]
-        tc_ok = 100 <= cc < 110 and self._num_warps in (4, 8) and M % 64 == 0 \
-            and lhs.data.ndim == 2
-        if (tc_ok or cc // 10 == 12) and "bf16" not in (fa, fb) and "fp16" not in (fa, fb):
-            self.counts[f"{'tcgen05' if tc_ok else 'mma.sync'} block_scale {fa},{fb}"] += 1
+        fa, fb = scaled.elem_format(lhs_format), scaled.elem_format(rhs_format)
+        path = target_rules.scaled_dot_path(self.arch, fa, fb, lhs.data.shape[-2],
+                                            lhs.data.ndim, self._num_warps)
+        if path is not None:
+            self.counts[f"{path} block_scale {fa},{fb}"] += 1
             D = scaled.native(self.arch, lhs, lhs_scale, fa, rhs, rhs_scale, fb, lhs_k_pack,
                               rhs_k_pack, acc)
         else:
@@ -271,7 +247,7 @@ def emulate(arch, instruction: Optional[str] = None, *,
     (``TRITON_INTERPRET`` need not be set, before or after importing Triton; CUDA tensors
     are copied to the host and back), and each ``tl.dot`` is one chain step of the
     instruction Triton would pick on ``arch`` for that dot's dtypes, tile and ``num_warps``
-    (``choice.choose``), with the accumulator as C; ``tl.dot_scaled`` takes the MX / NVFP4
+    (``target_rules.choose``), with the accumulator as C; ``tl.dot_scaled`` takes the MX / NVFP4
     rows.  ``instruction``: force a path (``"wgmma"``, ``"mma.sync"``, ``"tcgen05"``,
     ``"mfma"``, ``"fma"``) or name a registry instruction variant (``tme.instructions``).
     ``arch`` may be a :class:`~torch_mma_emu.Spec`: every dot then uses it.  ``autotune``:

@@ -21,6 +21,7 @@ import torch
 
 from ..formats import FLOAT_DTYPES, INT_OF_SIZE
 from .dot import format_of, to_numpy, to_torch
+from .target_rules import fp8_through_fp16
 
 _FP8 = ("fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz")
 
@@ -60,7 +61,7 @@ def convert(arch: Optional[str], vendor: Optional[str], data, src_ty, dst_ty,
     elif rtz:
         y = toward_zero(x, dt)
     elif fd in _FP8:
-        if arch == "sm89" and fs == "fp32":
+        if fs == "fp32" and fp8_through_fp16(arch):
             x = toward_zero(x, torch.float16)
         y = satfinite(x, dt)
     else:

@@ -33,7 +33,6 @@ GIB = 1 << 30
 PROPERTIES = {"H100": dict(multi_processor_count=132, total_memory=80 * GIB),
               "A100": dict(multi_processor_count=108, total_memory=80 * GIB),
               "MI300X": dict(multi_processor_count=304, total_memory=192 * GIB)}
-_AMD_CAPABILITY = {"gfx908": (9, 0), "gfx90a": (9, 0), "gfx942": (9, 4)}
 
 
 def _answers(arch):
@@ -41,7 +40,7 @@ def _answers(arch):
     a = ARCHS[name]
     gpu = a.gpus[0]
     amd = a.vendor == "amd"
-    cap = _AMD_CAPABILITY[name] if amd else a.capability
+    cap = a.gfx_version if amd else a.capability
     props = SimpleNamespace(name=f"{'AMD Instinct' if amd else 'NVIDIA'} {gpu}", major=cap[0],
                             minor=cap[1], warp_size=64 if amd else 32,
                             gcnArchName=name if amd else "", is_integrated=False,

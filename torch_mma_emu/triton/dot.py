@@ -1,7 +1,7 @@
 """One ``tl.dot`` of the interpreter computed by the emulator: operands from the
 interpreter's NumPy arrays (bit patterns: bf16 and fp8 arrive as unsigned integers) to
-tensors, the plan of :mod:`.choice`, ``emulated_mm`` with the accumulator as C (one chain
-step per dot: the dot's K consumed in the instruction's chunks, in order), and Triton's
+tensors, the plan of :mod:`.target_rules`, ``emulated_mm`` with the accumulator as C (one
+chain step per dot: the dot's K consumed in the instruction's chunks, in order), and Triton's
 splits of fp32 operands (tf32x3, bf16x3, bf16x6) as the sequence of dots its F32DotTC pass
 emits."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ from ..ops import emulated_mm
 from ..schedule import Schedule
 from ..schedule_partials import f32dottc_tf32x3
 from ..tf32 import tf32x3_split
-from .choice import TL_FORMATS, DotPlan
+from .target_rules import TL_FORMATS, DotPlan
 
 _NP_CONTAINER = {1: np.uint8, 2: np.int16, 4: np.float32, 8: np.float64}
 

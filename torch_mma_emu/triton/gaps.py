@@ -176,12 +176,8 @@ class CpuDriver:
 
     def get_current_target(self):
         from triton.backends.compiler import GPUTarget
-        from .choice import NV_CC
-        block = self._current()
-        arch = getattr(block, "arch", None)
-        if arch is not None and block.vendor == "amd":
-            return GPUTarget("hip", arch, 64)
-        return GPUTarget("cuda", NV_CC.get(arch, 90), 32)
+        from .target_rules import gpu_target
+        return GPUTarget(*gpu_target(getattr(self._current(), "arch", None)))
 
     def get_current_device(self):
         return 0

@@ -103,8 +103,8 @@ def check_layout():
     return ti, jit, autotuner
 
 
-# The Triton whose compiler choice.py and combine.py model (its TTGIR checked them); the GPU
-# machine has it.  Another version may choose other instructions for the same tl.dot.
+# The Triton whose compiler target_rules.py and combine.py model (its TTGIR checked them);
+# the GPU machine has it.  Another version may choose other instructions for the same tl.dot.
 MODELLED_TRITON = (3, 6)
 # versions whose TTGIR agreed with every case of those tests (3.7: torch 2.12's)
 AGREES = {(3, 6), (3, 7)}

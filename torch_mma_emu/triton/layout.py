@@ -68,22 +68,17 @@ class Compiled:
 def target_of(arch: str):
     """The ``GPUTarget`` Triton compiles for on ``arch`` (None: not an NVIDIA arch)."""
     from triton.backends.compiler import GPUTarget
-    from ..registry import canonical_arch
-    from .choice import NV_CC
-    cc = NV_CC.get(canonical_arch(arch))
-    return None if cc is None else GPUTarget("cuda", cc, 32)
+    from .target_rules import gpu_target
+    t = gpu_target(arch)
+    return GPUTarget(*t) if t[0] == "cuda" else None
 
 
 def amd_target_of(arch: str):
-    """The ``GPUTarget`` Triton compiles for on an AMD ``arch`` (wave64), None otherwise."""
+    """The ``GPUTarget`` Triton compiles for on an AMD ``arch``, None otherwise."""
     from triton.backends.compiler import GPUTarget
-    from ..registry import ARCHS, canonical_arch
-    a = ARCHS.get(canonical_arch(arch))
-    return GPUTarget("hip", a.name, 64) if a is not None and a.vendor == "amd" else None
-
-
-# DPP wave reductions: gfx90a+ (Triton 3.6 excludes gfx906 / gfx908 from its DPP path)
-DPP_ARCHS = ("gfx90a", "gfx942")
+    from .target_rules import gpu_target
+    t = gpu_target(arch)
+    return GPUTarget(*t) if t[0] == "hip" else None
 
 
 def _jit_of(fn):

@@ -19,7 +19,7 @@ import re
 
 import numpy as np
 
-from .ptx_eval import _BASE, CTA, Unsupported
+from .ptx_eval import ADDRESS_STRIDE, CTA, Unsupported
 
 __all__ = ["Unsupported", "parse", "run_ptx", "check"]
 
@@ -60,7 +60,7 @@ def run_ptx(ptx: str, args: list, grid: int = 1, num_warps: int = 4, wgmma=None)
             buf = t.view(torch.uint8).reshape(-1).numpy()
             off = a.data_ptr() % 16
             mem.append(np.concatenate([np.zeros(off, np.uint8), buf]))
-            params[pnames[i]] = (i + 1) * _BASE + off
+            params[pnames[i]] = (i + 1) * ADDRESS_STRIDE + off
             outs.append((a, i, off))
         else:
             mem.append(None)

@@ -16,7 +16,7 @@ class Unsupported(NotImplementedError):
     pass
 
 
-_BASE = 1 << 40          # fake global addresses: argument i at (i + 1) << 32, its offset kept
+ADDRESS_STRIDE = 1 << 40    # fake global addresses: argument i at (i + 1) * ADDRESS_STRIDE + offset
 
 
 def _imm(tok: str):
@@ -84,7 +84,7 @@ class CTA:
     def _buf(self, addr: np.ndarray, nbytes: int, act: np.ndarray):
         out = []
         for a in np.unique(addr[act]):
-            i = int(a) // _BASE - 1
+            i = int(a) // ADDRESS_STRIDE - 1
             if not 0 <= i < len(self.mem) or self.mem[i] is None:
                 raise Unsupported(f"global access outside the arguments at {int(a):#x}")
             out.append(i)
@@ -94,8 +94,8 @@ class CTA:
         res = np.zeros(self.n, np.uint64)
         for t in np.nonzero(act)[0]:
             a = int(addr[t])
-            buf = self.mem[a // _BASE - 1]
-            o = a % _BASE
+            buf = self.mem[a // ADDRESS_STRIDE - 1]
+            o = a % ADDRESS_STRIDE
             if o + nbytes > len(buf):
                 raise Unsupported("global load out of bounds")
             res[t] = int.from_bytes(bytes(buf[o:o + nbytes]), "little")
@@ -104,8 +104,8 @@ class CTA:
     def gstore(self, addr, nbytes, v, act):
         for t in np.nonzero(act)[0]:
             a = int(addr[t])
-            buf = self.mem[a // _BASE - 1]
-            o = a % _BASE
+            buf = self.mem[a // ADDRESS_STRIDE - 1]
+            o = a % ADDRESS_STRIDE
             if o + nbytes > len(buf):
                 raise Unsupported("global store out of bounds")
             buf[o:o + nbytes] = np.frombuffer(int(v[t]).to_bytes(8, "little")[:nbytes], np.uint8)
@@ -485,9 +485,9 @@ class CTA:
 
     def _unf(self, x, ty):
         if ty == "f32":
-            return red._canon(x.astype(np.float32)).view(np.uint32).astype(np.uint64)
+            return red.canonical_nans(x.astype(np.float32)).view(np.uint32).astype(np.uint64)
         if ty == "f16":
-            return red._canon(x.astype(np.float16)).view(np.uint16).astype(np.uint64)
+            return red.canonical_nans(x.astype(np.float16)).view(np.uint16).astype(np.uint64)
         if ty == "bf16":
             return red.f32_to_bf16(x.astype(np.float32)).astype(np.uint64)
         raise Unsupported(f"float type {ty}")

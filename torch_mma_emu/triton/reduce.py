@@ -94,7 +94,8 @@ def tree_of(bases: Bases, axis: int, wave64_dpp: bool = False) -> Tree:
 _CANON = {np.dtype(np.float32): np.uint32(0x7FFFFFFF), np.dtype(np.float16): np.uint16(0x7FFF)}
 
 
-def _canon(x: np.ndarray) -> np.ndarray:
+def canonical_nans(x: np.ndarray) -> np.ndarray:
+    """``x`` with every NaN the GPU's canonical one (``_CANON``: 0x7FFFFFFF, 0x7FFF)."""
     nan = np.isnan(x)
     if nan.any():
         x = np.array(x)                   # a copy, also of a NumPy scalar
@@ -117,7 +118,7 @@ def fadd(a, b, kind):
     with np.errstate(invalid="ignore", over="ignore"):
         if kind == "bf16":
             return f32_to_bf16(bf16_to_f32(a) + bf16_to_f32(b))
-        return _canon(a + b)
+        return canonical_nans(a + b)
 
 
 def fmax(a, b, kind, is_max=True):
@@ -128,7 +129,7 @@ def fmax(a, b, kind, is_max=True):
     eq = a == b
     neg_a = np.signbit(a)
     pick_a = pick_a | (eq & (neg_a != is_max)) | np.isnan(b)
-    return _canon(np.where(pick_a, a, b))
+    return canonical_nans(np.where(pick_a, a, b))
 
 
 def fmaximum(a, b, kind, is_max=True):
@@ -137,7 +138,8 @@ def fmaximum(a, b, kind, is_max=True):
     if kind == "bf16":
         nan = np.isnan(bf16_to_f32(a)) | np.isnan(bf16_to_f32(b))
         return np.where(nan, np.uint16(0x7FFF), r)
-    return _canon(np.where(np.isnan(a) | np.isnan(b), np.float32(np.nan).astype(a.dtype), r))
+    nan = np.isnan(a) | np.isnan(b)
+    return canonical_nans(np.where(nan, np.float32(np.nan).astype(a.dtype), r))
 
 
 # the combine regions run as one NumPy function (ops of the TTGIR region -> combine)

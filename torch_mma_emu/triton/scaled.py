@@ -21,7 +21,7 @@ ELEM = {"E4M3": "fp8_e4m3", "E5M2": "fp8_e5m2", "E2M1": "fp4_e2m1", "BF16": "bf1
         "FP16": "fp16"}
 
 
-def _elem(fmt_enum) -> str:
+def elem_format(fmt_enum) -> str:
     name = getattr(fmt_enum, "name", str(fmt_enum)).split(".")[-1].upper()
     if name not in ELEM:
         raise NotImplementedError(f"torch_mma_emu.triton: tl.dot_scaled with {name} operands "

@@ -114,7 +114,7 @@ def _as_ptx(block, name, args, ref):
     from . import libdevice_calls, target_math
     if not _nvidia(block) or len(args) != 1 or getattr(ref.handle.dtype, "name", "") != "fp32":
         return None
-    if not isinstance(libdevice_calls._ROUTINES.get(name), tuple):
+    if not isinstance(libdevice_calls.compiled(name), tuple):
         return None
     sym = {v: k for k, v in libdevice_calls.symbols().items()}.get(name)
     out = None if sym is None else libdevice_calls.evaluate(block, sym, [ref.handle],

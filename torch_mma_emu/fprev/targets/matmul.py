@@ -16,9 +16,11 @@ import torch
 
 from ...limits import check
 from ...ops import emulated_mm
+from ...registry import DEFAULT_ARCH
+from ...spec import arch_label
 from ..probes import ProbeValues, check_dtype
 from .base import RowsTarget
-from .torch_ops import _check_n, _device
+from .torch_ops import as_device, check_n
 
 BACKENDS = ("torch", "emulated", "reference", "cublas", "triton")
 
@@ -30,7 +32,7 @@ def _native(backend):
     return lambda A, B, C=None: native_mm(A, B, C, backend=backend)
 
 
-def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="chain",
+def resolve_mm(backend, *, arch=DEFAULT_ARCH, in_format=None, out_dtype=None, c_mode="chain",
                instruction=None, mm_kwargs=None):
     """(callable mm(A, B, C=None), label, ieee) for a backend name or callable."""
     kw = dict(mm_kwargs or {})
@@ -45,11 +47,11 @@ def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="
         def mm(A, B, C=None):
             return emulated_mm(A, B, C, arch=arch, in_format=in_format, out_dtype=out_dtype,
                        c_mode=c_mode, instruction=instruction, **kw)
-        return mm, f"emulated_mm(arch={arch})", False
+        return mm, f"emulated_mm(arch={arch_label(arch)})", False
     if backend == "reference":
         from .. import reference_adapter
         return reference_adapter.mm(arch, in_format, out_dtype, c_mode, instruction), \
-            f"reference.mm(arch={arch})", False
+            f"reference.mm(arch={arch_label(arch)})", False
     if backend in ("cublas", "triton"):
         return _native(backend), f"native_mm(backend={backend})", False
     raise ValueError(f"backend must be one of {BACKENDS} or a callable mm(A, B[, C]), "
@@ -58,15 +60,15 @@ def resolve_mm(backend, *, arch="sm90", in_format=None, out_dtype=None, c_mode="
 
 class MatmulTarget(RowsTarget):
     def __init__(self, m, n, k, *, backend="torch", dtype=torch.float32, device="cpu",
-                 out_dtype=None, with_c=False, arch="sm90", in_format=None, c_mode="chain",
+                 out_dtype=None, with_c=False, arch=DEFAULT_ARCH, in_format=None, c_mode="chain",
                  instruction=None, mm_kwargs=None, values=None, big=None, unit=None,
                  pack=None, batch=True):
-        m, n, k = _check_n(m, "m"), _check_n(n, "n"), _check_n(k, "k")
+        m, n, k = check_n(m, "m"), check_n(n, "n"), check_n(k, "k")
         check("reveal_n", k, "k")
         check("elements", max(m, n) * k,
               f"the elements of A ({m} x {k}) or B ({k} x {n})")
         dtype = check_dtype(dtype)
-        dev = _device(device)
+        dev = as_device(device)
         mm, label, ieee = resolve_mm(backend, arch=arch, in_format=in_format,
                                      out_dtype=out_dtype, c_mode=c_mode,
                                      instruction=instruction, mm_kwargs=mm_kwargs)
@@ -138,7 +140,7 @@ def _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction, unit_gi
     if sp.op in _FUSED_C_OPS + _FUSED_ROUNDED_C_OPS and big / unit < 2.0 ** (keep + 1):
         # a unit aligned to big's exponent is truncated away iff big/unit >= 2**(keep + 1)
         raise ProbeRangeError(
-            f"{arch} {fmt.name} keeps {keep} fraction bits in its fused sum, but "
+            f"{arch_label(arch)} {fmt.name} keeps {keep} fraction bits in its fused sum, but "
             f"big/unit = {big / unit:g} < 2**{keep + 1}: probes could not "
             f"swamp the units (the {fmt.name} range is too narrow for this instruction)")
     if sp.op in _FUSED_C_OPS:
@@ -148,7 +150,7 @@ def _fit_to_spec(values, arch, dtype, out_dtype, in_format, instruction, unit_gi
     if n * unit * 2.0 ** bits > big:
         most = int(big / (unit * 2.0 ** bits))
         raise ProbeRangeError(
-            f"{arch} {fmt.name} {what}, but big/(n*unit) = {big:g}/({n}*{unit:g}) = "
+            f"{arch_label(arch)} {fmt.name} {what}, but big/(n*unit) = {big:g}/({n}*{unit:g}) = "
             f"{big / (n * unit):g} < 2**{bits}: the sum of the units before a mask would "
             f"survive next to big, so probes could not swamp the units (the {fmt.name} "
             f"range is too narrow for this instruction with {n} summands; at most {most} "

@@ -15,7 +15,7 @@ from ..probes import ProbeValues, check_dtype
 from .base import RowsTarget, VectorTarget
 
 
-def _device(device) -> torch.device:
+def as_device(device) -> torch.device:
     dev = torch.device(device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device='cuda' was requested but torch.cuda.is_available() is "
@@ -23,7 +23,7 @@ def _device(device) -> torch.device:
     return dev
 
 
-def _check_n(n, what="n") -> int:
+def check_n(n, what="n") -> int:
     import numbers
     if not isinstance(n, numbers.Integral) or isinstance(n, (bool, np.bool_)) or n < 1:
         raise ValueError(f"{what} must be a positive int, got {n!r}")
@@ -43,7 +43,7 @@ class SumDimTarget(RowsTarget):
         self.shape, self.dim, self.fn = shape, dim % len(shape), fn
         n = shape[self.dim]
         dtype = check_dtype(dtype)
-        super().__init__(n, math.prod(shape) // n, dtype, _device(device),
+        super().__init__(n, math.prod(shape) // n, dtype, as_device(device),
                          values or ProbeValues.for_dtype(dtype, pack=pack),
                          f"{getattr(fn, '__name__', 'sum')}(shape={shape}, dim={dim})")
 
@@ -58,7 +58,7 @@ class MatVecTarget(RowsTarget):
 
     def __init__(self, m, n, dtype, device, mv=torch.mv, values=None, pack=True):
         dtype = check_dtype(dtype)
-        super().__init__(_check_n(n), _check_n(m, "m"), dtype, _device(device),
+        super().__init__(check_n(n), check_n(m, "m"), dtype, as_device(device),
                          values or ProbeValues.for_dtype(dtype, pack=pack),
                          f"{getattr(mv, '__name__', 'mv')}(A[{m}x{n}], x)")
         self.mv = mv
@@ -72,7 +72,7 @@ def sum_target(n=None, *, shape=None, dim=None, dtype=torch.float32, device="cpu
                fn=torch.sum, **kw):
     """torch.sum of a 1-D tensor of n elements, or over ``dim`` of a tensor of ``shape``."""
     if shape is None:
-        return VectorTarget(fn, _check_n(n), dtype, _device(device), ieee=fn is torch.sum,
+        return VectorTarget(fn, check_n(n), dtype, as_device(device), ieee=fn is torch.sum,
                             label=f"{getattr(fn, '__name__', 'sum')}(n={n})", **kw)
     if dim is None:
         raise ValueError("give dim= together with shape=")
@@ -86,18 +86,18 @@ def sum_target(n=None, *, shape=None, dim=None, dtype=torch.float32, device="cpu
 
 def dot_target(n, *, dtype=torch.float32, device="cpu", dot=torch.dot, **kw):
     """dot(x, ones): the summands are x's entries."""
-    dev = _device(device)
-    ones = torch.ones(_check_n(n), dtype=check_dtype(dtype), device=dev)
+    dev = as_device(device)
+    ones = torch.ones(check_n(n), dtype=check_dtype(dtype), device=dev)
     return VectorTarget(lambda x: dot(x, ones), n, dtype, dev, ieee=dot is torch.dot,
                         label=f"{getattr(dot, '__name__', 'dot')}(n={n})", **kw)
 
 
 def numpy_sum_target(n, *, dtype=torch.float32, **kw):
-    return VectorTarget(lambda x: np.sum(x.numpy()), _check_n(n), dtype, "cpu", ieee=True,
+    return VectorTarget(lambda x: np.sum(x.numpy()), check_n(n), dtype, "cpu", ieee=True,
                         label=f"numpy.sum(n={n})", **kw)
 
 
 def numpy_dot_target(n, *, dtype=torch.float32, **kw):
-    ones = np.ones(_check_n(n), dtype=str(dtype).replace("torch.", ""))
+    ones = np.ones(check_n(n), dtype=str(dtype).replace("torch.", ""))
     return VectorTarget(lambda x: np.dot(x.numpy(), ones), n, dtype, "cpu", ieee=True,
                         label=f"numpy.dot(n={n})", **kw)

@@ -1,9 +1,14 @@
-"""Which matrix instruction Triton makes of one ``tl.dot``, per arch: a :class:`DotPlan`.
+"""Triton's per-target rules, in one place: which matrix instruction Triton makes of one
+``tl.dot`` on an arch (:func:`choose`, a :class:`DotPlan`), the backend's dot options, the
+smallest dot, the precision of a reduction's dot, the path of ``tl.dot_scaled``, which
+archs reduce with DPP and how fp32 is converted to fp8.
 
 The rules follow Triton 3.6's compiler (AccelerateMatmul.cpp and supportMMA for NVIDIA,
-AccelerateAMDMatmul.cpp for AMD, F32DotTC.cpp for the fp32 splits) and are checked against
-the TTGIR that the installed Triton compiles for each target (tests/test_triton_choice.py,
-no GPU needed).  docs/triton.md has the table.  Pure Python: importing this module does not
+AccelerateAMDMatmul.cpp for AMD, F32DotTC.cpp for the fp32 splits, the backends'
+compiler.py for the options) and are checked against the TTGIR that the installed Triton
+compiles for each target (tests/test_triton_choice.py, no GPU needed).  docs/triton.md has
+the table.  NVIDIA rules are by compute capability (``NV_CC``), AMD rules by CDNA generation
+(``Arch.cdna``): never by an arch's name.  Pure Python: importing this module does not
 import Triton.
 """
 from __future__ import annotations
@@ -12,8 +17,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Optional
 
-from ..isa import FAMILIES, family_archs
-from ..registry import ARCHS, canonical_arch, row as registry_row
+from ..isa import FAMILIES, INSTRUCTIONS
+from ..registry import ARCHS, DEFAULT_ARCH, canonical_arch, family_archs, row as registry_row
 
 # Triton's scalar type names -> the project's format names (triton.language dtype.name)
 TL_FORMATS = {"fp16": "fp16", "bf16": "bf16", "fp32": "fp32", "fp64": "fp64",
@@ -25,7 +30,9 @@ PATHS = FAMILIES          # the instruction families of isa.py
 PRECISIONS = ("tf32", "tf32x3", "ieee", "bf16x3", "bf16x6")
 NV_CC = {a.name: 10 * a.capability[0] + a.capability[1] for a in ARCHS.values()
          if a.capability}                # Triton's "cuda:90" form
-CDNA = {"gfx908": 1, "gfx90a": 2, "gfx942": 3}
+# Triton enables XF32 (input_precision="tf32") on CDNA3 only (the AMD compiler.py's
+# parse_options; CDNA4 has no xf32 MFMA)
+XF32_CDNA = 3
 _BITS = {"fp16": 16, "bf16": 16, "fp32": 32, "tf32": 32, "fp64": 64}
 # the instruction families of each vendor's archs
 _VENDOR_PATHS = {v: {p for p in PATHS if any(ARCHS[a].vendor == v for a in family_archs(p))}
@@ -42,8 +49,8 @@ class DotPlan:
     in fp32), ``round_result`` (the fp32 chain is rounded to this format after the dot: AMD
     keeps fp16 accumulators in fp32), ``instruction`` (a registry variant; None: the arch's
     default row), ``row`` (the id of the arch's instruction of this path, isa.py,
-    that the default row models; None where the default row, of another family, stands in)
-    and ``note`` (assumptions)."""
+    that the default row models; None where the default row, of another family, stands in),
+    ``note`` (assumptions) and ``arch`` (the target; None for a plan made without one)."""
 
     path: str
     fmt_a: str
@@ -55,12 +62,24 @@ class DotPlan:
     instruction: Optional[str] = None
     note: str = ""
     row: Optional[str] = None
+    arch: Optional[str] = None
 
     @property
     def in_format(self) -> str:
         return self.fmt_a if self.fmt_a == self.fmt_b else f"{self.fmt_a},{self.fmt_b}"
 
+    def model(self) -> Optional[str]:
+        """The id of the registry row whose arithmetic runs the plan (what ``run_plan``
+        hands ``emulated_mm``); None without an arch."""
+        if self.arch is None:
+            return None
+        return _model_row(self.arch, self.fmt_a, self.fmt_b, self.out,
+                          self.instruction or self.row)
+
     def describe(self) -> str:
+        """The plan as ``em.counts`` / ``em.summary()`` name it: the instruction family and
+        types, Triton's conversions, the instruction issued and the registry row that models
+        it ("standing in" where the arch has no row of this family for these types)."""
         s = f"{self.path} {self.in_format}->{self.out}"
         if self.convert:
             s += f" (operands converted to {self.convert})"
@@ -69,7 +88,15 @@ class DotPlan:
         if self.round_result:
             s += f", rounded to {self.round_result}"
         if self.instruction:
-            s += f" [{self.instruction}]"
+            s += f": instruction {self.instruction}"
+        elif self.row:
+            s += f": instruction {INSTRUCTIONS[self.row].name}"
+        else:
+            s += f": instruction {self.path} (no {self.arch or 'registry'} row of its own)"
+        model = self.model()
+        if model is not None:
+            stand_in = model != self.row and not self.instruction
+            s += f", model {self.arch} {model}" + (" standing in" if stand_in else "")
         return s
 
 
@@ -100,7 +127,8 @@ def _nv_plan(arch, fa, fb, out, precision, imp, M, N, K, batched, num_warps, for
                             "float8e5 (torch.float8_e5m2) is upcast to fp16 there")
     if fa == "fp64":
         return DotPlan(force or "fma", "fp64", "fp64", "fp64",
-                       note="fp64: FMA chain (DMMA on sm80/sm90 computes the same)")
+                       note=f"fp64: FMA chain (the arch's fp64 instruction, "
+                            f"{INSTRUCTIONS[ARCHS[arch].fp64].name}, computes the same)")
     if fa == "fp32" and (precision == "ieee" or cc < 80):
         if force not in (None, "fma"):
             raise ValueError(f"torch_mma_emu.triton: fp32 tl.dot with input_precision="
@@ -149,21 +177,23 @@ def _mfma_kdim(version, fmt, non_k):
 
 
 def _amd_plan(arch, fa, fb, out, precision, imp, M, N, K, batched, num_warps, force):
-    v = CDNA[arch]
-    if fa == "fp64":
-        return DotPlan(force or ("fma" if v == 1 else "mfma"), "fp64", "fp64", "fp64",
-                       note="fp64: FMA chain (the fp64 MFMA computes the same)")
+    v = ARCHS[arch].cdna
+    if fa == "fp64":         # the family of the arch's fp64 instruction: vector ALU or MFMA
+        return DotPlan(force or INSTRUCTIONS[ARCHS[arch].fp64].family, "fp64", "fp64", "fp64",
+                       note=f"fp64: FMA chain (the arch's fp64 instruction, "
+                            f"{INSTRUCTIONS[ARCHS[arch].fp64].name}, computes the same)")
     if fa == "fp32":
-        if precision == "tf32" and v != 3:
-            raise ValueError(f"torch_mma_emu.triton: input_precision='tf32' needs CDNA3 "
-                             f"(gfx942) on AMD, not {arch}")
+        if precision == "tf32" and v != XF32_CDNA:
+            have = ", ".join(a.name for a in ARCHS.values() if a.cdna == XF32_CDNA)
+            raise ValueError(f"torch_mma_emu.triton: input_precision='tf32' needs "
+                             f"CDNA{XF32_CDNA} ({have}) on AMD, not {arch}")
         fmt = "xf32" if precision == "tf32" else "fp32"
     else:
         fmt = fa
     convert = None
     fmt_b = fmt if fa == "fp32" else fb
     if {fa, fb} & set(FNUZ_FP8) and v != 3:
-        force = force or "fma"             # no fnuz MFMA before CDNA3: the FMA path (TTGIR)
+        force = force or "fma"             # fnuz MFMA on CDNA3 only: elsewhere the FMA path
     elif {fa, fb} & set(OCP_FP8):
         fmt = fmt_b = convert = "fp16"     # no MFMA for them: Triton converts to fp16
     non_k = 32 if min(M, N) >= 32 else (16 if min(M, N) >= 16 else 0)
@@ -211,7 +241,16 @@ def choose(arch: str, fmt_a: str, fmt_b: str, out: str, precision: str = "tf32",
     make = _nv_plan if vendor == "nvidia" else _amd_plan
     plan = make(arch, fmt_a, fmt_b, out, precision, max_num_imprecise_acc, M, N, K, batched,
                 num_warps, instruction)
-    return replace(plan, row=_row_of(arch, plan.fmt_a, plan.fmt_b, plan.out, plan.path))
+    return replace(plan, row=_row_of(arch, plan.fmt_a, plan.fmt_b, plan.out, plan.path),
+                   arch=arch)
+
+
+@lru_cache(maxsize=None)
+def _model_row(arch, fa, fb, out, instruction) -> Optional[str]:
+    try:
+        return registry_row(arch, fa, out, in_format_b=fb, instruction=instruction).instruction
+    except ValueError:
+        return None
 
 
 @lru_cache(maxsize=None)
@@ -223,3 +262,82 @@ def _row_of(arch, fa, fb, out, path) -> Optional[str]:
     except ValueError:
         return None
     return r.instruction if r.instr.family == path else None
+
+
+
+# -- the backend's other rules for a target ------------------------------------------------
+
+def gpu_target(arch: Optional[str]) -> tuple:
+    """The fields of Triton's ``GPUTarget`` for ``arch``: ("cuda", 90, 32), ("hip", "gfx942",
+    64) (AMD's wave size: 64 before gfx10, the HIP backend's HIPOptions); no arch (a Spec's
+    block): the default arch's."""
+    a = ARCHS[canonical_arch(arch if arch is not None else DEFAULT_ARCH)]
+    if a.vendor == "nvidia":
+        return ("cuda", NV_CC[a.name], 32)
+    return ("hip", a.name, 64 if a.gfx_version[0] < 10 else 32)
+
+
+def backend_dot_options(arch: str) -> dict:
+    """The target backend's dot defaults that Triton's interpreter options carry (Triton 3.6
+    third_party/{nvidia,amd}/backend/compiler.py)."""
+    a = ARCHS[canonical_arch(arch)]
+    if a.vendor == "nvidia":
+        cc = NV_CC[a.name]
+        return dict(default_dot_input_precision="tf32",
+                    allowed_dot_input_precisions=("tf32", "tf32x3", "ieee", "bf16x3",
+                                                  "bf16x6"),
+                    max_num_imprecise_acc_default=2**30 if cc == 90 else 0,
+                    supported_fp8_dtypes=("fp8e4b15", "fp8e5")
+                    + (("fp8e4nv",) if cc >= 89 else ()),
+                    deprecated_fp8_dot_operand_dtypes=("fp8e4b15",) if cc >= 90 else ())
+    return dict(default_dot_input_precision="ieee",
+                allowed_dot_input_precisions=("bf16x3", "bf16x6", "ieee")
+                + (("tf32",) if a.cdna == XF32_CDNA else ()),
+                max_num_imprecise_acc_default=0,
+                supported_fp8_dtypes=("fp8e4b8", "fp8e4nv", "fp8e5", "fp8e5b16"),
+                deprecated_fp8_dot_operand_dtypes=())
+
+
+def _nv_min_dot_size(lhs, rhs):       # the CUDA backend's min_dot_size
+    return (1, 1, 32) if lhs.scalar.primitive_bitwidth == 8 else (1, 1, 16)
+
+
+def _amd_min_dot_size(lhs, rhs):
+    return (1, 1, 1)
+
+
+def min_dot_size(arch: Optional[str]):
+    """The backend's ``min_dot_size`` codegen function (None: no target)."""
+    if arch is None:
+        return None
+    return _nv_min_dot_size if ARCHS[canonical_arch(arch)].vendor == "nvidia" \
+        else _amd_min_dot_size
+
+
+def reduce_dot_precision(arch: str) -> str:
+    """The precision of the dot Triton makes of ``tl.sum(x[:, :, None] * y[None, :, :], 1)``
+    (combine.py): "tf32", which AMD runs as fp32 MFMA where it has no XF32."""
+    a = ARCHS[canonical_arch(arch)]
+    return "ieee" if a.vendor == "amd" and a.cdna != XF32_CDNA else "tf32"
+
+
+def scaled_dot_path(arch: str, fa: str, fb: str, M: int, ndim: int,
+                    num_warps: int) -> Optional[str]:
+    """The instruction of a ``tl.dot_scaled`` on an NVIDIA ``arch``: "tcgen05" or
+    "mma.sync" block-scaled (sm100 / sm120 class), None where Triton decomposes it into
+    plain dots (bf16 / fp16 operands, other archs)."""
+    cc = NV_CC[canonical_arch(arch)]
+    tc_ok = 100 <= cc < 110 and num_warps in (4, 8) and M % 64 == 0 and ndim == 2
+    if (tc_ok or cc // 10 == 12) and "bf16" not in (fa, fb) and "fp16" not in (fa, fb):
+        return "tcgen05" if tc_ok else "mma.sync"
+    return None
+
+
+def fp8_through_fp16(arch: Optional[str]) -> bool:
+    """fp32 -> fp8 goes through fp16 (``cvt.rz.f16.f32``, then ``cvt.rn.satfinite``): the PTX
+    Triton 3.6 emits for compute capability 8.9 (convert.py)."""
+    return arch is not None and NV_CC.get(canonical_arch(arch)) == 89
+
+
+# DPP wave reductions: CDNA2 and later (Triton 3.6 excludes gfx906 / gfx908 from its DPP path)
+DPP_ARCHS = tuple(a.name for a in ARCHS.values() if a.cdna is not None and a.cdna >= 2)
