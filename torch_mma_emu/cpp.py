@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import torch
 
-from . import _C
+from . import _C, cuda_archs
 from .formats import NAN_STYLES
 from .spec import OPS, RHOS, Spec
 
@@ -74,15 +74,35 @@ def params(spec: Spec, c_mode: str = "chain") -> tuple[int, ...]:
     return tuple(vector(spec.param_values(c_mode), LAYOUT))
 
 
+# the text of the exception a kernel throws where Ctrl-C cut it off (csrc/torch_stable.h): a
+# kernel on torch's stable ABI can throw only a C++ exception, which Python sees as RuntimeError
+INTERRUPTED = "[mma_emu KeyboardInterrupt]"
+
+
+def call(op: str, *args):
+    """``torch.ops.mma_emu.<op>(*args)`` as the package calls its C++ ops: on a GPU this build
+    holds no code for, the RuntimeError of :func:`cuda_archs.check` first (instead of CUDA's
+    "no kernel image"); Ctrl-C inside the kernel raises KeyboardInterrupt.  Argument errors
+    are ValueError (the kernels throw std::invalid_argument)."""
+    if args[0].is_cuda:
+        cuda_archs.check(args[0].device)
+    try:
+        return getattr(torch.ops.mma_emu, op)(*args)
+    except RuntimeError as e:
+        if INTERRUPTED in str(e):
+            raise KeyboardInterrupt from None
+        raise
+
+
 def gemm(spec: Spec, a, b, c, scale_a=None, scale_b=None, c_mode: str = "chain"):
     """The plain instruction chain of ``spec`` over a (batch, M, K) and b (batch, K, N)."""
-    return torch.ops.mma_emu._gemm(a, b, c, scale_a, scale_b, list(params(spec, c_mode)))
+    return call("_gemm", a, b, c, scale_a, scale_b, list(params(spec, c_mode)))
 
 
 def sched(spec: Spec, a, b, c, partials, program, consts, scale_a=None, scale_b=None):
     """A schedule program (schedule.py) of ``spec``'s chain-mode instruction."""
-    return torch.ops.mma_emu._sched(a, b, c, partials, list(params(spec, "chain")),
-                                    list(program), list(consts), scale_a, scale_b)
+    return call("_sched", a, b, c, partials, list(params(spec, "chain")), list(program),
+                list(consts), scale_a, scale_b)
 
 
 @torch.library.register_fake("mma_emu::_gemm")
