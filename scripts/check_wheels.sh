@@ -14,6 +14,7 @@
 # --no-deps and then each of its requirements found locally (a missing one, e.g.
 # cuda-bindings, is named and skipped): without a GPU the CPU kernels run.  Prints the wheel
 # (name, size, build time) and one line per torch: pass/fail, install and test seconds.
+# The venvs are removed at the end (MMA_EMU_WHEEL_KEEP=1 keeps them).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$ROOT"
@@ -88,4 +89,6 @@ done
 echo "[wheels] one wheel, $(basename "$WHEEL"):"
 for s in "${summary[@]}"; do echo "[wheels]   $s"; done
 echo "[wheels] total $(( $(date +%s) - t0 )) s"
+# the venvs hold several GB (a CUDA torch): gone unless asked for; the logs stay
+[ "${MMA_EMU_WHEEL_KEEP:-0}" = 1 ] || rm -rf "$WORK"/venv-*
 exit $fail
