@@ -180,3 +180,15 @@ def test_setup_declares_the_layout_and_the_torch_pin():
         assert ext.py_limited_api
         assert ("TORCH_TARGET_VERSION", "0x020b000000000000") in ext.define_macros
         assert ("Py_LIMITED_API", "0x030A0000") in ext.define_macros
+
+
+def test_the_arch_list_travels_as_one_token(monkeypatch):
+    """setup.py passes TORCH_CUDA_ARCH_LIST to the compiler as one token (';' and spaces
+    would split the command line); cuda_archs.built() reads it back as the list."""
+    mod = _setup_module()
+    token = mod.arch_token("8.0;9.0a 10.0a;;12.0a+PTX")
+    assert token == "8.0_9.0a_10.0a_12.0a+PTX"
+    assert mod.arch_token(mod.DIST_ARCHS) == "8.0_9.0a_10.0a_12.0a"
+    from torch_mma_emu import _C, cuda_archs
+    monkeypatch.setattr(_C, "_cuda_archs", lambda: token)
+    assert cuda_archs.built() == ("8.0", "9.0a", "10.0a", "12.0a+PTX")
