@@ -6,6 +6,7 @@ build's archs (checked here with faked capabilities: no GPU needed)."""
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -156,3 +157,25 @@ def test_this_build_reports_its_archs():
         assert archs and all(re.match(r"^\d+\.\d+[af]?(\+PTX)?$", a) for a in archs), archs
     else:
         assert archs == ()
+
+
+def test_a_stale_build_is_named_at_import():
+    """Python imports _C.cpython-*.so before _C.abi3.so: a library left from before the port
+    would shadow the new one.  The import says so (scripts/build_ext.sh removes it)."""
+    code = """if True:
+        import sys, types
+        import torch_mma_emu._C as real
+        fake = types.ModuleType("torch_mma_emu._C")
+        fake._layout, fake.__file__ = real._layout, "/x/_C.cpython-311-x86_64-linux-gnu.so"
+        for m in [k for k in sys.modules if k.startswith("torch_mma_emu")]:
+            del sys.modules[m]
+        sys.modules["torch_mma_emu._C"] = fake
+        try:
+            import torch_mma_emu
+        except ImportError as e:
+            print(e)
+    """
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=300)
+    assert "is a build from before the stable-ABI port" in out.stdout, (out.stdout, out.stderr)
+    assert "scripts/build_ext.sh removes it" in out.stdout

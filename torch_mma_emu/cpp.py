@@ -61,6 +61,9 @@ def vector(values: dict, layout: dict) -> list[int]:
 
 
 _errs = layout_errors(LAYOUT)
+if not hasattr(_C, "_cuda_archs"):   # Python imports _C.cpython-*.so before _C.abi3.so
+    _errs.append(f"{_C.__file__} is a build from before the stable-ABI port (it has no "
+                 "_cuda_archs); scripts/build_ext.sh removes it and installs _C.abi3.so")
 if _errs:
     raise ImportError("torch_mma_emu._C does not match the Python side (rebuild it: "
                       "scripts/build_ext.sh; csrc/core/layout.h and torch_mma_emu/cpp.py "
