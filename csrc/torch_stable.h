@@ -43,10 +43,10 @@ template <class... Args>
 
 // The kernels' parallel loops, run on the calling thread: what at::parallel_for did in every
 // build before the port (setup.py never passed -fopenmp, so ATen's header-only OpenMP path
-// compiled to f(begin, end)).  torch::stable::parallel_for runs torch's thread pool for real,
-// and the loop bodies are not ready for it: they read per-call work buffers held in the
-// caller's thread_local storage (cpu/fast_fdpa.cpp, cpu/fast_values.cpp), which a pool thread
-// sees empty (a crash).  Going parallel means passing those buffers in first (docs/install.md).
+// compiled to f(begin, end)).  The loop bodies are ready for torch's pool (they reach the
+// caller's thread_local work buffers through references: cpu/fast_fdpa.cpp,
+// cpu/fast_values.cpp); `using torch::stable::parallel_for;` here makes them parallel, once
+// its speed and the suite's time are measured on a quiet machine (docs/install.md).
 template <class F>
 inline void parallel_for(int64_t begin, int64_t end, int64_t /*grain*/, const F& f) {
   if (begin < end) f(begin, end);

@@ -179,3 +179,36 @@ def test_a_stale_build_is_named_at_import():
                          cwd=ROOT, timeout=300)
     assert "is a build from before the stable-ABI port" in out.stdout, (out.stdout, out.stderr)
     assert "scripts/build_ext.sh removes it" in out.stdout
+
+
+@pytest.mark.parametrize("arch,fmt,schedule", [
+    ("sm90", "fp16", None), ("sm90", "fp16", "schedule:split_k=3"), ("sm89", "fp8_e4m3", None),
+    ("sm80", "fp32", None), ("gfx90a", "fp16", None), ("gfx942", "fp16", None),
+    ("sm90", "fp16", "schedule:split_k=2,workspace=fp64"),
+])
+@pytest.mark.parametrize("scalar", [False, True])
+def test_bits_do_not_depend_on_the_thread_count(monkeypatch, arch, fmt, schedule, scalar):
+    """torch.set_num_threads changes no bit: 1 and 3 threads (more than this machine's
+    cores: uneven chunks), several batch elements and K blocks (MMA_EMU_CPU_BLOCK_BYTES).
+    The kernel's loops run on the calling thread today (csrc/torch_stable.h); this is the
+    check for the day they run on torch's pool (one thread per output, a fixed order)."""
+    if scalar:
+        monkeypatch.setenv("MMA_EMU_SCALAR", "1")
+    monkeypatch.setenv("MMA_EMU_CPU_BLOCK_BYTES", "65536")
+    g = torch.Generator().manual_seed(7)
+    dt = torch.float32 if fmt == "fp32" else torch.float16
+    A = (torch.randn(3, 70, 300, generator=g) * 4).to(dt)
+    B = torch.randn(3, 300, 45, generator=g).to(dt)
+    if fmt == "fp8_e4m3":
+        A, B = A.float().to(torch.float8_e4m3fn), B.float().to(torch.float8_e4m3fn)
+    kw = {"schedule": schedule} if schedule else {}
+    before = torch.get_num_threads()
+    try:
+        out = []
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            out.append(tme.emulated_mm(A, B, arch=arch, **kw))
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(out[0].view(torch.int32 if out[0].element_size() == 4 else torch.int16),
+                       out[1].view(torch.int32 if out[1].element_size() == 4 else torch.int16))

@@ -74,7 +74,10 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
   const bool half = P.rho == kRneFp16;
   Params Pc = P;  // the chain without the epilogue: blocks continue from the accumulator
   Pc.epilogue = 0;
-  thread_local BlockWork w;
+  // the calling thread's work and accumulators, named by reference: the loop bodies run on
+  // torch's pool threads, where the thread_local names mean those threads' own copies
+  thread_local BlockWork this_thread_work;
+  BlockWork& w = this_thread_work;
   fast = fast && cpu_isa() != Isa::kScalar && w.eng.setup(P, cpu_isa());
   const int64_t W = fast ? (N + kW - 1) / kW * kW : N;
   const bool scaled = vs != nullptr;
@@ -85,7 +88,8 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
   int64_t KB = std::max<int64_t>(1, block_bytes() / std::max<int64_t>(per_k, 1) / align) * align;
   if (KB >= K) KB = K;
   // the accumulators (kept between calls: no page faults; padding columns are never read)
-  thread_local std::vector<uint32_t> acc;
+  thread_local std::vector<uint32_t> this_thread_acc;
+  std::vector<uint32_t>& acc = this_thread_acc;
   acc.resize(size_t(M * W));
   parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)

@@ -21,7 +21,10 @@ ParFor aten_par() {
 template <class T>
 bool run_values(const Params& P, const Tensor& a, const Tensor& b, const Tensor& c,
                 Tensor& out) {
-  thread_local ValuesEngine<T> eng;
+  // the calling thread's engine and accumulators, named by reference: the loop bodies run
+  // on torch's pool threads, where the thread_local names mean those threads' own copies
+  thread_local ValuesEngine<T> this_thread_eng;
+  ValuesEngine<T>& eng = this_thread_eng;
   if (!eng.setup(P, cpu_isa())) return false;
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
   const T* cp = c.const_data_ptr<T>();
@@ -36,7 +39,8 @@ bool run_values(const Params& P, const Tensor& a, const Tensor& b, const Tensor&
   const bool one_block = KB >= K;
   // accumulators: one row block's (in cache) when K is one block, else all of them; kept
   // between calls (no page faults, no zero fill)
-  thread_local std::vector<T> accbuf;
+  thread_local std::vector<T> this_thread_accbuf;
+  std::vector<T>& accbuf = this_thread_accbuf;
   if (!one_block) accbuf.resize(size_t(M * Np));
   const ParFor par = aten_par();
   for (int64_t bi = 0; bi < Bt && !interrupted(); ++bi) {
