@@ -1,10 +1,16 @@
-"""Builds torch_mma_emu._C against the torch that is already installed (2.11-2.14).
+"""Builds torch_mma_emu._C against the torch that is already installed (2.11 or later).
+
+The extension is written against torch's stable ABI (csrc/torch_stable.h: torch/csrc/stable,
+compiled for TORCH_TARGET_VERSION 2.11) and Python's limited API (abi3): one wheel serves
+every torch from 2.11 on and every CPython from 3.10 on (docs/install.md).
 
 The CPU kernel is always built.  The CUDA kernel is added when torch has CUDA, nvcc is found
 and there is a target: a visible GPU (its compute capabilities) or TORCH_CUDA_ARCH_LIST.
 Without either (a build machine with nvcc but no GPU), only the CPU kernel is built: no
 default arch list is guessed.  Switches: MMA_EMU_NO_CUDA=1 (CPU only), MMA_EMU_NATIVE=1
-(-march=native), TORCH_CUDA_ARCH_LIST="8.0;9.0a" (CUDA for those archs).
+(-march=native), TORCH_CUDA_ARCH_LIST="8.0;9.0a" (CUDA for those archs), MMA_EMU_CUDA_DIST=1
+(CUDA for the archs of a distributed wheel, DIST_ARCHS; needs nvcc 12.8+).  The .so records
+its arch list (torch_mma_emu.cuda_archs reads it and names a GPU the build cannot run on).
 
 pyproject.toml declares no torch build requirement, so pip's build isolation never downloads
 a torch: the torch the package will run with is used (found in the target environment when
@@ -18,7 +24,10 @@ import sys
 
 from setuptools import find_packages, setup
 
-TORCH_RANGE = ((2, 11), (2, 14))    # supported minor versions, both included
+TORCH_MIN = (2, 11)          # the oldest torch served: TORCH_TARGET_VERSION below
+TORCH_TARGET_VERSION = "0x020b000000000000"
+PY_MIN = (3, 10)             # python_requires; the limited API (abi3) of this version
+DIST_ARCHS = "8.0;9.0a;10.0a;12.0a"   # Ampere, Hopper (wgmma), datacenter and consumer Blackwell
 
 
 def _import_installed_torch():
@@ -39,7 +48,7 @@ def _import_installed_torch():
         out = None
     if out is None or out.returncode != 0:
         sys.exit("torch-mma-emu builds against the torch already installed, and none was found.\n"
-                 "Install torch 2.11-2.14 first (e.g. `pip install torch==2.13.0`, CPU or CUDA "
+                 "Install torch 2.11 or later first (e.g. `pip install torch==2.13.0`, CPU or CUDA "
                  "build from pytorch.org), then run `pip install .` again.")
     sys.path.append(out.stdout.strip().splitlines()[-1])   # after the build tools
     import torch
@@ -48,8 +57,8 @@ def _import_installed_torch():
 
 torch = _import_installed_torch()
 TORCH_MINOR = MAJOR, MINOR = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2])
-if not TORCH_RANGE[0] <= TORCH_MINOR <= TORCH_RANGE[1]:
-    sys.exit(f"torch-mma-emu supports torch 2.11-2.14; the installed torch is {torch.__version__} "
+if TORCH_MINOR < TORCH_MIN:
+    sys.exit(f"torch-mma-emu supports torch 2.11 and later; the installed torch is {torch.__version__} "
              f"({os.path.dirname(torch.__file__)}). Install a supported torch first, e.g. "
              "`pip install torch==2.13.0`.")
 
@@ -93,6 +102,8 @@ def _cuda_targets():
         return None, "nvcc not found (set CUDA_HOME)"
     if os.environ.get("TORCH_CUDA_ARCH_LIST"):
         return os.environ["TORCH_CUDA_ARCH_LIST"], "TORCH_CUDA_ARCH_LIST"
+    if os.environ.get("MMA_EMU_CUDA_DIST", "0") == "1":
+        return DIST_ARCHS, "MMA_EMU_CUDA_DIST=1 (the archs of a distributed wheel)"
     if torch.cuda.is_available() and torch.cuda.device_count():
         # wgmma (the sm90 instruction kernel) needs the arch-specific target sm_90a
         caps = sorted({torch.cuda.get_device_capability(i)
@@ -110,8 +121,22 @@ def _cudart_dirs():
     return [lib] if not has(lib64) and has(lib) else []
 
 
+# the stable ABI: torch's C shim only (no ATen / c10 symbols), the limited Python API;
+# scripts/check_cuda_compile.sh compiles the CUDA sources with the same defines
+STABLE_MACROS = (("TORCH_TARGET_VERSION", TORCH_TARGET_VERSION),
+                 ("Py_LIMITED_API", f"0x{PY_MIN[0]:02X}{PY_MIN[1]:02X}0000"))
+NVCC_MACROS = (("USE_CUDA", "1"),)   # torch declares its stable CUDA shims under USE_CUDA
+
+
+def arch_token(archs: str) -> str:
+    """The arch list as one preprocessor token (csrc/ops.cpp stringizes it for
+    _C._cuda_archs()): ';' and spaces would split the compiler's command line."""
+    return "_".join(a for a in archs.replace(";", " ").split() if a)
+
+
 def get_extensions():
     cpp_sources = sorted(glob.glob("csrc/*.cpp") + glob.glob("csrc/cpu/*.cpp"))
+    macros = list(STABLE_MACROS)
     cuda_sources = sorted(glob.glob("csrc/cuda/*.cu"))
     # -ffp-contract=off: the FTZ-AddMul / FMA paths rely on separately rounded IEEE operations
     cxx_flags = ["-O3", "-std=c++20", "-ffp-contract=off", "-fno-fast-math"]
@@ -120,15 +145,18 @@ def get_extensions():
     archs, why = _cuda_targets()
     if archs is None:
         print(f"[torch-mma-emu] building the CPU kernel only: {why}", file=sys.stderr)
-        return [CppExtension("torch_mma_emu._C", cpp_sources,
-                             extra_compile_args={"cxx": cxx_flags})]
+        return [CppExtension("torch_mma_emu._C", cpp_sources, define_macros=macros,
+                             extra_compile_args={"cxx": cxx_flags}, py_limited_api=True)]
     os.environ["TORCH_CUDA_ARCH_LIST"] = archs
     print(f"[torch-mma-emu] building the CPU and CUDA kernels for {archs} ({why})",
           file=sys.stderr)
     extra = {"cxx": cxx_flags, "nvcc": ["-O3", "-std=c++20", "--fmad=false", "-lineinfo"]}
     return [CUDAExtension("torch_mma_emu._C", cpp_sources + cuda_sources,
                           extra_compile_args=extra, library_dirs=_cudart_dirs(),
-                          define_macros=[("MMA_EMU_WITH_CUDA", "1")])]
+                          define_macros=macros + list(NVCC_MACROS) + [
+                              ("MMA_EMU_WITH_CUDA", "1"),
+                              ("MMA_EMU_CUDA_ARCHS", arch_token(archs))],
+                          py_limited_api=True)]
 
 
 # the top-level triton_kernels/ folder (product card layout) installs as a subpackage: a
@@ -153,9 +181,10 @@ SETUP = dict(
     package_dir={"torch_mma_emu.triton_kernels": "triton_kernels"},
     package_data={"torch_mma_emu": ["py.typed"]},
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
-    python_requires=">=3.10",
-    # the extension is compiled against this torch's C++ ABI: keep pip from swapping it
-    install_requires=[f"torch>={MAJOR}.{MINOR},<{MAJOR}.{MINOR + 1}", "numpy", "tqdm"],
+    python_requires=f">={PY_MIN[0]}.{PY_MIN[1]}",
+    options={"bdist_wheel": {"py_limited_api": f"cp{PY_MIN[0]}{PY_MIN[1]}"}},   # abi3
+    # the extension uses torch's stable ABI from 2.11 on: any later torch serves
+    install_requires=[f"torch>={TORCH_MIN[0]}.{TORCH_MIN[1]}", "numpy", "tqdm"],
     extras_require={"test": ["pytest", "hypothesis"], "viz": ["matplotlib", "graphviz", "rich"],
                     "thirdparty": _requirements("requirements-thirdparty.txt"),
                     "triton-zoo": _requirements("requirements-triton-zoo.txt"),

@@ -1,8 +1,7 @@
 // Host-side declarations shared by the op registration and the device kernels.
 #pragma once
-#include <ATen/ATen.h>
-
 #include "core/params.h"
+#include "torch_stable.h"
 
 namespace mma {
 
@@ -23,28 +22,28 @@ struct View3 {
   }
 };
 
-inline View3 view3(const at::Tensor& t) {
-  const int64_t es = t.element_size();
+inline View3 view3(const Tensor& t) {
+  const int64_t es = int64_t(t.element_size());
   return View3{static_cast<const uint8_t*>(t.data_ptr()), t.stride(0) * es, t.stride(1) * es,
                t.stride(2) * es, int(es)};
 }
 
 // Scales of the block-scaled ops (ST-/GST-FDPA): both or none, shapes (batch, M, nblk) and
 // (batch, nblk, N) with nblk = ceil(K / block), 1-byte codes; none for other ops.
-void check_scales(const char* op, const at::Tensor& a, const at::Tensor& b,
-                  const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
-                  const Params& P);
+void check_scales(const char* op, const Tensor& a, const Tensor& b, const OptTensor& sa,
+                  const OptTensor& sb, const Params& P);
 
 // Validated entry points (checks in ops.cpp).
-at::Tensor gemm_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                    const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
-                    const Params& P);
-at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                     const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
-                     const Params& P);
+Tensor gemm_cpu(const Tensor& a, const Tensor& b, const Tensor& c, const OptTensor& sa,
+                const OptTensor& sb, const Params& P);
+Tensor gemm_cuda(const Tensor& a, const Tensor& b, const Tensor& c, const OptTensor& sa,
+                 const OptTensor& sb, const Params& P);
 
-Params checked_params(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                      const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
-                      at::IntArrayRef params);
+// For tests and benchmarks: the CPU kernel's path for this parameter vector
+// (cpu/fast_dispatch.cpp).
+std::string cpu_fast_path(const IntList& params);
+
+Params checked_params(const Tensor& a, const Tensor& b, const Tensor& c, const OptTensor& sa,
+                      const OptTensor& sb, const IntList& params);
 
 }  // namespace mma

@@ -1,84 +1,109 @@
-// Registration of the C++ op mma_emu::_gemm (schema, argument checks, CPU kernel).
-// The public op mma_emu::emulated_mm (torch_mma_emu/ops.py) resolves the arch to a Spec and
-// calls this one with the flat parameter vector.
-#include <torch/library.h>
-
+// The mma_emu library: every C++ schema in one registration block, the argument checks of
+// _gemm and its CPU kernel, on torch's stable ABI (torch_stable.h).  The public op
+// mma_emu::emulated_mm (torch_mma_emu/ops.py) resolves the arch to a Spec and calls _gemm
+// with the flat parameter vector; schedule.py calls _sched (sched_ops.cpp).
 #include "gemm.h"
+#include "sched.h"
 
 namespace mma {
 
-void check_scales(const char* op, const at::Tensor& a, const at::Tensor& b,
-                  const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
-                  const Params& P) {
-  TORCH_CHECK_VALUE(sa.has_value() == sb.has_value(), op, ": give both scales or none");
+void check_scales(const char* op, const Tensor& a, const Tensor& b, const OptTensor& sa,
+                  const OptTensor& sb, const Params& P) {
+  MMA_CHECK_VALUE(sa.has_value() == sb.has_value(), op, ": give both scales or none");
   if (P.op == kStFdpa || P.op == kGstFdpa) {
-    TORCH_CHECK_VALUE(sa.has_value(), op, ": block-scaled op needs scales");
-    TORCH_CHECK_VALUE(P.block > 0, op, ": block size must be positive");
+    MMA_CHECK_VALUE(sa.has_value(), op, ": block-scaled op needs scales");
+    MMA_CHECK_VALUE(P.block > 0, op, ": block size must be positive");
     const int64_t nblk = (a.size(2) + P.block - 1) / P.block;
-    TORCH_CHECK_VALUE(sa->dim() == 3 && sa->size(0) == a.size(0) && sa->size(1) == a.size(1) &&
-                          sa->size(2) == nblk,
-                      op, ": scale_a must have shape (batch, M, ceil(K / block))");
-    TORCH_CHECK_VALUE(sb->dim() == 3 && sb->size(0) == b.size(0) && sb->size(1) == nblk &&
-                          sb->size(2) == b.size(2),
-                      op, ": scale_b must have shape (batch, ceil(K / block), N)");
-    TORCH_CHECK_VALUE(sa->element_size() == 1 && sb->element_size() == 1,
-                      op, ": scales are 1-byte codes");
-    TORCH_CHECK_VALUE(sa->device() == a.device() && sb->device() == a.device(),
-                      op, ": scales on a different device");
+    MMA_CHECK_VALUE(sa->dim() == 3 && sa->size(0) == a.size(0) && sa->size(1) == a.size(1) &&
+                        sa->size(2) == nblk,
+                    op, ": scale_a must have shape (batch, M, ceil(K / block))");
+    MMA_CHECK_VALUE(sb->dim() == 3 && sb->size(0) == b.size(0) && sb->size(1) == nblk &&
+                        sb->size(2) == b.size(2),
+                    op, ": scale_b must have shape (batch, ceil(K / block), N)");
+    MMA_CHECK_VALUE(sa->element_size() == 1 && sb->element_size() == 1,
+                    op, ": scales are 1-byte codes");
+    MMA_CHECK_VALUE(same_device(*sa, a) && same_device(*sb, a),
+                    op, ": scales on a different device");
   } else {
-    TORCH_CHECK_VALUE(!sa.has_value(), op, ": this op takes no scales");
+    MMA_CHECK_VALUE(!sa.has_value(), op, ": this op takes no scales");
   }
 }
 
-Params checked_params(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                      const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
-                      at::IntArrayRef params) {
-  TORCH_CHECK_VALUE(params.size() == size_t(kNumParams), "_gemm: expected ", kNumParams,
-                    " parameters, got ", params.size());
+Params checked_params(const Tensor& a, const Tensor& b, const Tensor& c, const OptTensor& sa,
+                      const OptTensor& sb, const IntList& params) {
+  MMA_CHECK_VALUE(params.size() == size_t(kNumParams), "_gemm: expected ", kNumParams,
+                  " parameters, got ", params.size());
   const Params P = parse_params(params.data());
-  TORCH_CHECK_VALUE(a.dim() == 3 && b.dim() == 3 && c.dim() == 3,
-                    "_gemm: a, b, c must be 3-D (batch, rows, cols)");
-  TORCH_CHECK_VALUE(a.size(0) == b.size(0) && a.size(0) == c.size(0), "_gemm: batch sizes differ");
-  TORCH_CHECK_VALUE(a.size(2) == b.size(1), "_gemm: inner dimensions differ: ", a.sizes(), " @ ",
-                    b.sizes());
-  TORCH_CHECK_VALUE(c.size(1) == a.size(1) && c.size(2) == b.size(2), "_gemm: c has shape ",
-                    c.sizes(), ", expected (", a.size(0), ", ", a.size(1), ", ", b.size(2), ")");
-  TORCH_CHECK_VALUE(a.device() == b.device() && a.device() == c.device(),
-                    "_gemm: tensors on different devices");
-  TORCH_CHECK_VALUE(P.L >= 1 && P.L <= 256, "_gemm: L out of range");
+  MMA_CHECK_VALUE(a.dim() == 3 && b.dim() == 3 && c.dim() == 3,
+                  "_gemm: a, b, c must be 3-D (batch, rows, cols)");
+  MMA_CHECK_VALUE(a.size(0) == b.size(0) && a.size(0) == c.size(0), "_gemm: batch sizes differ");
+  MMA_CHECK_VALUE(a.size(2) == b.size(1), "_gemm: inner dimensions differ: ", shape_of(a),
+                  " @ ", shape_of(b));
+  MMA_CHECK_VALUE(c.size(1) == a.size(1) && c.size(2) == b.size(2), "_gemm: c has shape ",
+                  shape_of(c), ", expected (", a.size(0), ", ", a.size(1), ", ", b.size(2), ")");
+  MMA_CHECK_VALUE(same_device(a, b) && same_device(a, c), "_gemm: tensors on different devices");
+  MMA_CHECK_VALUE(P.L >= 1 && P.L <= 256, "_gemm: L out of range");
   check_scales("_gemm", a, b, sa, sb, P);
   if (P.op == kFma || P.op == kFtzAddMul) {
-    const auto want = P.rho == kRneFp64 ? at::kDouble : at::kFloat;
-    TORCH_CHECK_VALUE(a.scalar_type() == want && b.scalar_type() == want && c.scalar_type() == want,
-                      "_gemm: fma/ftz_addmul take ", want, " values");
+    const auto want = P.rho == kRneFp64 ? ScalarType::Double : ScalarType::Float;
+    MMA_CHECK_VALUE(a.scalar_type() == want && b.scalar_type() == want &&
+                        c.scalar_type() == want,
+                    "_gemm: fma/ftz_addmul take ", want, " values");
   } else {
-    TORCH_CHECK_VALUE(a.element_size() <= 4 && b.element_size() <= 4, "_gemm: codes up to 32 bits");
-    TORCH_CHECK_VALUE(c.element_size() == (P.rho == kRneFp16 ? 2 : 4),
-                      "_gemm: c must hold output-format codes");
+    MMA_CHECK_VALUE(a.element_size() <= 4 && b.element_size() <= 4, "_gemm: codes up to 32 bits");
+    MMA_CHECK_VALUE(c.element_size() == size_t(P.rho == kRneFp16 ? 2 : 4),
+                    "_gemm: c must hold output-format codes");
   }
   return P;
 }
 
 namespace {
-at::Tensor gemm_cpu_entry(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                          const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
-                          at::IntArrayRef params) {
+Tensor gemm_cpu_entry(const Tensor& a, const Tensor& b, const Tensor& c, const OptTensor& sa,
+                      const OptTensor& sb, const IntList& params) {
   const Params P = checked_params(a, b, c, sa, sb, params);
-  TORCH_CHECK_VALUE(a.device().is_cpu(), "_gemm (CPU kernel) got a ", a.device(), " tensor");
+  MMA_CHECK_VALUE(a.is_cpu(), "_gemm (CPU kernel) got a ", device_name(a.device()), " tensor");
   return gemm_cpu(a, b, c, sa, sb, P);
+}
+
+Tensor sched_cpu_entry(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& partials,
+                       const IntList& params, const IntList& program,
+                       const std::vector<double>& consts, const OptTensor& sa,
+                       const OptTensor& sb) {
+  return sched_entry<torch::headeronly::DeviceType::CPU, &sched_cpu>(
+      a, b, c, partials, params, program, consts, sa, sb);
 }
 }  // namespace
 
 }  // namespace mma
 
-TORCH_LIBRARY(mma_emu, m) {
-  m.def("_gemm(Tensor a, Tensor b, Tensor c, Tensor? scale_a, Tensor? scale_b, int[] params) -> Tensor");
+// The one definition of the library's C++ schemas (the Python ops, emulated_mm and round_to,
+// are torch.library.custom_op in torch_mma_emu/ops.py).  _mma_instr exists in CUDA builds
+// only: torch_mma_emu.native asks for it by name.
+STABLE_TORCH_LIBRARY(mma_emu, m) {
+  m.def("_gemm(Tensor a, Tensor b, Tensor c, Tensor? scale_a, Tensor? scale_b, int[] params) "
+        "-> Tensor");
+  m.def("_sched(Tensor a, Tensor b, Tensor c, Tensor partials, int[] params, int[] program, "
+        "float[] consts, Tensor? scale_a=None, Tensor? scale_b=None) -> Tensor");
+  m.def("_cpu_fast_path(int[] params) -> str");
+#ifdef MMA_EMU_WITH_CUDA
+  m.def("_mma_instr(Tensor a, Tensor b, Tensor c, int[] cfg) -> Tensor");
+#endif
 }
 
-TORCH_LIBRARY_IMPL(mma_emu, CPU, m) { m.impl("_gemm", &mma::gemm_cpu_entry); }
+STABLE_TORCH_LIBRARY_IMPL(mma_emu, CPU, m) {
+  m.impl("_gemm", TORCH_BOX(&mma::gemm_cpu_entry));
+  m.impl("_sched", TORCH_BOX(&mma::sched_cpu_entry));
+}
 
-// Importable as torch_mma_emu._C (loading it runs the registrations above).  _C._layout()
-// returns the interface's names (core/layout.h) for torch_mma_emu/cpp.py.
+// no tensor argument: the dispatcher takes the device-independent kernel
+STABLE_TORCH_LIBRARY_IMPL(mma_emu, CompositeExplicitAutograd, m) {
+  m.impl("_cpu_fast_path", TORCH_BOX(&mma::cpu_fast_path));
+}
+
+// Importable as torch_mma_emu._C (loading it runs the registrations above), written against
+// Python's limited API (one build serves every CPython from 3.10): _C._layout() returns the
+// interface's names (core/layout.h) for torch_mma_emu/cpp.py, _C._cuda_archs() the CUDA
+// targets this build holds ("" for a CPU-only build; torch_mma_emu/cuda_archs.py reads it).
 #include <Python.h>
 
 namespace {
@@ -88,7 +113,7 @@ PyObject* names_tuple(const char* const* names, Py_ssize_t n) {
   for (Py_ssize_t i = 0; i < n; ++i) {
     PyObject* s = PyUnicode_FromString(names[i]);
     if (s == nullptr) { Py_DECREF(t); return nullptr; }
-    PyTuple_SET_ITEM(t, i, s);
+    if (PyTuple_SetItem(t, i, s) != 0) { Py_DECREF(t); return nullptr; }  // steals s
   }
   return t;
 }
@@ -121,7 +146,22 @@ PyObject* layout(PyObject*, PyObject*) {
   return d;
 }
 
+// setup.py passes the arch list as one token, '_' between the archs (8.0_9.0a)
+#define MMA_STRINGIZE_(x) #x
+#define MMA_STRINGIZE(x) MMA_STRINGIZE_(x)
+
+PyObject* cuda_archs(PyObject*, PyObject*) {
+#ifdef MMA_EMU_CUDA_ARCHS
+  return PyUnicode_FromString(MMA_STRINGIZE(MMA_EMU_CUDA_ARCHS));
+#else
+  return PyUnicode_FromString("");
+#endif
+}
+
 PyMethodDef methods[] = {
+    {"_cuda_archs", cuda_archs, METH_NOARGS,
+     "The CUDA archs this build's kernels were compiled for, '_' between them ('' without "
+     "CUDA)."},
     {"_layout", layout, METH_NOARGS,
      "The names of the parameter vector, ops, rhos, NaN styles and schedule opcodes, in "
      "order (csrc/core/layout.h)."},

@@ -29,39 +29,37 @@ bool sched_has_chain(const int64_t* prog, int64_t len);
 bool sched_rowwise(const Params& P, const SchedConsts& S, const int64_t* prog, int64_t len);
 
 // The kernels (sa, sb: the scales of CHAIN programs; the CUDA kernel runs none).
-at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                     const at::Tensor& partials, const c10::optional<at::Tensor>& sa,
-                     const c10::optional<at::Tensor>& sb, const Params& P,
-                     const at::Tensor& program, const SchedConsts& S);
-at::Tensor sched_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                      const at::Tensor& partials, const c10::optional<at::Tensor>& sa,
-                      const c10::optional<at::Tensor>& sb, const Params& P,
-                      const at::Tensor& program, const SchedConsts& S);
+using SchedKernel = Tensor (*)(const Tensor& a, const Tensor& b, const Tensor& c,
+                               const Tensor& partials, const OptTensor& sa, const OptTensor& sb,
+                               const Params& P, const Tensor& program, const SchedConsts& S);
+Tensor sched_cpu(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& partials,
+                 const OptTensor& sa, const OptTensor& sb, const Params& P,
+                 const Tensor& program, const SchedConsts& S);
+Tensor sched_cuda(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& partials,
+                  const OptTensor& sa, const OptTensor& sb, const Params& P,
+                  const Tensor& program, const SchedConsts& S);
 
 // Validated arguments for the kernel of device type `kernel` (checks in sched_ops.cpp).
-Params checked_sched(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                     const at::Tensor& partials, at::IntArrayRef params, at::IntArrayRef program,
-                     at::ArrayRef<double> consts, const c10::optional<at::Tensor>& sa,
-                     const c10::optional<at::Tensor>& sb, c10::DeviceType kernel,
+Params checked_sched(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& partials,
+                     const IntList& params, const IntList& program,
+                     const std::vector<double>& consts, const OptTensor& sa,
+                     const OptTensor& sb, torch::headeronly::DeviceType kernel,
                      SchedConsts* S);
 
-inline at::ScalarType sched_out_dtype(const Params& P) {
-  return P.rho == kRneFp64 ? at::kDouble : (P.rho == kRneFp16 ? at::kHalf : at::kFloat);
+inline ScalarType sched_out_dtype(const Params& P) {
+  return P.rho == kRneFp64 ? ScalarType::Double
+                           : (P.rho == kRneFp16 ? ScalarType::Half : ScalarType::Float);
 }
 
 // The op's entry for the kernel of device type D: the checks, then the kernel.
-using SchedKernel = at::Tensor (*)(const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                   const at::Tensor&, const c10::optional<at::Tensor>&,
-                                   const c10::optional<at::Tensor>&, const Params&,
-                                   const at::Tensor&, const SchedConsts&);
-template <c10::DeviceType D, SchedKernel Kernel>
-at::Tensor sched_entry(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                       const at::Tensor& partials, at::IntArrayRef params, at::IntArrayRef program,
-                       at::ArrayRef<double> consts, const c10::optional<at::Tensor>& sa,
-                       const c10::optional<at::Tensor>& sb) {
+template <torch::headeronly::DeviceType D, SchedKernel Kernel>
+Tensor sched_entry(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& partials,
+                   const IntList& params, const IntList& program,
+                   const std::vector<double>& consts, const OptTensor& sa,
+                   const OptTensor& sb) {
   SchedConsts S;
   const Params P = checked_sched(a, b, c, partials, params, program, consts, sa, sb, D, &S);
-  return Kernel(a, b, c, partials, sa, sb, P, at::tensor(program, at::kLong), S);
+  return Kernel(a, b, c, partials, sa, sb, P, long_tensor(program), S);
 }
 
 }  // namespace mma

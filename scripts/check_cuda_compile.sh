@@ -24,6 +24,17 @@ for p in include_paths() + [sysconfig.get_paths()["include"]]:
 PY
 )
 ABI=$("$PY" -c 'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))')
+# the stable-ABI defines setup.py gives every source (TORCH_TARGET_VERSION, ...) and nvcc's
+# USE_CUDA, read from setup.py (one copy)
+mapfile -t DEFS < <("$PY" - <<'PY'
+import importlib.util
+spec = importlib.util.spec_from_file_location("mma_emu_setup", "setup.py")
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)     # defines the tables; setup() runs only as __main__
+for name, value in mod.STABLE_MACROS + mod.NVCC_MACROS:
+    print(f"-D{name}={value}")
+PY
+)
 gencode=()
 for a in $ARCHS; do gencode+=("-gencode=arch=compute_${a},code=sm_${a}"); done
 incflags=()
@@ -33,7 +44,7 @@ flags=(-O3 -std=c++20 --fmad=false -lineinfo --expt-relaxed-constexpr
        -D__CUDA_NO_HALF_OPERATORS__ -D__CUDA_NO_HALF_CONVERSIONS__
        -D__CUDA_NO_BFLOAT16_CONVERSIONS__ -D__CUDA_NO_HALF2_OPERATORS__
        -DTORCH_API_INCLUDE_EXTENSION_H -DTORCH_EXTENSION_NAME=_C -DMMA_EMU_WITH_CUDA=1
-       "-D_GLIBCXX_USE_CXX11_ABI=$ABI" -Xcompiler -fPIC -Werror=all-warnings)
+       "-D_GLIBCXX_USE_CXX11_ABI=$ABI" "${DEFS[@]}" -Xcompiler -fPIC -Werror=all-warnings)
 [ "${MMA_EMU_CHECK_VERBOSE:-0}" = 1 ] && flags+=(-Xptxas -v)
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT

@@ -2,7 +2,9 @@
 # The test suite on a fresh or existing checkout: sets up .venv, builds, compiles the CUDA
 # sources with nvcc where nvcc exists, checks that a wheel of the checkout installs into a fresh
 # venv and runs (scripts/check_wheel.sh; MMA_EMU_SKIP_WHEEL=1 skips it), runs pytest.
-# MMA_EMU_SLOW=1 adds the slow tests.
+# MMA_EMU_SLOW=1 adds the slow tests.  MMA_EMU_WHEEL_TORCHES="2.13.0+cpu 2.14.1" also runs
+# scripts/check_wheels.sh (the one wheel in fresh venvs of those torches; opt-in: a CUDA torch
+# is about 2.7 GB of wheels and several minutes to install).
 source "$(dirname "$0")/_setup_env.sh"
 # the third-party zoo (transformers, timm, torchao: requirements-thirdparty.txt, setup.py's
 # "thirdparty" extra) and the peer simulators (mmasim: requirements-peers.txt, the "peers"
@@ -54,6 +56,10 @@ fi
 if [ "${MMA_EMU_SKIP_WHEEL:-0}" != 1 ]; then
   echo "[test] the wheel a user installs: build, install into a fresh venv, run"
   PYTHON="$VPY" VPY="$VPY" bash scripts/check_wheel.sh
+fi
+if [ -n "${MMA_EMU_WHEEL_TORCHES:-}" ]; then
+  echo "[test] one wheel for every torch: $MMA_EMU_WHEEL_TORCHES"
+  VPY="$VPY" bash scripts/check_wheels.sh
 fi
 marker=()
 [ "${MMA_EMU_SLOW:-0}" = 1 ] || marker=(-m "not slow")

@@ -194,7 +194,10 @@ def test_probe_native_all_instructions_and_time_limit(stand_in, tmp_path, capsys
                      "--device", "cpu", "--report", str(rep)])
     text = rep.read_text()
     assert rc == 0, capsys.readouterr().out
-    assert "- tf32 -> fp32: inferred `t_fdpa L=8 F=25 emax_floor=-133 rho=rz_fp32`" in text
+    # the floor -133 and a zero-term exponent -133 are one arithmetic (docs/model.md 6.3):
+    # infer writes it as zero_exp, and the registry comparison says "(same)"
+    assert "- tf32 -> fp32: inferred `t_fdpa L=8 F=25 rho=rz_fp32 zero_sign=plus " \
+        "zero_exp=-133`; registry sm90" in text
     assert "- tf32 -> fp32 [mma.m16n8k8.tf32]: inferred" in text and "(same)" in text
     assert "Incomplete" not in text
     rc = probe.main(["-n", "300", "--formats", "tf32", "--time-limit", "0",

@@ -102,11 +102,15 @@ def _setup_module():
     ("arch list", "12.8", "/usr/local/cuda", [], {"TORCH_CUDA_ARCH_LIST": "8.0;9.0a"}, "8.0;9.0a"),
     ("visible GPUs", "12.8", "/usr/local/cuda", [(8, 0), (9, 0), (8, 0)], {}, "8.0;9.0a"),
     ("forced off", "12.8", "/usr/local/cuda", [(9, 0)], {"MMA_EMU_NO_CUDA": "1"}, None),
+    ("distribution", "12.8", "/usr/local/cuda", [(9, 0)], {"MMA_EMU_CUDA_DIST": "1"},
+     "8.0;9.0a;10.0a;12.0a"),
+    ("list over dist", "12.8", "/usr/local/cuda", [],
+     {"MMA_EMU_CUDA_DIST": "1", "TORCH_CUDA_ARCH_LIST": "9.0a"}, "9.0a"),
 ])
 def test_cuda_targets(monkeypatch, case, cuda, home, gpus, env, want):
     """The build's CUDA decision: never a crash, CPU only without a target."""
     mod = _setup_module()
-    for k in ("TORCH_CUDA_ARCH_LIST", "MMA_EMU_NO_CUDA"):
+    for k in ("TORCH_CUDA_ARCH_LIST", "MMA_EMU_NO_CUDA", "MMA_EMU_CUDA_DIST"):
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -167,8 +171,24 @@ def test_setup_declares_the_layout_and_the_torch_pin():
     mod = _setup_module()
     assert "torch_mma_emu.triton_kernels" in mod.SETUP["packages"]
     assert mod.SETUP["package_dir"] == {"torch_mma_emu.triton_kernels": "triton_kernels"}
-    major, minor = mod.TORCH_MINOR
-    assert f"torch>={major}.{minor},<{major}.{minor + 1}" in mod.SETUP["install_requires"]
+    # torch's stable ABI from 2.11 on: one wheel for every later torch, no upper pin
+    assert "torch>=2.11" in mod.SETUP["install_requires"]
+    assert mod.SETUP["options"]["bdist_wheel"]["py_limited_api"] == "cp310"
     if torch.version.cuda is None:    # a CPU torch: the CPU kernel only, whatever nvcc says
         (ext,) = mod.get_extensions()
         assert ext.sources and not [s for s in ext.sources if s.endswith(".cu")]
+        assert ext.py_limited_api
+        assert ("TORCH_TARGET_VERSION", "0x020b000000000000") in ext.define_macros
+        assert ("Py_LIMITED_API", "0x030A0000") in ext.define_macros
+
+
+def test_the_arch_list_travels_as_one_token(monkeypatch):
+    """setup.py passes TORCH_CUDA_ARCH_LIST to the compiler as one token (';' and spaces
+    would split the command line); cuda_archs.built() reads it back as the list."""
+    mod = _setup_module()
+    token = mod.arch_token("8.0;9.0a 10.0a;;12.0a+PTX")
+    assert token == "8.0_9.0a_10.0a_12.0a+PTX"
+    assert mod.arch_token(mod.DIST_ARCHS) == "8.0_9.0a_10.0a_12.0a"
+    from torch_mma_emu import _C, cuda_archs
+    monkeypatch.setattr(_C, "_cuda_archs", lambda: token)
+    assert cuda_archs.built() == ("8.0", "9.0a", "10.0a", "12.0a+PTX")

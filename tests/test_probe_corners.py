@@ -5,10 +5,12 @@ emin is one arithmetic with the zero-term exponent (search.arith_key)."""
 import pytest
 import torch
 
-from torch_mma_emu import emulated_mm, registry
-from torch_mma_emu.probe import features, search
+from torch_mma_emu import emulated_mm, reference, registry
+from torch_mma_emu.probe import Interval, corners, features, search, subnormal
+from torch_mma_emu.probe.context import Ctx
 from torch_mma_emu.probe.infer import hints, infer
 from torch_mma_emu.probe.targets import make_target
+from torch_mma_emu.spec import Spec
 
 # (row, field, {field value: the feature's reading})
 CORNERS = [
@@ -111,3 +113,100 @@ def test_a_floor_below_emin_is_the_zero_term_exponent(fmt, dtype):
         differ += int((emulated_mm(A, B, C, arch=neither, in_format=fmt).view(torch.int32)
                        != want).sum())
     assert differ > 0
+
+
+# FTZ-AddMul's flush interval (docs/model.md 6.6): L products between two flushes of the
+# accumulator input, a multiple of the group P; L = P is the old flush per group
+def _ftz(fmt, L, P):
+    return Spec(op="ftz_addmul", in_format=fmt, out_format="fp32", L=L, P=P, rho="rne_fp32",
+                flush_inputs=True)
+
+
+def _flush_feature(target, fmt):
+    """acc_flush_interval alone (after the fact it needs): the reference oracle is slow."""
+    ctx = Ctx(make_target(target, fmt, "fp32"))
+    subnormal.subnormal_accumulation(ctx)
+    return corners.acc_flush_interval(ctx)
+
+
+def _reference_callable(sp):
+    def f(a, b, c):
+        ac = [reference.value_code(sp.fmt_a.name, x) for x in a]
+        bc = [reference.value_code(sp.fmt_b.name, y) for y in b]
+        d = reference.dot(sp, ac, bc, reference.value_code(sp.out_format, c))
+        return reference.codes_to_tensor(d, sp.out_format)
+    return f
+
+
+@pytest.mark.parametrize("P,L", [(2, 2), (2, 4), (2, 16), (4, 4), (4, 8), (4, 32)])
+def test_acc_flush_interval_reads_L_on_bf16(P, L):
+    sp = _ftz("bf16", L, P)
+    f = _flush_feature(sp, "bf16")
+    assert f.value == Interval(L, L), f.detail
+    assert len(f.evidence) == 2
+    (v_last_plus, o_plus), (v_first_minus, o_minus) = f.evidence
+    assert (o_plus.code, o_minus.code) == (0, 0x80000000)    # +0 then -0 at k = 64 - L
+    # the independent Python oracle reads the same
+    if L in (4, 8):
+        assert _flush_feature(_reference_callable(sp), "bf16").value == Interval(L, L)
+
+
+def test_acc_flush_interval_registry_rows_and_non_ftz_units():
+    for ins, L in (("mfma.32x32x8bf16_1k", 8), ("mfma.32x32x4bf16", 4)):
+        sp = registry.spec("gfx90a", "bf16", "fp32", instruction=ins)
+        assert _flush_feature(sp, "bf16").value == Interval(L, L)
+    # L beyond 64 or not dividing it (K = 64 pads the last instruction: +0 at every k)
+    for L, want in ((128, Interval(128, 128)), (12, Interval(12, 12)),
+                    (256, Interval(256, None))):   # 256: "at least 256"
+        f = _flush_feature(_ftz("bf16", L, 4), "bf16")
+        assert f.value == want, f.detail
+    rep = features(_ftz("bf16", 2, 2), order=False)  # the old flush at every group
+    assert rep.value("acc_flush_interval") == Interval(2, 2)
+    assert "(per group)" in rep["acc_flush_interval"].detail
+    for arch in ("sm80", "gfx942", "gfx908"):       # subnormal accumulators kept
+        f = _flush_feature(arch, "bf16")
+        assert f.value is None and "applies where" in f.detail
+
+
+def test_acc_flush_interval_is_unobservable_with_fp16_inputs():
+    """fp16 products (>= 2**-28 in magnitude, multiples of 2**-48) never bring a flushed c
+    into fp32's subnormals, nor to -0: every L acts alike, on any input.  Adversarial inputs
+    (tiny and subnormal c of both signs, -0 products, exact cancellation) give the same
+    bits for L = P and L = K in fp16, and differ in bf16 (the inputs reach the corner)."""
+    f = _flush_feature(_ftz("fp16", 8, 4), "fp16")
+    assert f.value is None and "acts on no input" in f.detail
+    rep = features(_ftz("fp16", 8, 4), order=False)
+    iface = make_target(_ftz("fp16", 8, 4), "fp16", "fp32").iface
+    assert hints(rep, iface)["flush_Ls"] == [8]          # the registry's L (gfx90a fp16)
+    g = torch.Generator().manual_seed(5)
+    for fmt, dtype, lo in (("fp16", torch.float16, -14), ("bf16", torch.bfloat16, -63)):
+        differ = 0
+        for P, L in ((4, 8), (2, 4), (4, 16)):
+            for t in range(12):
+                K = L * (1 + t % 3) - (t % 4 == 3) * P
+                A = _tiny(g, (16, K), lo, lo + 3)
+                A[torch.rand(16, K, generator=g) < 0.4] = 0
+                B = _tiny(g, (K, 16), lo, lo + 3)
+                B[torch.rand(K, 16, generator=g) < 0.3] = 0
+                A[:, -P:] = -1.0                          # (-1) * (+0) = -0 products
+                B[-P:, :] = 0.0
+                A, B = A.to(dtype), B.to(dtype)
+                # c: minus the first group's value, a little below or above (-0, subnormals)
+                first = (A[:, :P].double() @ B[:P, :].double()).float()
+                C = -first * (1 + torch.randint(-2, 3, (16, 16), generator=g) * 2.0 ** -23)
+                C[torch.rand(16, 16, generator=g) < 0.2] = -0.0
+                C[torch.rand(16, 16, generator=g) < 0.1] = -(2.0 ** -127)
+                d = [emulated_mm(A, B, C, arch=_ftz(fmt, LL, P)).view(torch.int32)
+                     for LL in (P, L)]
+                differ += int((d[0] != d[1]).sum())
+        assert (differ == 0) is (fmt == "fp16"), (fmt, differ)
+
+
+@pytest.mark.slow   # 2 x infer on the 2-core machine (about 40 s)
+@pytest.mark.parametrize("P,L", [(2, 4), (2, 2)])
+def test_infer_recovers_the_flush_interval(P, L):
+    sp = _ftz("bf16", L, P)
+    inf = infer(sp, checks=200, seed=1)
+    assert (inf.spec.L, inf.spec.P) == (L, P), inf.describe()
+    assert search.arith_key(inf.spec) == search.arith_key(sp)
+    assert inf.rounds[0].startswith("features"), inf.rounds

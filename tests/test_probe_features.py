@@ -120,6 +120,13 @@ def check(sp, rep):
     assert v("nan_encoding") == sp.nan_encoding
     assert v("subnormal_inputs") is (not sp.flush_inputs)
     assert v("subnormal_accumulation") is (op != "ftz_addmul")
+    fi = rep["acc_flush_interval"]    # FTZ-AddMul's L (docs/model.md 6.6)
+    if op == "ftz_addmul" and sp.in_format == "bf16":
+        assert fi.value == Interval(sp.L, sp.L), fi.detail
+        assert ("(per group)" in fi.detail) is (sp.L == sp.P), fi.detail
+    else:   # fp16 products never reach fp32's subnormals; the others keep subnormal sums
+        assert fi.value is None and ("acts on no input" in fi.detail if op == "ftz_addmul"
+                                     else "applies where" in fi.detail), fi.detail
     so = v("subnormal_outputs")
     assert so is None or so is (op != "ftz_addmul")
     assert v("special_values") == "IEEE"

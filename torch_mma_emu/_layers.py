@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math")),
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
                "the native GPU backends and their Triton kernels",
-     ("cpp", "ops", "schedule", "schedule_split", "schedule_partials", "schedule_search",
+     ("cpp", "cuda_archs", "ops", "schedule", "schedule_split", "schedule_partials", "schedule_search",
       "packed_layouts", "sharding", "native",
       "triton_kernels")),
     ("tools", "built on the engine: FPRev, probing and fitting, hardware checks, Triton "

@@ -15,7 +15,7 @@ from functools import lru_cache
 
 import torch
 
-from . import _C
+from . import _C, cuda_archs
 from .formats import NAN_STYLES
 from . import elementary
 from .spec import Spec
@@ -69,6 +69,9 @@ def vector(values: dict, layout: dict) -> list[int]:
 
 
 _errs = layout_errors(LAYOUT)
+if not hasattr(_C, "_cuda_archs"):   # Python imports _C.cpython-*.so before _C.abi3.so
+    _errs.append(f"{_C.__file__} is a build from before the stable-ABI port (it has no "
+                 "_cuda_archs); scripts/build_ext.sh removes it and installs _C.abi3.so")
 if _errs:
     raise ImportError("torch_mma_emu._C does not match the Python side (rebuild it: "
                       "scripts/build_ext.sh; csrc/core/layout.h and torch_mma_emu/cpp.py "
@@ -83,18 +86,37 @@ def params(spec: Spec, c_mode: str = "chain", c_in: str | None = None) -> tuple[
     return tuple(vector(spec.param_values(c_mode, c_in), LAYOUT))
 
 
+# the text of the exception a kernel throws where Ctrl-C cut it off (csrc/torch_stable.h): a
+# kernel on torch's stable ABI can throw only a C++ exception, which Python sees as RuntimeError
+INTERRUPTED = "[mma_emu KeyboardInterrupt]"
+
+
+def call(op: str, *args):
+    """``torch.ops.mma_emu.<op>(*args)`` as the package calls its C++ ops: on a GPU this build
+    holds no code for, the RuntimeError of :func:`cuda_archs.check` first (instead of CUDA's
+    "no kernel image"); Ctrl-C inside the kernel raises KeyboardInterrupt.  Argument errors
+    are ValueError (the kernels throw std::invalid_argument)."""
+    if args[0].is_cuda:
+        cuda_archs.check(args[0].device)
+    try:
+        return getattr(torch.ops.mma_emu, op)(*args)
+    except RuntimeError as e:
+        if INTERRUPTED in str(e):
+            raise KeyboardInterrupt from None
+        raise
+
+
 def gemm(spec: Spec, a, b, c, scale_a=None, scale_b=None, c_mode: str = "chain",
          c_in: str | None = None):
     """The plain instruction chain of ``spec`` over a (batch, M, K) and b (batch, K, N);
     ``c`` in the output format, ``c_in`` the format it came in."""
-    return torch.ops.mma_emu._gemm(a, b, c, scale_a, scale_b,
-                                   list(params(spec, c_mode, c_in)))
+    return call("_gemm", a, b, c, scale_a, scale_b, list(params(spec, c_mode, c_in)))
 
 
 def sched(spec: Spec, a, b, c, partials, program, consts, scale_a=None, scale_b=None):
     """A schedule program (schedule.py) of ``spec``'s chain-mode instruction."""
-    return torch.ops.mma_emu._sched(a, b, c, partials, list(params(spec, "chain")),
-                                    list(program), list(consts), scale_a, scale_b)
+    return call("_sched", a, b, c, partials, list(params(spec, "chain")), list(program),
+                list(consts), scale_a, scale_b)
 
 
 @torch.library.register_fake("mma_emu::_gemm")

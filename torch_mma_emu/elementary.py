@@ -45,7 +45,8 @@ class Op:
     #                            products), "even/odd" (even and odd k apart), "" (none)
     nearest_only: bool = False  # rho must round to nearest (rne_*)
     passes: bool = False       # may run as a pass of a multi-pass instruction
-    capacity: str = "L"        # the Spec field counting the products one operation takes
+    fused: bool = True         # a chunk's products summed before one rounding (FTZ-AddMul
+    #                            rounds every addition)
     zero_fields: tuple[str, ...] = ()     # the zero-corner fields that apply
     fixed_L: int | None = None  # the one L it takes (FMA: 1)
     same_in_out: bool = False  # inputs in the output format (FMA)
@@ -69,11 +70,6 @@ class Op:
         """L is a multiple of this (even/odd groups: 2)."""
         return 2 if self.groups == "even/odd" else 1
 
-    @property
-    def fused(self) -> bool:
-        """All products of a chunk summed before one rounding (FTZ-AddMul rounds each add)."""
-        return self.capacity == "L"
-
 
 _T = dict(operands=CODES, has_F=True, zero_fields=("zero_sign", "zero_exp"))
 _TR = dict(operands=CODES, c_joins=C_AFTER, has_F=True, has_F2=True, nearest_only=True,
@@ -86,7 +82,7 @@ OPS: dict[str, Op] = {o.name: o for o in (
        VALUES, C_ROUNDED, 0, nearest_only=True, fixed_L=1, same_in_out=True),
     Op("ftz_addmul", "FTZ-AddMul", "Algorithms 1/2", "AMD CDNA2",
        "FTZ products, pairwise FTZ additions of P products, FTZ add to acc",
-       VALUES, C_ROUNDED, 7, P_choices=(2, 4), nearest_only=True, capacity="P"),
+       VALUES, C_ROUNDED, 7, P_choices=(2, 4), nearest_only=True, fused=False),
     Op("e_fdpa", "E-FDPA", "Algorithm 6", "AMD CDNA1",
        "exact fused dot-product-add, RNE to fp32",
        CODES, C_ROUNDED, 1, nearest_only=True, passes=True),

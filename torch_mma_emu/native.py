@@ -26,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from . import _C  # noqa: F401  (registers the CUDA ops where the build has them)
+from . import _C, cpp  # noqa: F401  (_C registers the CUDA ops where the build has them)
 from .formats import FLOAT_DTYPES, INT_OF_SIZE, OUT_DTYPES, default_out, format_pair, out_format
 from .isa import KERNEL_OUTPUTS, KERNEL_TYPES, KERNELS, issued_by
 from .ops import broadcast_shapes
@@ -334,6 +334,6 @@ def mma_instruction(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] 
     if Mp == 0 or Np == 0:
         return torch.empty((M, N), dtype=odt, device=A.device)
     cfg = [kern.kind, KERNEL_TYPES[fa], KERNEL_TYPES[fb], 0 if odt == torch.float32 else 1]
-    d = torch.ops.mma_emu._mma_instr(a.view(INT_OF_SIZE[a.element_size()]),
-                                     b.view(INT_OF_SIZE[b.element_size()]), c, cfg)
+    d = cpp.call("_mma_instr", a.view(INT_OF_SIZE[a.element_size()]),
+                 b.view(INT_OF_SIZE[b.element_size()]), c, cfg)
     return d[:M, :N]

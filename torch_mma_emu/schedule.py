@@ -454,7 +454,7 @@ def node_capacity(spec: Spec) -> int:
     if spec.scaled:
         raise ValueError(f"schedules on block-scaled instructions ({spec.op}) are not "
                          "supported yet")
-    return getattr(spec, spec.elementary.capacity)   # FMA: L = 1; FTZ-AddMul: P
+    return spec.L      # every operation: FMA has L = 1; FTZ-AddMul's L products are flushed once
 
 
 def _slots(ks: list[int], width: int) -> list[int]:

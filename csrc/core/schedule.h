@@ -101,15 +101,18 @@ MMA_HD double sched_node(const Params& P, const Src& src, const int64_t* pr, int
     const float x = f32_of(uint32_t(src.ak(pr[0]))), y = f32_of(uint32_t(src.bk(pr[0])));
     return double(fma_rn(x, y, has_acc ? f32_rn(acc) : 0.0f));
   }
-  if (P.op == kFtzAddMul) {  // one group of P products (width == P), its own accumulator
-                             // input flushed: a node is an instruction of P products
-    float xa[4] = {0, 0, 0, 0}, xb[4] = {0, 0, 0, 0};
+  if (P.op == kFtzAddMul) {  // one instruction: width products (a multiple of P, up to L),
+                             // its accumulator input flushed once, then its groups of P
+    float xa[kSchedMaxWidth], xb[kSchedMaxWidth];
+    for (int s = 0; s < width; ++s) xa[s] = xb[s] = 0.0f;
     for (int t = 0; t < n; ++t) {
       const int s = int(pr[2 * t + 1]);
       xa[s] = f32_of(uint32_t(src.ak(pr[2 * t])));
       xb[s] = f32_of(uint32_t(src.bk(pr[2 * t])));
     }
-    return double(ftz_group(P, xa, xb, 0, width, ftz_acc_in(has_acc ? f32_rn(acc) : 0.0f)));
+    float a = ftz_acc_in(has_acc ? f32_rn(acc) : 0.0f);
+    for (int g = 0; g < width; g += P.P) a = ftz_group(P, xa, xb, g, width, a);
+    return double(a);
   }
   int32_t sa[kSchedMaxWidth], ea[kSchedMaxWidth], sb[kSchedMaxWidth], eb[kSchedMaxWidth];
   uint8_t ca[kSchedMaxWidth], cb[kSchedMaxWidth];

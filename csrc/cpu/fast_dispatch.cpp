@@ -2,9 +2,6 @@
 // budget, the _cpu_fast_path op, and Ctrl-C handling for long calls (the eligibility test
 // itself is eligible.cpp).
 #include <Python.h>
-#include <torch/csrc/Exceptions.h>
-#include <torch/library.h>
-#include <ATen/Parallel.h>
 
 #include <atomic>
 #include <chrono>
@@ -46,18 +43,14 @@ int64_t block_bytes() {
 
 // For tests and benchmarks: "<isa>:<path>" the CPU kernel takes for this parameter vector
 // now ("scalar" when none), e.g. "avx512:fdpa".
-static std::string cpu_fast_path(at::IntArrayRef params) {
-  TORCH_CHECK_VALUE(params.size() == size_t(kNumParams), "_cpu_fast_path: expected ", kNumParams,
-                    " parameters, got ", params.size());
+std::string cpu_fast_path(const IntList& params) {
+  MMA_CHECK_VALUE(params.size() == size_t(kNumParams), "_cpu_fast_path: expected ", kNumParams,
+                  " parameters, got ", params.size());
   const FastKind k = fast_eligible(parse_params(params.data()));
   const Isa isa = cpu_isa();
   if (k == FastKind::kNone || isa == Isa::kScalar) return "scalar";
   const char* names[] = {"", "fdpa", "fma", "ftz", "tr", "e", "gst"};
   return std::string(isa_name(isa)) + ":" + names[int(k)];
-}
-
-TORCH_LIBRARY_FRAGMENT(mma_emu, m) {
-  m.def("_cpu_fast_path(int[] params) -> str", &cpu_fast_path);
 }
 
 // ---- Ctrl-C ------------------------------------------------------------------------------
@@ -66,7 +59,9 @@ static std::atomic<bool> g_interrupted{false};
 bool interrupted() { return g_interrupted.load(std::memory_order_relaxed); }
 
 void check_interrupt_main() {
-  if (at::get_thread_num() != 0 || !Py_IsInitialized()) return;
+  uint32_t thread = 0;  // 0 outside a parallel region and on the calling thread
+  if (torch_get_thread_idx(&thread) != TORCH_SUCCESS || thread != 0 || !Py_IsInitialized())
+    return;
   using clk = std::chrono::steady_clock;
   thread_local clk::time_point last{};
   const auto now = clk::now();
@@ -81,15 +76,9 @@ void check_interrupt_main() {
 }
 
 void throw_if_interrupted() {
-  if (!g_interrupted.exchange(false)) return;
-  {
-    PyGILState_STATE st = PyGILState_Ensure();
-    PyErr_SetNone(PyExc_KeyboardInterrupt);
-    PyGILState_Release(st);
-  }
-  python_error e;  // torch's op binding restores it: Python sees KeyboardInterrupt
-  e.persist();
-  throw e;
+  // a stable kernel can only throw a C++ exception (Python sees RuntimeError with its text):
+  // torch_mma_emu/cpp.py (call) raises KeyboardInterrupt for this tag
+  if (g_interrupted.exchange(false)) throw std::runtime_error(kInterruptTag);
 }
 
 }  // namespace mma

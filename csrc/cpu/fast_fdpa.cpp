@@ -4,8 +4,6 @@
 // hold (NaN / Inf / out-of-window operands) run the core's chain over the same block, from
 // the same accumulator.  Working memory: O(M * N) accumulators plus one block (about 32 MB),
 // whatever K is (a K = 10^7 GEMV no longer holds 170 bytes per k).
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -20,7 +18,7 @@ constexpr int64_t kRowBlock = 16;
 
 ParFor aten_par() {
   return [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
-    at::parallel_for(0, n, grain, body);
+    parallel_for(0, n, grain, body);
   };
 }
 
@@ -76,7 +74,10 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
   const bool half = P.rho == kRneFp16;
   Params Pc = P;  // the chain without the epilogue: blocks continue from the accumulator
   Pc.epilogue = 0;
-  thread_local BlockWork w;
+  // the calling thread's work and accumulators, named by reference: the loop bodies run on
+  // torch's pool threads, where the thread_local names mean those threads' own copies
+  thread_local BlockWork this_thread_work;
+  BlockWork& w = this_thread_work;
   fast = fast && cpu_isa() != Isa::kScalar && w.eng.setup(P, cpu_isa());
   const int64_t W = fast ? (N + kW - 1) / kW * kW : N;
   const bool scaled = vs != nullptr;
@@ -87,9 +88,10 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
   int64_t KB = std::max<int64_t>(1, block_bytes() / std::max<int64_t>(per_k, 1) / align) * align;
   if (KB >= K) KB = K;
   // the accumulators (kept between calls: no page faults; padding columns are never read)
-  thread_local std::vector<uint32_t> acc;
+  thread_local std::vector<uint32_t> this_thread_acc;
+  std::vector<uint32_t>& acc = this_thread_acc;
   acc.resize(size_t(M * W));
-  at::parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
       for (int64_t j = 0; j < N; ++j) {
         const uint64_t c = P.epilogue ? 0 : vc.at(bi, i, j);
@@ -117,7 +119,7 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
       for (int64_t j = 0; j < N; ++j)
         if (!w.eng.col_ok(j)) bad_cols.push_back(j);
       const int64_t nrb = (M + kRowBlock - 1) / kRowBlock;
-      at::parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
+      parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
         FpEnvGuard env;
         for (int64_t rb = lo; rb < hi && !interrupted(); ++rb) {
           const int64_t i0 = rb * kRowBlock, i1 = std::min(M, i0 + kRowBlock);
@@ -137,7 +139,7 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
       constexpr int64_t kTileN = 16;
       const int64_t ntn = (N + kTileN - 1) / kTileN;
       const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, kl * kTileN));
-      at::parallel_for(0, M * ntn, grain, [&](int64_t lo, int64_t hi) {
+      parallel_for(0, M * ntn, grain, [&](int64_t lo, int64_t hi) {
         FpEnvGuard env;
         for (int64_t t = lo; t < hi && !interrupted(); ++t) {
           if ((t & 63) == 0) check_interrupt_main();
@@ -149,7 +151,7 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
     }
   }
   if (interrupted()) return;
-  at::parallel_for(0, M, 16, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, M, 16, [&](int64_t lo, int64_t hi) {
     FpEnvGuard env;  // epilogue additions round to nearest
     for (int64_t i = lo; i < hi; ++i) {
       uint8_t* orow = out + (bi * M + i) * N * oes;

@@ -7,8 +7,6 @@
 #pragma once
 #include <cstdint>
 
-#include <ATen/ATen.h>
-
 #include "../gemm.h"
 #include "fdpa_engine.h"
 
@@ -47,7 +45,7 @@ class FdpaPanels {
 // of one batch element, any strides; fp32 values, or fp64 for the fp64 FMA chain.
 class ValuePanels {
  public:
-  bool prepare(const Params& P, const at::Tensor& a, const at::Tensor& b);
+  bool prepare(const Params& P, const Tensor& a, const Tensor& b);
   int64_t width() const;
   // rows [i0, i1) of acc (stride ld) advanced over the products [k0, k1): exact for every
   // lane (NaN and Inf included), no hand-back to the core.  acc's type is the values'.
@@ -68,8 +66,8 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
 
 // FMA chain (fp32/fp64) and FTZ-AddMul on IEEE values: a (Bt, M, K), b (Bt, K, N), any
 // strides; c broadcast view; out contiguous (Bt, M, N).  false when not served.
-bool fast_values(const Params& P, const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                 at::Tensor& out);
+bool fast_values(const Params& P, const Tensor& a, const Tensor& b, const Tensor& c,
+                 Tensor& out);
 
 // Working-memory budget of one K block (decoded operands, planes, packed values): 32 MiB, or
 // MMA_EMU_CPU_BLOCK_BYTES (read per call; tests force tiny blocks with it).

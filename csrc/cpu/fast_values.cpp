@@ -1,8 +1,6 @@
 // The FMA chain (fp32, fp64) and FTZ-AddMul through the vector kernels (values_engine.h,
 // kern/values.inc): the torch side.  K runs in blocks (packed operands of about 32 MB at
 // most), the exact accumulators carried from block to block.
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <vector>
 
@@ -16,19 +14,22 @@ namespace {
 
 ParFor aten_par() {
   return [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
-    at::parallel_for(0, n, grain, body);
+    parallel_for(0, n, grain, body);
   };
 }
 
 template <class T>
-bool run_values(const Params& P, const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                at::Tensor& out) {
-  thread_local ValuesEngine<T> eng;
+bool run_values(const Params& P, const Tensor& a, const Tensor& b, const Tensor& c,
+                Tensor& out) {
+  // the calling thread's engine and accumulators, named by reference: the loop bodies run
+  // on torch's pool threads, where the thread_local names mean those threads' own copies
+  thread_local ValuesEngine<T> this_thread_eng;
+  ValuesEngine<T>& eng = this_thread_eng;
   if (!eng.setup(P, cpu_isa())) return false;
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-  const T* cp = c.data_ptr<T>();
+  const T* cp = c.const_data_ptr<T>();
   const int64_t cs0 = c.stride(0), cs1 = c.stride(1), cs2 = c.stride(2);
-  T* op = out.data_ptr<T>();
+  T* op = out.mutable_data_ptr<T>();
   const int64_t Np = (N + eng.W - 1) / eng.W * eng.W;
   const int64_t per_k = int64_t(sizeof(T)) * (M + Np);
   int64_t KB = std::max<int64_t>(1, block_bytes() / std::max<int64_t>(per_k, 1) / eng.LL) * eng.LL;
@@ -38,11 +39,13 @@ bool run_values(const Params& P, const at::Tensor& a, const at::Tensor& b, const
   const bool one_block = KB >= K;
   // accumulators: one row block's (in cache) when K is one block, else all of them; kept
   // between calls (no page faults, no zero fill)
-  thread_local std::vector<T> accbuf;
+  thread_local std::vector<T> this_thread_accbuf;
+  std::vector<T>& accbuf = this_thread_accbuf;
   if (!one_block) accbuf.resize(size_t(M * Np));
   const ParFor par = aten_par();
   for (int64_t bi = 0; bi < Bt && !interrupted(); ++bi) {
-    const at::Tensor ab = a[bi], bb = b[bi];
+    const Tensor ab = torch::stable::select(a, 0, bi);
+    const Tensor bb = torch::stable::select(b, 0, bi);
     auto init = [&](int64_t i0, int64_t i1, T* acc) {  // rows [i0, i1) into acc (stride Np)
       for (int64_t i = i0; i < i1; ++i)
         for (int64_t j = 0; j < Np; ++j)
@@ -62,12 +65,12 @@ bool run_values(const Params& P, const at::Tensor& a, const at::Tensor& b, const
         }
       }
     };
-    if (!one_block) at::parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) { init(lo, hi, accbuf.data() + lo * Np); });
+    if (!one_block) parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) { init(lo, hi, accbuf.data() + lo * Np); });
     for (int64_t k0 = 0; k0 < std::max<int64_t>(K, 1) && !interrupted(); k0 += std::max<int64_t>(KB, 1)) {
       const int64_t kl = std::min(KB, K - k0);
-      eng.pack(P, ab.data_ptr<T>(), ab.stride(0), ab.stride(1), bb.data_ptr<T>(), bb.stride(0),
-               bb.stride(1), M, N, k0, kl, par);
-      at::parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
+      eng.pack(P, ab.const_data_ptr<T>(), ab.stride(0), ab.stride(1), bb.const_data_ptr<T>(),
+               bb.stride(0), bb.stride(1), M, N, k0, kl, par);
+      parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
         FpEnvGuard env;  // IEEE round to nearest, no FTZ/DAZ
         thread_local std::vector<T> rowbuf;
         if (one_block) rowbuf.resize(size_t(RB * Np));
@@ -82,7 +85,7 @@ bool run_values(const Params& P, const at::Tensor& a, const at::Tensor& b, const
       });
     }
     if (!one_block)
-      at::parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
+      parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
         FpEnvGuard env;
         finish(lo, hi, accbuf.data() + lo * Np);
       });
@@ -92,16 +95,16 @@ bool run_values(const Params& P, const at::Tensor& a, const at::Tensor& b, const
 
 }  // namespace
 
-bool fast_values(const Params& P, const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                 at::Tensor& out) {
+bool fast_values(const Params& P, const Tensor& a, const Tensor& b, const Tensor& c,
+                 Tensor& out) {
   const FastKind kind = fast_eligible(P);
   if ((kind != FastKind::kFma && kind != FastKind::kFtz) || cpu_isa() == Isa::kScalar) return false;
-  if (c.scalar_type() == at::kDouble) {
-    if (kind != FastKind::kFma || a.scalar_type() != at::kDouble || b.scalar_type() != at::kDouble)
+  if (c.scalar_type() == ScalarType::Double) {
+    if (kind != FastKind::kFma || a.scalar_type() != ScalarType::Double || b.scalar_type() != ScalarType::Double)
       return false;
     return run_values<double>(P, a, b, c, out);
   }
-  if (a.scalar_type() != at::kFloat || b.scalar_type() != at::kFloat) return false;
+  if (a.scalar_type() != ScalarType::Float || b.scalar_type() != ScalarType::Float) return false;
   return run_values<float>(P, a, b, c, out);
 }
 
@@ -109,21 +112,21 @@ bool fast_values(const Params& P, const at::Tensor& a, const at::Tensor& b, cons
 namespace {
 // A and B packed into this thread's engine for T; nullptr where the engine does not serve P.
 template <class T>
-const void* pack_values(const Params& P, const at::Tensor& a, const at::Tensor& b) {
+const void* pack_values(const Params& P, const Tensor& a, const Tensor& b) {
   thread_local ValuesEngine<T> eng;
   if (!eng.setup(P, cpu_isa())) return nullptr;
-  eng.pack(P, a.data_ptr<T>(), a.stride(0), a.stride(1), b.data_ptr<T>(), b.stride(0), b.stride(1),
-           a.size(0), b.size(1), 0, a.size(1), aten_par());
+  eng.pack(P, a.const_data_ptr<T>(), a.stride(0), a.stride(1), b.const_data_ptr<T>(),
+           b.stride(0), b.stride(1), a.size(0), b.size(1), 0, a.size(1), aten_par());
   return &eng;
 }
 }  // namespace
 
-bool ValuePanels::prepare(const Params& P, const at::Tensor& a, const at::Tensor& b) {
+bool ValuePanels::prepare(const Params& P, const Tensor& a, const Tensor& b) {
   const FastKind kind = fast_eligible(P);
   if ((kind != FastKind::kFma && kind != FastKind::kFtz) || cpu_isa() == Isa::kScalar)
     return false;
-  f64_ = a.scalar_type() == at::kDouble;  // the fp64 FMA chain
-  const at::ScalarType t = f64_ ? at::kDouble : at::kFloat;
+  f64_ = a.scalar_type() == ScalarType::Double;  // the fp64 FMA chain
+  const ScalarType t = f64_ ? ScalarType::Double : ScalarType::Float;
   if (a.scalar_type() != t || b.scalar_type() != t) return false;
   pk_ = f64_ ? pack_values<double>(P, a, b) : pack_values<float>(P, a, b);
   return pk_ != nullptr;
@@ -136,13 +139,13 @@ int64_t ValuePanels::width() const {
 
 void ValuePanels::run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, float* acc,
                       int64_t ld) const {
-  TORCH_CHECK(!f64_, "ValuePanels: fp32 values need an fp32 accumulator");
+  STD_TORCH_CHECK(!f64_, "ValuePanels: fp32 values need an fp32 accumulator");
   if (k1 > k0) static_cast<const ValuesEngine<float>*>(pk_)->run(i0, i1 - i0, k0, k1, acc, ld);
 }
 
 void ValuePanels::run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, double* acc,
                       int64_t ld) const {
-  TORCH_CHECK(f64_, "ValuePanels: fp64 values need an fp64 accumulator");
+  STD_TORCH_CHECK(f64_, "ValuePanels: fp64 values need an fp64 accumulator");
   if (k1 > k0) static_cast<const ValuesEngine<double>*>(pk_)->run(i0, i1 - i0, k0, k1, acc, ld);
 }
 

@@ -2,8 +2,6 @@
 // vector kernels where fast_eligible() says so and the CPU has them, else one core chain per
 // output element, csrc/core/chain.h); the IEEE-value ops (FMA chain, FTZ-AddMul) through
 // fast_values.cpp or the core chain here.  MMA_EMU_SCALAR=1 forces the core everywhere.
-#include <ATen/Parallel.h>
-
 #include <vector>
 
 #include "../core/chain.h"
@@ -15,9 +13,8 @@
 namespace mma {
 namespace {
 
-void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
-                const Params& P, at::Tensor& out) {
+void gemm_fused(const Tensor& a, const Tensor& b, const Tensor& c, const OptTensor& sa,
+                const OptTensor& sb, const Params& P, Tensor& out) {
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
   // B is read as its columns in place (decode_rows tiles the reads): no transposed copy
   const View3 va = view3(a), vb = view3(b), vc = view3(c);
@@ -36,7 +33,7 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
   if (Bt > 1 && work < (1 << 16)) {  // many small products: parallel over the batch (the
     // parallel_for calls inside then run inline)
     const int64_t grain = std::max<int64_t>(1, (1 << 16) / work);
-    at::parallel_for(0, Bt, grain, [&](int64_t lo, int64_t hi) {
+    parallel_for(0, Bt, grain, [&](int64_t lo, int64_t hi) {
       for (int64_t bi = lo; bi < hi && !interrupted(); ++bi) {
         one_batch(bi);
         check_interrupt_main();
@@ -49,18 +46,18 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
 
 // fma / ftz_addmul run on IEEE values: inputs arrive as float32/float64 tensors.
 template <class T>
-void gemm_values(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                 const Params& P, at::Tensor& out) {
+void gemm_values(const Tensor& a, const Tensor& b, const Tensor& c, const Params& P,
+                 Tensor& out) {
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-  const at::Tensor Ac = a.contiguous();                  // (Bt, M, K)
-  const at::Tensor Bc = b.transpose(1, 2).contiguous();  // (Bt, N, K)
-  const T* ap = Ac.data_ptr<T>();
-  const T* bp = Bc.data_ptr<T>();
-  const T* cp = c.data_ptr<T>();
+  const Tensor Ac = torch::stable::contiguous(a);                                // (Bt, M, K)
+  const Tensor Bc = torch::stable::contiguous(torch::stable::transpose(b, 1, 2));  // (Bt, N, K)
+  const T* ap = Ac.const_data_ptr<T>();
+  const T* bp = Bc.const_data_ptr<T>();
+  const T* cp = c.const_data_ptr<T>();
   const int64_t cs0 = c.stride(0), cs1 = c.stride(1), cs2 = c.stride(2);
-  T* op = out.data_ptr<T>();
+  T* op = out.mutable_data_ptr<T>();
   const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, K * N));
-  at::parallel_for(0, Bt * M, grain, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, Bt * M, grain, [&](int64_t lo, int64_t hi) {
     FpEnvGuard guard;
     for (int64_t r = lo; r < hi && !interrupted(); ++r) {
       check_interrupt_main();
@@ -88,15 +85,13 @@ void gemm_values(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
 
 }  // namespace
 
-at::Tensor gemm_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                    const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
-                    const Params& P) {
-  at::Tensor out = at::empty({a.size(0), a.size(1), b.size(2)}, c.options().memory_format(
-                                                                    at::MemoryFormat::Contiguous));
+Tensor gemm_cpu(const Tensor& a, const Tensor& b, const Tensor& c, const OptTensor& sa,
+                const OptTensor& sb, const Params& P) {
+  Tensor out = torch::stable::new_empty(c, {a.size(0), a.size(1), b.size(2)});  // contiguous
   if (out.numel() == 0) return out;
   if (P.op == kFma || P.op == kFtzAddMul) {
     if (fast_values(P, a, b, c, out)) {
-    } else if (c.scalar_type() == at::kDouble) {
+    } else if (c.scalar_type() == ScalarType::Double) {
       gemm_values<double>(a, b, c, P, out);
     } else {
       gemm_values<float>(a, b, c, P, out);

@@ -8,8 +8,6 @@
 //   kernels (FdpaPanels) where the arch has one, else through the core chain per element.  No
 //   partial tensors, no gather: a split-K or promoted product costs about one plain chain.
 // - per element (core/schedule.h): everything else (FPRev trees, fp64 workspace or output).
-#include <ATen/Parallel.h>
-
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -197,7 +195,7 @@ struct ChainSrc {
   std::vector<uint8_t> fsa, fsb;    // ... and their NaN / Inf flags per row / column
   int64_t nblk = 0;
   FdpaPanels fp;
-  at::Tensor Av, Bv;
+  Tensor Av, Bv;
   ValuePanels vp;
   bool fast = false;
   std::vector<int64_t> bad_cols;  // columns the FDPA kernels hand to the core
@@ -208,7 +206,7 @@ struct ChainSrc {
 
 // Decodes (packs) products [w0, w0 + len) of batch element bi.  w0 lies on the instruction
 // grid (and on a scale block), so the chains inside start on it too.
-void prepare_window(const Blocks& X, const at::Tensor& a, const at::Tensor& b, const View3& va,
+void prepare_window(const Blocks& X, const Tensor& a, const Tensor& b, const View3& va,
                     const View3& vbt, const View3* vs, int64_t bi, int64_t w0, int64_t len,
                     ChainSrc& cs) {
   cs.values = X.P.op == kFma || X.P.op == kFtzAddMul;
@@ -216,12 +214,14 @@ void prepare_window(const Blocks& X, const at::Tensor& a, const at::Tensor& b, c
   cs.w0 = w0;
   cs.Kw = len;
   if (cs.values) {
-    const at::Tensor aw = a[bi].narrow(1, w0, len), bw = b[bi].narrow(0, w0, len);
+    Tensor ab = torch::stable::select(a, 0, bi), bb = torch::stable::select(b, 0, bi);
+    const Tensor aw = torch::stable::narrow(ab, 1, w0, len);
+    const Tensor bw = torch::stable::narrow(bb, 0, w0, len);
     cs.fast = cs.vp.prepare(X.P, aw, bw);
-    cs.Av = cs.Bv = at::Tensor();  // the previous window's copies go first
+    cs.Av = cs.Bv = Tensor();  // the previous window's copies go first
     if (!cs.fast) {
-      cs.Av = aw.contiguous();
-      cs.Bv = bw.t().contiguous();
+      cs.Av = torch::stable::contiguous(aw);
+      cs.Bv = torch::stable::contiguous(torch::stable::transpose(bw, 0, 1));
     }
     cs.W = cs.fast ? cs.vp.width() : X.N;
     return;
@@ -265,8 +265,8 @@ void value_chain(const Blocks& X, const ChainSrc& cs, int64_t i0, int64_t i1, in
     cs.vp.run(i0, i1, r0, r0 + n, t, W);
     return;
   }
-  const T* av = cs.Av.data_ptr<T>();
-  const T* bv = cs.Bv.data_ptr<T>();
+  const T* av = cs.Av.const_data_ptr<T>();
+  const T* bv = cs.Bv.const_data_ptr<T>();
   for (int64_t i = i0; i < i1; ++i)
     for (int64_t j = 0; j < X.N; ++j) {
       const T* x = av + i * cs.Kw + r0;
@@ -444,7 +444,7 @@ struct StreamBufs {
 // piece by piece over the windows it crosses, its accumulators going on from piece to
 // piece.  The same IEEE operations in the same order per output as run_block.
 template <class Ops, class T>
-void run_streamed(const Blocks& X, const at::Tensor& a, const at::Tensor& b, const View3& va,
+void run_streamed(const Blocks& X, const Tensor& a, const Tensor& b, const View3& va,
                   const View3& vbt, const View3* vs, int64_t bi, const Window& win,
                   ChainSrc& cs, StreamBufs<T>& sb) {
   Ops ops;
@@ -459,7 +459,7 @@ void run_streamed(const Blocks& X, const at::Tensor& a, const at::Tensor& b, con
   auto entry = [&](int d) { return sb.stack.data() + size_t(d) * size_t(n_all); };
   // body(i0, i1) over row blocks, in parallel, in the IEEE environment
   auto rows = [&](const std::function<void(int64_t, int64_t)>& body) {
-    at::parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
+    parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
       FpEnvGuard guard;
       for (int64_t rb = lo; rb < hi && !interrupted(); ++rb) {
         body(rb * R, std::min(M, (rb + 1) * R));
@@ -494,7 +494,7 @@ void run_streamed(const Blocks& X, const at::Tensor& a, const at::Tensor& b, con
       int64_t avail = serves ? cs.w0 + cs.Kw - p : 0;
       if (k1 - p > avail && avail < win.align) {  // not even one step left here: next window
         prepare(p, end);
-        TORCH_CHECK(cs.W == W, "_sched: window width changed");
+        STD_TORCH_CHECK(cs.W == W, "_sched: window width changed");
         avail = cs.Kw;
       }
       const int64_t q = k1 - p <= avail ? k1 : p + avail / win.align * win.align;
@@ -572,7 +572,7 @@ void run_streamed(const Blocks& X, const at::Tensor& a, const at::Tensor& b, con
 }
 
 template <class T>
-void run_streamed_any(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
+void run_streamed_any(const Blocks& X, const Tensor& a, const Tensor& b,
                       const View3& va, const View3& vbt, const View3* vs, int64_t bi,
                       const Window& win, ChainSrc& cs, StreamBufs<T>& sb) {
 #ifdef MMA_HAVE_V3
@@ -582,8 +582,8 @@ void run_streamed_any(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
 }
 
 template <class T>
-void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
-                const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb) {
+void run_blocks(const Blocks& X, const Tensor& a, const Tensor& b, const OptTensor& sa,
+                const OptTensor& sb) {
   const bool chains = sched_has_chain(X.prog, X.len);
   const int64_t R = X.rows, nrb = (X.M + R - 1) / R;
   struct Bufs {
@@ -597,7 +597,7 @@ void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
     return &b;
   };
   if (!chains) {  // partials only: every (batch, row block) is independent
-    at::parallel_for(0, X.Bt * nrb, 1, [&](int64_t lo, int64_t hi) {
+    parallel_for(0, X.Bt * nrb, 1, [&](int64_t lo, int64_t hi) {
       FpEnvGuard guard;
       Bufs* buf = block_buf(X.N);
       for (int64_t t = lo; t < hi && !interrupted(); ++t) {
@@ -611,7 +611,7 @@ void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
   }
   // B^T made contiguous first: decoding it row by row then reads memory in order
   const bool values = X.P.op == kFma || X.P.op == kFtzAddMul;
-  const at::Tensor bt = values ? b : b.transpose(1, 2).contiguous();
+  const Tensor bt = values ? b : torch::stable::contiguous(torch::stable::transpose(b, 1, 2));
   const View3 va = view3(a), vbt = view3(bt);
   View3 vs[2];
   if (sa.has_value()) { vs[0] = view3(*sa); vs[1] = view3(*sb); }
@@ -637,12 +637,12 @@ void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
         check_interrupt_main();
       }
     };
-    if (inner_parallel) at::parallel_for(0, nrb, 1, blocks);
+    if (inner_parallel) parallel_for(0, nrb, 1, blocks);
     else blocks(0, nrb);
   };
   const int64_t work = X.M * X.N * std::max<int64_t>(X.K, 1);
   if (X.Bt > 1 && work < (1 << 16)) {  // many small products: parallel over the batch
-    at::parallel_for(0, X.Bt, std::max<int64_t>(1, (1 << 16) / work), [&](int64_t lo, int64_t hi) {
+    parallel_for(0, X.Bt, std::max<int64_t>(1, (1 << 16) / work), [&](int64_t lo, int64_t hi) {
       ChainSrc cs;
       for (int64_t bi = lo; bi < hi && !interrupted(); ++bi) one_batch(bi, cs, false);
     });
@@ -654,15 +654,14 @@ void run_blocks(const Blocks& X, const at::Tensor& a, const at::Tensor& b,
 
 }  // namespace
 
-at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                     const at::Tensor& partials, const c10::optional<at::Tensor>& sa,
-                     const c10::optional<at::Tensor>& sb, const Params& P,
-                     const at::Tensor& program, const SchedConsts& S) {
+Tensor sched_cpu(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& partials,
+                 const OptTensor& sa, const OptTensor& sb, const Params& P,
+                 const Tensor& program, const SchedConsts& S) {
   const int64_t Bt = c.size(0), M = c.size(1), N = c.size(2);
-  at::Tensor out = at::empty({Bt, M, N}, c.options().dtype(sched_out_dtype(P)));
+  Tensor out = torch::stable::new_empty(c, {Bt, M, N}, sched_out_dtype(P));
   if (out.numel() == 0) return out;
   const View3 va = view3(a), vb = view3(b), vc = view3(c), vp = view3(partials);
-  const int64_t* prog = program.data_ptr<int64_t>();
+  const int64_t* prog = program.const_data_ptr<int64_t>();
   const int64_t len = program.numel();
   const int oes = int(out.element_size());
   uint8_t* obase = static_cast<uint8_t*>(out.data_ptr());
@@ -675,7 +674,7 @@ at::Tensor sched_cpu(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
     throw_if_interrupted();
     return out;
   }
-  at::parallel_for(0, Bt * M, 1, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, Bt * M, 1, [&](int64_t lo, int64_t hi) {
     FpEnvGuard guard;  // IEEE additions and conversions on the host FPU
     for (int64_t r = lo; r < hi && !interrupted(); ++r) {
       const int64_t bi = r / M, i = r % M;

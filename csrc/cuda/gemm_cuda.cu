@@ -13,18 +13,13 @@
 //        CPU kernel does.
 //  * fma / ftz_addmul: one thread per output calling dot_fma / dot_ftz on fp32/fp64 values
 //    (device IEEE intrinsics, never contracted), NaN written as the spec's NaN.
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
-
 #include <algorithm>
 #include <cstring>
 
 #include "../core/chain.h"
 #include "../gemm.h"
 #include "fast_tfdpa.h"
+#include "stable_cuda.h"
 
 namespace mma {
 namespace {
@@ -279,16 +274,16 @@ __global__ void values_kernel(Params P, const T* a, const T* bt, const T* c, int
 }
 
 template <class T>
-void gemm_values(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, const Params& P,
-                 at::Tensor& out, cudaStream_t stream) {
+void gemm_values(const Tensor& a, const Tensor& b, const Tensor& c, const Params& P,
+                 Tensor& out, cudaStream_t stream) {
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
-  const at::Tensor Ac = a.contiguous();
-  const at::Tensor Bc = b.transpose(1, 2).contiguous();
+  const Tensor Ac = torch::stable::contiguous(a);
+  const Tensor Bc = torch::stable::contiguous(torch::stable::transpose(b, 1, 2));
   const int64_t total = Bt * M * N;
   values_kernel<T><<<blocks_for(total, kThreads), kThreads, 0, stream>>>(
-      P, Ac.data_ptr<T>(), Bc.data_ptr<T>(), c.data_ptr<T>(), c.stride(0), c.stride(1),
-      c.stride(2), out.data_ptr<T>(), Bt, M, N, int(K));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+      P, Ac.const_data_ptr<T>(), Bc.const_data_ptr<T>(), c.const_data_ptr<T>(), c.stride(0),
+      c.stride(1), c.stride(2), out.mutable_data_ptr<T>(), Bt, M, N, int(K));
+  STD_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // ---------------------------------------------------------------------------------------
@@ -296,27 +291,30 @@ void gemm_values(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c, 
 // ---------------------------------------------------------------------------------------
 
 struct PlaneBuf {
-  at::Tensor sig, exp, cls, flags;
+  Tensor sig, exp, cls, flags;
   Planes view(int64_t rows, int64_t Kp) {
-    return Planes{sig.data_ptr<int32_t>(), exp.data_ptr<int32_t>(), cls.data_ptr<uint8_t>(),
-                  reinterpret_cast<uint32_t*>(flags.data_ptr<int32_t>()), rows, Kp};
+    return Planes{sig.mutable_data_ptr<int32_t>(), exp.mutable_data_ptr<int32_t>(),
+                  cls.mutable_data_ptr<uint8_t>(),
+                  reinterpret_cast<uint32_t*>(flags.mutable_data_ptr<int32_t>()), rows, Kp};
   }
 };
 
-PlaneBuf alloc_planes(int64_t nb, int64_t rows, int64_t Kp, const at::Device& dev) {
-  const auto i32 = at::TensorOptions().dtype(at::kInt).device(dev);
+// on the device of `like`
+PlaneBuf alloc_planes(int64_t nb, int64_t rows, int64_t Kp, const Tensor& like) {
   const int64_t n = std::max<int64_t>(1, nb * rows * Kp);
-  return PlaneBuf{at::empty({n}, i32), at::empty({n}, i32),
-                  at::empty({n}, i32.dtype(at::kByte)), at::zeros({nb * rows}, i32)};
+  return PlaneBuf{torch::stable::new_empty(like, {n}, ScalarType::Int),
+                  torch::stable::new_empty(like, {n}, ScalarType::Int),
+                  torch::stable::new_empty(like, {n}, ScalarType::Byte),
+                  torch::stable::new_zeros(like, {nb * rows}, ScalarType::Int)};
 }
 
-void launch_decode(const at::Tensor& t, int64_t b0, bool transposed, const FormatDesc& f,
+void launch_decode(const Tensor& t, int64_t b0, bool transposed, const FormatDesc& f,
                    int64_t nb, int64_t K, const Planes& p, cudaStream_t stream) {
   const int64_t total = nb * p.rows * p.Kp;
   if (total == 0) return;
   decode_kernel<<<blocks_for(total, kThreads), kThreads, 0, stream>>>(view3(t), b0, transposed,
                                                                       f, nb, K, p);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  STD_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <int OP>
@@ -325,7 +323,7 @@ void launch_generic(const Params& P, const Planes& A, const Planes& B, const Sca
                     uint8_t* out, int oes, cudaStream_t stream) {
   generic_kernel<OP><<<blocks_for(nb * M * N, kThreads), kThreads, 0, stream>>>(
       P, A, B, S, c, b0, nb, M, N, K, out, oes);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  STD_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 // Instantiations with the output conversion fixed (the registry's hot rows): sm80/sm89 and
@@ -343,7 +341,7 @@ void launch_fast_kernel(const Params& P, const FastTfdpa& f, const Planes& A, co
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>(tiles, kMaxBlocks));
   fast_tfdpa_kernel<L, WIDE, RHO><<<blocks, kThreads, 0, stream>>>(P, f.G, A, B, c, b0, nb, M, N,
                                                                    K, out, oes);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  STD_CUDA_KERNEL_LAUNCH_CHECK();
 }
 
 template <int L>
@@ -364,9 +362,8 @@ void launch_fast(const Params& P, const FastTfdpa& f, const Planes& A, const Pla
   else launch_fast_kernel<L, false, -1>(P, f, A, B, c, b0, nb, M, N, K, out, oes, stream);
 }
 
-void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
-                const Params& P, at::Tensor& out, cudaStream_t stream) {
+void gemm_fused(const Tensor& a, const Tensor& b, const Tensor& c, const OptTensor& sa,
+                const OptTensor& sb, const Params& P, Tensor& out, cudaStream_t stream) {
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
   const bool scaled = sa.has_value();
   const int64_t nblk = scaled ? sa->size(2) : 0;
@@ -375,46 +372,45 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
   // decode the batch in groups so that the planes stay below ~1 GiB
   const int64_t per_batch = (M + N) * std::max<int64_t>(Kp, 1) * 9 + (M + N) * nblk * 12 + 1;
   const int64_t group = std::max<int64_t>(1, std::min<int64_t>(Bt, (int64_t(1) << 30) / per_batch));
-  const at::Device dev = a.device();
   const View3 vc = view3(c);
   uint8_t* obase = static_cast<uint8_t*>(out.data_ptr());
   const int oes = int(out.element_size());
-  PlaneBuf pa = alloc_planes(group, M, Kp, dev), pb = alloc_planes(group, N, Kp, dev);
-  at::Tensor dsa, dsb, fsa, fsb;
+  PlaneBuf pa = alloc_planes(group, M, Kp, a), pb = alloc_planes(group, N, Kp, a);
+  Tensor dsa, dsb, fsa, fsb;
   if (scaled) {
-    const auto u8 = at::TensorOptions().dtype(at::kByte).device(dev);
-    const auto i32 = at::TensorOptions().dtype(at::kInt).device(dev);
-    dsa = at::empty({std::max<int64_t>(1, group * M * nblk * int64_t(sizeof(Dec)))}, u8);
-    dsb = at::empty({std::max<int64_t>(1, group * N * nblk * int64_t(sizeof(Dec)))}, u8);
-    fsa = at::empty({group * M}, i32);
-    fsb = at::empty({group * N}, i32);
+    const auto u8 = ScalarType::Byte, i32 = ScalarType::Int;
+    const int64_t dec = int64_t(sizeof(Dec));
+    dsa = torch::stable::new_empty(a, {std::max<int64_t>(1, group * M * nblk * dec)}, u8);
+    dsb = torch::stable::new_empty(a, {std::max<int64_t>(1, group * N * nblk * dec)}, u8);
+    fsa = torch::stable::new_empty(a, {group * M}, i32);
+    fsb = torch::stable::new_empty(a, {group * N}, i32);
   }
   for (int64_t b0 = 0; b0 < Bt; b0 += group) {
     const int64_t nb = std::min(group, Bt - b0);
     if (b0 > 0) {
-      pa.flags.zero_();
-      pb.flags.zero_();
+      torch::stable::zero_(pa.flags);
+      torch::stable::zero_(pb.flags);
     }
     const Planes A = pa.view(M, Kp), B = pb.view(N, Kp);
     launch_decode(a, b0, false, P.fa, nb, K, A, stream);
     launch_decode(b, b0, true, P.fb, nb, K, B, stream);
     Scales S{nullptr, nullptr, nullptr, nullptr, nblk};
     if (scaled) {
-      fsa.zero_();
-      fsb.zero_();
-      Dec* da = reinterpret_cast<Dec*>(dsa.data_ptr<uint8_t>());
-      Dec* db = reinterpret_cast<Dec*>(dsb.data_ptr<uint8_t>());
-      uint32_t* fa = reinterpret_cast<uint32_t*>(fsa.data_ptr<int32_t>());
-      uint32_t* fb = reinterpret_cast<uint32_t*>(fsb.data_ptr<int32_t>());
+      torch::stable::zero_(fsa);
+      torch::stable::zero_(fsb);
+      Dec* da = reinterpret_cast<Dec*>(dsa.mutable_data_ptr<uint8_t>());
+      Dec* db = reinterpret_cast<Dec*>(dsb.mutable_data_ptr<uint8_t>());
+      uint32_t* fa = reinterpret_cast<uint32_t*>(fsa.mutable_data_ptr<int32_t>());
+      uint32_t* fb = reinterpret_cast<uint32_t*>(fsb.mutable_data_ptr<int32_t>());
       if (nb * M * nblk > 0) {
         decode_scales_kernel<<<blocks_for(nb * M * nblk, kThreads), kThreads, 0, stream>>>(
             view3(*sa), b0, false, P.fs, nb, M, nblk, da, fa);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        STD_CUDA_KERNEL_LAUNCH_CHECK();
       }
       if (nb * N * nblk > 0) {
         decode_scales_kernel<<<blocks_for(nb * N * nblk, kThreads), kThreads, 0, stream>>>(
             view3(*sb), b0, true, P.fs, nb, N, nblk, db, fb);
-        C10_CUDA_KERNEL_LAUNCH_CHECK();
+        STD_CUDA_KERNEL_LAUNCH_CHECK();
       }
       S = Scales{da, db, fa, fb, nblk};
     }
@@ -434,24 +430,22 @@ void gemm_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
       case kTrFdpa: launch_generic<kTrFdpa>(P, A, B, S, vc, b0, nb, M, N, int(K), obase, oes, stream); break;
       case kGtrFdpa: launch_generic<kGtrFdpa>(P, A, B, S, vc, b0, nb, M, N, int(K), obase, oes, stream); break;
       case kEFdpa: launch_generic<kEFdpa>(P, A, B, S, vc, b0, nb, M, N, int(K), obase, oes, stream); break;
-      default: TORCH_CHECK(false, "_gemm (CUDA): unknown fused op ", P.op);
+      default: STD_TORCH_CHECK(false, "_gemm (CUDA): unknown fused op ", P.op);
     }
   }
 }
 
 }  // namespace
 
-at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                     const c10::optional<at::Tensor>& sa, const c10::optional<at::Tensor>& sb,
-                     const Params& P) {
-  const c10::cuda::CUDAGuard guard(a.device());
-  at::Tensor out = at::empty({a.size(0), a.size(1), b.size(2)},
-                             c.options().memory_format(at::MemoryFormat::Contiguous));
+Tensor gemm_cuda(const Tensor& a, const Tensor& b, const Tensor& c, const OptTensor& sa,
+                 const OptTensor& sb, const Params& P) {
+  const CudaGuard guard(a.get_device_index());
+  Tensor out = torch::stable::new_empty(c, {a.size(0), a.size(1), b.size(2)});  // contiguous
   if (out.numel() == 0) return out;
-  TORCH_CHECK_VALUE(a.size(2) <= int64_t(INT32_MAX), "_gemm (CUDA): K is too large");
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  MMA_CHECK_VALUE(a.size(2) <= int64_t(INT32_MAX), "_gemm (CUDA): K is too large");
+  const cudaStream_t stream = current_stream(a);
   if (P.op == kFma || P.op == kFtzAddMul) {
-    if (c.scalar_type() == at::kDouble) gemm_values<double>(a, b, c, P, out, stream);
+    if (c.scalar_type() == ScalarType::Double) gemm_values<double>(a, b, c, P, out, stream);
     else gemm_values<float>(a, b, c, P, out, stream);
   } else {
     gemm_fused(a, b, c, sa, sb, P, out, stream);
@@ -460,15 +454,14 @@ at::Tensor gemm_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor&
 }
 
 namespace {
-at::Tensor gemm_cuda_entry(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                           const c10::optional<at::Tensor>& sa,
-                           const c10::optional<at::Tensor>& sb, at::IntArrayRef params) {
+Tensor gemm_cuda_entry(const Tensor& a, const Tensor& b, const Tensor& c, const OptTensor& sa,
+                       const OptTensor& sb, const IntList& params) {
   const Params P = checked_params(a, b, c, sa, sb, params);
-  TORCH_CHECK_VALUE(a.device().is_cuda(), "_gemm (CUDA kernel) got a ", a.device(), " tensor");
+  MMA_CHECK_VALUE(a.is_cuda(), "_gemm (CUDA kernel) got a ", device_name(a.device()), " tensor");
   return gemm_cuda(a, b, c, sa, sb, P);
 }
 }  // namespace
 
 }  // namespace mma
 
-TORCH_LIBRARY_IMPL(mma_emu, CUDA, m) { m.impl("_gemm", &mma::gemm_cuda_entry); }
+STABLE_TORCH_LIBRARY_IMPL(mma_emu, CUDA, m) { m.impl("_gemm", TORCH_BOX(&mma::gemm_cuda_entry)); }

@@ -10,13 +10,9 @@
 // as C); K == k gives one instruction per output.  Fragment layouts: PTX ISA, "Matrix
 // fragments for mma.m16n8k*" and "Register fragments for wgmma" (A from registers, B from
 // shared memory, no swizzle, N = 8).
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
-
 #include <cstdint>
+
+#include "stable_cuda.h"
 
 namespace mma_native {
 namespace {
@@ -372,19 +368,20 @@ Launch pick(int kind, int at, int bt, int acc) {
   }
 }
 
-at::Tensor mma_instr_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                          at::IntArrayRef cfg) {
-  TORCH_CHECK_VALUE(cfg.size() == 4, "_mma_instr: cfg = [kind, a type, b type, accumulator]");
+using mma::Tensor;
+
+Tensor mma_instr_cuda(const Tensor& a, const Tensor& b, const Tensor& c, const mma::IntList& cfg) {
+  MMA_CHECK_VALUE(cfg.size() == 4, "_mma_instr: cfg = [kind, a type, b type, accumulator]");
   const int kind = int(cfg[0]), at = int(cfg[1]), bt = int(cfg[2]), acc = int(cfg[3]);
   const Launch fn = (kind >= 0 && kind <= kWgmma32) ? pick(kind, at, bt, acc) : nullptr;
-  TORCH_CHECK_VALUE(fn != nullptr, "_mma_instr: no instruction for kind ", kind, " types ", at,
-                    " x ", bt, " accumulator ", acc);
-  TORCH_CHECK_VALUE(a.dim() == 2 && b.dim() == 2 && c.dim() == 2,
-                    "_mma_instr: a (M, K), b (N, K), c (M, N)");
-  TORCH_CHECK_VALUE(a.is_cuda() && b.device() == a.device() && c.device() == a.device(),
-                    "_mma_instr: tensors must be on one CUDA device");
-  TORCH_CHECK_VALUE(a.is_contiguous() && b.is_contiguous() && c.is_contiguous(),
-                    "_mma_instr: tensors must be contiguous");
+  MMA_CHECK_VALUE(fn != nullptr, "_mma_instr: no instruction for kind ", kind, " types ", at,
+                  " x ", bt, " accumulator ", acc);
+  MMA_CHECK_VALUE(a.dim() == 2 && b.dim() == 2 && c.dim() == 2,
+                  "_mma_instr: a (M, K), b (N, K), c (M, N)");
+  MMA_CHECK_VALUE(a.is_cuda() && b.device() == a.device() && c.device() == a.device(),
+                  "_mma_instr: tensors must be on one CUDA device");
+  MMA_CHECK_VALUE(a.is_contiguous() && b.is_contiguous() && c.is_contiguous(),
+                  "_mma_instr: tensors must be contiguous");
   const int F = kind == kMma16816 || kind == kWgmma16 ? kK16Half
                 : kind == kMma1688 ? kK8Half
                 : (kind == kMma1688Tf32 || kind == kWgmma8Tf32) ? kK8Tf32 : kK32Byte;
@@ -392,36 +389,37 @@ at::Tensor mma_instr_cuda(const at::Tensor& a, const at::Tensor& b, const at::Te
   const int64_t ki = F == kK16Half ? 16 : F == kK32Byte ? 32 : 8;
   const int64_t tm = kind >= kWgmma16 ? 64 : 16;
   const int64_t M = a.size(0), K = a.size(1), N = b.size(0);
-  TORCH_CHECK_VALUE(a.element_size() == es && b.element_size() == es,
-                    "_mma_instr: a and b must hold ", es, "-byte codes");
-  TORCH_CHECK_VALUE(b.size(1) == K && c.size(0) == M && c.size(1) == N, "_mma_instr: shapes ",
-                    a.sizes(), " ", b.sizes(), " ", c.sizes(), " do not fit");
-  TORCH_CHECK_VALUE(c.element_size() == (acc == kAccF32 ? 4 : 2),
-                    "_mma_instr: c must be float32 (f32 accumulator) or float16");
-  TORCH_CHECK_VALUE(M % tm == 0 && N % 8 == 0 && K % ki == 0, "_mma_instr: M, N, K must be "
-                    "multiples of ", tm, ", 8, ", ki, "; got ", M, ", ", N, ", ", K);
-  TORCH_CHECK_VALUE(M <= (int64_t(1) << 30) && N <= (int64_t(1) << 30) && K <= (int64_t(1) << 30),
-                    "_mma_instr: sizes too large");
-  const c10::cuda::CUDAGuard guard(a.device());
-  at::Tensor d = at::empty_like(c);
+  MMA_CHECK_VALUE(int64_t(a.element_size()) == es && int64_t(b.element_size()) == es,
+                  "_mma_instr: a and b must hold ", es, "-byte codes");
+  MMA_CHECK_VALUE(b.size(1) == K && c.size(0) == M && c.size(1) == N, "_mma_instr: shapes ",
+                  mma::shape_of(a), " ", mma::shape_of(b), " ", mma::shape_of(c), " do not fit");
+  MMA_CHECK_VALUE(c.element_size() == size_t(acc == kAccF32 ? 4 : 2),
+                  "_mma_instr: c must be float32 (f32 accumulator) or float16");
+  MMA_CHECK_VALUE(M % tm == 0 && N % 8 == 0 && K % ki == 0, "_mma_instr: M, N, K must be "
+                  "multiples of ", tm, ", 8, ", ki, "; got ", M, ", ", N, ", ", K);
+  MMA_CHECK_VALUE(M <= (int64_t(1) << 30) && N <= (int64_t(1) << 30) && K <= (int64_t(1) << 30),
+                  "_mma_instr: sizes too large");
+  const mma::CudaGuard guard(a.get_device_index());
+  Tensor d = torch::stable::empty_like(c);
   if (d.numel() == 0) return d;
-  at::Tensor err = at::zeros({1}, a.options().dtype(at::kInt));
-  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  Tensor err = torch::stable::new_zeros(a, {1}, mma::ScalarType::Int);
+  const cudaStream_t stream = mma::current_stream(a);
   fn(static_cast<const uint8_t*>(a.data_ptr()), static_cast<const uint8_t*>(b.data_ptr()),
      static_cast<const uint8_t*>(c.data_ptr()), static_cast<uint8_t*>(d.data_ptr()), int(M),
-     int(N), int(K), err.data_ptr<int>(), stream);
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
-  TORCH_CHECK(err.item<int>() == 0, "_mma_instr: this build of torch_mma_emu has no code for this "
-              "instruction on the running GPU (mma.sync needs sm_80+, fp8 mma.sync sm_89+, wgmma "
-              "a build for sm_90a: TORCH_CUDA_ARCH_LIST=9.0a bash scripts/build_ext.sh)");
+     int(N), int(K), err.mutable_data_ptr<int32_t>(), stream);
+  STD_CUDA_KERNEL_LAUNCH_CHECK();
+  const Tensor err_host = torch::stable::to(err, mma::Device(torch::headeronly::DeviceType::CPU));
+  STD_TORCH_CHECK(err_host.const_data_ptr<int32_t>()[0] == 0, "_mma_instr: this build of "
+                  "torch_mma_emu has no code for this instruction on the running GPU (mma.sync "
+                  "needs sm_80+, fp8 mma.sync sm_89+, wgmma a build for sm_90a: "
+                  "TORCH_CUDA_ARCH_LIST=9.0a bash scripts/build_ext.sh)");
   return d;
 }
 
 }  // namespace
 }  // namespace mma_native
 
-TORCH_LIBRARY_FRAGMENT(mma_emu, m) {
-  m.def("_mma_instr(Tensor a, Tensor b, Tensor c, int[] cfg) -> Tensor");
+// the schema: csrc/ops.cpp (every mma_emu schema in one block)
+STABLE_TORCH_LIBRARY_IMPL(mma_emu, CUDA, m) {
+  m.impl("_mma_instr", TORCH_BOX(&mma_native::mma_instr_cuda));
 }
-
-TORCH_LIBRARY_IMPL(mma_emu, CUDA, m) { m.impl("_mma_instr", &mma_native::mma_instr_cuda); }

@@ -1,12 +1,7 @@
 // CUDA kernel of mma_emu::_sched: one thread per output element runs the schedule
 // interpreter (core/schedule.h), the same code as the CPU kernel.
-#include <ATen/ATen.h>
-#include <c10/cuda/CUDAException.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
-#include <torch/library.h>
-
 #include "../sched.h"
+#include "stable_cuda.h"
 
 namespace mma {
 namespace {
@@ -29,27 +24,32 @@ __global__ void sched_kernel(Params P, SchedConsts S, const int64_t* prog, int64
 
 }  // namespace
 
-at::Tensor sched_cuda(const at::Tensor& a, const at::Tensor& b, const at::Tensor& c,
-                      const at::Tensor& partials, const c10::optional<at::Tensor>&,
-                      const c10::optional<at::Tensor>&, const Params& P,
-                      const at::Tensor& program, const SchedConsts& S) {
-  const c10::cuda::CUDAGuard guard(c.device());
+Tensor sched_cuda(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& partials,
+                  const OptTensor&, const OptTensor&, const Params& P, const Tensor& program,
+                  const SchedConsts& S) {
+  const CudaGuard guard(c.get_device_index());
   const int64_t Bt = c.size(0), M = c.size(1), N = c.size(2);
-  at::Tensor out = at::empty({Bt, M, N}, c.options().dtype(sched_out_dtype(P)));
+  Tensor out = torch::stable::new_empty(c, {Bt, M, N}, sched_out_dtype(P));
   if (out.numel() == 0) return out;
-  const at::Tensor prog = program.to(c.device());
+  const Tensor prog = torch::stable::to(program, c.device());
   const int threads = 128;
   const int64_t blocks = (out.numel() + threads - 1) / threads;
-  sched_kernel<<<unsigned(blocks), threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
-      P, S, prog.data_ptr<int64_t>(), prog.numel(), view3(a), view3(b), view3(c),
+  sched_kernel<<<unsigned(blocks), threads, 0, current_stream(c)>>>(
+      P, S, prog.const_data_ptr<int64_t>(), prog.numel(), view3(a), view3(b), view3(c),
       view3(partials), Bt, M, N, static_cast<uint8_t*>(out.data_ptr()),
       int(out.element_size()));
-  C10_CUDA_KERNEL_LAUNCH_CHECK();
+  STD_CUDA_KERNEL_LAUNCH_CHECK();
   return out;
+}
+
+Tensor sched_cuda_entry(const Tensor& a, const Tensor& b, const Tensor& c,
+                        const Tensor& partials, const IntList& params, const IntList& program,
+                        const std::vector<double>& consts, const OptTensor& sa,
+                        const OptTensor& sb) {
+  return sched_entry<torch::headeronly::DeviceType::CUDA, &sched_cuda>(
+      a, b, c, partials, params, program, consts, sa, sb);
 }
 
 }  // namespace mma
 
-TORCH_LIBRARY_IMPL(mma_emu, CUDA, m) {
-  m.impl("_sched", &mma::sched_entry<c10::DeviceType::CUDA, &mma::sched_cuda>);
-}
+STABLE_TORCH_LIBRARY_IMPL(mma_emu, CUDA, m) { m.impl("_sched", TORCH_BOX(&mma::sched_cuda_entry)); }

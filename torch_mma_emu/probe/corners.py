@@ -6,6 +6,8 @@ field from the target instead of guessing it.
 * ``cancelled_group_scale`` (``cancelled_group``): a block of products cancelling to 0 under
   a large scale, beside a small term: does its scale exponent still set the alignment?
 * ``tr_carry`` (``tr_renorm``): TR-FDPA's T' + c' carrying into the next binade.
+* ``acc_flush_interval`` (ftz_addmul's ``L``): how many products apart FTZ-AddMul flushes
+  its accumulator input (once per instruction, or per group of P).
 
 ``zero_exp`` is read by ``exponent_floor`` (its vectors hold zero terms); a floor probe
 without zero terms cannot exist for the outputs it matters to (docs/probe.md).
@@ -15,7 +17,8 @@ from __future__ import annotations
 import math
 
 from .context import Ctx, num
-from .vectors import max_finite
+from .report import Interval
+from .vectors import fits, max_finite
 
 
 def zero_result_sign(ctx: Ctx):
@@ -102,3 +105,56 @@ def tr_carry(ctx: Ctx):
         return ctx.add("tr_carry", False, what + ": T' + c' kept at F2 bits below E",
                        [(v, o)])
     return ctx.add("tr_carry", None, what + " (unexpected)", [(v, o)])
+
+
+def acc_flush_interval(ctx: Ctx):
+    """Where FTZ-AddMul flushes its accumulator input (docs/model.md 6.6): c = -2**(e+1)
+    (e: the output's emin) and one product 3*2**(e-1) at position k leave -2**(e-1), which
+    the FTZ addition writes as -0; the products after k are (-1)*(+0) = -0, which keep an
+    accumulator of -0 (-0 + -0) unless its input is flushed at a later boundary (+0 + -0 is
+    +0); the +0 products before k leave c as it is.  Over k = 0..n-1 the result is -0
+    exactly for the k of the last flush interval: their count is L (P: flushed per group).
+    n must be a multiple of L (a zero-padded last instruction adds +0 groups: +0 at every
+    k), so n = 64, then 96 and 256 when no k keeps -0."""
+    name = "acc_flush_interval"
+    if ctx.fact("subnormal_accumulation") is not False:
+        return ctx.add(name, None, "applies where the accumulator flushes subnormals "
+                       "(FTZ-AddMul)")
+    e = ctx.out.emin
+    neg0 = next(((x, y) for x, y in ((-1.0, 0.0), (0.0, -1.0))
+                 if fits(ctx.fa, x) and fits(ctx.fb, y)), None)
+
+    def make(k, n, c, p):
+        v = ctx.vec({k: p}, c, K=n)
+        for i in range(k + 1, n):
+            v.a[i], v.b[i] = neg0
+        return v
+    for c, p in ((-(2.0 ** (e + 1)), 3 * 2.0 ** (e - 1)), (-1.5 * 2.0 ** e, 2.0 ** e)):
+        if neg0 is not None and None not in ctx.build([lambda: make(0, 2, c, p)]):
+            break
+    else:
+        return ctx.add(name, None, f"products of normal {ctx.fa.name} inputs cannot bring c "
+                       f"into the {ctx.out.name} subnormals: no sum of c and products "
+                       "underflows to a zero, so the flush interval acts on no input")
+    for n in (64, 96, 256):
+        vecs = [make(k, n, c, p) for k in range(n)]
+        outs = ctx.run(vecs)
+        what = f"c = {num(c)}, {num(p)} at k, (-1)*(+0) after k (K = {n})"
+        if outs[-1].value != 0:
+            return ctx.add(name, None, f"{what}: k = {n - 1} -> {num(outs[-1].value)}, not "
+                           "a flushed zero", [(vecs[-1], outs[-1])])
+        neg = [o.value == 0 and math.copysign(1, o.value) < 0 for o in outs]
+        m = n - next((k + 1 for k in range(n - 1, -1, -1) if not neg[k]), 0)
+        if m:
+            break
+    ev = [(vecs[k], outs[k]) for k in (n - m - 1, n - m) if 0 <= k < n]
+    if m == 0 or any(neg[:n - m]) or any(o.value != 0 for o in outs):
+        return ctx.add(name, None, f"{what}: signs {''.join('-' if x else '+' for x in neg)}"
+                       " (unexpected)", ev or [(vecs[-1], outs[-1])])
+    if m == n:
+        return ctx.add(name, Interval(n, None), f"{what}: -0 at every k: the accumulator "
+                       f"is not flushed within {n} products", ev)
+    W = ctx.fact("block_width")
+    per = " (per group)" if W is not None and W.exact and W.lo == m else ""
+    return ctx.add(name, Interval(m, m), f"{what}: -0 for k >= {n - m}, +0 below: the "
+                   f"accumulator input is flushed every {m} products{per}", ev)

@@ -55,6 +55,7 @@ def probe(target, in_format=None, out_dtype=None, *, scale_format=None, block_si
     precision.exponent_floor(ctx)
     corners.cancelled_group_scale(ctx)
     corners.tr_carry(ctx)
+    corners.acc_flush_interval(ctx)
     accumulator.normalize_at_end(ctx)
     accumulator.carry_bits(ctx)
     accumulator.monotonicity(ctx)

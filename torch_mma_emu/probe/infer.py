@@ -104,6 +104,7 @@ def hints(rep: FeatureReport, iface, wide: bool = False) -> dict:
         rhos.add(elem.nearest_rho(out))
     h["rhos"] = None if wide or not rhos else sorted(rhos)
     h["zero"] = _zero_hints(rep, iface, wide)
+    h["flush_Ls"] = None if wide else _flush_hint(rep, iface)
     if not wide and rep.value("exponent_floor") is not None:
         fl = rep.value("exponent_floor")
         h["floors"] = [fl.lo, None] if fl.exact else [None]
@@ -158,6 +159,19 @@ def _zero_hints(rep: FeatureReport, iface, wide: bool) -> dict:
         zero["zero_exp"] = tuple(z for z in known if z is None or top is None or z <= top) \
             or (None,)
     return zero
+
+
+def _flush_hint(rep: FeatureReport, iface):
+    """ftz_addmul's L (products between two flushes of the accumulator input, docs/model.md
+    6.6): the acc_flush_interval probe's reading; where no input reaches it (fp16 products
+    stay far above fp32's subnormals, so every L acts alike), the registry's L for these
+    formats, else L = P (the fused width the probes see)."""
+    iv = rep.value("acc_flush_interval")
+    if iv is not None:
+        return [iv.lo] if iv.exact else [L for L in space.POW2_L if L >= iv.lo]
+    known = space.known_values(iface, "L", ops=elem.names(has_P=True))   # FTZ-AddMul
+    W = rep.value("block_width")
+    return list(known) if known else [W.lo] if W is not None and W.exact else None
 
 
 def infer(target, in_format=None, out_dtype=None, *, scale_format=None, block_size=None,
@@ -222,9 +236,9 @@ def infer_spec(target, in_format=None, out_dtype=None, *, scale_format=None,
     """A :class:`~torch_mma_emu.spec.Spec` for ``target`` built from its features.
 
     The features restrict the model space (op kind, L, F, F2, rho, floor, alignment
-    rounding, NaN encoding, the zero corners' fields); every spec left is checked bit for
-    bit against the probe vectors and ``checks`` random inputs run on the target; when
-    none fits, the loop widens
+    rounding, NaN encoding, the zero corners' fields, FTZ-AddMul's flush interval); every
+    spec left is checked bit for bit against the probe vectors and ``checks`` random
+    inputs run on the target; when none fits, the loop widens
     to the neighbourhood and then the whole space (seed 003's revise step).  Among the specs
     that fit, the one closest to a known registry entry for these formats, then the
     simplest, is returned.  ``infer(...)`` returns the details (report, ties, rounds).

@@ -18,13 +18,15 @@ ZERO_DEFAULTS = {f: DEFAULTS[f] for f in elem.ZERO_FIELDS}
 ZERO_FIELD_OPS = {f: elem.with_field(f) for f in ZERO_DEFAULTS}   # the ops each applies to
 
 
-def known_values(iface: Interface, field: str) -> tuple | None:
-    """The values of a zero-corner field among the registry's entries for these formats
-    (None when it has no entry for them): the cheap choice where a probe cannot decide."""
+def known_values(iface: Interface, field: str, ops=None) -> tuple | None:
+    """The values of a zero-corner field (or of ``field`` on ``ops``) among the registry's
+    entries for these formats (None when it has no entry for them): the cheap choice where
+    a probe cannot decide."""
     from ..registry import all_specs
     fa, fb, out = iface.fmt_a.name, iface.fmt_b.name, iface.out.name
+    ops = ops or ZERO_FIELD_OPS[field]
     same = [r for r in all_specs() if r.out_format == out and r.in_format == fa
-            and (r.in_format_b or r.in_format) == fb and r.op in ZERO_FIELD_OPS[field]
+            and (r.in_format_b or r.in_format) == fb and r.op in ops
             and (not iface.scaled or r.scale_format == iface.scale_format)]
     vals = {getattr(r, field) for r in same}
     return tuple(sorted(vals, key=repr)) if vals else None
@@ -113,10 +115,20 @@ def nan_choices(out: str):
     return (None, NVIDIA_NAN[out])
 
 
+def flush_lengths(P: int, flush_Ls=None) -> list[int]:
+    """ftz_addmul's L for a group of P: the products between two flushes of the accumulator
+    input, a multiple of P (None: P up to 64 by doubling; docs/model.md 6.6)."""
+    if flush_Ls is None:
+        return [P << i for i in range(8) if P << i <= 64]
+    return sorted({L for L in flush_Ls if L >= P and L % P == 0})
+
+
 def space(iface: Interface, *, ops=None, Ls=None, Fs=None, F2s=None, rhos=None, floors=None,
-          aligns=None, nan_bits=None, Gs=None, zero=None):
+          aligns=None, nan_bits=None, Gs=None, zero=None, flush_Ls=None):
     """Yield the valid Specs; each keyword restricts one dimension (None: all values);
-    ``zero`` maps zero-corner fields to the values to try (unnamed: the default only)."""
+    ``zero`` maps zero-corner fields to the values to try (unnamed: the default only).
+    ftz_addmul takes its group P from ``Ls`` (the fused width the probes see) and its L
+    from ``flush_Ls``."""
     fa, fb, out = iface.fmt_a.name, iface.fmt_b.name, iface.out.name
     fb_arg = None if fb == fa else fb
     all_ops = elem.names(scaled=iface.scaled)     # simplest first (elementary.py's ranks)
@@ -149,9 +161,9 @@ def space(iface: Interface, *, ops=None, Ls=None, Fs=None, F2s=None, rhos=None, 
         if o.has_P:
             if out != "fp32":           # AMD CDNA2: FTZ-Add/Mul accumulate in fp32 only
                 continue
-            for L, nb, r in product(Ls, nans, op_rhos):
-                if L in (2, 4):
-                    yield from _make(op=op, L=L, P=L, rho=r, flush_inputs=True, nan_bits=nb,
+            for P, nb, r in product(Ls, nans, op_rhos):
+                for L in (flush_lengths(P, flush_Ls) if P in o.P_choices else ()):
+                    yield from _make(op=op, L=L, P=P, rho=r, flush_inputs=True, nan_bits=nb,
                                      **common)
             continue
         if o.has_F2:
