@@ -16,6 +16,7 @@ import torch
 
 from . import _C, cuda_archs
 from .formats import NAN_STYLES
+from .isa import KERNEL_TYPES, KERNELS
 from .spec import OPS, RHOS, Spec
 
 LAYOUT: dict = _C._layout()
@@ -44,6 +45,12 @@ def layout_errors(layout: dict) -> list[str]:
         if only_c or only_py:
             errs.append(f"{key}: only in the extension {sorted(only_c)}, only in Python "
                         f"{sorted(only_py)}")
+    # the instruction kernels' codes: isa.py writes them as numbers, the extension's position
+    for key, table in (("instr_kinds", {n: k.kind for n, k in KERNELS.items()}),
+                       ("instr_types", KERNEL_TYPES)):
+        theirs = {n: i for i, n in enumerate(layout.get(key, ()))}
+        if theirs != table:
+            errs.append(f"{key}: the extension has {theirs}, isa.py {table}")
     return errs
 
 
