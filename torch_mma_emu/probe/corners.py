@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from .context import Ctx, num
+from .session import Ctx, num
 from .vectors import max_finite
 
 
