@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math")),
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
                "the native GPU backends and their Triton kernels",
-     ("cpp", "ops", "schedule", "schedule_fields", "schedule_presets", "schedule_tree",
+     ("cpp", "ops", "ops_spec", "ops_kernel", "ops_autograd", "ops_round", "schedule", "schedule_fields", "schedule_presets", "schedule_tree",
       "schedule_run", "schedule_split", "schedule_partials", "schedule_search",
       "packed_layouts", "sharding", "native",
       "triton_kernels")),
