@@ -25,7 +25,7 @@ PARAMS: tuple = LAYOUT["params"]            # names in the vector's order
 # the parameters whose values are names, and the list that numbers them
 _ENUMS = {"op": "ops", "rho": "rhos", **{f"{f}_nan_style": "nan_styles"
                                          for f in ("fa", "fb", "fo", "fs")}}
-# the schedule program's opcodes Python emits (schedule.py)
+# the schedule program's opcodes Python emits (schedule_tree.py, schedule_run.py)
 SCHED_OP_NAMES = ("PARTIAL", "C", "ZERO", "ADD", "NODE", "EPI_ALPHA", "EPI_FMA", "EPI_MULADD",
                   "CHAIN", "CHAINS")
 
@@ -113,7 +113,7 @@ def gemm(spec: Spec, a, b, c, scale_a=None, scale_b=None, c_mode: str = "chain",
 
 
 def sched(spec: Spec, a, b, c, partials, program, consts, scale_a=None, scale_b=None):
-    """A schedule program (schedule.py) of ``spec``'s chain-mode instruction."""
+    """A schedule program (schedule_run.py) of ``spec``'s chain-mode instruction."""
     return call("_sched", a, b, c, partials, list(params(spec, "chain")), list(program),
                 list(consts), scale_a, scale_b)
 
