@@ -124,6 +124,8 @@ PyObject* layout(PyObject*, PyObject*) {
   static const char* const rhos[] = {MMA_RHOS(MMA_PY_NAME)};
   static const char* const nan_styles[] = {MMA_NAN_STYLES(MMA_PY_NAME)};
   static const char* const sched_ops[] = {MMA_SCHED_OPS(MMA_PY_NAME)};
+  static const char* const instr_kinds[] = {MMA_INSTR_KINDS(MMA_PY_STRING)};
+  static const char* const instr_types[] = {MMA_INSTR_TYPES(MMA_PY_STRING)};
   static_assert(sizeof(params) / sizeof(params[0]) == mma::kNumParams);
   struct Entry { const char* key; const char* const* names; Py_ssize_t n; };
   const Entry entries[] = {
@@ -131,7 +133,9 @@ PyObject* layout(PyObject*, PyObject*) {
       {"ops", ops, Py_ssize_t(sizeof(ops) / sizeof(ops[0]))},
       {"rhos", rhos, Py_ssize_t(sizeof(rhos) / sizeof(rhos[0]))},
       {"nan_styles", nan_styles, Py_ssize_t(sizeof(nan_styles) / sizeof(nan_styles[0]))},
-      {"sched_ops", sched_ops, Py_ssize_t(sizeof(sched_ops) / sizeof(sched_ops[0]))}};
+      {"sched_ops", sched_ops, Py_ssize_t(sizeof(sched_ops) / sizeof(sched_ops[0]))},
+      {"instr_kinds", instr_kinds, Py_ssize_t(sizeof(instr_kinds) / sizeof(instr_kinds[0]))},
+      {"instr_types", instr_types, Py_ssize_t(sizeof(instr_types) / sizeof(instr_types[0]))}};
   PyObject* d = PyDict_New();
   if (d == nullptr) return nullptr;
   for (const Entry& e : entries) {
@@ -163,8 +167,8 @@ PyMethodDef methods[] = {
      "The CUDA archs this build's kernels were compiled for, '_' between them ('' without "
      "CUDA)."},
     {"_layout", layout, METH_NOARGS,
-     "The names of the parameter vector, ops, rhos, NaN styles and schedule opcodes, in "
-     "order (csrc/core/layout.h)."},
+     "The names of the parameter vector, ops, rhos, NaN styles, schedule opcodes and the "
+     "instruction kernels' kinds and operand types, in order (csrc/core/layout.h)."},
     {nullptr, nullptr, 0, nullptr}};
 }  // namespace
 

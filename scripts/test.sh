@@ -28,7 +28,7 @@ PY
 done
 # the third-party Triton zoo (Liger-Kernel, fla-core, gemlite: requirements-triton-zoo.txt,
 # setup.py's "triton-zoo" extra; FlagGems with --no-deps: it pins numpy 1.26), torch and
-# triton pinned; offline or failing, tests/test_triton_zoo_*.py skip
+# triton pinned; offline or failing, tests/triton_emu/test_triton_zoo_*.py skip
 if "$VPY" -c "import triton" 2>/dev/null; then
   TRITON_PIN="triton==$("$VPY" -c 'import triton; print(triton.__version__)')"
   zoo_missing=$("$VPY" - <<'PY'

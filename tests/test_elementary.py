@@ -23,7 +23,7 @@ import torch_mma_emu as tme
 from torch_mma_emu import _C, cpp, elementary as elem
 from torch_mma_emu.probe import search, space
 from torch_mma_emu.probe.tables import table4_row
-from torch_mma_emu.reference import ops as ref_ops
+from torch_mma_emu.reference import elementary_ops as ref_ops
 from torch_mma_emu.registry import ROWS, all_specs
 from torch_mma_emu.registry_doc import model_cell
 from torch_mma_emu.spec import FIELD_KINDS, NON_ARITH_FIELDS, Spec
@@ -141,9 +141,9 @@ def test_rho_bits_are_the_kernels(rho):
 
 
 def test_every_operation_has_its_algorithm_in_the_reference():
-    """reference/ops.py runs op_<name> for each record, and its section header names the
+    """reference/elementary_ops.py runs op_<name> for each record, and its section header names the
     record's algorithm and title (one spelling)."""
-    text = (ROOT / "torch_mma_emu/reference/ops.py").read_text()
+    text = (ROOT / "torch_mma_emu/reference/elementary_ops.py").read_text()
     for o in elem.OPS.values():
         assert ref_ops.OPS[o.name].__name__ == f"op_{o.name}"
         at = text.index(f"\ndef op_{o.name}(")

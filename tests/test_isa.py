@@ -1,7 +1,6 @@
 """The instruction table (torch_mma_emu/isa.py): every registry row points to an
 instruction that takes its types on its arch, the native kernels' codes are the CUDA
 source's, and instruction= names resolve through the table only."""
-import re
 from pathlib import Path
 
 import pytest
@@ -39,16 +38,21 @@ def test_records_are_well_formed():
         assert len(i.shape) == 3
 
 
-def _enum(src: str, name: str) -> dict:
-    body = re.search(rf"enum {name} : int \{{(.*?)\}};", src, re.S).group(1)
-    return {m.group(2): int(m.group(1)) for m in re.finditer(r"= (\d+),\s*// (\S+)", body)}
-
-
-def test_kernel_codes_match_the_cuda_source():
-    src = (ROOT / "csrc" / "cuda" / "mma_instr.cu").read_text()
-    assert _enum(src, "Kind") == {n: k.kind for n, k in ins.KERNELS.items()}
-    assert _enum(src, "Type") == ins.KERNEL_TYPES
+def test_kernel_codes_are_the_extensions():
+    """The kernels' kind / type codes: csrc/core/layout.h's MMA_INSTR_KINDS / _TYPES, which
+    the extension exports; cpp.layout_errors names a drift (checked at import)."""
+    from torch_mma_emu import _C, cpp
+    layout = _C._layout()
+    assert list(layout["instr_kinds"]) == list(ins.KERNELS)
+    assert list(layout["instr_types"]) == list(ins.KERNEL_TYPES)
+    assert cpp.layout_errors(layout) == []
+    moved = dict(layout, instr_kinds=layout["instr_kinds"][::-1])
+    assert any("instr_kinds" in e for e in cpp.layout_errors(moved))
+    fewer = dict(layout, instr_types=layout["instr_types"][:-1])
+    assert any("instr_types" in e for e in cpp.layout_errors(fewer))
     assert native.INSTRUCTIONS is ins.KERNELS
+    src = (ROOT / "csrc" / "cuda" / "mma_instr.cu").read_text()
+    assert "MMA_INSTR_KINDS(MMA_ENUM_MEMBER)" in src and "MMA_INSTR_TYPES(MMA_ENUM_MEMBER)" in src
 
 
 @pytest.mark.parametrize("arch,fmt,out,name,want", [

@@ -518,7 +518,7 @@ def _eval_fp32(prog, vals):
 def test_slices_past_k_cost_nothing_and_change_nothing():
     """split_k far beyond the chunks: the empty slices collapse (x + 0 + 0 = x + 0, also for
     x = -0) into at most one +0 per addition with a real value; same bits as adding each."""
-    from torch_mma_emu.schedule import _reduce_program
+    from torch_mma_emu.schedule_run import _reduce_program
     g = torch.Generator().manual_seed(8)
     pool = torch.tensor([-0.0, 0.0, 1.5, -1e30, float("inf"), float("nan"), -3.25e-40, 1e30])
     for n in range(1, 8):

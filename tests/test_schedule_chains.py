@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import torch_mma_emu as tme
-import torch_mma_emu.schedule as sched_mod
+import torch_mma_emu.schedule_run as sched_mod
 from torch_mma_emu import cpp
 from torch_mma_emu.inputs import FAMILIES, operands
 from torch_mma_emu.registry import ROWS

@@ -4,7 +4,7 @@ or +0, its short group last and zero-padded, then the chain over [k0 + r, k1) go
 that accumulator (CHAIN flag 2), both off the instruction grid where r or the slice start
 is (csrc/cpu/sched_cpu.cpp run_streamed gives such a chain a K window of its own).  The
 per-element NODE program (the earlier route, kept for CUDA and behind
-``schedule._RESIDUE_CHAINS``) is the reference: same bits for every K around the tile and
+``schedule_run._RESIDUE_CHAINS``) is the reference: same bits for every K around the tile and
 the grain, NaN / Inf / signed zeros / subnormals / cancellation, C in the chain or the
 epilogue, tiny and default K windows; and K past MMA_EMU_SCHED_MAX_NODE_PRODUCTS runs.
 tests/test_schedule_blocks.py compares the presets over every registry row as well."""
@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import torch_mma_emu as tme
-import torch_mma_emu.schedule as sched_mod
+import torch_mma_emu.schedule_run as sched_mod
 from torch_mma_emu.inputs import operands
 from torch_mma_emu.schedule import Schedule
 from torch_mma_emu.schedule_split import ScheduleRowError, residue_program

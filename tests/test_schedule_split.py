@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import torch_mma_emu as tme
-import torch_mma_emu.schedule as sched_mod
+import torch_mma_emu.schedule_run as sched_mod
 from torch_mma_emu.schedule import PRESETS, Schedule
 from torch_mma_emu.schedule_split import k_slices
 from helpers import bits

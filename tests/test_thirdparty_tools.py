@@ -16,7 +16,7 @@ from thirdparty import COARSE, run_spied  # noqa: E402
 
 import torch_mma_emu as tme  # noqa: E402
 from torch_mma_emu.cli import main  # noqa: E402
-from torch_mma_emu.preview.compare import main_tensor  # noqa: E402
+from torch_mma_emu.preview.divergence import main_tensor  # noqa: E402
 
 
 def _conv1d_layers(model):

@@ -1,7 +1,7 @@
 """A Triton GEMM as a user would write it, after the structure of Triton's matrix
 multiplication tutorial (grouped program order for L2 reuse, autotuned tile configs, an fp32
 accumulator fed by ``tl.dot``, an optional fused activation, a ``@triton.jit`` helper).
-Nothing in it knows about the emulator: tests/test_triton_emulate.py runs it under
+Nothing in it knows about the emulator: tests/triton_emu/test_triton_emulate.py runs it under
 ``torch_mma_emu.triton.emulate(arch)``."""
 import torch
 import triton

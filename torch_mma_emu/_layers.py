@@ -22,7 +22,8 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math")),
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
                "the native GPU backends and their Triton kernels",
-     ("cpp", "cuda_archs", "ops", "schedule", "schedule_split", "schedule_partials", "schedule_search",
+     ("cpp", "cuda_archs", "ops", "ops_spec", "ops_kernel", "ops_autograd", "ops_round", "schedule", "schedule_fields", "schedule_presets", "schedule_tree",
+      "schedule_run", "schedule_split", "schedule_partials", "schedule_search",
       "packed_layouts", "sharding", "native",
       "triton_kernels")),
     ("tools", "built on the engine: FPRev, probing and fitting, hardware checks, Triton "
@@ -35,7 +36,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 
 # (importer, imported, why the arrow runs back up); all are imports inside functions
 BACK_ARROWS: tuple[tuple[str, str, str], ...] = (
-    ("schedule", "fprev.tree",
+    ("schedule_tree", "fprev.tree",
      "a tree schedule is given and checked as an FPRev SumTree (from_tree, reveal's JSON)"),
     ("triton_kernels.gemm", "triton",
      "the native Triton GEMM asks whether an emulation block is open (interpreter launch)"),

@@ -18,6 +18,7 @@ import torch
 from . import _C, cuda_archs
 from .formats import NAN_STYLES
 from . import elementary
+from .isa import KERNEL_TYPES, KERNELS
 from .spec import Spec
 
 LAYOUT: dict = _C._layout()
@@ -26,7 +27,7 @@ PARAMS: tuple = LAYOUT["params"]            # names in the vector's order
 # the parameters whose values are names, and the list that numbers them
 _ENUMS = {"op": "ops", "rho": "rhos", **{f"{f}_nan_style": "nan_styles"
                                          for f in ("fa", "fb", "fo", "fs")}}
-# the schedule program's opcodes Python emits (schedule.py)
+# the schedule program's opcodes Python emits (schedule_tree.py, schedule_run.py)
 SCHED_OP_NAMES = ("PARTIAL", "C", "ZERO", "ADD", "NODE", "EPI_ALPHA", "EPI_FMA", "EPI_MULADD",
                   "CHAIN", "CHAINS")
 
@@ -52,6 +53,12 @@ def layout_errors(layout: dict) -> list[str]:
         elif key in ordered and tuple(theirs) != ordered[key]:
             errs.append(f"{key}: elementary.py lists {list(ordered[key])}, the extension "
                         f"(csrc/core/layout.h) {list(theirs)}: one order in both")
+    # the instruction kernels' codes: isa.py writes them as numbers, the extension's position
+    for key, table in (("instr_kinds", {n: k.kind for n, k in KERNELS.items()}),
+                       ("instr_types", KERNEL_TYPES)):
+        theirs = {n: i for i, n in enumerate(layout.get(key, ()))}
+        if theirs != table:
+            errs.append(f"{key}: the extension has {theirs}, isa.py {table}")
     return errs
 
 
@@ -114,7 +121,7 @@ def gemm(spec: Spec, a, b, c, scale_a=None, scale_b=None, c_mode: str = "chain",
 
 
 def sched(spec: Spec, a, b, c, partials, program, consts, scale_a=None, scale_b=None):
-    """A schedule program (schedule.py) of ``spec``'s chain-mode instruction."""
+    """A schedule program (schedule_run.py) of ``spec``'s chain-mode instruction."""
     return call("_sched", a, b, c, partials, list(params(spec, "chain")), list(program),
                 list(consts), scale_a, scale_b)
 

@@ -10,7 +10,8 @@ PTX / SASS / ISA names and the explicit ``aliases`` (normalised: case, spaces, `
 
 :data:`KERNELS` are the instruction-level CUDA kernels of csrc/cuda/mma_instr.cu
 (``native.mma_instruction``): their ``kind`` and :data:`KERNEL_TYPES` are the enums ``Kind``
-and ``Type`` there (tests/test_isa.py reads them back).  An instruction names the
+and ``Type`` there, csrc/core/layout.h's MMA_INSTR_KINDS / MMA_INSTR_TYPES (a code is the
+position; torch_mma_emu/cpp.py checks the two sides agree at import).  An instruction names the
 kernel that issues it; rows whose instruction has none are not run natively.
 """
 from __future__ import annotations

@@ -59,7 +59,7 @@ def f32dottc_tf32x3(ah, bh, al, bl, acc, dot: Callable, zero):
     """One ``tl.dot(a, b, acc, input_precision="tf32x3")`` as Triton 3.6's F32DotTC pass
     lowers it: ``dot(x, y, c)`` is one tf32 dot from accumulator c; the small products from
     ``zero``, the NaNs of their sum replaced by +0, the big product, then ``r + acc`` with
-    one fp32 addition.  The one implementation of this order (schedule.py's tf32x3 and
+    one fp32 addition.  The one implementation of this order (schedule_run.py's tf32x3 and
     torch_mma_emu.triton's interpreter dots both call it)."""
     r = dot(al, bh, zero)
     r = dot(ah, bl, r)

@@ -1,5 +1,5 @@
 """Split-K as libraries cut and merge it: where the slices start, the leading residue tile
-of a CUTLASS mainloop, and the three ways cuBLAS merges the partial sums (schedule.py runs
+of a CUTLASS mainloop, and the three ways cuBLAS merges the partial sums (schedule_run.py runs
 them; docs/schedules.md gives the sources).
 
 Facts from Meta's bitequiv reconstruction of cuBLAS (facebookexperimental/triton,

@@ -7,7 +7,7 @@ sum into ``tl.dot(a, b)`` with input precision tf32 (M and N >= 16) and then fol
 ``+=`` into it: on the GPU the K loop is a chain of tf32 tensor-core dots with acc as C
 (mma.sync for 32 x 32 tiles, wgmma for 64 x 64 on sm90; xf32 MFMA on gfx942), not the exact
 products and fp32 sums the source suggests (docs/triton.md, "What the compiler does to dots
-first").  Checked against the TTGIR (tests/test_triton_combine.py) and on the GPU
+first").  Checked against the TTGIR (tests/triton_emu/test_triton_combine.py) and on the GPU
 (scripts/gpu/triton_emulate.py).
 """
 from __future__ import annotations

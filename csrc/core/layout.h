@@ -4,6 +4,9 @@
 //   MMA_RHOS         output conversions            (torch_mma_emu.elementary.RHOS)
 //   MMA_NAN_STYLES   special encodings of formats  (torch_mma_emu.formats.NAN_STYLES)
 //   MMA_SCHED_OPS    schedule program opcodes      (schedule.h; torch_mma_emu.schedule)
+//   MMA_INSTR_KINDS  the single-instruction kernels of csrc/cuda/mma_instr.cu
+//                    (torch_mma_emu.isa.KERNELS, by name; entries X("name", member))
+//   MMA_INSTR_TYPES  their operand types          (torch_mma_emu.isa.KERNEL_TYPES)
 // The extension exports these lists (torch_mma_emu._C._layout(), csrc/ops.cpp) and
 // torch_mma_emu/cpp.py builds the parameter vector from them by name and checks at import
 // that the Python names are the same sets, so the two sides cannot drift apart silently.
@@ -33,6 +36,15 @@
 
 #define MMA_NAN_STYLES(X) X(ieee, kIeee) X(fn, kFn) X(fnuz, kFnuz) X(none, kNone) X(e8m0, kE8m0)
 
+#define MMA_INSTR_KINDS(X)                                                             \
+  X("mma.m16n8k16", kMma16816) X("mma.m16n8k8", kMma1688)                             \
+  X("mma.m16n8k8.tf32", kMma1688Tf32) X("mma.m16n8k32", kMma16832)                    \
+  X("wgmma.m64n8k16", kWgmma16) X("wgmma.m64n8k8.tf32", kWgmma8Tf32)                  \
+  X("wgmma.m64n8k32", kWgmma32)
+
+#define MMA_INSTR_TYPES(X) \
+  X("fp16", kF16) X("bf16", kBF16) X("tf32", kTF32) X("fp8_e4m3", kE4M3) X("fp8_e5m2", kE5M2)
+
 #define MMA_SCHED_OPS(X)                                                               \
   X(PARTIAL, kSPartial) X(C, kSC) X(ZERO, kSZero) X(ADD, kSAdd) X(NODE, kSNode)        \
   X(EPI_ALPHA, kSEpiAlpha) X(EPI_FMA, kSEpiFma) X(EPI_MULADD, kSEpiMulAdd)             \
@@ -41,6 +53,7 @@
 // helpers: the enum member / the quoted Python name of an entry
 #define MMA_ENUM_MEMBER(py, cpp) cpp,
 #define MMA_PY_NAME(py, cpp) #py,
+#define MMA_PY_STRING(py, cpp) py,
 #define MMA_QUOTED(name) #name,
 
 namespace mma {

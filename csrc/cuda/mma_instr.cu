@@ -13,28 +13,15 @@
 #include <cstdint>
 
 #include "stable_cuda.h"
+#include "../core/layout.h"
 
 namespace mma_native {
 namespace {
 
-// Kind and Type are torch_mma_emu/isa.py's KERNELS (by name) and KERNEL_TYPES (by
-// format), the name after each enumerator; tests/test_isa.py checks that they agree.
-enum Kind : int {
-  kMma16816 = 0,     // mma.m16n8k16
-  kMma1688 = 1,      // mma.m16n8k8
-  kMma1688Tf32 = 2,  // mma.m16n8k8.tf32
-  kMma16832 = 3,     // mma.m16n8k32
-  kWgmma16 = 4,      // wgmma.m64n8k16
-  kWgmma8Tf32 = 5,   // wgmma.m64n8k8.tf32
-  kWgmma32 = 6,      // wgmma.m64n8k32
-};
-enum Type : int {
-  kF16 = 0,   // fp16
-  kBF16 = 1,  // bf16
-  kTF32 = 2,  // tf32
-  kE4M3 = 3,  // fp8_e4m3
-  kE5M2 = 4,  // fp8_e5m2
-};
+// Kind and Type: csrc/core/layout.h's MMA_INSTR_KINDS / MMA_INSTR_TYPES (a code is the
+// position), which torch_mma_emu/cpp.py checks against isa.KERNELS / KERNEL_TYPES at import.
+enum Kind : int { MMA_INSTR_KINDS(MMA_ENUM_MEMBER) };
+enum Type : int { MMA_INSTR_TYPES(MMA_ENUM_MEMBER) };
 enum Acc : int { kAccF32 = 0, kAccF16 = 1 };
 
 // Fragment families (per warp, 16 rows of A, 8 columns of B).

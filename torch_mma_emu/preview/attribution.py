@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
 from . import module_hooks
-from .compare import divergence
+from .divergence import divergence
 
 __all__ = ["LayerTracker", "Capture", "Report", "LayerRow", "run_captured"]
 

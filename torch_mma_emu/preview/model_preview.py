@@ -21,7 +21,7 @@ import torch.nn as nn
 from ..formats import FLOAT_DTYPES
 from ..registry import ARCHS
 from ..timing import best_of
-from .compare import capture, divergence, top1_agreement, ulp_distance
+from .divergence import capture, divergence, top1_agreement, ulp_distance
 from .mode import emulate
 from .policy import arch_has
 

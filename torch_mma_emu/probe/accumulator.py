@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
-from .context import Ctx, num, pred
+from .session import Ctx, num, pred
 
 
 def products_exact(ctx: Ctx):

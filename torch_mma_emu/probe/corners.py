@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from .context import Ctx, num
+from .session import Ctx, num
 from .report import Interval
 from .vectors import fits, max_finite
 

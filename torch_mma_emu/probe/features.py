@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from . import accumulator, corners, passes, precision, special, structure, subnormal
-from .context import Ctx
+from .session import Ctx
 from .report import Feature, FeatureReport, Interval
 from .targets import make_target
 

@@ -20,7 +20,7 @@ rounded on its own; the feature then says so instead of guessing.
 """
 from __future__ import annotations
 
-from .context import Ctx
+from .session import Ctx
 from .space import Structure, structures
 from .vectors import Unrealizable
 

@@ -13,7 +13,7 @@ from fractions import Fraction
 from functools import partial
 
 from ..reference.rounding import INT_MODES, round_int
-from .context import Ctx, Interval
+from .session import Ctx, Interval
 from .vectors import Unrealizable
 
 EXACT_BITS = 41          # beyond the Spec's largest F (40): call the sum exact

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .context import Ctx, num, ulp
+from .session import Ctx, num, ulp
 from .vectors import fits, max_finite
 
 INF, NAN = math.inf, math.nan

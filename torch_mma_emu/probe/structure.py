@@ -14,7 +14,7 @@ they cover every format.  The fused length W is the first position i whose outco
 """
 from __future__ import annotations
 
-from .context import Ctx, Interval
+from .session import Ctx, Interval
 from .vectors import Unrealizable
 
 MAX_POSITIONS = 257   # the Spec allows L up to 256

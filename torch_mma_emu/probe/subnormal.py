@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .context import Ctx, num
+from .session import Ctx, num
 from .vectors import fits, max_finite
 
 

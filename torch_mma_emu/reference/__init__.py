@@ -11,7 +11,7 @@ Layout:
                     encoding to bit patterns
 * :mod:`.specials`  the special-value rules of the fused operations
 * :mod:`.ieee`      IEEE add / mul / fma and FTZ on extended reals
-* :mod:`.ops`       the eight elementary operations
+* :mod:`.elementary_ops`       the eight elementary operations
 * :mod:`.gemm`      :func:`elementary`, :func:`dot` (the chain), :func:`mm`, tensor helpers
 
 API (all codes are non-negative Python ints; outputs are codes of ``spec.out_format``):

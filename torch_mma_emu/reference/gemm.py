@@ -11,7 +11,7 @@ from ..formats import (FORMATS, INT_OF_SIZE, OUT_DTYPES, formats_of_dtype, get_f
 from ..registry import spec as registry_spec
 from ..spec import Spec
 from . import ieee
-from .ops import OPS
+from .elementary_ops import OPS
 from .rounding import encode
 from .values import decode, x_of
 

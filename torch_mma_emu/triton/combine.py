@@ -1,7 +1,7 @@
 """Two rewrites of Triton's TTIR combine pass (Combine.cpp, ``triton-combine``, run for every
 target) that change what a kernel's matrix products compute.  The interpreter runs a kernel
 op by op and never sees them, so inside an emulate block they are replayed here (checked
-against the TTGIR the installed Triton compiles: tests/test_triton_combine.py):
+against the TTGIR the installed Triton compiles: tests/triton_emu/test_triton_combine.py):
 
 * ``CombineDotAddPattern``: ``d + tl.dot(a, b)`` or ``tl.dot(a, b) + d`` (so also
   ``acc += tl.dot(a, b)``), where the dot has no accumulator and ``max_num_imprecise_acc``

@@ -108,7 +108,7 @@ def check_layout():
 MODELLED_TRITON = (3, 6)
 # versions whose TTGIR agreed with every case of those tests (3.7: torch 2.12's)
 AGREES = {(3, 6), (3, 7)}
-# what Triton 3.8 (torch 2.14's) was seen to compile otherwise (tests/test_triton_choice.py
+# what Triton 3.8 (torch 2.14's) was seen to compile otherwise (tests/triton_emu/test_triton_choice.py
 # and test_triton_combine.py, TTGIR on the CPU)
 SEEN_DIFFERENT = {(3, 8): "wgmma (sm90) and tcgen05 (sm100) for N = 8 tiles where 3.6 takes "
                           "mma.sync, and no tl.dot made of a broadcast multiply + tl.sum on "

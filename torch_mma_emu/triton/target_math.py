@@ -1,5 +1,5 @@
 """Math as the target computes it: what each ``tl`` / ``tl.math`` function becomes in the PTX
-that Triton 3.6 emits for sm_90 (read on the CPU: tests/test_triton_math.py compiles each
+that Triton 3.6 emits for sm_90 (read on the CPU: tests/triton_emu/test_triton_math.py compiles each
 function and checks this table against the PTX), evaluated with :mod:`torch_mma_emu.gpu_math`
 inside an ``emulate`` block.
 

@@ -6,7 +6,7 @@ archs reduce with DPP and how fp32 is converted to fp8.
 The rules follow Triton 3.6's compiler (AccelerateMatmul.cpp and supportMMA for NVIDIA,
 AccelerateAMDMatmul.cpp for AMD, F32DotTC.cpp for the fp32 splits, the backends'
 compiler.py for the options) and are checked against the TTGIR that the installed Triton
-compiles for each target (tests/test_triton_choice.py, no GPU needed).  docs/triton.md has
+compiles for each target (tests/triton_emu/test_triton_choice.py, no GPU needed).  docs/triton.md has
 the table.  NVIDIA rules are by compute capability (``NV_CC``), AMD rules by CDNA generation
 (``Arch.cdna``): never by an arch's name.  Pure Python: importing this module does not
 import Triton.

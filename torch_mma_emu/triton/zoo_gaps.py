@@ -1,5 +1,5 @@
 """Interpreter gaps met running third-party kernels as shipped (the zoo:
-tests/test_triton_zoo*.py), filled while a block is open; gaps.py holds the others.
+tests/triton_emu/test_triton_zoo*.py), filled while a block is open; gaps.py holds the others.
 
 * **float scalar arguments**: a compiled kernel takes a Python ``float`` argument as an fp32
   scalar (``triton.runtime.jit.mangle_type`` gives "fp32"), so kernels call ``eps.to(...)`` on

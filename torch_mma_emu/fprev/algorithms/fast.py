@@ -9,7 +9,7 @@ solve each group recursively, and stack the groups onto p's path.  What differs:
   whose precision limits n work without Algorithm 5's re-probing), and whether G is one
   complete subtree or several children of a multi-term node (Algorithm 4's
   ``max(L_min(J)) > |J|`` test) shows as the context leaf being masked.
-* Batching.  Every sub-problem is a generator run by :mod:`.schedule`, so all probes of a
+* Batching.  Every sub-problem is a generator run by :mod:`.rounds`, so all probes of a
   round go to the target in one batch (matmul rows, one CUDA synchronisation), and on
   fp32/fp64 several sub-problems share one row as bit fields.
 * Structure shortcut (1-D fp32/fp64 targets, :mod:`.structure`): splits into contiguous
@@ -31,7 +31,7 @@ import numpy as np
 
 from ..rows import Support
 from .assemble import Assembler
-from .schedule import Probes, Req, Scheduler, Spawn, inconsistent
+from .rounds import Probes, Req, Scheduler, Spawn, inconsistent
 from .structure import find_partition
 
 MIN_SHORTCUT = 8  # below this many leaves plain probing is as cheap as any shortcut

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..rows import Support
-from .schedule import Probes, Req
+from .rounds import Probes, Req
 
 MIN_PART = 2
 

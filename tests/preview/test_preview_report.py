@@ -16,7 +16,7 @@ from torch_mma_emu.cli import main as cli_main
 from torch_mma_emu.preview import emulate, preview_model
 from torch_mma_emu.preview.tiny_gpt import tiny_gpt
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class Block(nn.Module):

@@ -1,5 +1,5 @@
 """Liger-Kernel's Triton kernels as shipped (rms_norm, cross_entropy, swiglu,
-fused_linear_cross_entropy) under emulate on sm_90, sm_80 and gfx942 (tests/triton_zoo.py):
+fused_linear_cross_entropy) under emulate on sm_90, sm_80 and gfx942 (tests/triton_emu/triton_zoo.py):
 results against a float64 reference of the same math, forward and backward."""
 import pytest
 import torch

@@ -1,5 +1,5 @@
 """One Triton kernel storing fp32 values as bf16, fp8 e4m3 and fp8 e5m2 (round to nearest
-even on the GPU; tests/test_triton_emulate.py)."""
+even on the GPU; tests/triton_emu/test_triton_emulate.py)."""
 import triton
 import triton.language as tl
 

@@ -1,4 +1,4 @@
-"""One-dot Triton kernels for tests/test_triton_choice.py: ``tl.dot`` with and without an
+"""One-dot Triton kernels for tests/triton_emu/test_triton_choice.py: ``tl.dot`` with and without an
 explicit input precision, fp16 accumulators, max_num_imprecise_acc."""
 import triton
 import triton.language as tl

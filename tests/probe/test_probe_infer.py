@@ -14,7 +14,7 @@ from torch_mma_emu.probe.fit import fit
 from torch_mma_emu.probe.infer import InferenceError, infer, infer_spec
 from torch_mma_emu.probe.verify import verify
 
-HW = Path(__file__).parent / "data" / "hwdata"
+HW = Path(__file__).parent.parent / "data" / "hwdata"
 
 
 def _distinct():

@@ -19,7 +19,7 @@ from torch_mma_emu.hw import (archive, common, diagnose, identity, paths, report
                               validate)
 from helpers import bits
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ---------------------------------------------------------------------------------------

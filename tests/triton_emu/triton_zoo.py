@@ -1,4 +1,4 @@
-"""What the Triton zoo's tests share (tests/test_triton_zoo_*.py): third-party Triton kernels,
+"""What the Triton zoo's tests share (tests/triton_emu/test_triton_zoo_*.py): third-party Triton kernels,
 as their packages ship them, run on CPU tensors under ``torch_mma_emu.triton.emulate`` for
 sm_90 (H100), sm_80 (A100) and gfx942 (MI300X).
 

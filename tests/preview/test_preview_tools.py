@@ -8,13 +8,13 @@ import sys
 import pytest
 import torch
 
-from torch_mma_emu.preview.compare import (capture, divergence, top1_agreement, ulp_distance,
+from torch_mma_emu.preview.divergence import (capture, divergence, top1_agreement, ulp_distance,
                                            ulp_of, ulps_from_reference)
 from torch_mma_emu.preview.fp16_training import TaskConfig, train
 from torch_mma_emu.preview.model_preview import preview_model, runs_for
 from torch_mma_emu.preview.tiny_gpt import tiny_gpt
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_ulp_of_known_spacings():

@@ -1,9 +1,9 @@
 """Triton's tutorials 03 (matmul), 05 (layer norm, forward and backward), 06 (fused
 attention), 08 (grouped GEMM) and 10 (block-scaled matmul) under emulate on sm_90, sm_80 and
-gfx942 (tests/triton_zoo.py), against float64 references.  05 and 08 are written from the
-tutorials' published structure (tests/triton_tutorials.py), 06 (forward and backward, block pointers,
+gfx942 (tests/triton_emu/triton_zoo.py), against float64 references.  05 and 08 are written from the
+tutorials' published structure (tests/triton_emu/triton_tutorials.py), 06 (forward and backward, block pointers,
 autotuned) and 10 (mxfp8, tensor descriptors, 5-D scale layout) from their published source
-(tests/triton_tutorials_06_10.py); 03 is tests/triton_user_matmul.py: the triton wheel ships
+(tests/triton_emu/triton_tutorials_06_10.py); 03 is tests/triton_user_matmul.py: the triton wheel ships
 no tutorial.  Tutorial 10 targets sm_100's block-scaled MMA; on sm_90 / sm_80 Triton
 decomposes ``tl.dot_scaled`` into a bf16 dot, on gfx942 the emulation refuses it."""
 import math

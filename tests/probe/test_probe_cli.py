@@ -6,7 +6,7 @@ import torch
 
 from torch_mma_emu.cli import main
 
-HW = Path(__file__).parent / "data" / "hwdata"
+HW = Path(__file__).parent.parent / "data" / "hwdata"
 
 
 def run(capsys, *argv):

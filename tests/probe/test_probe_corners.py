@@ -7,7 +7,7 @@ import torch
 
 from torch_mma_emu import emulated_mm, reference, registry
 from torch_mma_emu.probe import Interval, corners, features, search, subnormal
-from torch_mma_emu.probe.context import Ctx
+from torch_mma_emu.probe.session import Ctx
 from torch_mma_emu.probe.infer import hints, infer
 from torch_mma_emu.probe.targets import make_target
 from torch_mma_emu.spec import Spec

@@ -1,5 +1,5 @@
 """FlagGems' Triton operators as shipped (``mm``, ``bmm``, ``addmm``, ``softmax``,
-``layer_norm``) under emulate on sm_90, sm_80 and gfx942 (tests/triton_zoo.py), against
+``layer_norm``) under emulate on sm_90, sm_80 and gfx942 (tests/triton_emu/triton_zoo.py), against
 float64 references.  FlagGems asks the device at import and launch (vendor detection,
 ``torch.cuda.get_device_name`` in ``LibEntry``) and times configs on the GPU driver
 (``LibTuner``): ``tmt.device_queries`` and the zoo gaps (zoo_gaps.py) let it run; its tuning

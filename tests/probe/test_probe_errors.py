@@ -11,7 +11,7 @@ from torch_mma_emu.cli import main
 from torch_mma_emu.probe.samples import random_samples
 from torch_mma_emu.probe.targets import ProbeTargetError, make_target
 
-HW = Path(__file__).parent / "data" / "hwdata"
+HW = Path(__file__).parent.parent / "data" / "hwdata"
 SM80 = registry.spec("sm80", "fp16", "fp32")
 
 

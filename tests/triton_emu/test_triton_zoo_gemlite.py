@@ -1,6 +1,6 @@
 """gemlite's weight-only quantized GEMMs (A16W8: int8 per-channel, A16W4: 4-bit grouped with
 zeros, packed by gemlite) as shipped, under emulate on sm_90, sm_80 and gfx942
-(tests/triton_zoo.py),
+(tests/triton_emu/triton_zoo.py),
 against float64 references of the same math (the dequantized weight times the activations).
 
 gemlite allocates on ``device="cuda"`` at import and in its packing and launch code, and asks

@@ -1,6 +1,6 @@
 """Compile a Triton kernel for a GPU target on the CPU (no GPU: Triton stops at TTGIR, its
 GPU-specific IR) and list its dot operations: which instruction family each became, the
-operand and result element types.  tests/test_triton_choice.py checks
+operand and result element types.  tests/triton_emu/test_triton_choice.py checks
 torch_mma_emu.triton.choose against it."""
 import re
 

@@ -103,7 +103,7 @@ def test_registry_entry_shapes(sp):
     if (sp.op == "t_fdpa" and sp.in_format == "fp8_e4m3") or \
             (sp.op == "ftz_addmul" and sp.in_format == "fp16"):
         # the units summed before a mask reach big's kept precision for K > 16
-        # (tests/test_fprev_review.py): refused at K = 48, revealed at K = 16
+        # (tests/fprev/test_fprev_review.py): refused at K = 48, revealed at K = 16
         with pytest.raises(ProbeRangeError, match="range is too narrow"):
             fprev.reveal_matmul(32, 4, K, **kw)
         K = 16

@@ -1,6 +1,6 @@
 """fla-core's chunked linear-attention kernels as shipped (``chunk_gla``,
 ``chunk_simple_gla``, ``chunk_delta_rule``), forward and backward, under emulate on sm_90,
-sm_80 and gfx942 (tests/triton_zoo.py), against float64 recurrences of the same math written
+sm_80 and gfx942 (tests/triton_emu/triton_zoo.py), against float64 recurrences of the same math written
 here from the models' definitions (gated linear attention: S_t = diag(exp(g_t)) S_{t-1} +
 k_t^T v_t, o_t = scale q_t S_t; simple GLA: one scalar gate per head; delta rule:
 S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})).  These kernels use tensor loop variables
