@@ -40,7 +40,7 @@ mkdir -p build
 echo "[prebuild] building for torch $("$VPY" -c 'import torch; print(torch.__version__)'), TORCH_CUDA_ARCH_LIST=$TORCH_CUDA_ARCH_LIST (log: build/build_ext.log)"
 t0=$(date +%s)
 PYTHON="$VPY" MAX_JOBS=${MAX_JOBS:-2} bash scripts/build_ext.sh
-so=$(ls torch_mma_emu/_C.cpython-"$("$VPY" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"-*.so)
+so=torch_mma_emu/_C.abi3.so   # the stable-ABI build (any CPython from 3.10)
 PYTHON="$VPY" so_loaded_with_cuda || { echo "prebuild: $so does not load with its CUDA kernels" >&2; exit 1; }
 dest=".gpu_build/build-$h"
 rm -rf "$dest"; mkdir -p "$dest"
