@@ -7,21 +7,11 @@ set this machine has (MMA_EMU_CPU_ISA).  Prints seconds and the ratio renorm / p
 """
 import argparse
 import os
-import time
 
 import torch
 
 import torch_mma_emu as tme
-
-
-def best(fn, reps):
-    fn()  # warm-up: planes, threads
-    t = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        t.append(time.perf_counter() - t0)
-    return min(t)
+from torch_mma_emu.timing import best_of
 
 
 def main():
@@ -44,8 +34,8 @@ def main():
             assert renorm.tr_renorm
             plain = renorm.replace(tr_renorm=False)
             path = torch.ops.mma_emu._cpu_fast_path(list(tme.cpp.params(renorm)))
-            tr = best(lambda: tme.emulated_mm(A, B, C, arch=renorm), a.reps)
-            tp = best(lambda: tme.emulated_mm(A, B, C, arch=plain), a.reps)
+            tr = best_of(lambda: tme.emulated_mm(A, B, C, arch=renorm), a.reps, warm_up=True)
+            tp = best_of(lambda: tme.emulated_mm(A, B, C, arch=plain), a.reps, warm_up=True)
             print(f"{isa:7s} {name:5s} path={path:11s} renorm {tr:7.4f}  plain {tp:7.4f}  "
                   f"ratio {tr / tp:5.2f}")
     os.environ.pop("MMA_EMU_CPU_ISA", None)

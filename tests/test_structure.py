@@ -87,6 +87,15 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return skip
 
 
+def _import_source(node: ast.ImportFrom, here: str) -> str:
+    """The dotted module a ``from ... import`` reads, relative imports resolved from the
+    package ``here``."""
+    if not node.level:
+        return node.module or ""
+    base = here.split(".")[: len(here.split(".")) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _owner(name: str, mods) -> str | None:
     while name not in mods and "." in name:
         name = name.rsplit(".", 1)[0]
@@ -110,11 +119,7 @@ def import_graph(mods: dict[str, Path | None], pkg: str = PKG) -> dict[str, set[
                 targets = [_owner(a.name, mods) for a in node.names
                            if a.name == pkg or a.name.startswith(pkg + ".")]
             elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = here.split(".")[: len(here.split(".")) - node.level + 1]
-                    src = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    src = node.module or ""
+                src = _import_source(node, here)
                 if not (src == pkg or src.startswith(pkg + ".")):
                     continue
                 targets = [f"{src}.{a.name}" if f"{src}.{a.name}" in mods else _owner(src, mods)
@@ -145,11 +150,7 @@ def private_uses(mods: dict[str, Path | None], pkg: str = PKG) -> tuple[list[str
         bound: dict[str, str] = {}          # local name -> the package's module it names
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = here.split(".")[: len(here.split(".")) - node.level + 1]
-                    src = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    src = node.module or ""
+                src = _import_source(node, here)
                 if not (src == pkg or src.startswith(pkg + ".")):
                     if src != "__future__" and (any(map(_private, src.split("."))) or any(
                             _private(a.name) for a in node.names)):
