@@ -83,8 +83,8 @@ class SplitKChoice:
             raise OutsideTable(f"{self.name}: the table holds fp8 (e4m3 / e5m2) operands and "
                                f"fp32, bf16, fp16, fp8 outputs; got {fmt_a} x {fmt_b} -> "
                                f"{out_dtype}")
-        if self.workspace == 0:
-            return 1, 0
+        if self.workspace == 0 or min(int(M), int(N), int(K)) == 0:
+            return 1, 0          # no workspace, or nothing to accumulate: never split
         index, table = _table(self.stem)
         row = index.get((int(M), int(N), int(K)))
         col = (((fa * 2 + fb) * 5 + _OUT[out_dtype]) * 2 + int(bool(fast_accum))) * 2 + \
