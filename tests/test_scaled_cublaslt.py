@@ -252,3 +252,28 @@ def test_preview_picks_the_recorded_split_per_call():
     with tme.emulate("H100", schedule={"scaled_mm": "cublaslt-12.8.3.14/H100-PCIe"}):
         with pytest.raises(OutsideTable):
             torch._scaled_mm(x1[:, :1000], w1[:1000], one, one, out_dtype=torch.bfloat16)
+
+
+def test_named_gpus_and_a_callable_choice():
+    from torch_mma_emu.cublaslt import choice_for_gpu
+    from torch_mma_emu.registry import GPUS
+    assert GPUS["H100 PCIe"][1] == 114 and GPUS["H100 SXM"][1] == 132
+    assert GPUS["H200"][1] == 132 and GPUS["RTX 4060"][:2] == ("sm89", 24)
+    assert choice_for_gpu("H100 PCIe").name == "cublaslt-12.8.3.14/H100-PCIe"
+    assert choice_for_gpu("rtx-4060", workspace=32 << 20).workspace == 32 << 20
+    for g in ("H100 SXM", "H200"):
+        with pytest.raises(ValueError, match="132 SMs"):
+            choice_for_gpu(g)
+    seen = []
+
+    def choose(M, N, K, fa, fb, out_dtype, fast):
+        seen.append((M, N, K, fa, fb, out_dtype, fast))
+        return ada_split(2, "pairwise", fast) if K >= 256 else None
+    a = torch.ones(2, 320).to(E4)
+    b = torch.ones(320, 16).to(E4)
+    with tme.emulate("sm89", schedule={"scaled_mm": choose}, record=True) as em:
+        torch._scaled_mm(a, b, torch.tensor(1.0), torch.tensor(1.0), out_dtype=torch.float32)
+        torch._scaled_mm(a[:, :64], b[:64], torch.tensor(1.0), torch.tensor(1.0),
+                         out_dtype=torch.float32)
+    assert seen[0] == (2, 16, 320, E4, E4, torch.float32, False)
+    assert "split-K 2" in em.records[0].format and "split-K" not in em.records[1].format

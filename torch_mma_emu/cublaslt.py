@@ -24,10 +24,12 @@ from typing import Optional
 import torch
 
 from .formats import format_of_dtype
+from .isa import norm
 from .registry import CUBLASLT_SCALED_MM, gpu
 from .schedule_fields import Schedule
 
-__all__ = ["TABLES", "OutsideTable", "SplitKChoice", "as_choice", "PROMOTE_EVERY"]
+__all__ = ["TABLES", "OutsideTable", "SplitKChoice", "as_choice", "choice_for_gpu",
+           "PROMOTE_EVERY"]
 
 VERSION = "cublaslt-12.8.3.14"
 # name -> (data file stem, the GPU it was recorded on: registry.GPUS)
@@ -113,6 +115,18 @@ class SplitKChoice:
     def __call__(self, M, N, K, fmt_a, fmt_b, out_dtype, fast_accum) -> Schedule:
         S, custom = self.split(M, N, K, fmt_a, fmt_b, out_dtype, fast_accum)
         return self.schedule_for(S, custom, bool(fast_accum))
+
+
+def choice_for_gpu(name: str, workspace: int = 1 << 20) -> SplitKChoice:
+    """The recorded choice of a named GPU (registry.GPUS); a GPU without a recorded table
+    (another SM count: an H100 SXM or H200 has 132) raises instead of borrowing one."""
+    arch, sms, _ = gpu(name)                     # raises for an unknown name
+    for table, (_, g) in TABLES.items():
+        if norm(g) == norm(name):
+            return SplitKChoice(table, workspace)
+    have = ", ".join(f"{g} ({gpu(g)[1]} SMs)" for _, g in TABLES.values())
+    raise ValueError(f"no recorded cuBLASLt split-K table for {name} ({arch}, {sms} SMs): "
+                     f"cuBLASLt's choice depends on the SM count; tables: {have}")
 
 
 def _fmt_name(f) -> Optional[str]:
