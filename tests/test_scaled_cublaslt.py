@@ -63,6 +63,32 @@ def test_recorded_epilogue_cases():
     assert n == 264
 
 
+@pytest.mark.parametrize("every", [pytest.param(1, marks=pytest.mark.slow), 5])
+def test_recorded_split_outputs(every):
+    """Split calls recorded on the RTX 4060 (S = 2 to 32, serial and pairwise, fast and
+    slow, fp32 / bf16 / fp16 / fp8 outputs, scale_result): bit for bit with the interleaved
+    layout (split_rtx4060.*, a subset of mmaemu's hw_mini, scripts/data/
+    cublaslt_split_recordings.py; all 1,056 split outputs there match)."""
+    j = json.load(open(os.path.join(DATA, "split_rtx4060.json")))
+    z = np.load(os.path.join(DATA, "split_rtx4060.npz"))
+    outs = [(c, o) for c in j["cases"] for o in c["outputs"]]
+    assert len(outs) == 555 and len({o["S"] for _, o in outs}) == 18
+    for c, o in outs[::every]:
+        a = torch.from_numpy(z[c["a"]]).view(F8[o["fmt_a"]])
+        b = torch.from_numpy(z[c["b"]]).view(F8[o["fmt_b"]])
+        kw = {} if o["scale_result_bits"] is None else \
+            {"scale_result": f32(o["scale_result_bits"])}
+        with tme.emulate("sm89", schedule={"scaled_mm": ada_split(o["S"], o["scheme"],
+                                                                  o["fast"])}):
+            r = torch._scaled_mm(a, b.t(), f32(o["scale_a_bits"]), f32(o["scale_b_bits"]),
+                                 out_dtype=getattr(torch, o["out_dtype"]),
+                                 use_fast_accum=o["fast"], **kw)
+        if tuple(r.shape) != tuple(o["shape"]):
+            r = r[o["sel"]["rows"]][:, o["sel"]["cols"]]
+        want = torch.from_numpy(z[o["bits"]].astype(np.int64)).reshape(r.shape)
+        assert torch.equal(bits(r.contiguous()), want), (c["id"], o["name"])
+
+
 @pytest.mark.parametrize("every", [pytest.param(1, marks=pytest.mark.slow), 8])
 def test_recorded_double_rounding_ties(every):
     """bf16 / fp16 outputs round the fp32 y once more (ties recorded on the RTX 4060)."""
