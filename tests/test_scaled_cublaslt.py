@@ -275,6 +275,9 @@ def test_preview_picks_the_recorded_split_per_call():
     assert torch.equal(bits(y1), bits(z1)) and torch.equal(bits(y2), bits(z2))
     with tme.emulate("H100"):
         assert not torch.equal(bits(model()[0]), bits(y1))     # the split changes bits here
+    with tme.emulate("sm89", schedule={"scaled_mm": "cublaslt-12.8.3.14/H100-PCIe"}):
+        with pytest.raises(ValueError, match="recorded on H100 PCIe"):
+            model()
     with tme.emulate("H100", schedule={"scaled_mm": "cublaslt-12.8.3.14/H100-PCIe"}):
         with pytest.raises(OutsideTable):
             torch._scaled_mm(x1[:, :1000], w1[:1000], one, one, out_dtype=torch.bfloat16)

@@ -344,6 +344,11 @@ def _choose(policy, sp: ScaledProduct, out_dtype, fast_accum):
     if chooser is None or sp.recipe != "tensorwise":
         return None, ""
     from ..schedule import as_schedule
+    table_arch = getattr(chooser, "arch", None)      # a recorded table's GPU (cublaslt.py)
+    if table_arch is not None and policy.spec is None and table_arch != policy.arch:
+        raise ValueError(f"emulate({policy.arch_name}): the split-K table {chooser.name} "
+                         f"was recorded on {chooser.gpu} ({table_arch}); emulate that arch, "
+                         "or give a callable / Schedule for scaled_mm")
     M, K, N = sp.A.shape[0], sp.A.shape[1], sp.B.shape[1]
     got = chooser(M, N, K, sp.A.dtype, sp.B.dtype, out_dtype, bool(fast_accum))
     if got is None:
