@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
                "the native GPU backends and their Triton kernels",
      ("cpp", "cuda_archs", "ops", "ops_spec", "ops_kernel", "ops_autograd", "ops_round", "schedule", "schedule_fields", "schedule_presets", "schedule_tree",
-      "schedule_run", "schedule_split", "schedule_partials", "schedule_search",
+      "schedule_run", "schedule_split", "schedule_partials", "schedule_search", "cublaslt",
       "packed_layouts", "sharding", "native",
       "triton_kernels")),
     ("tools", "built on the engine: FPRev, probing and fitting, hardware checks, Triton "

@@ -86,6 +86,37 @@ ARCHS: dict[str, Arch] = {a.name: a for a in [
 # the arch a call that names none models (emulated_mm, the command lines' dry runs): Hopper
 DEFAULT_ARCH = "sm90"
 
+# Named GPUs (device properties a library's choices depend on): name -> (arch, SM count,
+# resident threads per SM).  SM counts: NVIDIA's datasheets / CUDA's deviceQuery (H100 PCIe
+# 114, H100 SXM5 132, H200 132, RTX 4060 24 as mmaemu 0.1.0's tables record them); threads
+# per SM: the CUDA programming guide's compute-capability table (2048 on sm90, 1536 on sm89).
+GPUS: dict[str, tuple[str, int, int]] = {
+    "H100 PCIe": ("sm90", 114, 2048),
+    "H100 SXM": ("sm90", 132, 2048),
+    "H200": ("sm90", 132, 2048),
+    "RTX 4060": ("sm89", 24, 1536),
+}
+
+# Archs whose torch._scaled_mm (tensorwise scales, cuBLASLt) output follows the modelled
+# cuBLASLt 12.8.3.14 epilogue (preview/scaled_epilogue.py) and split-K layout
+# (schedule_split.py), with the evidence: arch -> (split layout, k-tile, evidence).
+CUBLASLT_SCALED_MM: dict[str, tuple[str, int, str]] = {
+    "sm89": ("interleaved", 64, "RTX 4060 recordings (cuBLASLt 12.8.3.14, torch 2.7.1) "
+             "published by mmaemu 0.1.0"),
+    "sm90": ("contiguous", 128, "H100 PCIe probe (cuBLASLt 12.8.3.14, torch 2.7.1) as "
+             "replayed by mmaemu 0.1.0"),
+}
+
+
+def gpu(name: str) -> tuple[str, int, int]:
+    """(arch, SM count, threads per SM) of a named GPU of :data:`GPUS` (case, spaces and
+    dashes ignored: "h100-pcie" is "H100 PCIe")."""
+    key = norm(name) if isinstance(name, str) else None
+    for n, row in GPUS.items():
+        if norm(n) == key:
+            return row
+    raise ValueError(f"unknown GPU {name!r}; named GPUs: {', '.join(GPUS)}")
+
 
 _ALIAS: dict[str, str] = {}
 for _a in ARCHS.values():

@@ -317,7 +317,8 @@ def test_scaled_mm_fp8_with_promotion():
     assert same(D, (acc * (sa * sb)).to(torch.bfloat16))
     assert same(Df, (emm(A, B) * (sa * sb)).to(torch.bfloat16))
     labels = {fmt for (_, _, fmt) in em.counts}
-    assert labels == {"fp8_e4m3 (fp32 promotion every 128)", "fp8_e4m3"}
+    assert labels == {"fp8_e4m3 (fp32 promotion every 128) (cuBLASLt epilogue)",
+                      "fp8_e4m3 (cuBLASLt epilogue)"}
 
 
 # ------------------------------------------------------------------------ untouched ops, state
