@@ -174,6 +174,7 @@ class Policy:
                                not given[k].startswith("schedule:") else v.describe()
                                for k, v in self.schedules.items() if v is not None}
         self.spec: Optional[Spec] = as_spec(arch)
+        self.target_name = arch if isinstance(arch, str) else None   # a GPU name counts
         if self.spec is not None:   # the op's schema takes the arch as a string
             self.arch = self.spec.to_string()
             self.arch_name = arch_label(self.spec)   # its description, for messages
