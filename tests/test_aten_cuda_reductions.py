@@ -139,7 +139,7 @@ def test_fprev_outputs_along_lanes():
 
 
 @pytest.mark.slow
-def test_fprev_wide_blocks_and_multi_cta_on_132_and_114_sms():
+def test_fprev_wide_blocks_and_multi_cta_on_132_and_114_sms(monkeypatch):
     """A 512-wide block (one row of 2^13), and 120 rows of 2^17: 32x16 blocks over 5 CTAs
     on 132 SMs, 4 on 114; FPRev's random probes on the emulated op check the model's tree."""
     n = 1 << 13
@@ -147,6 +147,7 @@ def test_fprev_wide_blocks_and_multi_cta_on_132_and_114_sms():
     assert (c.block_width, c.ctas_per_output) == (512, 1)
     cross_check(VectorTarget(_emulated(place=_at(1)), n), aten_cuda.tree(c, shift=1), trials=24)
     n, rows = 1 << 17, 120
+    monkeypatch.setenv("MMA_EMU_MAX_REVEAL_N", str(n))
     for name, ctas in (("H100", 5), ("H100 PCIe", 4)):
         c = cfg(torch.empty(rows, n), 1, gpu=registry.gpu(name))
         assert (c.block_width, c.block_height, c.ctas_per_output) == (32, 16, ctas)
