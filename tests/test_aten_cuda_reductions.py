@@ -162,8 +162,8 @@ def test_fprev_wide_blocks_and_multi_cta_on_132_and_114_sms(monkeypatch):
 
 
 def test_fprev_mean():
-    n = 300
-    tr = reveal(lambda x: aten_cuda.reduce(x * 300, op="mean"), n)   # mean = RN(sum * f)
+    n = 256                     # factor 2^-8: mean = sum * 2^-8 exactly, FPRev sees the sum
+    tr = reveal(lambda x: aten_cuda.reduce(x, op="mean") * 256, n)
     assert tr == aten_cuda.tree(cfg(torch.empty(n), op="mean"))
 
 
@@ -212,7 +212,8 @@ def test_backward_and_amd_native(monkeypatch):
                                              "torch 2.13.0 CUDA kernel")] == 1
     with tme.emulate("MI300X") as em:
         x.detach().sum()
-    assert em.counts[("aten.sum.default", "forward", "native")] == 1
+    assert em.counts[("aten.sum.default", "forward", "CPU order")] == 1
+    assert em.recorder.native_count == 0 and em.recorder.kernel_count == 1
 
 
 def test_version_warning(monkeypatch):
@@ -235,3 +236,27 @@ def test_bad_input():
     with pytest.raises(ValueError, match="unknown arch"):
         registry.gpu("Z80")
     _ = SumTree
+
+
+# ---- the GPU step's CPU stand-in -------------------------------------------------------------
+def test_gpu_step_compare(tmp_path):
+    """scripts/gpu/reductions.py --compare: a record the model would give matches on the
+    recorded SM count (132) and not when told the GPU has 114."""
+    from torch_mma_emu.hw import reductions as hw
+    from torch_mma_emu.hw.common import bits
+    n = 1 << 23
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(n, generator=g) * torch.exp2(torch.randint(-30, 30, (n,), generator=g).float())
+    arrays = {f"in_all_n{n}": bits(x).numpy(), "device": np.array("NVIDIA H100 80GB HBM3"),
+              "sms": np.array(132), "max_threads_per_sm": np.array(2048),
+              f"allsum_n{n}": bits(aten_cuda.reduce(x, gpu="H100")).numpy(),
+              f"allmean_n{n}": bits(aten_cuda.reduce(x, op="mean", gpu="H100")).numpy()}
+    xo = hw._spread(hw.OFFSET_N + 8, 101)
+    arrays["in_off_k1"] = bits(xo).numpy()
+    arrays["offsum_k1"] = bits(aten_cuda.reduce(xo[1:1 + hw.OFFSET_N])).numpy()
+    path = tmp_path / "r.npz"
+    np.savez(path, **arrays)
+    assert hw.main(["--compare", str(path)]) == 0
+    rows = dict((k, b) for k, b, _ in hw.compare(str(path), "H100 PCIe"))
+    assert rows[f"allsum_n{n}"] == 1 and rows["offsum_k1"] == 0
+    assert hw.main(["--compare", str(tmp_path / "missing.npz")]) == 2

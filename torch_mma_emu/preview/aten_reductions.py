@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from .. import aten_cuda, registry
+from .records import KERNEL_NATIVE
 
 __all__ = ["handle_sum", "handle_mean", "target_gpu", "KIND"]
 
@@ -50,7 +51,7 @@ def _run(mode, func, op, x, dim, keepdim, dtype, args, kwargs):
     if why is None:                       # integer / bool sums: exact in any order
         return func(*args, **kwargs)
     if why:
-        mode.record(func, KIND, "native", [x.shape], why)
+        mode.record(func, KIND, KERNEL_NATIVE, [x.shape], why)
         return func(*args, **kwargs)
     msg = aten_cuda.version_mismatch()
     if msg:
