@@ -21,11 +21,12 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
               "pure-Python reference, the GPU's float32 math instructions",
      ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math")),
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
-               "the native GPU backends and their Triton kernels",
+               "the native GPU backends and their Triton kernels; models of PyTorch's own "
+               "CUDA kernels (aten_cuda)",
      ("cpp", "cuda_archs", "ops", "ops_spec", "ops_kernel", "ops_autograd", "ops_round", "schedule", "schedule_fields", "schedule_presets", "schedule_tree",
       "schedule_run", "schedule_split", "schedule_partials", "schedule_search",
       "packed_layouts", "sharding", "native",
-      "triton_kernels")),
+      "triton_kernels", "aten_cuda")),
     ("tools", "built on the engine: FPRev, probing and fitting, hardware checks, Triton "
               "emulation, model preview, the compare tables, the README's tables",
      ("fprev", "probe", "hw", "triton", "preview", "compare", "registry_doc")),
@@ -38,6 +39,9 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 BACK_ARROWS: tuple[tuple[str, str, str], ...] = (
     ("schedule_tree", "fprev.tree",
      "a tree schedule is given and checked as an FPRev SumTree (from_tree, reveal's JSON)"),
+    ("aten_cuda.reduce", "fprev.tree",
+     "a reduction kernel's order is handed out as an FPRev SumTree (tree(); until the "
+     "order package holds the tree type)"),
     ("triton_kernels.gemm", "triton",
      "the native Triton GEMM asks whether an emulation block is open (interpreter launch)"),
 )

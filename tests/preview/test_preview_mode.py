@@ -330,7 +330,8 @@ def test_other_ops_stay_native_and_unrouted_products_are_counted():
         got = (torch.softmax(x, -1), torch.nn.functional.gelu(x), x.sum(0), torch.mv(x, v))
     assert all(same(a, b) for a, b in zip(ref, got))
     assert em.recorder.emulated_count == 0
-    assert [r.op for r in em.records] == ["aten.mv.default"] and not em.records[0].emulated
+    assert [r.op for r in em.records] == ["aten.sum.dim_IntList", "aten.mv.default"]
+    assert em.records[0].kind == "reduction" and not em.records[1].emulated
 
 
 def test_state_restored_when_the_body_raises():

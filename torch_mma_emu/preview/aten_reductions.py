@@ -9,14 +9,28 @@ more elements, tensors not on the CPU.
 """
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from .. import aten_cuda, registry
 from .records import KERNEL_NATIVE
 
-__all__ = ["handle_sum", "handle_mean", "target_gpu", "KIND"]
+__all__ = ["handle_sum", "handle_mean", "target_gpu", "KIND", "parts_of_a_model"]
 
 KIND = "reduction"
+_PARTS = threading.local()
+
+
+class parts_of_a_model:
+    """While open (in this thread), sums and means are parts of another op's model (the
+    attention flash form, function-level routes): they run as written, unrecorded."""
+
+    def __enter__(self):
+        _PARTS.depth = getattr(_PARTS, "depth", 0) + 1
+
+    def __exit__(self, *exc):
+        _PARTS.depth -= 1
 _LABEL = f"torch {aten_cuda.TORCH_VERSION} CUDA kernel"
 
 
@@ -47,6 +61,8 @@ def _why_native(mode, x, dtype):
 
 
 def _run(mode, func, op, x, dim, keepdim, dtype, args, kwargs):
+    if getattr(_PARTS, "depth", 0):
+        return func(*args, **kwargs)
     why = _why_native(mode, x, dtype)
     if why is None:                       # integer / bool sums: exact in any order
         return func(*args, **kwargs)
