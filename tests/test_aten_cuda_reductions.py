@@ -260,3 +260,62 @@ def test_gpu_step_compare(tmp_path):
     rows = dict((k, b) for k, b, _ in hw.compare(str(path), "H100 PCIe"))
     assert rows[f"allsum_n{n}"] == 1 and rows["offsum_k1"] == 0
     assert hw.main(["--compare", str(tmp_path / "missing.npz")]) == 2
+
+
+# ---- softmax / log_softmax: the persistent warp kernel ----------------------------------------
+def _exp_rn(x):
+    with np.errstate(over="ignore"):
+        return np.exp(np.asarray(x, np.float64)).astype(np.float32)
+
+
+def _log_rn(x):
+    return np.log(np.asarray(x, np.float64)).astype(np.float32)
+
+
+@pytest.mark.parametrize("n", [1, 5, 32, 33, 100, 1000, 2048])
+def test_persistent_softmax_against_a_lane_loop(n):
+    from torch_mma_emu.aten_cuda import softmax as sm
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(3, n, generator=g) * 4).numpy()
+    P = 1 << max(n - 1, 0).bit_length()
+    W = min(P, 32)
+    for r in range(3):
+        row = x[r]
+        mx = row.max()
+        lanes = []
+        for lane in range(W):
+            s = np.float32(0)
+            for it in range(P // W):
+                i = lane + W * it
+                if i < n:
+                    s = np.float32(s + _exp_rn(np.float32(row[i] - mx)))
+            lanes.append(s)
+        while len(lanes) > 1:
+            h = len(lanes) // 2
+            lanes = [np.float32(lanes[i] + lanes[i + h]) for i in range(h)]
+        want = (_exp_rn((row - mx).astype(np.float32)) / lanes[0]).astype(np.float32)
+        got = sm.evaluate(x[r:r + 1], _exp_rn, _log_rn)[0]
+        assert np.array_equal(got.view(np.int32), want.view(np.int32))
+        wl = ((row - mx).astype(np.float32) - _log_rn(lanes[0])).astype(np.float32)
+        gl = sm.evaluate(x[r:r + 1], _exp_rn, _log_rn, log_softmax=True)[0]
+        assert np.array_equal(gl.view(np.int32), wl.view(np.int32))
+
+
+def test_softmax_dispatch_rule_and_route():
+    from torch_mma_emu.aten_cuda import softmax as sm
+    assert sm.persistent(2048, torch.float32) and not sm.persistent(2049, torch.float32)
+    assert sm.persistent(2048, torch.float16) and not sm.persistent(1025, torch.float64)
+    x = torch.randn(4, 3000)
+    with tme.emulate("sm90") as em:
+        y = torch.softmax(x, -1)
+    assert torch.equal(y, torch.softmax(x, -1))            # block kernels: native, recorded
+    assert em.counts[("aten._softmax.default", "forward", "CPU order")] == 1
+    x = torch.randn(4, 100)
+    with tme.emulate("sm90") as em:
+        y = torch.log_softmax(x, -1)
+    if sm.device_math() is None:
+        assert em.counts[("aten._log_softmax.default", "forward", "CPU order")] == 1
+    else:
+        assert torch.equal(y, sm.softmax(x, log_softmax=True))
+        assert em.counts[("aten._log_softmax.default", "forward",
+                          "torch 2.13.0 CUDA kernel")] == 1

@@ -1,4 +1,5 @@
-"""Under ``emulate``: PyTorch's own CUDA reductions (``sum``, ``mean``) computed with the
+"""Under ``emulate``: PyTorch's own CUDA reductions (``sum``, ``mean``; ``softmax`` /
+``log_softmax`` where the CUDA math models are present) computed with the
 target GPU's bits - torch 2.13.0's ``reduce_kernel`` order on the named GPU's SM count
 (torch_mma_emu/aten_cuda).  The GPU is the one ``emulate`` names (``emulate("H100 PCIe")``)
 or the arch's first part (``"sm90"`` -> the H100 SXM, 132 SMs).
@@ -16,7 +17,8 @@ import torch
 from .. import aten_cuda, registry
 from .records import KERNEL_NATIVE
 
-__all__ = ["handle_sum", "handle_mean", "target_gpu", "KIND", "parts_of_a_model"]
+__all__ = ["handle_sum", "handle_mean", "handle_softmax", "target_gpu", "KIND",
+           "parts_of_a_model"]
 
 KIND = "reduction"
 _PARTS = threading.local()
@@ -106,3 +108,45 @@ def handle_mean(mode, func, args, kwargs):
         return _run(mode, func, "mean", x, None, False, dtype, args, kwargs)
     x, dim, keepdim, dtype = _sum_args(args, kwargs)
     return _run(mode, func, "mean", x, dim, keepdim, dtype, args, kwargs)
+
+
+def handle_softmax(mode, func, args, kwargs):
+    """``aten._softmax`` / ``_log_softmax`` (x, dim, half_to_float): the persistent warp
+    kernel's bits (aten_cuda/softmax.py) where it runs on the GPU and this checkout has the
+    CUDA expf / logf models; otherwise native, recorded with the reason."""
+    from ..aten_cuda import softmax as sm
+    x, dim, half_to_float = args[0], args[1], args[2] if len(args) > 2 else False
+    if getattr(_PARTS, "depth", 0):
+        return func(*args, **kwargs)
+    why = _why_native(mode, x, None)
+    if why is None:
+        return func(*args, **kwargs)
+    if not why:
+        if x.dtype == torch.float64:
+            why = "float64: no model"
+        elif dim % max(x.dim(), 1) != x.dim() - 1:
+            why = "not the last dimension: the spatial kernel (not modelled)"
+        elif not sm.persistent(x.shape[-1], x.dtype):
+            why = f"rows of {x.shape[-1]}: the block kernels (not modelled)"
+        elif sm.device_math() is None:
+            why = "no CUDA expf / logf model in this checkout"
+    if why:
+        mode.record(func, KIND, KERNEL_NATIVE, [x.shape], why)
+        return func(*args, **kwargs)
+    msg = aten_cuda.version_mismatch()
+    if msg:
+        mode.warn_once("aten_cuda.version", f"emulate: {msg}", stacklevel=4)
+    log = "log" in func.overloadpacket.__name__
+    out = sm.softmax(x, -1, log_softmax=log)
+    if half_to_float:
+        out = sm.softmax(x.float(), -1, log_softmax=log) if x.dtype == torch.float32 else \
+            _half_to_float(sm, x, log)
+    mode.record(func, KIND, _LABEL, [x.shape], "persistent warp softmax")
+    return out
+
+
+def _half_to_float(sm, x, log):
+    """A 16-bit input read as float, the result stored as float (one rounding)."""
+    dm = sm.device_math()
+    X = x.detach().reshape(-1, x.shape[-1]).float().numpy()
+    return torch.from_numpy(sm.evaluate(X, dm[0], dm[1], log_softmax=log)).reshape(x.shape)

@@ -354,6 +354,7 @@ _ROUTES = [
     # PyTorch's own CUDA reductions (torch 2.13's kernels on the target GPU)
     (("sum",), ("default", "dim_IntList"), aten_reductions.handle_sum),
     (("mean",), ("default", "dim"), aten_reductions.handle_mean),
+    (("_softmax", "_log_softmax"), ("default",), aten_reductions.handle_softmax),
 ]
 _HANDLERS: dict[Any, Any] = {f: handler for names, which, handler in _ROUTES
                              for name in names for f in _overloads(name, which)}
