@@ -32,6 +32,11 @@ class Record:
     def emulated(self) -> bool:
         return self.format != "native"
 
+    @property
+    def kernel(self) -> bool:
+        """A call of PyTorch's own non-product kernels (a reduction), not a product."""
+        return is_kernel_label(self.format)
+
 
 class Recorder:
     """Counts every call by (op, phase, format); keeps the records when ``keep`` is set."""
