@@ -47,7 +47,7 @@ def test_config_branches():
     assert not cfg(torch.empty(1000)[::2]).vectorize_input       # stride 2
     assert not cfg(torch.empty(100)).vectorize_input             # dim0 < 128
     assert cfg(torch.empty(300, dtype=torch.float16)).input_vec_size == 8
-    assert cfg(torch.empty(300, dtype=torch.float16), op="mean").input_vec_size == 4
+    assert cfg(torch.empty(300, dtype=torch.bfloat16), op="mean").input_vec_size == 8
 
 
 def test_layout_coalesces_and_orders():
@@ -319,3 +319,16 @@ def test_softmax_dispatch_rule_and_route():
         assert torch.equal(y, sm.softmax(x, log_softmax=True))
         assert em.counts[("aten._log_softmax.default", "forward",
                           "torch 2.13.0 CUDA kernel")] == 1
+
+
+def test_fp32_vt0_8_switch(monkeypatch):
+    """The unconfirmed <8, 8> instantiation for fp32 rows of a multiple of 1024: the model
+    follows the fact table (FPRev agrees), and the order differs from <4, 4>."""
+    from torch_mma_emu.aten_cuda import facts
+    x = torch.empty(2048)
+    t4 = aten_cuda.tree(cfg(x))
+    monkeypatch.setattr(facts, "FP32_VT0_8_AT_1024", True)
+    c = cfg(x)
+    assert (c.vt0, c.input_vec_size) == (8, 8) and cfg(torch.empty(2000)).vt0 == 4
+    assert aten_cuda.tree(c) != t4
+    assert reveal(lambda v: aten_cuda.reduce(v), 2048, shortcuts=True) == aten_cuda.tree(c)

@@ -72,6 +72,7 @@ class ReduceConfig:
     step_output: int
     sms: int
     max_threads_per_sm: int
+    vt0: int = 4
 
     @property
     def num_threads(self) -> int:
@@ -102,7 +103,7 @@ def output_vec_size(layout: Layout) -> int:
 
 
 def set_reduce_config(layout: Layout, *, input_vec_size: int, sms: int,
-                      max_threads_per_sm: int) -> ReduceConfig:
+                      max_threads_per_sm: int, vt0: int = 4) -> ReduceConfig:
     """``setReduceConfig<arg_t, scalar_t, vt0, input_vec_size>`` for ``layout`` on a device
     with ``sms`` multiprocessors of ``max_threads_per_sm`` threads."""
     M, N = layout.num_outputs, layout.num_inputs
@@ -149,4 +150,4 @@ def set_reduce_config(layout: Layout, *, input_vec_size: int, sms: int,
         if ctas > 1:
             step_in *= ctas
     return ReduceConfig(M, N, bw, bh, vec_in, input_vec_size, ovs, fastest, warp_split,
-                        ctas, step_in, step_out, sms, max_threads_per_sm)
+                        ctas, step_in, step_out, sms, max_threads_per_sm, vt0)

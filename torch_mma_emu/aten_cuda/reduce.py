@@ -3,12 +3,12 @@ vectorised evaluation of it in NumPy.
 
 Per thread (input index ``t`` of ``step_input`` threads per output):
 
-* vectorised input (``input_vec_size`` V = 4 for fp32, 8 for 16-bit sums): the row's
+* vectorised input (``input_vec_size`` V = 4 for fp32, 8 for 16-bit sums and means): the row's
   unaligned head (``shift = address % 16 bytes``) goes to threads ``shift..V-1`` into
   accumulator 0; aligned vectors ``j`` go to thread ``j % step``, lane ``i`` into
   accumulator ``i``, in order; the tail after the last whole vector to thread ``0..``
   (into accumulator 0); the accumulators are combined left to right;
-* otherwise (``vt0`` = 4 accumulators): element ``t + m * step`` into accumulator ``m % 4``,
+* otherwise (``vt0`` accumulators, 4): element ``t + m * step`` into accumulator ``m % 4``,
   combined left to right;
 
 then ``block_x_reduce`` (shared memory halving down to 32 lanes, then ``shfl_down``
@@ -26,8 +26,6 @@ import numpy as np
 
 from .config import ReduceConfig
 
-VT0 = 4
-ALIGN_BYTES = 16
 
 
 class _Sym:
@@ -65,22 +63,22 @@ def _halve(v, axis):
     return v[..., 0]
 
 
-def _thread_plain(X, S):
+def _thread_plain(X, S, vt0):
     """Non-vectorised ``thread_reduce_impl``: [M, N] -> [M, S]."""
     M, N = X.shape
-    acc = _zeros((M, VT0, S), X)
-    full = N // (VT0 * S)
+    acc = _zeros((M, vt0, S), X)
+    full = N // (vt0 * S)
     if full:
-        blk = X[:, :full * VT0 * S].reshape(M, full, VT0, S)
+        blk = X[:, :full * vt0 * S].reshape(M, full, vt0, S)
         for k in range(full):
             acc = acc + blk[:, k]
-    rest = X[:, full * VT0 * S:]
-    for m in range(VT0):
+    rest = X[:, full * vt0 * S:]
+    for m in range(vt0):
         part = rest[:, m * S:(m + 1) * S]
         if part.shape[1]:
             acc[:, m, :part.shape[1]] = acc[:, m, :part.shape[1]] + part
     out = acc[:, 0]
-    for m in range(1, VT0):
+    for m in range(1, vt0):
         out = out + acc[:, m]
     return out
 
@@ -117,7 +115,7 @@ def _thread_vectorised(X, S, V, shift):
 def _threads(X, cfg: ReduceConfig, shifts):
     S = cfg.step_input
     if not cfg.vectorize_input:
-        return _thread_plain(X, S)
+        return _thread_plain(X, S, cfg.vt0)
     out = _zeros((X.shape[0], S), X)
     for s in np.unique(shifts):
         rows = np.nonzero(shifts == s)[0]

@@ -72,9 +72,10 @@ def layout(x: torch.Tensor, dim=None) -> Layout:
 def config_for(x: torch.Tensor, dim, op: str, gpu) -> ReduceConfig:
     """The launch configuration of ``op`` ("sum" / "mean") of ``x`` over ``dim`` on
     ``gpu`` (a registry.Gpu)."""
-    vec = kernel_params(op, x.dtype)["input_vec_size"]
-    return set_reduce_config(layout(x, dim), input_vec_size=vec, sms=gpu.sms,
-                             max_threads_per_sm=gpu.max_threads_per_sm)
+    lay = layout(x, dim)
+    kp = kernel_params(op, x.dtype, lay.num_inputs)
+    return set_reduce_config(lay, input_vec_size=kp["input_vec_size"], sms=gpu.sms,
+                             max_threads_per_sm=gpu.max_threads_per_sm, vt0=kp["vt0"])
 
 
 def _rows(x: torch.Tensor, dim):
