@@ -212,7 +212,7 @@ def test_zoo_every_product_is_emulated(name, mode, dt):
     if grads is not None:
         assert all(g is not None and torch.isfinite(g.float()).all() for g in grads)
     if mode == "train":                               # backward products carry module paths
-        assert all(r.module for r in em.records if r.phase == "forward")
+        assert all(r.module for r in em.records if r.phase == "forward" and not r.kernel)
 
 
 @pytest.mark.parametrize("name", list(ZOO))
