@@ -110,12 +110,22 @@ def compare(path: str, gpu=None) -> list[tuple[str, int, int]]:
             y = reduce(f32(z[f"in_off_k{k}"])[k:k + OFFSET_N], gpu=gpu)
         elif key.startswith("sum_fp32_"):
             y = reduce(f32(z["in_" + key[4:]]), -1, gpu=gpu)
+        elif key.startswith("softmax_fp32_") and _persistent_model(key):
+            from ..aten_cuda.softmax import softmax
+            y = softmax(f32(z["in_" + key[8:]]), -1)
         else:
             continue
         want = z[key].astype(np.int32).reshape(-1)
         got = bits(y).numpy().astype(np.int32).reshape(-1)
         rows.append((key, int((want != got).sum()), int(want.size)))
     return rows
+
+
+def _persistent_model(key: str) -> bool:
+    """Whether the persistent softmax model covers the recorded ``key`` here (rows of at
+    most 2048 and the CUDA expf / logf models present)."""
+    from ..aten_cuda import softmax as sm
+    return int(key.rsplit("_n", 1)[1]) <= sm.MAX_ELEMENTS and sm.device_math() is not None
 
 
 def record(device: str, log=print) -> dict:
