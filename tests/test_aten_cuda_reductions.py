@@ -9,7 +9,7 @@ import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu import aten_cuda, registry
-from torch_mma_emu.fprev import SumTree, VectorTarget, reveal
+from torch_mma_emu.fprev import VectorTarget, reveal
 from torch_mma_emu.fprev.verify import cross_check
 
 H100, PCIE = registry.gpu("H100"), registry.gpu("H100 PCIe")
@@ -235,7 +235,6 @@ def test_bad_input():
         aten_cuda.reduce(torch.ones(3), op="prod")
     with pytest.raises(ValueError, match="unknown arch"):
         registry.gpu("Z80")
-    _ = SumTree
 
 
 # ---- the GPU step's CPU stand-in -------------------------------------------------------------

@@ -3,7 +3,7 @@ strides and any set of reduced dimensions (TensorIterator's view of the reductio
 :func:`layout`; the launch: config.py; the order: reduce.py)."""
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import torch
@@ -93,7 +93,7 @@ def _rows(x: torch.Tensor, dim):
     return v.reshape(M, -1), offs
 
 
-_ACC = {torch.float64: np.float64}
+_ACC = {torch.float64: np.float64}       # every other input sums in float
 
 
 def reduce(x: torch.Tensor, dim=None, keepdim: bool = False, *, op: str = "sum",
@@ -138,4 +138,3 @@ def describe(x: torch.Tensor, dim=None, op: str = "sum", gpu=None) -> str:
 
 
 __all__ = ["reduce", "layout", "iteration", "config_for", "describe", "FLOATS"]
-_ = Sequence
