@@ -22,11 +22,12 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
               "orders (the tree type, its evaluator and per-format arithmetic)",
      ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math", "order")),
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
-               "the native GPU backends and their Triton kernels",
+               "the native GPU backends and their Triton kernels; models of PyTorch's own "
+               "CUDA kernels (aten_cuda)",
      ("cpp", "cuda_archs", "ops", "ops_spec", "ops_kernel", "ops_autograd", "ops_round", "schedule", "schedule_fields", "schedule_presets", "schedule_tree",
       "schedule_run", "schedule_split", "schedule_partials", "schedule_search", "cublaslt",
       "packed_layouts", "sharding", "native",
-      "triton_kernels")),
+      "triton_kernels", "aten_cuda")),
     ("tools", "built on the engine: FPRev, probing and fitting, hardware checks, Triton "
               "emulation, model preview, the compare tables, the README's tables",
      ("fprev", "probe", "hw", "triton", "preview", "compare", "registry_doc")),

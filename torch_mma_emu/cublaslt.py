@@ -24,7 +24,6 @@ from typing import Optional
 import torch
 
 from .formats import format_of_dtype
-from .isa import norm
 from .registry import CUBLASLT_SCALED_MM, gpu
 from .schedule_fields import Schedule
 
@@ -72,7 +71,7 @@ class SplitKChoice:
                              "splits")
         self.name, self.workspace = name, workspace
         self.stem, self.gpu = TABLES[name]
-        self.arch = gpu(self.gpu)[0]
+        self.arch = gpu(self.gpu).arch
         self.layout, self.tile, _ = CUBLASLT_SCALED_MM[self.arch]
 
     def __repr__(self) -> str:
@@ -120,11 +119,12 @@ class SplitKChoice:
 def choice_for_gpu(name: str, workspace: int = 1 << 20) -> SplitKChoice:
     """The recorded choice of a named GPU (registry.GPUS); a GPU without a recorded table
     (another SM count: an H100 SXM or H200 has 132) raises instead of borrowing one."""
-    arch, sms, _ = gpu(name)                     # raises for an unknown name
+    row = gpu(name)                              # raises for an unknown name
+    arch, sms = row.arch, row.sms
     for table, (_, g) in TABLES.items():
-        if norm(g) == norm(name):
+        if gpu(g).name == row.name:
             return SplitKChoice(table, workspace)
-    have = ", ".join(f"{g} ({gpu(g)[1]} SMs)" for _, g in TABLES.values())
+    have = ", ".join(f"{g} ({gpu(g).sms} SMs)" for _, g in TABLES.values())
     raise ValueError(f"no recorded cuBLASLt split-K table for {name} ({arch}, {sms} SMs): "
                      f"cuBLASLt's choice depends on the SM count; tables: {have}")
 

@@ -186,6 +186,7 @@ class Policy:
         self.schedule_names.update({k: given[k] if isinstance(given[k], str) else repr(v)
                                     for k, v in self.choosers.items()})
         self.spec: Optional[Spec] = as_spec(arch)
+        self.target_name = arch if isinstance(arch, str) else None   # a GPU name counts
         if self.spec is not None:   # the op's schema takes the arch as a string
             self.arch = self.spec.to_string()
             self.arch_name = arch_label(self.spec)   # its description, for messages
