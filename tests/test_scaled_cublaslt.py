@@ -287,7 +287,7 @@ def test_named_gpus_and_a_callable_choice():
     from torch_mma_emu.cublaslt import choice_for_gpu
     from torch_mma_emu.registry import GPUS, gpu
     assert GPUS["H100 PCIe"].sms == 114 and gpu("H100 SXM").sms == 132
-    assert GPUS["H200"][1] == 132 and GPUS["RTX 4060"][:2] == ("sm89", 24)
+    assert GPUS["H200"].sms == 132 and (GPUS["RTX 4060"].arch, GPUS["RTX 4060"].sms) == ("sm89", 24)
     assert choice_for_gpu("H100 PCIe").name == "cublaslt-12.8.3.14/H100-PCIe"
     assert choice_for_gpu("rtx-4060", workspace=32 << 20).workspace == 32 << 20
     for g in ("H100 SXM", "H200"):
