@@ -8,8 +8,9 @@ that ask the device at import or at launch load and run on a CPU-only machine:
 
 Inside the block ``torch.cuda.get_device_name``, ``get_device_capability``,
 ``get_device_properties``, ``current_device`` and ``device_count`` (1) answer for ``arch``'s first GPU (the
-registry's ``gpus``), and ``torch.cuda.device(...)`` of a CPU device is a no-op (libraries
-wrap launches in ``with torch.cuda.device(x.device)``).  ``torch.cuda.is_available()`` is left
+registry's ``gpus``), and ``torch.cuda.device`` stays a class (a subclass of torch's) whose
+``with`` is a no-op for a CPU device, ``None`` and the one emulated GPU (index 0): libraries
+wrap launches in ``with torch.cuda.device(x.device)`` or ``(x.device.index)``.  ``torch.cuda.is_available()`` is left
 alone (False), so that libraries keep their tensors on the CPU.  The torch.cuda attributes are
 replaced process-wide while the block is open (not per thread): open it around imports and
 single-threaded runs.  AMD archs answer as ROCm's torch does (capability (9, 4) and
@@ -24,6 +25,7 @@ import contextlib
 from types import SimpleNamespace
 
 from ..registry import ARCHS, canonical_arch
+from . import target_rules
 
 GIB = 1 << 30
 # what torch.cuda.get_device_properties reports beyond the name: SMs / CUs and memory of
@@ -40,9 +42,9 @@ def _answers(arch):
     a = ARCHS[name]
     gpu = a.gpus[0]
     amd = a.vendor == "amd"
-    cap = a.gfx_version if amd else a.capability
+    cap = target_rules.device_capability(name)
     props = SimpleNamespace(name=f"{'AMD Instinct' if amd else 'NVIDIA'} {gpu}", major=cap[0],
-                            minor=cap[1], warp_size=64 if amd else 32,
+                            minor=cap[1], warp_size=target_rules.gpu_target(name)[2],
                             gcnArchName=name if amd else "", is_integrated=False,
                             **PROPERTIES.get(gpu, {}))
     return props
@@ -51,10 +53,9 @@ def _answers(arch):
 class _Driver:
     """Triton's active driver as seen from a CPU: the target, no launches."""
 
-    def __init__(self, props, amd):
+    def __init__(self, arch):
         from triton.backends.compiler import GPUTarget
-        cap = props.gcnArchName if amd else 10 * props.major + props.minor
-        self.target = GPUTarget("hip" if amd else "cuda", cap, props.warp_size)
+        self.target = GPUTarget(*target_rules.gpu_target(arch))
 
     def get_current_target(self):
         return self.target
@@ -74,15 +75,36 @@ class _Driver:
         return True
 
 
-class _NoDevice:
-    def __init__(self, device=None):
-        self.device = device
+def _device_class(orig):
+    """``torch.cuda.device`` inside the block: still a class (torch's own
+    ``_get_device_index`` asks ``isinstance(d, torch.cuda.device)``), a subclass of torch's,
+    whose ``with`` is a no-op for the emulated GPU (``None``, index 0 / -1, ``"cuda"``,
+    ``"cuda:0"``) and for a CPU device (libraries write ``torch.cuda.device(x.device)`` and
+    ``torch.cuda.device(x.device.index)``); another index is refused as torch refuses it
+    (there is one GPU)."""
+    import torch
 
-    def __enter__(self):
-        return self
+    class device(orig):
+        def __init__(self, device=None):
+            dev = torch.device(device) if isinstance(device, str) else device
+            if isinstance(dev, orig):
+                dev = dev.idx
+            if isinstance(dev, torch.device):
+                dev = -1 if dev.type == "cpu" else (dev.index or 0) if dev.type == "cuda" \
+                    else dev
+            if dev is None or dev in (-1, 0):
+                self.idx, self.prev_idx, self._noop = 0 if dev is None else dev, -1, True
+                return
+            self._noop = False
+            super().__init__(device)
 
-    def __exit__(self, *exc):
-        return False
+        def __enter__(self):
+            return self if self._noop else super().__enter__()
+
+        def __exit__(self, *exc):
+            return False if self._noop else super().__exit__(*exc)
+    device.__qualname__ = device.__name__ = "device"
+    return device
 
 
 @contextlib.contextmanager
@@ -91,13 +113,7 @@ def device_queries(arch):
     import torch
     props = _answers(arch)
     cuda = torch.cuda
-    orig_device = cuda.device
-
-    def device(d=None):
-        dev = torch.device(d) if isinstance(d, str) else d
-        if isinstance(dev, torch.device) and dev.type == "cpu":
-            return _NoDevice(dev)
-        return orig_device(d)
+    device = _device_class(cuda.device)
     new = {"get_device_name": lambda device=None: props.name,
            "get_device_capability": lambda device=None: (props.major, props.minor),
            "get_device_properties": lambda device=None: props,
@@ -109,7 +125,7 @@ def device_queries(arch):
         triton_driver = None
     if triton_driver is not None:
         prev_active = triton_driver._active
-        triton_driver.set_active(_Driver(props, bool(props.gcnArchName)))
+        triton_driver.set_active(_Driver(canonical_arch(arch)))
     for k, v in new.items():
         setattr(cuda, k, v)
     try:

@@ -5,11 +5,8 @@ compiled code does it (contract.py), atomics recorded (atomics.py), and the inte
 third-party kernels meet (gaps.py).  ``summary_lines`` is what ``em.summary()`` adds."""
 from __future__ import annotations
 
-from . import contract, gaps, libdevice_calls, target_math, zoo_gaps
-
-
-def _emulating(block) -> bool:
-    return block is not None and (block.arch is not None or block.spec is not None)
+from . import contract, gaps, libdevice_calls, target_math, target_rules, zoo_gaps
+from .record import emulating
 
 
 def install(set_attr, ti, current) -> None:
@@ -71,19 +68,21 @@ def patch_lang(lang, scope) -> None:
 
 
 def begin_launch(block, fn, args, kwargs) -> None:
-    """Contraction is read from sm_90 PTX: NVIDIA archs only (AMD's is not modelled)."""
-    block._launch_info = None
-    if _emulating(block) and block.arch is not None and block.vendor == "nvidia":
-        block._launch_info = contract.Launch(fn, args, kwargs)
+    """Contraction and libdevice routines are read from the PTX the target compiles
+    (``target_rules.ptx_modelled``); elsewhere contraction is named as not modelled."""
+    if not emulating(block):
+        return
+    if target_rules.ptx_modelled(block.arch):
+        block.launch.contract = contract.Launch(fn, args, kwargs)
         if block.exact_math:
             target_math.prepare(fn)
             libdevice_calls.prepare(fn)
-    elif _emulating(block):
+    else:
         contract.counts(block)[("not modelled", block.arch or "a Spec")] += 1
 
 
 def end_launch(block) -> None:
-    block._launch_info = None
+    """Nothing to undo: the launch's record (``block.launch``) goes with it (hook.py)."""
 
 
 def launch_result(interp, kwargs, out):
@@ -93,5 +92,7 @@ def launch_result(interp, kwargs, out):
 
 
 def summary_lines(block) -> list[str]:
+    patched = [f"{n:8d}  {what}" for what, n in block.tallies.interpreter.most_common()]
     return (target_math.summary_lines(block) + contract.summary_lines(block)
-            + gaps.summary_lines(block))
+            + gaps.summary_lines(block)
+            + (["Triton's interpreter patched:"] + patched if patched else []))

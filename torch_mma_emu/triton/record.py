@@ -1,0 +1,54 @@
+"""What a block keeps, in one place: :class:`Tallies` (what the block counted over all its
+launches, which ``em.summary()`` reads) and :class:`Launch` (one record per kernel launch:
+``em.launches`` lists them, ``block.launch`` is the running one).  The modules around the
+interpreter (contract.py, target_math.py, gaps.py, compiled.py, ...) read and write these
+fields, never attributes of their own stuck onto the block; :func:`emulating` is the one test
+whether a block emulates a target (``tmt.interpret()`` is a block that does not).  No
+imports from the package: every module may import this one."""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any, Optional
+
+
+@dataclasses.dataclass
+class Tallies:
+    """Counts over a block's launches, each read by the module that names it in the
+    summary: ``math`` (target_math.py, libdevice_calls.py), ``contract`` (contract.py),
+    ``atomics`` (gaps.py), ``interpreter`` (patches to Triton's interpreter a kernel
+    needed, hook.py), and ``warned``: the one-time warnings already given."""
+    math: Counter = dataclasses.field(default_factory=Counter)
+    contract: Counter = dataclasses.field(default_factory=Counter)
+    atomics: Counter = dataclasses.field(default_factory=Counter)
+    interpreter: Counter = dataclasses.field(default_factory=Counter)
+    warned: set = dataclasses.field(default_factory=set)
+
+    def warn_once(self, key) -> bool:
+        """True the first time ``key`` is asked (give the warning then)."""
+        if key in self.warned:
+            return False
+        self.warned.add(key)
+        return True
+
+
+@dataclasses.dataclass
+class Launch:
+    """One kernel launch: its name, grid and scalar launch arguments (it unpacks as that
+    triple, ``for name, grid, scalars in em.launches``), the options it ran with, and what
+    the modules learnt about it for its duration (``contract``: contract.py's reading of its
+    PTX on NVIDIA targets)."""
+    kernel: str
+    grid: tuple
+    scalars: tuple
+    num_warps: int = 4
+    contract: Optional[Any] = None
+
+    def __iter__(self):
+        return iter((self.kernel, self.grid, self.scalars))
+
+
+def emulating(block) -> bool:
+    """Whether ``block`` (a TritonEmulation or None) emulates a target: an arch or a Spec,
+    not ``tmt.interpret()``'s plain interpreter."""
+    return block is not None and (block.arch is not None or block.spec is not None)
