@@ -177,11 +177,11 @@ def _fp32(h) -> bool:
 
 def fmul(block, out, lhs, rhs):
     """Tag an fp32 product with its operands and where it was made."""
-    if block is not None and getattr(block, "_launch_info", None) is not None \
-            and _fp32(lhs) and _fp32(rhs):
+    launch = _launch_of(block)
+    if launch is not None and _fp32(lhs) and _fp32(rhs):
         where = site()
         out.attr[PRODUCT] = (lhs.data, rhs.data, where)
-        block._launch_info.made[where] = (id(lhs.data), id(rhs.data))
+        launch.made[where] = (id(lhs.data), id(rhs.data))
     return out
 
 

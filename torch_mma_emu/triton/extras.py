@@ -46,11 +46,47 @@ def install(set_attr, ti, current) -> None:
         block = current()
         out = None if block is None or not getattr(block, "exact_math", True) else \
             libdevice_calls.evaluate(block, symbol, argList, target_math.counts(block))
+        if out is None and emulating(block) and not target_rules.ptx_modelled(block.arch):
+            out = _extern_f64(block, symbol, argList)
         if out is None:
             return prev_ext(self, libName, libPath, symbol, argList, retType, isPure)
         return out
     set_attr(IB, "create_extern_elementwise", create_extern_elementwise)
     zoo_gaps.install(set_attr, ti, current)
+
+
+def _erf(v):
+    import math
+    import numpy as np
+    return np.vectorize(math.erf, otypes=[np.float64])(v)
+
+
+def _erfc(v):
+    import math
+    import numpy as np
+    return np.vectorize(math.erfc, otypes=[np.float64])(v)
+
+
+_F64_MORE = {"erf": _erf, "erfc": _erfc}      # beyond libdevice_calls.F64 (FlagGems gelu)
+
+
+def _extern_f64(block, symbol, args):
+    """A libdevice call on a target whose code is not read from PTX (AMD, a Spec): the
+    function in float64, rounded to fp32 (named APPROXIMATE in the summary); None where
+    libdevice_calls has no float64 version (the interpreter then raises)."""
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+    name = libdevice_calls.symbols().get(symbol)
+    f = libdevice_calls.F64.get(name) or _F64_MORE.get(name)
+    if f is None or len(args) != 1 or getattr(args[0].dtype, "name", "") != "fp32":
+        return None
+    what = block.arch or "a Spec"
+    target_math.counts(block)[(f"libdevice.{name}", "fp32",
+                               f"float64 rounded ({what}: not modelled)", False)] += 1
+    x = np.asarray(args[0].data, np.float32)
+    with np.errstate(all="ignore"):
+        out = f(x.astype(np.float64)).astype(np.float32)
+    return TensorHandle(out.reshape(x.shape).copy(), args[0].dtype)
 
 
 def patch_lang(lang, scope) -> None:
