@@ -108,8 +108,14 @@ def _device_class(orig):
 
 
 @contextlib.contextmanager
-def device_queries(arch):
-    """A block in which torch.cuda's device queries answer for ``arch`` (module doc)."""
+def device_queries(arch, *, available: bool = False):
+    """A block in which torch.cuda's device queries answer for ``arch`` (module doc);
+    ``available=True``: ``torch.cuda.is_available()`` (and torch's own device interface,
+    which ``torch.utils._triton.has_triton`` asks) says True too, ``torch.cuda.synchronize``
+    is a no-op, and allocations on a CUDA device land on the CPU (``cuda_on_cpu``, the
+    calling thread): for libraries that take the GPU branch only when CUDA is available
+    (Liger's ``infer_device``, torchao's ``has_triton``) while their tensors stay on the
+    CPU, which is what a launch inside an emulate block reads."""
     import torch
     props = _answers(arch)
     cuda = torch.cuda
@@ -118,6 +124,8 @@ def device_queries(arch):
            "get_device_capability": lambda device=None: (props.major, props.minor),
            "get_device_properties": lambda device=None: props,
            "current_device": lambda: 0, "device_count": lambda: 1, "device": device}
+    if available:
+        new.update(is_available=lambda: True, synchronize=lambda device=None: None)
     saved = {k: getattr(cuda, k) for k in new}
     try:
         from triton.runtime import driver as triton_driver
@@ -128,10 +136,40 @@ def device_queries(arch):
         triton_driver.set_active(_Driver(canonical_arch(arch)))
     for k, v in new.items():
         setattr(cuda, k, v)
+    interface = _interface_patch() if available else contextlib.nullcontext()
     try:
-        yield props
+        with interface:
+            yield props
     finally:
         for k, v in saved.items():
             setattr(cuda, k, v)
         if triton_driver is not None:
             triton_driver._active = prev_active
+
+
+@contextlib.contextmanager
+def _interface_patch():
+    """Torch's CUDA device interface (``torch._dynamo.device_interface``, bound to the
+    original ``torch.cuda.is_available`` when torch was imported) says available, and
+    ``has_triton``'s cached answer is dropped on entry and exit; CUDA allocations go to the
+    CPU."""
+    from torch._dynamo import device_interface as di
+    from torch.utils import _triton
+    from .cuda_on_cpu import cuda_on_cpu
+    cls = di.CudaInterface
+    prev = cls.__dict__.get("is_available")
+    prev_props = di.caching_worker_device_properties.pop("cuda", None)
+    cls.is_available = staticmethod(lambda: True)
+    _triton.has_triton.cache_clear()
+    try:
+        with cuda_on_cpu():
+            yield
+    finally:
+        if prev is None:
+            del cls.is_available
+        else:
+            cls.is_available = prev
+        di.caching_worker_device_properties.pop("cuda", None)
+        if prev_props is not None:
+            di.caching_worker_device_properties["cuda"] = prev_props
+        _triton.has_triton.cache_clear()

@@ -261,9 +261,11 @@ class CpuDriver:
 
 
 def install_driver(set_attr, current) -> None:
-    """Put a :class:`CpuDriver` in place where Triton finds no active driver."""
+    """Put a :class:`CpuDriver` in place where Triton finds no active driver (none; or
+    one that fails to start without a GPU: with ``device_queries(available=True)`` torch
+    says CUDA is available, and Triton's CUDA driver then looks for libcuda)."""
     from triton.runtime import driver
     try:
         driver.default
-    except RuntimeError:
+    except (RuntimeError, AssertionError, ImportError, OSError):
         set_attr(driver, "_active", CpuDriver(current))
