@@ -14,7 +14,7 @@ from ..registry import ARCHS, canonical_arch
 from ..spec import Spec
 from . import hook
 from . import target_rules
-from .record import Launch, Tallies, emulating
+from .record import Launch, Tallies, emulating, snapshot
 from .dot import format_of, run_plan, split_fp32, to_numpy, to_torch
 from .target_rules import PATHS, DotPlan, choose
 
@@ -42,7 +42,9 @@ class TritonEmulation:
     the interpreter's own NumPy arithmetic).  ``counts`` says which plans ran how often."""
 
     def __init__(self, arch, instruction: Optional[str] = None, *,
-                 autotune: Union[str, Callable] = "first", exact_math: bool = True):
+                 autotune: Union[str, Callable] = "first", exact_math: bool = True,
+                 keep_inputs: bool = False):
+        self.keep_inputs = bool(keep_inputs)
         self.spec = arch if isinstance(arch, Spec) else None
         self.arch = None if arch is None or self.spec is not None else canonical_arch(arch)
         if instruction is not None and not isinstance(instruction, str):
@@ -110,11 +112,14 @@ class TritonEmulation:
     def min_dot_size(self):
         return target_rules.min_dot_size(self.arch)
 
-    def begin_launch(self, interp, args, grid, kwargs):
+    def begin_launch(self, interp, args, grid, kwargs, launched=None):
         g = grid(launch_meta(interp.fn, args, kwargs)) if callable(grid) else grid
         self.launch = Launch(interp.fn.__name__, tuple(g), tuple(sorted(
             (k, v) for k, v in kwargs.items() if isinstance(v, (int, float, str, bool)))),
             num_warps=int(kwargs.get("num_warps") or 4))
+        if self.keep_inputs:        # the launch's inputs, to run it again (the PTX checker)
+            self.launch.inputs = snapshot(launched if launched is not None else interp, args,
+                                          kwargs)
         self.launches.append(self.launch)
 
     def end_launch(self, previous: Optional[Launch] = None):
@@ -254,8 +259,8 @@ class TritonEmulation:
 
 
 def emulate(arch, instruction: Optional[str] = None, *,
-            autotune: Union[str, Callable] = "first", exact_math: bool = True
-            ) -> TritonEmulation:
+            autotune: Union[str, Callable] = "first", exact_math: bool = True,
+            keep_inputs: bool = False) -> TritonEmulation:
     """Run Triton kernels as ``arch``'s matrix units compute them (docs/triton.md).
 
     ::
@@ -277,11 +282,14 @@ def emulate(arch, instruction: Optional[str] = None, *,
     ``exact_math=False``: NumPy's, faster), fp32 ``a * b + c`` is contracted into one fma
     where the compiled code does (contract.py), atomics are recorded (extras.py); the rest
     (loads, ``tl.sum``) is the interpreter's NumPy arithmetic: docs/triton.md lists what is
-    and is not emulated."""
+    and is not emulated.  ``keep_inputs``: each launch record (``em.launches``) keeps
+    ``inputs``, the kernel and a copy of its arguments before it ran (to run it again under
+    the PTX checker, ``ptx_check.check``)."""
     if arch is None:
         raise ValueError("torch_mma_emu.triton.emulate: give an arch (tme.archs()) or a Spec; "
                          "torch_mma_emu.triton.interpret() runs the plain interpreter")
-    return TritonEmulation(arch, instruction, autotune=autotune, exact_math=exact_math)
+    return TritonEmulation(arch, instruction, autotune=autotune, exact_math=exact_math,
+                           keep_inputs=keep_inputs)
 
 
 def interpret(*, autotune: Union[str, Callable] = "first") -> TritonEmulation:

@@ -235,7 +235,7 @@ def _launch(block, interp, args, grid, warmup, kwargs, launched=None):
             b.options = block.interpreter_options(b.options)
             if block.min_dot_size is not None:
                 b.codegen_fns["min_dot_size"] = block.min_dot_size
-            block.begin_launch(interp, args, grid, kwargs)
+            block.begin_launch(interp, args, grid, kwargs, launched)
             compiled.begin(block, interp, args, kwargs, launched)
             extras.begin_launch(block, interp.fn, args, kwargs)
             out = _orig["interp_run"](interp, *args, grid=grid, warmup=warmup, **kwargs)
@@ -319,8 +319,15 @@ def _patch_lang(fn):
     version, which fails in the interpreter ("Did you forget to add @triton.jit?")."""
     import sys
     from triton.runtime import interpreter as ti
-    scope = _orig["patch_lang"](fn)
     block = current()
+    try:
+        scope = _orig["patch_lang"](fn)
+    except AssertionError:      # no triton.language in the helper's module (FlagGems' add
+        if block is None:       # helper): the kernel's own patch of the modules serves it
+            raise
+        scope = ti._LangPatchScope()
+        block.tallies.interpreter["a @jit helper whose module does not import "
+                                  "triton.language run with the kernel's patch"] += 1
     module = sys.modules.get(getattr(fn, "__module__", None) or "")
     if block is not None and module is not None:
         import triton.language as tl

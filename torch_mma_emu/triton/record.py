@@ -43,9 +43,20 @@ class Launch:
     scalars: tuple
     num_warps: int = 4
     contract: Optional[Any] = None
+    inputs: Optional[tuple] = None   # (kernel, args, kwargs) before the launch: keep_inputs
 
     def __iter__(self):
         return iter((self.kernel, self.grid, self.scalars))
+
+
+def snapshot(kernel, args, kwargs) -> tuple:
+    """(kernel, args, kwargs) with every tensor cloned: a launch's inputs as they were
+    before it ran (to launch it again, e.g. under the PTX checker)."""
+    import torch
+
+    def keep(v):
+        return v.clone() if isinstance(v, torch.Tensor) else v
+    return kernel, tuple(keep(a) for a in args), {k: keep(v) for k, v in kwargs.items()}
 
 
 def emulating(block) -> bool:
