@@ -113,8 +113,30 @@ def begin_launch(block, fn, args, kwargs) -> None:
         if block.exact_math:
             target_math.prepare(fn)
             libdevice_calls.prepare(fn)
+            _prepare_named(fn)
     else:
         contract.counts(block)[("not modelled", block.arch or "a Spec")] += 1
+
+
+_NAMED: set = set()
+
+
+def _prepare_named(fn, depth: int = 2) -> None:
+    """Compile, before the launch, the libdevice routines that the kernel and the @jit
+    helpers it names (``depth`` levels) reach by a name of their module (``exp2 =
+    tl_extra_shim.exp2``, FlagGems), which ``libdevice_calls.prepare``'s scan for
+    ``libdevice.<name>(`` misses (compiling one during the launch is not possible)."""
+    if fn in _NAMED or depth < 0:
+        return
+    _NAMED.add(fn)
+    import triton.language as tl
+    unary = set(libdevice_calls.symbols().values())
+    for v in list(getattr(fn, "__globals__", {}).values()):
+        if tl.core.is_builtin(v) and getattr(v, "__module__", "").startswith(
+                "triton.language.extra") and getattr(v, "__name__", "") in unary:
+            libdevice_calls.routine(v.__name__)
+        elif type(v).__name__ in ("JITFunction", "InterpretedFunction"):
+            _prepare_named(v.fn, depth - 1)
 
 
 def end_launch(block) -> None:
