@@ -156,3 +156,31 @@ def test_target_decisions_by_registry_facts():
     with tmt.device_queries("gfx90a") as p:                          # ROCm torch's answer
         assert torch.cuda.get_device_capability() == (9, 0) and p.warp_size == 64
     assert np.array_equal(target_rules.device_capability("H100"), (9, 0))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU answers for itself")
+def test_device_questions_inside_an_emulate_block():
+    with tmt.emulate("MI300X"):             # fla asks at import: driver "cuda", then torch
+        assert torch.cuda.get_device_capability() == (9, 4)
+        assert torch.cuda.get_device_properties(0).gcnArchName == "gfx942"
+        assert torch.cuda.device_count() == 1 and torch.cuda.current_device() == 0
+        with torch.cuda.device(None):       # mamba: torch.cuda.device(x.device.index)
+            pass
+        assert not torch.cuda.is_available()         # tensors stay CPU tensors
+    for outside in (tmt.interpret(), ):               # no target: torch's own answer
+        with outside, pytest.raises((AssertionError, RuntimeError)):
+            torch.cuda.get_device_capability()
+    with pytest.raises((AssertionError, RuntimeError)):
+        torch.cuda.get_device_capability()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU answers for itself")
+def test_device_queries_available_answers_is_available_coherently():
+    from torch.utils._triton import has_triton
+    with tmt.device_queries("H100", available=True):
+        assert torch.cuda.is_available() and has_triton()      # torchao, Liger ask these
+        assert torch.zeros(2, device="cuda").device.type == "cpu"
+        with tmt.emulate("H100") as em:       # Triton's CUDA driver cannot start: CPU driver
+            _double[(4,)](torch.ones(200), 200)
+        assert em.launches[0].grid == (4,)
+    assert not torch.cuda.is_available() and not has_triton()

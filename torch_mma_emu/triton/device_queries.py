@@ -173,3 +173,46 @@ def _interface_patch():
         if prev_props is not None:
             di.caching_worker_device_properties["cuda"] = prev_props
         _triton.has_triton.cache_clear()
+
+
+def install_in_blocks(set_attr, current) -> None:
+    """In a process without CUDA, torch.cuda's device queries answer for the calling
+    thread's emulate block (hook.py installs this with its seam): a library imported or run
+    inside ``tmt.emulate(arch)`` that asks the device (``import fla.ops``: Triton's driver
+    stand-in says "cuda", then ``torch.cuda.get_device_properties``) gets the answers of
+    :func:`device_queries`; outside a block, in ``tmt.interpret()`` and with a GPU, torch's
+    own functions run.  ``is_available()`` is left alone (``device_queries(arch,
+    available=True)`` changes it)."""
+    import torch
+    if torch.cuda.is_available():
+        return
+    cuda = torch.cuda
+
+    def answering(name, orig):
+        def query(*args, **kwargs):
+            block = current()
+            arch = getattr(block, "arch", None)
+            if arch is None:
+                return orig(*args, **kwargs)
+            props = _answers(arch)
+            return {"get_device_name": lambda: props.name,
+                    "get_device_capability": lambda: (props.major, props.minor),
+                    "get_device_properties": lambda: props, "current_device": lambda: 0,
+                    "device_count": lambda: 1}[name]()
+        query.__name__ = name
+        return query
+    for name in ("get_device_name", "get_device_capability", "get_device_properties",
+                 "current_device", "device_count"):
+        set_attr(cuda, name, answering(name, getattr(cuda, name)))
+    orig_device = cuda.device
+    emulated = _device_class(orig_device)
+
+    class device(emulated):
+        def __init__(self, device=None):
+            if getattr(current(), "arch", None) is None:
+                self._noop = False
+                orig_device.__init__(self, device)
+            else:
+                super().__init__(device)
+    device.__qualname__ = device.__name__ = "device"
+    set_attr(cuda, "device", device)

@@ -40,6 +40,8 @@ def install(set_attr, ti, current) -> None:
     from triton.runtime.autotuner import Autotuner
     set_attr(Autotuner, "__getitem__", gaps.autotuner_getitem(Autotuner, current))
     gaps.install_driver(set_attr, current)
+    from .device_queries import install_in_blocks
+    install_in_blocks(set_attr, current)
     prev_ext = IB.create_extern_elementwise
 
     def create_extern_elementwise(self, libName, libPath, symbol, argList, retType, isPure):
