@@ -55,8 +55,27 @@ def snapshot(kernel, args, kwargs) -> tuple:
     import torch
 
     def keep(v):
-        return v.clone() if isinstance(v, torch.Tensor) else v
+        if isinstance(v, torch.Tensor):
+            return v.clone()
+        t = _as_tensor(v)
+        return v if t is None else t.clone()
     return kernel, tuple(keep(a) for a in args), {k: keep(v) for k, v in kwargs.items()}
+
+
+def _as_tensor(v):
+    """A non-tensor buffer (has ``data_ptr``, ``untyped_storage``, ``shape``, ``stride()``,
+    ``dtype``: FlagGems' StridedBuffer) as the tensor view of the same memory, where its
+    strides are non-negative; else None."""
+    import torch
+    try:
+        storage, dtype = v.untyped_storage(), v.dtype
+        shape, strides = tuple(v.shape), tuple(v.stride())
+        offset, rem = divmod(v.data_ptr() - storage.data_ptr(), dtype.itemsize)
+    except Exception:                    # noqa: BLE001 - not such a buffer
+        return None
+    if rem or offset < 0 or any(s < 0 for s in strides):
+        return None
+    return torch.empty(0, dtype=dtype).set_(storage, offset, shape, strides)
 
 
 def emulating(block) -> bool:
