@@ -1,6 +1,7 @@
 """The zoo grown with issue 37's libraries (FlagGems, Liger-Kernel, fla, torchao,
 bitsandbytes; gemlite has its own file): each op as shipped on an NVIDIA (sm_90) and an AMD
-(gfx942) target against a float64 reference, and on sm_90 every launch whose grid is 1-D
+(gfx942) target against a float64 reference (the ops beyond ``FAST`` and dyt on gfx942 are
+marked slow), and on sm_90 every launch whose grid is 1-D
 run again under the PTX checker (ptx_check.py), bit for bit; a kernel the checker cannot
 read records the instruction it lacks (``record_property("checker", ...)``) instead of
 failing.  mamba_ssm is not here: its setup.py needs a CUDA torch to pick a wheel
@@ -19,6 +20,14 @@ from triton_zoo import ARCHS, close, need, run_zoo
 from torch_mma_emu.triton import device_queries, ptx_check
 
 KEYS = ["sm90", "gfx942"]
+FAST = {"gelu", "exp", "rsqrt", "add", "true_divide", "sum", "log_softmax", "argmax", "cumsum"}
+
+
+def cases(names):
+    """(name, key) for every op on both targets; beyond FAST, marked slow (the file's fast
+    part stays near a minute)."""
+    return [pytest.param(n, k, marks=() if n in FAST else pytest.mark.slow)
+            for n in sorted(names) for k in KEYS]
 os.environ.setdefault("GEMS_VENDOR", "nvidia")             # no vendor probing subprocesses
 os.environ.setdefault("FLAGGEMS_CACHE_DIR", tempfile.mkdtemp(prefix="flaggems-"))
 
@@ -96,8 +105,7 @@ def _gems():
     return gems
 
 
-@pytest.mark.parametrize("key", KEYS)
-@pytest.mark.parametrize("name", sorted(UNARY))
+@pytest.mark.parametrize("name,key", cases(UNARY))
 def test_flaggems_unary(name, key, record_property):
     ops = _gems()
     x = torch.randn(96, generator=_gen(len(name)))
@@ -107,8 +115,7 @@ def test_flaggems_unary(name, key, record_property):
     close(y, UNARY[name](x.double()), 2e-6, 1e-6)
 
 
-@pytest.mark.parametrize("key", KEYS)
-@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("name,key", cases(BINARY))
 def test_flaggems_binary(name, key, record_property):
     ops = _gems()
     a, b = torch.randn(64, generator=_gen(1)), torch.randn(64, generator=_gen(2)) + 3
@@ -116,8 +123,7 @@ def test_flaggems_binary(name, key, record_property):
     close(y, BINARY[name](a.double(), b.double()), 1e-7, 0)      # one fp32 rounding
 
 
-@pytest.mark.parametrize("key", KEYS)
-@pytest.mark.parametrize("name", sorted(REDUCE))
+@pytest.mark.parametrize("name,key", cases(REDUCE))
 def test_flaggems_reductions(name, key, record_property):
     ops = _gems()
     x = torch.randn(4, 50, generator=_gen(3))
@@ -135,7 +141,7 @@ def test_flaggems_reductions(name, key, record_property):
 
 
 # -- Liger-Kernel: dyt (asks torch.cuda.is_available), layer_norm, geglu, kl_div -----------
-@pytest.mark.parametrize("key", KEYS)
+@pytest.mark.parametrize("key", ["sm90", pytest.param("gfx942", marks=pytest.mark.slow)])
 def test_liger_dyt_forward_backward(key, record_property):
     lf = need("liger_kernel.transformers.functional")
     x = torch.randn(4, 64, generator=_gen(4), requires_grad=True)
