@@ -184,3 +184,22 @@ def test_device_queries_available_answers_is_available_coherently():
             _double[(4,)](torch.ones(200), 200)
         assert em.launches[0].grid == (4,)
     assert not torch.cuda.is_available() and not has_triton()
+
+
+@triton.jit
+def _is_float(dtype):
+    return dtype.is_floating()          # compiled Triton unwraps a constexpr's attributes
+
+
+@triton.jit
+def _fill_is_float(out):
+    x = tl.load(out + tl.arange(0, 4))
+    tl.store(out + tl.arange(0, 4), x + _is_float(x.dtype))
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_dtype_constexpr_keeps_the_dtypes_methods(block):
+    out = torch.zeros(4)
+    with block():
+        _fill_is_float[(1,)](out)
+    assert torch.equal(out, torch.ones(4))

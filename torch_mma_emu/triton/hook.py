@@ -292,6 +292,26 @@ def _interp_call(self, *args, **kwargs):
         scope.restore()
 
 
+@functools.lru_cache(maxsize=None)
+def _dtype_constexpr_class():
+    import triton.language as tl
+
+    class DtypeConstexpr(tl.constexpr):
+        """A dtype as compiled Triton hands it to a helper: ``.value`` is the dtype, and
+        other attributes reach it (the code generator unwraps constexprs on attribute
+        access: ``dtype.is_floating()`` works too)."""
+
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return getattr(self.value, name)
+    return DtypeConstexpr
+
+
+def _DtypeConstexpr(v):
+    return _dtype_constexpr_class()(v)
+
+
 def _dtypes_as_constexpr(fn, args, kwargs):
     """A ``tl.dtype`` passed to a @jit helper reaches it as ``tl.constexpr`` in compiled
     Triton (a dtype is a compile-time value), and helpers read ``dtype.value`` (FlagGems'
@@ -301,7 +321,7 @@ def _dtypes_as_constexpr(fn, args, kwargs):
     import triton.language as tl
 
     def wrap(v):
-        return tl.constexpr(v) if isinstance(v, tl.dtype) else v
+        return _DtypeConstexpr(v) if isinstance(v, tl.dtype) else v
     if not any(isinstance(v, tl.dtype) for v in (*args, *kwargs.values())):
         return args, kwargs
     block = current()
