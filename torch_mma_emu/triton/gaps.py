@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import ast
 import warnings
-from collections import Counter
 
 import numpy as np
 
