@@ -26,14 +26,15 @@ PY
       || echo "[test] warning: could not install $req; their tests skip"
   fi
 done
-# the third-party Triton zoo (Liger-Kernel, fla-core, gemlite: requirements-triton-zoo.txt,
+# the third-party Triton zoo (Liger-Kernel, fla-core, gemlite, bitsandbytes: pinned in
+# requirements-triton-zoo.txt,
 # setup.py's "triton-zoo" extra; FlagGems with --no-deps: it pins numpy 1.26), torch and
 # triton pinned; offline or failing, tests/triton_emu/test_triton_zoo_*.py skip
 if "$VPY" -c "import triton" 2>/dev/null; then
   TRITON_PIN="triton==$("$VPY" -c 'import triton; print(triton.__version__)')"
   zoo_missing=$("$VPY" - <<'PY'
 import importlib.util
-for mod in ("liger_kernel", "fla", "gemlite", "flag_gems"):
+for mod in ("liger_kernel", "fla", "gemlite", "bitsandbytes", "flag_gems"):
     if importlib.util.find_spec(mod) is None:
         print(mod)
 PY
@@ -44,7 +45,7 @@ PY
     echo "[test] installing the Triton zoo: $(echo $zoo_missing)"
     timeout $((3 * NET_TIMEOUT)) "$VPY" -m pip install -q -r requirements-triton-zoo.txt \
       "$TORCH_PIN" "$TRITON_PIN" || echo "[test] warning: could not install the Triton zoo"
-    timeout "$NET_TIMEOUT" "$VPY" -m pip install -q --no-deps flag-gems "$TORCH_PIN" \
+    timeout "$NET_TIMEOUT" "$VPY" -m pip install -q --no-deps flag-gems==5.0.2 "$TORCH_PIN" \
       && timeout "$NET_TIMEOUT" "$VPY" -m pip install -q pyyaml sqlalchemy packaging "$TORCH_PIN" \
       || echo "[test] warning: could not install flag-gems; its tests skip"
   fi

@@ -33,6 +33,7 @@ DOC_SUFFIXES = (".md", ".txt", ".rst")
 THIRD_PARTY_PRIVATE = frozenset({
     "torch._dynamo._trace_wrapped_higher_order_op.TransformGetItemToIndex",
     "torch._dynamo.backends.debugging.aot_eager",
+    "torch._dynamo.device_interface",
     "torch._dynamo.eval_frame.set_code_exec_strategy",
     "torch._dynamo.types.FrameAction",
     "torch._dynamo.types.FrameExecStrategy",
@@ -49,12 +50,12 @@ THIRD_PARTY_PRIVATE = frozenset({
     "torch._subclasses.fake_tensor.FakeTensorMode",
     "torch._subclasses.fake_tensor.is_fake",
     "torch.nn.attention.flex_attention._vmap_for_bhqkv",
+    "torch.utils._triton",
     "torch.utils._python_dispatch.TorchDispatchMode",
     "torch.utils._python_dispatch._push_mode",
     "torch.utils._pytree.tree_flatten",
     "triton._C.libtriton",
     "triton._C.libtriton.ir",
-    "triton.runtime.interpreter._patch_lang",
 })
 # documents that are not in this repository: the starting design notes and the folders of
 # papers and recorded data that lived beside the checkout, and this machine's own paths

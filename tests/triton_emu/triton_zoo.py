@@ -42,13 +42,13 @@ def need(module: str):
                     f"requirements-triton-zoo.txt torch==<yours>): {type(e).__name__}: {e}")
 
 
-def run_zoo(key: str, fn):
+def run_zoo(key: str, fn, keep_inputs: bool = False):
     """``fn()`` under the emulation of ``ARCHS[key]``: (its result, the Triton block, the
     launch counts).  Asserts that kernels launched and nothing multiplied natively."""
     arch = ARCHS[key]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")     # autotune / atomics / version notes: not the test
-        with tme.emulate(arch) as pm, tmt.emulate(arch) as em:
+        with tme.emulate(arch) as pm, tmt.emulate(arch, keep_inputs=keep_inputs) as em:
             out = fn()
     launches = Counter(name for name, *_ in em.launches)
     native = {k: n for k, n in pm.counts.items() if k[2] == "native"}

@@ -16,6 +16,7 @@ from .target_rules import PATHS, DotPlan, choose
 from .context import TritonEmulation, emulate, interpret
 from .device_queries import device_queries
 from .cuda_on_cpu import cuda_on_cpu
+from . import record
 from .hook import current
 
 __all__ = ["emulate", "interpret", "device_queries", "cuda_on_cpu", "choose", "DotPlan", "PATHS", "TritonEmulation", "active",
@@ -29,5 +30,4 @@ def active() -> bool:
 
 def emulating() -> bool:
     """True when the calling thread's innermost block emulates an arch (not ``interpret()``)."""
-    b = current()
-    return b is not None and (b.arch is not None or b.spec is not None)
+    return record.emulating(current())

@@ -26,6 +26,8 @@ import threading
 
 import numpy as np
 
+from .record import emulating
+
 _TLS = threading.local()      # .no_acc: the tl.dot being built has acc=None
 DOT = "tme_dot"               # on a (lazy) dot result that may absorb an addition
 EXPAND = "tme_expand"         # (2-D fp32 source, axis) on expand_dims results
@@ -33,8 +35,6 @@ BCAST = "tme_bcast"           # the same, on broadcasts of such expand_dims resu
 BMR = "tme_bmr"               # (x, y) on x[:, :, None] * y[None, :, :]
 
 
-def _emulating(block) -> bool:
-    return block is not None and (block.arch is not None or block.spec is not None)
 
 
 def semantic_dot(orig):
@@ -109,7 +109,7 @@ def fadd(block, lhs, rhs):
     wants the dot's result to have no other use: not ``x + x``, not a result read (stored,
     computed with) or folded before; a use that comes only after the addition is not seen
     (docs/triton.md)."""
-    if not _emulating(block) or lhs is rhs:
+    if not emulating(block) or lhs is rhs:
         return None
     for dot, other in ((rhs, lhs), (lhs, rhs)):
         if dot.attr.get(DOT) and not dot.used and _shape(other) == dot.shape \
@@ -119,14 +119,14 @@ def fadd(block, lhs, rhs):
 
 
 def expand_dims(block, out, arg, axis):
-    if _emulating(block) and axis in (0, 2) and arg.data.ndim == 2 \
+    if emulating(block) and axis in (0, 2) and arg.data.ndim == 2 \
             and getattr(arg.dtype, "name", "") in ("fp32", "fp16", "bf16"):
         out.attr[EXPAND] = (arg, axis)
     return out
 
 
 def broadcast(block, out, arg):
-    if _emulating(block) and EXPAND in arg.attr:
+    if emulating(block) and EXPAND in arg.attr:
         out.attr[BCAST] = arg.attr[EXPAND]
     return out
 
@@ -134,7 +134,7 @@ def broadcast(block, out, arg):
 def fmul(block, out, lhs, rhs):
     """Tag ``x[:, :, None] * y[None, :, :]`` (this operand order, as the pattern wants)
     when the product is at least 16 x 16 (the pattern's bound; K may be anything)."""
-    if _emulating(block):
+    if emulating(block):
         lt, rt = lhs.attr.get(BCAST), rhs.attr.get(BCAST)
         if lt and rt and lt[1] == 2 and rt[1] == 0 and out.data.ndim == 3 \
                 and out.data.shape[0] >= 16 and out.data.shape[2] >= 16:
@@ -147,7 +147,7 @@ def reduce_sum(block, ops, input):
     (None: NumPy's sum).  Where Triton 3.6's compiler matches the pattern but cannot compile
     it (fp16 / bf16 operands), or compiles it into a dot that is not this sum (the pattern
     does not look at the axis), the GPU does not run the source's sum: raise, saying so."""
-    tag = input.handle.attr.get(BMR) if _emulating(block) else None
+    tag = input.handle.attr.get(BMR) if emulating(block) else None
     if tag is None or ops.axis is None:
         return None
     x, y = tag

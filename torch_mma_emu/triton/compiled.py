@@ -17,7 +17,8 @@ import warnings
 import numpy as np
 
 from ..order import arith
-from . import layout, reduce
+from . import layout, reduce, target_rules
+from .record import emulating
 from .target_rules import DPP_ARCHS
 
 _STACK: list = []        # per running launch: [compiled or None, why-not, block]
@@ -54,18 +55,14 @@ def begin(block, interp, args, kwargs, launched=None) -> None:
     layout.remember(launched if launched is not None else interp)
     entry = [None, "", block]
     _STACK.append(entry)
-    if block.arch is None and getattr(block, "spec", None) is None:
+    if not emulating(block):
         entry[2] = None                  # tmt.interpret(): the plain interpreter, uncounted
         return
-    target = None if block.arch is None else (
-        layout.target_of(block.arch) if block.vendor == "nvidia" else
-        layout.amd_target_of(block.arch))
-    if target is None or (target.backend == "hip" and target.arch not in DPP_ARCHS):
-        entry[1] = ("a Spec names no GPU" if block.arch is None else
-                    f"{block.arch}: no Triton target known" if target is None else
-                    f"AMD reductions are modelled on {' / '.join(DPP_ARCHS)}, "
-                    f"not {target.arch}")
+    fields, why = target_rules.reduction_target(block.arch)
+    if fields is None:
+        entry[1] = why
         return
+    target = layout.gpu_target_of(fields)
     fn = getattr(interp, "fn", None)
     if fn is None or not _may_reduce(fn):
         entry[1] = "the kernel was not compiled: its source calls no reduction"
@@ -77,8 +74,7 @@ def begin(block, interp, args, kwargs, launched=None) -> None:
         entry[0] = _unpipelined(fn, args, kwargs, target, block, entry[1])
     if entry[0] is None:
         name = getattr(fn, "__name__", "kernel")
-        if name not in block._warned:
-            block._warned.add(name)
+        if block.tallies.warn_once(("reductions", name)):
             warnings.warn(f"torch_mma_emu.triton: {name}: {entry[1]}; its reductions run in "
                           "NumPy's order, not the GPU's", stacklevel=4)
 
@@ -97,8 +93,7 @@ def _unpipelined(fn, args, kwargs, target, block, why):
         return None
     name = getattr(fn, "__name__", "kernel")
     block.reductions[f"{name}: {why}; reduction layouts from num_stages=1"] += 1
-    if name + " num_stages" not in block._warned:
-        block._warned.add(name + " num_stages")
+    if block.tallies.warn_once(("num_stages", name)):
         warnings.warn(f"torch_mma_emu.triton: {name}: {why}; its reduction layouts are "
                       "taken from the kernel compiled with num_stages=1", stacklevel=5)
     return out
@@ -218,8 +213,7 @@ def _guarded(impl, kind):
             msg = f"{kind} in NumPy's order (internal error {type(e).__name__}: {e})"[:200]
             if block is not None:
                 block.reductions[msg] += 1
-                if kind not in block._warned:
-                    block._warned.add(kind)
+                if block.tallies.warn_once(("internal", kind)):
                     warnings.warn(f"torch_mma_emu.triton: {msg}", stacklevel=2)
             return None
     return run
@@ -260,7 +254,8 @@ def _reduce_apply(ops, input):
         return None
     from . import contract
     fold = contract.fold_products(block, ops.combine_fn, [t.handle for t in input],
-                                  datas[0].shape) if block.vendor == "nvidia" else {}
+                                  datas[0].shape) \
+        if target_rules.fused_reduction_products(block.arch) else {}
     try:
         outs = reduce.run(tree, datas, axis, combine, fold)
     except Exception as e:                # a user combine that cannot run on blocks

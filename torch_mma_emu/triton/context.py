@@ -14,6 +14,7 @@ from ..registry import ARCHS, canonical_arch
 from ..spec import Spec
 from . import hook
 from . import target_rules
+from .record import Launch, Tallies, emulating, snapshot
 from .dot import format_of, run_plan, split_fp32, to_numpy, to_torch
 from .target_rules import PATHS, DotPlan, choose
 
@@ -25,13 +26,25 @@ def _precision(p) -> str:
     return name.lower()
 
 
+def launch_meta(fn, args, kwargs) -> dict:
+    """What a grid function is given: every parameter of the kernel bound as Triton's
+    launcher binds it (defaults included, so ``BLOCK: tl.constexpr = 64`` is there), plus the
+    launch options (``num_warps``, ...)."""
+    import inspect
+    names = inspect.getfullargspec(fn).args
+    bound = inspect.getcallargs(fn, *args, **{k: v for k, v in kwargs.items() if k in names})
+    return {**kwargs, **bound}
+
+
 class TritonEmulation:
     """An open block: Triton kernels launched in it run in Triton's interpreter, with
     ``tl.dot`` / ``tl.dot_scaled`` computed as ``arch``'s matrix units do (``arch=None``:
     the interpreter's own NumPy arithmetic).  ``counts`` says which plans ran how often."""
 
     def __init__(self, arch, instruction: Optional[str] = None, *,
-                 autotune: Union[str, Callable] = "first", exact_math: bool = True):
+                 autotune: Union[str, Callable] = "first", exact_math: bool = True,
+                 keep_inputs: bool = False):
+        self.keep_inputs = bool(keep_inputs)
         self.spec = arch if isinstance(arch, Spec) else None
         self.arch = None if arch is None or self.spec is not None else canonical_arch(arch)
         if instruction is not None and not isinstance(instruction, str):
@@ -50,9 +63,9 @@ class TritonEmulation:
         self.exact_math = bool(exact_math)
         self.counts: Counter = Counter()
         self.reductions: Counter = Counter()      # each reduction's tree (compiled.py)
-        self.launches: list = []    # (kernel name, grid, scalar launch arguments) per launch
-        self._num_warps = 4
-        self._warned: set = set()
+        self.launches: list = []    # a record.Launch per launch (kernel name, grid, scalars)
+        self.launch: Optional[Launch] = None      # the running launch's record
+        self.tallies = Tallies()    # what the modules counted for the summary (record.py)
 
     # -- the block -----------------------------------------------------------------------
     def __enter__(self):
@@ -74,6 +87,15 @@ class TritonEmulation:
 
     # -- what the hook asks ------------------------------------------------------------
     @property
+    def emulating(self) -> bool:
+        """Whether the block emulates a target (False: ``tmt.interpret()``)."""
+        return emulating(self)
+
+    @property
+    def num_warps(self) -> int:
+        return self.launch.num_warps if self.launch is not None else 4
+
+    @property
     def vendor(self) -> Optional[str]:
         return ARCHS[self.arch].vendor if self.arch else None
 
@@ -90,14 +112,18 @@ class TritonEmulation:
     def min_dot_size(self):
         return target_rules.min_dot_size(self.arch)
 
-    def begin_launch(self, interp, args, grid, kwargs):
-        self._num_warps = int(kwargs.get("num_warps") or 4)
-        g = grid(dict(zip(interp.arg_names, args), **kwargs)) if callable(grid) else grid
-        self.launches.append((interp.fn.__name__, tuple(g), tuple(sorted(
-            (k, v) for k, v in kwargs.items() if isinstance(v, (int, float, str, bool))))))
+    def begin_launch(self, interp, args, grid, kwargs, launched=None):
+        g = grid(launch_meta(interp.fn, args, kwargs)) if callable(grid) else grid
+        self.launch = Launch(interp.fn.__name__, tuple(g), tuple(sorted(
+            (k, v) for k, v in kwargs.items() if isinstance(v, (int, float, str, bool)))),
+            num_warps=int(kwargs.get("num_warps") or 4))
+        if self.keep_inputs:        # the launch's inputs, to run it again (the PTX checker)
+            self.launch.inputs = snapshot(launched if launched is not None else interp, args,
+                                          kwargs)
+        self.launches.append(self.launch)
 
-    def end_launch(self):
-        self._num_warps = 4
+    def end_launch(self, previous: Optional[Launch] = None):
+        self.launch = previous
 
     def run_autotuned(self, tuner, args, kwargs):
         """An autotuned kernel: the GPU picks a config by timing, which the CPU cannot;
@@ -111,8 +137,8 @@ class TritonEmulation:
             config = configs[0] if self.autotune == "first" else self.autotune(configs)
             tuner.best_config = config          # as Triton's run sets it (users read it)
             name = getattr(getattr(tuner, "base_fn", None), "__name__", "kernel")
-            if len(configs) > 1 and self.autotune == "first" and name not in self._warned:
-                self._warned.add(name)
+            if len(configs) > 1 and self.autotune == "first" and \
+                    self.tallies.warn_once(("autotune", name)):
                 warnings.warn(f"torch_mma_emu.triton: {name} is autotuned over {len(configs)} "
                               f"configs; a GPU picks one by timing, the emulation runs {config}"
                               " (the first); emulate(..., autotune=fn) chooses another",
@@ -131,14 +157,14 @@ class TritonEmulation:
         if self.variant is not None:
             f = lambda x: "tf32" if x == "fp32" and precision == "tf32" else x  # noqa: E731
             return DotPlan("registry", f(fa), f(fb), out, instruction=self.variant)
-        if self.path is None and "triton version" not in self._warned:
-            self._warned.add("triton version")     # Triton's rules decide: say whose
+        if self.path is None and self.tallies.warn_once("triton version"):
+            # Triton's rules decide: say whose
             import triton
             msg = hook.version_warning(getattr(triton, "__version__", "?"))
             if msg:
                 warnings.warn(msg, stacklevel=3)
         return choose(self.arch, fa, fb, out, precision, imp, (M, N, K), A.dim() == 3,
-                      self._num_warps, self.path)
+                      self.num_warps, self.path)
 
     def single_dot(self, A, B, C, fa, fb, out, precision, imp) -> torch.Tensor:
         plan = self.plan(A, B, fa, fb, out, precision, imp)
@@ -155,7 +181,7 @@ class TritonEmulation:
         function computes it with a given C handle (of ``d``'s shape and type), so that a
         dot the compiler folds an addition into (combine.py) is computed once, with the
         addend as C.  None: leave the dot to the interpreter."""
-        if self.arch is None and self.spec is None:
+        if not self.emulating:
             return None
         fa, fb, out = format_of(a.dtype), format_of(b.dtype), format_of(d.dtype)
         if fa is None or fb is None or out is None:
@@ -200,7 +226,7 @@ class TritonEmulation:
 
     def convert(self, src, dst_type, rounding_mode):
         """A float conversion as the GPU rounds it (None: the interpreter's is right)."""
-        if self.arch is None and self.spec is None:
+        if not self.emulating:
             return None
         from triton.runtime.interpreter import TensorHandle
         from .convert import convert
@@ -212,16 +238,16 @@ class TritonEmulation:
                    lhs_k_pack, rhs_k_pack, acc):
         from triton.runtime.interpreter import TensorHandle
         from . import scaled
-        if self.arch is None and self.spec is None:
+        if not self.emulating:
             raise NotImplementedError("Triton's interpreter has no tl.dot_scaled; run the "
                                       "kernel inside torch_mma_emu.triton.emulate(arch)")
-        if self.arch is None or self.vendor != "nvidia":
+        if not target_rules.scaled_dot_modelled(self.arch):
             where = self.arch or "a Spec"
             raise NotImplementedError(f"torch_mma_emu.triton: tl.dot_scaled on {where} is not "
                                       "modelled (NVIDIA archs are)")
         fa, fb = scaled.elem_format(lhs_format), scaled.elem_format(rhs_format)
         path = target_rules.scaled_dot_path(self.arch, fa, fb, lhs.data.shape[-2],
-                                            lhs.data.ndim, self._num_warps)
+                                            lhs.data.ndim, self.num_warps)
         if path is not None:
             self.counts[f"{path} block_scale {fa},{fb}"] += 1
             D = scaled.native(self.arch, lhs, lhs_scale, fa, rhs, rhs_scale, fb, lhs_k_pack,
@@ -233,8 +259,8 @@ class TritonEmulation:
 
 
 def emulate(arch, instruction: Optional[str] = None, *,
-            autotune: Union[str, Callable] = "first", exact_math: bool = True
-            ) -> TritonEmulation:
+            autotune: Union[str, Callable] = "first", exact_math: bool = True,
+            keep_inputs: bool = False) -> TritonEmulation:
     """Run Triton kernels as ``arch``'s matrix units compute them (docs/triton.md).
 
     ::
@@ -256,11 +282,14 @@ def emulate(arch, instruction: Optional[str] = None, *,
     ``exact_math=False``: NumPy's, faster), fp32 ``a * b + c`` is contracted into one fma
     where the compiled code does (contract.py), atomics are recorded (extras.py); the rest
     (loads, ``tl.sum``) is the interpreter's NumPy arithmetic: docs/triton.md lists what is
-    and is not emulated."""
+    and is not emulated.  ``keep_inputs``: each launch record (``em.launches``) keeps
+    ``inputs``, the kernel and a copy of its arguments before it ran (to run it again under
+    the PTX checker, ``ptx_check.check``)."""
     if arch is None:
         raise ValueError("torch_mma_emu.triton.emulate: give an arch (tme.archs()) or a Spec; "
                          "torch_mma_emu.triton.interpret() runs the plain interpreter")
-    return TritonEmulation(arch, instruction, autotune=autotune, exact_math=exact_math)
+    return TritonEmulation(arch, instruction, autotune=autotune, exact_math=exact_math,
+                           keep_inputs=keep_inputs)
 
 
 def interpret(*, autotune: Union[str, Callable] = "first") -> TritonEmulation:

@@ -162,10 +162,13 @@ def _plan_for(fn, args, kwargs):
 
 
 def counts(block) -> Counter:
-    c = getattr(block, "_contract_counts", None)
-    if c is None:
-        c = block._contract_counts = Counter()
-    return c
+    return block.tallies.contract
+
+
+def _launch_of(block):
+    """The running launch's PTX reading (None: not an NVIDIA target, or no launch)."""
+    launch = getattr(block, "launch", None) if block is not None else None
+    return None if launch is None else launch.contract
 
 
 def _fp32(h) -> bool:
@@ -174,11 +177,11 @@ def _fp32(h) -> bool:
 
 def fmul(block, out, lhs, rhs):
     """Tag an fp32 product with its operands and where it was made."""
-    if block is not None and getattr(block, "_launch_info", None) is not None \
-            and _fp32(lhs) and _fp32(rhs):
+    launch = _launch_of(block)
+    if launch is not None and _fp32(lhs) and _fp32(rhs):
         where = site()
         out.attr[PRODUCT] = (lhs.data, rhs.data, where)
-        block._launch_info.made[where] = (id(lhs.data), id(rhs.data))
+        launch.made[where] = (id(lhs.data), id(rhs.data))
     return out
 
 
@@ -194,7 +197,7 @@ def _is_kept(launch, prod, kept) -> bool:
 def fadd(block, lhs, rhs, negate_rhs: bool = False):
     """``lhs + rhs`` (``lhs - rhs``) as the compiled code computes it when it fused a product
     into it (a TensorHandle), else None (the interpreter's two roundings are the GPU's)."""
-    launch = getattr(block, "_launch_info", None) if block is not None else None
+    launch = _launch_of(block)
     if launch is None:
         return None
     pl, pr = lhs.attr.get(PRODUCT), rhs.attr.get(PRODUCT)
@@ -239,7 +242,7 @@ def fadd(block, lhs, rhs, negate_rhs: bool = False):
 
 
 def summary_lines(block) -> list[str]:
-    c = getattr(block, "_contract_counts", None)
+    c = block.tallies.contract
     if not c:
         return []
     fma, twice = c[("fma", None)], c[("rounded twice", None)]
@@ -303,7 +306,7 @@ def fold_products(block, combine_fn, handles, shape) -> dict:
     the PTX contracts into the reduction's in-thread fold: ``fma.rn.f32`` at the location of
     the combine's ``a_j + b_j`` (LLVM turns ``acc + x_r * y_r`` into ``fma(x_r, y_r, acc)``;
     the lane and warp steps add rounded partials).  Empty when nothing is fused."""
-    launch = getattr(block, "_launch_info", None) if block is not None else None
+    launch = _launch_of(block)
     plan = launch.decisions() if launch is not None else None
     fn = getattr(combine_fn, "fn", None)
     if not plan or fn is None:

@@ -5,11 +5,8 @@ compiled code does it (contract.py), atomics recorded (atomics.py), and the inte
 third-party kernels meet (gaps.py).  ``summary_lines`` is what ``em.summary()`` adds."""
 from __future__ import annotations
 
-from . import contract, gaps, libdevice_calls, target_math, zoo_gaps
-
-
-def _emulating(block) -> bool:
-    return block is not None and (block.arch is not None or block.spec is not None)
+from . import contract, gaps, libdevice_calls, target_math, target_rules, zoo_gaps
+from .record import emulating
 
 
 def install(set_attr, ti, current) -> None:
@@ -43,17 +40,55 @@ def install(set_attr, ti, current) -> None:
     from triton.runtime.autotuner import Autotuner
     set_attr(Autotuner, "__getitem__", gaps.autotuner_getitem(Autotuner, current))
     gaps.install_driver(set_attr, current)
+    from .device_queries import install_in_blocks
+    install_in_blocks(set_attr, current)
     prev_ext = IB.create_extern_elementwise
 
     def create_extern_elementwise(self, libName, libPath, symbol, argList, retType, isPure):
         block = current()
         out = None if block is None or not getattr(block, "exact_math", True) else \
             libdevice_calls.evaluate(block, symbol, argList, target_math.counts(block))
+        if out is None and emulating(block) and not target_rules.ptx_modelled(block.arch):
+            out = _extern_f64(block, symbol, argList)
         if out is None:
             return prev_ext(self, libName, libPath, symbol, argList, retType, isPure)
         return out
     set_attr(IB, "create_extern_elementwise", create_extern_elementwise)
     zoo_gaps.install(set_attr, ti, current)
+
+
+def _erf(v):
+    import math
+    import numpy as np
+    return np.vectorize(math.erf, otypes=[np.float64])(v)
+
+
+def _erfc(v):
+    import math
+    import numpy as np
+    return np.vectorize(math.erfc, otypes=[np.float64])(v)
+
+
+_F64_MORE = {"erf": _erf, "erfc": _erfc}      # beyond libdevice_calls.F64 (FlagGems gelu)
+
+
+def _extern_f64(block, symbol, args):
+    """A libdevice call on a target whose code is not read from PTX (AMD, a Spec): the
+    function in float64, rounded to fp32 (named APPROXIMATE in the summary); None where
+    libdevice_calls has no float64 version (the interpreter then raises)."""
+    import numpy as np
+    from triton.runtime.interpreter import TensorHandle
+    name = libdevice_calls.symbols().get(symbol)
+    f = libdevice_calls.F64.get(name) or _F64_MORE.get(name)
+    if f is None or len(args) != 1 or getattr(args[0].dtype, "name", "") != "fp32":
+        return None
+    what = block.arch or "a Spec"
+    target_math.counts(block)[(f"libdevice.{name}", "fp32",
+                               f"float64 rounded ({what}: not modelled)", False)] += 1
+    x = np.asarray(args[0].data, np.float32)
+    with np.errstate(all="ignore"):
+        out = f(x.astype(np.float64)).astype(np.float32)
+    return TensorHandle(out.reshape(x.shape).copy(), args[0].dtype)
 
 
 def patch_lang(lang, scope) -> None:
@@ -71,19 +106,43 @@ def patch_lang(lang, scope) -> None:
 
 
 def begin_launch(block, fn, args, kwargs) -> None:
-    """Contraction is read from sm_90 PTX: NVIDIA archs only (AMD's is not modelled)."""
-    block._launch_info = None
-    if _emulating(block) and block.arch is not None and block.vendor == "nvidia":
-        block._launch_info = contract.Launch(fn, args, kwargs)
+    """Contraction and libdevice routines are read from the PTX the target compiles
+    (``target_rules.ptx_modelled``); elsewhere contraction is named as not modelled."""
+    if not emulating(block):
+        return
+    if target_rules.ptx_modelled(block.arch):
+        block.launch.contract = contract.Launch(fn, args, kwargs)
         if block.exact_math:
             target_math.prepare(fn)
             libdevice_calls.prepare(fn)
-    elif _emulating(block):
+            _prepare_named(fn)
+    else:
         contract.counts(block)[("not modelled", block.arch or "a Spec")] += 1
 
 
+_NAMED: set = set()
+
+
+def _prepare_named(fn, depth: int = 2) -> None:
+    """Compile, before the launch, the libdevice routines that the kernel and the @jit
+    helpers it names (``depth`` levels) reach by a name of their module (``exp2 =
+    tl_extra_shim.exp2``, FlagGems), which ``libdevice_calls.prepare``'s scan for
+    ``libdevice.<name>(`` misses (compiling one during the launch is not possible)."""
+    if fn in _NAMED or depth < 0:
+        return
+    _NAMED.add(fn)
+    import triton.language as tl
+    unary = set(libdevice_calls.symbols().values())
+    for v in list(getattr(fn, "__globals__", {}).values()):
+        if tl.core.is_builtin(v) and getattr(v, "__module__", "").startswith(
+                "triton.language.extra") and getattr(v, "__name__", "") in unary:
+            libdevice_calls.routine(v.__name__)
+        elif type(v).__name__ in ("JITFunction", "InterpretedFunction"):
+            _prepare_named(v.fn, depth - 1)
+
+
 def end_launch(block) -> None:
-    block._launch_info = None
+    """Nothing to undo: the launch's record (``block.launch``) goes with it (hook.py)."""
 
 
 def launch_result(interp, kwargs, out):
@@ -93,5 +152,7 @@ def launch_result(interp, kwargs, out):
 
 
 def summary_lines(block) -> list[str]:
+    patched = [f"{n:8d}  {what}" for what, n in block.tallies.interpreter.most_common()]
     return (target_math.summary_lines(block) + contract.summary_lines(block)
-            + gaps.summary_lines(block))
+            + gaps.summary_lines(block)
+            + (["Triton's interpreter patched:"] + patched if patched else []))

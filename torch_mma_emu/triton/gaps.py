@@ -23,28 +23,20 @@ from __future__ import annotations
 
 import ast
 import warnings
-from collections import Counter
 
 import numpy as np
 
 RANGE_NAME = "_tme_loop_range"       # what rewritten kernels call for range / tl.range
+BOOL_NAME = "_tme_bool_op"            # what rewritten kernels call for `and` / `or`
 _current = None                       # hook.current, set by install (no import circle)
-
-
-def _counts(block) -> Counter:
-    c = getattr(block, "_atomic_counts", None)
-    if c is None:
-        c = block._atomic_counts = Counter()
-    return c
 
 
 def record_atomic(block, op: str, dtype) -> None:
     if block is None:
         return
     name = getattr(dtype, "name", str(dtype))
-    _counts(block)[(op, name)] += 1
-    if name.startswith(("fp", "bf")) and "atomics" not in block._warned:
-        block._warned.add("atomics")
+    block.tallies.atomics[(op, name)] += 1
+    if name.startswith(("fp", "bf")) and block.tallies.warn_once("atomics"):
         warnings.warn(f"torch_mma_emu.triton: tl.atomic_{op} on {name}: a GPU applies atomics "
                       "in an order it does not promise, so the bits of a float atomic "
                       "reduction can change from run to run; the emulation applies them in "
@@ -52,7 +44,7 @@ def record_atomic(block, op: str, dtype) -> None:
 
 
 def summary_lines(block) -> list[str]:
-    c = getattr(block, "_atomic_counts", None)
+    c = block.tallies.atomics
     if not c:
         return []
     ops = ", ".join(f"{n} x atomic_{op} {dt}" for (op, dt), n in sorted(c.items()))
@@ -85,7 +77,47 @@ def loop_range(*args, **kwargs):
     return (tl.tensor(TensorHandle(np.array([i], dtype=npt), ty), ty) for i in r)
 
 
-class _Loops(ast.NodeTransformer):
+def bool_op(is_and: bool, *thunks):
+    """``a and b`` / ``a or b`` in a rewritten kernel.  Compiled Triton evaluates every
+    operand, short-circuits only on non-tensors, and combines tensors element-wise
+    (``logical_and`` / ``logical_or``: FlagGems writes ``mask = m[:, None] < M and n[None, :]
+    < N``); Python's ``and`` on a block tensor returns the last operand, so the interpreter
+    dropped ``m < M`` from such a mask and loaded / stored out of bounds.  Outside a block:
+    Python's own semantics."""
+    import triton.language as tl
+    if _current is None or _current() is None:
+        value = None
+        for t in thunks:
+            value = t()
+            if bool(value) != is_and:
+                return value
+        return value
+    tensors, value = [], None
+    for t in thunks:
+        value = t()
+        if isinstance(value, tl.tensor):
+            tensors.append(value)
+        elif bool(value) != is_and:         # a falsy value ends `and`, a truthy one `or`
+            return value
+    if not tensors:
+        return value
+    out = tensors[0]
+    for v in tensors[1:]:
+        out = out.logical_and(v) if is_and else out.logical_or(v)
+    return out
+
+
+class _Rewrite(ast.NodeTransformer):
+    def visit_BoolOp(self, node):
+        self.generic_visit(node)
+        thunks = [ast.Lambda(args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[],
+                                                kw_defaults=[], defaults=[]), body=v)
+                  for v in node.values]
+        call = ast.Call(func=ast.Name(id=BOOL_NAME, ctx=ast.Load()),
+                        args=[ast.Constant(isinstance(node.op, ast.And)), *thunks],
+                        keywords=[])
+        return ast.copy_location(call, node)
+
     def visit_For(self, node):
         self.generic_visit(node)
         it = node.iter
@@ -107,7 +139,8 @@ def transform_ast(orig, current):
     def _transform_ast(self, src):
         tree = orig(self, src)
         self.fn.__globals__.setdefault(RANGE_NAME, loop_range)
-        return ast.fix_missing_locations(_Loops().visit(tree))
+        self.fn.__globals__.setdefault(BOOL_NAME, bool_op)
+        return ast.fix_missing_locations(_Rewrite().visit(tree))
     return _transform_ast
 
 
@@ -193,8 +226,9 @@ class CpuDriver:
         return torch.device("cpu")
 
     def get_device_capability(self, device=0):
-        t = self.get_current_target()
-        return (t.arch // 10, t.arch % 10) if t.backend == "cuda" else (9, 4)
+        from ..registry import DEFAULT_ARCH
+        from .target_rules import device_capability
+        return device_capability(getattr(self._current(), "arch", None) or DEFAULT_ARCH)
 
     def get_device_interface(self):
         import torch
@@ -226,9 +260,11 @@ class CpuDriver:
 
 
 def install_driver(set_attr, current) -> None:
-    """Put a :class:`CpuDriver` in place where Triton finds no active driver."""
+    """Put a :class:`CpuDriver` in place where Triton finds no active driver (none; or
+    one that fails to start without a GPU: with ``device_queries(available=True)`` torch
+    says CUDA is available, and Triton's CUDA driver then looks for libcuda)."""
     from triton.runtime import driver
     try:
         driver.default
-    except RuntimeError:
+    except (RuntimeError, AssertionError, ImportError, OSError):
         set_attr(driver, "_active", CpuDriver(current))

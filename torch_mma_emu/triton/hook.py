@@ -39,6 +39,7 @@ import dataclasses
 import functools
 import inspect
 import threading
+from collections import Counter
 
 from .. import switches
 from . import combine, compiled, extras
@@ -48,6 +49,7 @@ _TLS = threading.local()        # .stack: open blocks of this thread; .depth: la
 _MISSING = object()
 _orig: dict = {}
 _interpreted: dict = {}         # python function -> InterpretedFunction
+_OPEN: Counter = Counter()      # block -> how many times it is entered (any thread)
 
 DOT_PARAMS = ["self", "a", "b", "d", "input_precision", "max_num_imprecise_acc"]
 
@@ -55,7 +57,7 @@ DOT_PARAMS = ["self", "a", "b", "d", "input_precision", "max_num_imprecise_acc"]
 def current():
     """The innermost open block of the calling thread (None: Triton behaves as usual)."""
     for block in reversed(getattr(_TLS, "stack", ())):
-        if getattr(block, "_open", 0) > 0:
+        if _OPEN[block] > 0:
             return block
     return None
 
@@ -83,6 +85,7 @@ def check_layout():
                              (ti.ReduceOps, ("sum", "apply_impl")),
                              (ti.ScanOps, ("apply_impl",)), (semantic.TritonSemantic, ("dot",)),
                              (ti.InterpretedFunction, ("run", "rewrite", "__call__")),
+                             (ti.GridExecutor, ("_init_args_hst",)),
                              (jit.JITFunction, ("run", "__call__")),
                              (autotuner.Autotuner, ("run",))):
             missing += [f"{owner.__name__}.{n}" for n in names if not hasattr(owner, n)]
@@ -145,7 +148,8 @@ def _install(p: switches.Patches) -> None:
                  fadd=IB.create_fadd, fmul=IB.create_fmul,
                  expand_dims=IB.create_expand_dims, broadcast=IB.create_broadcast,
                  reduce_sum=ti.ReduceOps.sum, reduce_apply=ti.ReduceOps.apply_impl,
-                 scan_apply=ti.ScanOps.apply_impl)
+                 scan_apply=ti.ScanOps.apply_impl,
+                 init_args_hst=ti.GridExecutor._init_args_hst, patch_lang=ti._patch_lang)
     # launches run eagerly under torch.compile: without a GPU, Dynamo does not know Triton
     # kernels and would trace into the interpreter (its NumPy as torch ops), and fail
     import torch
@@ -154,6 +158,8 @@ def _install(p: switches.Patches) -> None:
     _set(jit.JITFunction, "__call__", _jit_call)
     _set(ti.InterpretedFunction, "run", eager(_interp_run))
     _set(ti.InterpretedFunction, "__call__", _interp_call)
+    _set(ti.GridExecutor, "_init_args_hst", _init_args_hst)
+    _set(ti, "_patch_lang", _patch_lang)
     _set(autotuner.Autotuner, "run", eager(_autotune_run))
     _set(ti.InterpreterBuilder, "create_dot", _create_dot)
     _set(ti.InterpreterBuilder, "create_dot_scaled", _create_dot_scaled)
@@ -187,7 +193,7 @@ SEAM = switches.patch_switch(
 
 def enter(block) -> None:
     SEAM.enter()
-    block._open = getattr(block, "_open", 0) + 1
+    _OPEN[block] += 1
     _TLS.stack = getattr(_TLS, "stack", []) + [block]
     switches.THREADS.enter("triton", block, adopt)     # threads started inside it adopt it
 
@@ -200,7 +206,9 @@ def adopt(block) -> None:
 
 def leave(block) -> None:
     switches.THREADS.leave(block)
-    block._open -= 1
+    _OPEN[block] -= 1
+    if _OPEN[block] <= 0:
+        del _OPEN[block]
     stack = getattr(_TLS, "stack", [])
     for i in range(len(stack) - 1, -1, -1):
         if stack[i] is block:
@@ -221,13 +229,13 @@ def _launch(block, interp, args, grid, warmup, kwargs, launched=None):
     """One launch in the interpreter with the block's target options."""
     from triton.runtime.interpreter import interpreter_builder as b
     with _LAUNCH:
-        saved = (b.options, b.codegen_fns.get("min_dot_size", _MISSING))
+        saved = (b.options, b.codegen_fns.get("min_dot_size", _MISSING), block.launch)
         _TLS.depth = getattr(_TLS, "depth", 0) + 1
         try:
             b.options = block.interpreter_options(b.options)
             if block.min_dot_size is not None:
                 b.codegen_fns["min_dot_size"] = block.min_dot_size
-            block.begin_launch(interp, args, grid, kwargs)
+            block.begin_launch(interp, args, grid, kwargs, launched)
             compiled.begin(block, interp, args, kwargs, launched)
             extras.begin_launch(block, interp.fn, args, kwargs)
             out = _orig["interp_run"](interp, *args, grid=grid, warmup=warmup, **kwargs)
@@ -239,7 +247,7 @@ def _launch(block, interp, args, grid, warmup, kwargs, launched=None):
                 b.codegen_fns.pop("min_dot_size", None)
             else:
                 b.codegen_fns["min_dot_size"] = saved[1]
-            block.end_launch()
+            block.end_launch(saved[2])
             compiled.end()
             extras.end_launch(block)
 
@@ -272,7 +280,7 @@ def _interp_call(self, *args, **kwargs):
     helper module's triton.language and never restores it, which breaks compiling any
     kernel afterwards; this one restores."""
     from triton.runtime.errors import InterpreterError
-    from triton.runtime.interpreter import _patch_lang
+    args, kwargs = _dtypes_as_constexpr(self.fn, args, kwargs)
     scope = _patch_lang(self.fn)
     try:
         return self.rewrite()(*args, **kwargs)
@@ -282,6 +290,115 @@ def _interp_call(self, *args, **kwargs):
         raise InterpreterError(repr(e)) from e
     finally:
         scope.restore()
+
+
+@functools.lru_cache(maxsize=None)
+def _dtype_constexpr_class():
+    import triton.language as tl
+
+    class DtypeConstexpr(tl.constexpr):
+        """A dtype as compiled Triton hands it to a helper: ``.value`` is the dtype, and
+        other attributes reach it (the code generator unwraps constexprs on attribute
+        access: ``dtype.is_floating()`` works too)."""
+
+        def __getattr__(self, name):
+            if name.startswith("__"):
+                raise AttributeError(name)
+            return getattr(self.value, name)
+    return DtypeConstexpr
+
+
+def _DtypeConstexpr(v):
+    return _dtype_constexpr_class()(v)
+
+
+def _dtypes_as_constexpr(fn, args, kwargs):
+    """A ``tl.dtype`` passed to a @jit helper reaches it as ``tl.constexpr`` in compiled
+    Triton (a dtype is a compile-time value), and helpers read ``dtype.value`` (FlagGems'
+    ``get_dtype_min``, used by 20 of its files); Triton 3.6's interpreter passes the bare
+    dtype and the helper fails.  Inside a block the interpreter is patched to pass it as the
+    compiler does; each patched call is counted in the summary."""
+    import triton.language as tl
+
+    def wrap(v):
+        return _DtypeConstexpr(v) if isinstance(v, tl.dtype) else v
+    if not any(isinstance(v, tl.dtype) for v in (*args, *kwargs.values())):
+        return args, kwargs
+    block = current()
+    if block is not None:
+        block.tallies.interpreter[
+            "a tl.dtype argument of a @jit helper passed as tl.constexpr, as compiled Triton "
+            "passes it (Triton 3.6's interpreter passes the bare dtype)"] += 1
+    return tuple(wrap(v) for v in args), {k: wrap(v) for k, v in kwargs.items()}
+
+
+def _patch_lang(fn):
+    """Triton's patch of ``triton.language`` for an interpreted function, plus the builtins
+    the function's module imported by name (``erf = libdevice.erf``, FlagGems'
+    ``tl_extra_shim``): Triton patches the modules, so such a name keeps the compiler's
+    version, which fails in the interpreter ("Did you forget to add @triton.jit?")."""
+    import sys
+    from triton.runtime import interpreter as ti
+    block = current()
+    try:
+        scope = _orig["patch_lang"](fn)
+    except AssertionError:      # no triton.language in the helper's module (FlagGems' add
+        if block is None:       # helper): the kernel's own patch of the modules serves it
+            raise
+        scope = ti._LangPatchScope()
+        block.tallies.interpreter["a @jit helper whose module does not import "
+                                  "triton.language run with the kernel's patch"] += 1
+    module = sys.modules.get(getattr(fn, "__module__", None) or "")
+    if block is not None and module is not None:
+        import triton.language as tl
+        names = [n for n, v in vars(module).items() if tl.core.is_builtin(v)
+                 and getattr(v, "__module__", "").startswith("triton.language.extra")]
+        for n in names:
+            ti._patch_attr(module, n, getattr(module, n), ti.interpreter_builder, scope)
+        if names:
+            block.tallies.interpreter["a libdevice function imported by name into a kernel's "
+                                      "module (erf = libdevice.erf) patched too"] += 1
+    return scope
+
+
+class _HostBuffer:
+    """Stands in for a host buffer while Triton's interpreter copies arguments (no
+    ``data_ptr``: passed through), then is replaced by the buffer itself."""
+
+    def __init__(self, buf):
+        self.buf = buf
+
+
+def _duck_buffer(arg) -> bool:
+    import torch
+    if isinstance(arg, torch.Tensor) or not hasattr(arg, "data_ptr"):
+        return False
+    try:
+        return arg.untyped_storage().device.type == "cpu"
+    except Exception:                    # noqa: BLE001 - not a buffer the hook knows
+        return False
+
+
+def _init_args_hst(self, args_dev, kwargs):
+    """Triton's copy of the launch arguments to the host, which needs ``torch.Tensor``
+    methods (``new_empty``, ``set_``); a pointer argument that is another object with a
+    ``data_ptr`` (FlagGems' ``StridedBuffer``, a view with an offset and any strides that a
+    tensor cannot express) fails there.  Inside a block such an object whose storage is on
+    the CPU is passed as it is (its memory is the host's: nothing to copy); each is counted
+    in the summary."""
+    block = current()
+    if block is None:
+        return _orig["init_args_hst"](self, args_dev, kwargs)
+    wrap = lambda a: _HostBuffer(a) if _duck_buffer(a) else a        # noqa: E731
+    unwrap = lambda a: a.buf if isinstance(a, _HostBuffer) else a    # noqa: E731
+    args_hst, kwargs_hst = _orig["init_args_hst"](
+        self, [wrap(a) for a in args_dev], {k: wrap(v) for k, v in kwargs.items()})
+    n = sum(isinstance(a, _HostBuffer) for a in (*args_hst, *kwargs_hst.values()))
+    if n:
+        block.tallies.interpreter[
+            "a pointer argument that is not a torch.Tensor (it has data_ptr: e.g. FlagGems' "
+            "StridedBuffer) passed as it is, its storage being the host's"] += n
+    return [unwrap(a) for a in args_hst], {k: unwrap(v) for k, v in kwargs_hst.items()}
 
 
 def _autotune_run(self, *args, **kwargs):

@@ -73,6 +73,12 @@ def target_of(arch: str):
     return GPUTarget(*t) if t[0] == "cuda" else None
 
 
+def gpu_target_of(fields: tuple):
+    """Triton's ``GPUTarget`` of ``target_rules.gpu_target``'s fields."""
+    from triton.backends.compiler import GPUTarget
+    return GPUTarget(*fields)
+
+
 def amd_target_of(arch: str):
     """The ``GPUTarget`` Triton compiles for on an AMD ``arch``, None otherwise."""
     from triton.backends.compiler import GPUTarget

@@ -102,7 +102,8 @@ def prepare(fn) -> None:
 def evaluate(block, symbol: str, args, counts):
     """The call as sm_90 computes it (a TensorHandle), or None to leave it to the
     interpreter (which raises)."""
-    if block is None or block.arch is None or block.vendor != "nvidia":
+    from .target_rules import ptx_modelled
+    if block is None or not ptx_modelled(block.arch):
         return None
     name = symbols().get(symbol)
     if name is None or len(args) != 1 or getattr(args[0].dtype, "name", "") != "fp32":

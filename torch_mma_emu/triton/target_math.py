@@ -23,7 +23,8 @@ import numpy as np
 
 from .. import gpu_math
 from ..gpu_math import ptx_run
-from . import libdevice_calls
+from . import libdevice_calls, target_rules
+from .record import emulating
 
 LOG2E = np.float32(1.44269502162933349609375)        # 0f3FB8AA3B, the PTX immediate
 
@@ -137,17 +138,14 @@ def dead_reason() -> str:
 
 
 def counts(block) -> Counter:
-    c = getattr(block, "_math_counts", None)
-    if c is None:
-        c = block._math_counts = Counter()
-    return c
+    return block.tallies.math
 
 
 def evaluate(block, method: str, args):
     """The interpreter's ``method`` on TensorHandles ``args`` as ``block``'s target computes
     it: a TensorHandle, or None to leave it to the interpreter (no emulation, or a dtype
     this table does not cover, e.g. an integer or fp16 ``tl.fma``)."""
-    if block is None or (block.arch is None and block.spec is None):
+    if not emulating(block):
         return None
     tl_name, per_dtype = SEQUENCES[method]
     dt = _dtype_name(args[0])
@@ -160,7 +158,7 @@ def evaluate(block, method: str, args):
         counts(block)[(tl_name, dt, "NumPy (exact_math=False)", False)] += 1
         return None
     steps = per_dtype[dt]
-    if block.arch is None or block.vendor != "nvidia":
+    if not target_rules.ptx_modelled(block.arch):
         what = "a Spec names no target" if block.arch is None else f"{block.arch}: not modelled"
         if method not in _F64:                      # min / max: the interpreter's NumPy
             counts(block)[(tl_name, dt, f"NumPy ({what})", False)] += 1
@@ -194,7 +192,7 @@ def evaluate(block, method: str, args):
 
 
 def summary_lines(block) -> list[str]:
-    c = getattr(block, "_math_counts", None)
+    c = block.tallies.math
     if not c:
         return []
     lines = ["math (Triton 3.6's sm_90 PTX; torch_mma_emu.gpu_math models):"]
@@ -206,7 +204,7 @@ def summary_lines(block) -> list[str]:
 
 def approximate(block) -> list[str]:
     """The functions ``block`` ran that are not bit-exact ("tl.log fp32 = __nv_logf ...")."""
-    return [f"{n} {dt} = {how}" for (n, dt, how, exact) in getattr(block, "_math_counts", {})
+    return [f"{n} {dt} = {how}" for (n, dt, how, exact) in block.tallies.math
             if not exact]
 
 

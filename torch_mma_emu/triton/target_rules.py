@@ -341,3 +341,44 @@ def fp8_through_fp16(arch: Optional[str]) -> bool:
 
 # DPP wave reductions: CDNA2 and later (Triton 3.6 excludes gfx906 / gfx908 from its DPP path)
 DPP_ARCHS = tuple(a.name for a in ARCHS.values() if a.cdna is not None and a.cdna >= 2)
+
+
+# -- which models apply to a target (the decisions compiled.py, extras.py, target_math.py,
+# layout.py, context.py and the driver stand-ins ask; keyed by registry facts) -------------
+
+def ptx_modelled(arch: Optional[str]) -> bool:
+    """Whether the target's elementwise code is read from the PTX Triton compiles on the
+    CPU (math routines, libdevice calls, fp32 contraction; target_math.py, contract.py):
+    archs with a CUDA compute capability.  Elsewhere (AMD, a Spec) math is float64 rounded
+    and contraction is named as not modelled."""
+    return arch is not None and ARCHS[canonical_arch(arch)].capability is not None
+
+
+def reduction_target(arch: Optional[str]) -> tuple[Optional[tuple], str]:
+    """(the ``GPUTarget`` fields whose TTGIR gives the reductions' order, "") or (None, why
+    they run in NumPy's order): every NVIDIA arch, the AMD archs with DPP wave reductions."""
+    if arch is None:
+        return None, "a Spec names no GPU"
+    a = ARCHS[canonical_arch(arch)]
+    if a.vendor == "amd" and a.name not in DPP_ARCHS:
+        return None, (f"AMD reductions are modelled on {' / '.join(DPP_ARCHS)}, not "
+                      f"{a.name}")
+    return gpu_target(a.name), ""
+
+
+def fused_reduction_products(arch: Optional[str]) -> bool:
+    """Whether a product feeding a reduction's in-thread fold is contracted into it
+    (``fma.rn.f32``, read from the PTX: contract.fold_products): the PTX-modelled archs."""
+    return ptx_modelled(arch)
+
+
+def scaled_dot_modelled(arch: Optional[str]) -> bool:
+    """Whether ``tl.dot_scaled`` is modelled on ``arch`` (NVIDIA: native or decomposed)."""
+    return ptx_modelled(arch)
+
+
+def device_capability(arch: str) -> tuple[int, int]:
+    """What ``torch.cuda.get_device_capability()`` answers on ``arch``: the compute
+    capability on NVIDIA, ROCm torch's (gfx major, minor) on AMD ("gfx942" -> (9, 4))."""
+    a = ARCHS[canonical_arch(arch)]
+    return a.capability if a.capability is not None else a.gfx_version

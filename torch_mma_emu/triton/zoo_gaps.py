@@ -105,8 +105,8 @@ def _libdevice(name, stub, current):
 
 
 def _nvidia(block) -> bool:
-    return block.arch is not None and block.vendor == "nvidia" and \
-        getattr(block, "exact_math", True)
+    from .target_rules import ptx_modelled
+    return ptx_modelled(block.arch) and getattr(block, "exact_math", True)
 
 
 def _as_ptx(block, name, args, ref):
