@@ -8,7 +8,8 @@ tests/data/aten_math/, scripts/regen_aten_math_ptx.py): float16 / bfloat16 input
 widened to float32 exactly, the whole expression runs in float32 and is rounded once when
 stored.  CUDA's ``expf`` is a Cody-Waite split (an ``fma.rm`` rounding trick for the
 integer part j, two FMAs for the reduced argument) into ``ex2.approx.ftz`` times 2^j, and
-a caller that adds to it fuses that last product into an FMA (sigmoid, SiLU); ``logf`` an
+a caller that adds 1 fuses that product into an FMA (sigmoid, SiLU: the same bits unless
+the product is subnormal, 2^j being a power of two); ``logf`` an
 FMA polynomial; ``tanhf`` for |x| >= 0.6 ``1 - 2 rcp.approx.ftz(ex2(2 log2(e)|x|) + 1)``,
 else an odd polynomial; ``erff`` two polynomials (|x| < 1.00295 and above, then
 ``1 - ex2``); ``rsqrtf`` is ``rsqrt.approx.f32``.  The instructions are the models in
