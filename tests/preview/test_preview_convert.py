@@ -13,7 +13,8 @@ from helpers import same
 
 class Net(nn.Module):
     """Conv2d (even kernel, 'same' padding), Conv1d (reflect padding, groups), Linear on 3-D
-    input, Linear without bias."""
+    input, Linear without bias.  Activations the mode leaves native (relu, hardtanh): emulate
+    models PyTorch's CUDA tanh / GELU too, convert() only the products."""
 
     def __init__(self):
         super().__init__()
@@ -24,8 +25,8 @@ class Net(nn.Module):
 
     def forward(self, x):                       # x: (N, 3, 4, 5)
         y = F.relu(self.c1(x)).mean(2)          # (N, 6, 5)
-        y = torch.tanh(self.c2(y))              # (N, 4, 5)
-        return self.l2(F.gelu(self.l1(y)))      # (N, 4, 3)
+        y = F.hardtanh(self.c2(y))              # (N, 4, 5)
+        return self.l2(F.relu(self.l1(y)))      # (N, 4, 3)
 
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same'")
@@ -99,7 +100,7 @@ def test_convert_equals_dispatch_mode_forward_and_backward(arch, dtype, opts):
     with emulate(arch, **opts, record=True) as em:
         y_mode, g_mode = run(net, x)
     # forward: 2 convolutions, addmm, mm; backward: 2 convolution_backward, 2 x 2 mm
-    phases = [r.phase for r in em.records if r.emulated]
+    phases = [r.phase for r in em.records if r.emulated and r.kind != "elementwise"]
     assert phases.count("forward") == 4 and phases.count("backward") == 6
     convert(net, arch, **opts)
     y_conv, g_conv = run(net, x)

@@ -5,7 +5,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["Record", "Recorder"]
+__all__ = ["Record", "Recorder", "KERNEL_KINDS"]
+
+# record kinds of PyTorch's own CUDA kernels modelled under emulate (aten_cuda): not products
+KERNEL_KINDS = frozenset({"elementwise", "reduction"})
 
 
 @dataclass(frozen=True)
@@ -23,14 +26,25 @@ class Record:
     def emulated(self) -> bool:
         return self.format != "native"
 
+    @property
+    def product(self) -> bool:
+        """A matrix product (not one of PyTorch's elementwise / reduction kernels)."""
+        return self.kind not in KERNEL_KINDS
+
 
 class Recorder:
-    """Counts every call by (op, phase, format); keeps the records when ``keep`` is set."""
+    """Counts every call by (op, phase, format); keeps the records when ``keep`` is set.
+    ``natives`` counts, by op name, the ops that ran natively without a record (the mode's
+    census, census.py)."""
 
     def __init__(self, keep: bool):
         self.keep = keep
         self.records: list[Record] = []
         self.counts: Counter = Counter()
+        self.natives: Counter = Counter()
+
+    def add_native(self, op: str) -> None:
+        self.natives[op] += 1
 
     def add(self, rec: Record) -> None:
         self.counts[(rec.op, rec.phase, rec.format)] += 1
@@ -46,7 +60,25 @@ class Recorder:
         return sum(n for (op, ph, fmt), n in self.counts.items() if fmt == "native")
 
     def summary(self) -> str:
-        return format_counts(self.counts.items())
+        text = format_counts(self.counts.items())
+        line = format_natives(self.natives)
+        return f"{text}\n{line}" if line else text
+
+
+def format_natives(natives: Counter, width: int = 96) -> str:
+    """"ran natively, in the CPU's order: aten.cumsum x3, ..." (most calls first), wrapped."""
+    if not natives:
+        return ""
+    items = [f"{op} x{n}" for op, n in sorted(natives.items(), key=lambda kv: (-kv[1], kv[0]))]
+    lines, cur = [], "ran natively, in the CPU's order:"
+    for i, it in enumerate(items):
+        piece = f" {it}" + ("," if i < len(items) - 1 else "")
+        if len(cur) + len(piece) > width:
+            lines.append(cur)
+            cur = "   "
+        cur += piece
+    lines.append(cur)
+    return "\n".join(lines)
 
 
 def format_counts(items: Iterable) -> str:
