@@ -91,8 +91,9 @@ def _decomposes(func) -> bool:
     autograd is off for good (``torch.inference_mode``); running their decomposition with
     the mode on gives the ops that ``no_grad`` code would have sent."""
     d = _DECOMPOSES.get(func)
-    if d is None:
-        d = _DECOMPOSES[func] = custom_ops.has_kernel(func, _CIA)
+    if d is None:       # (silu_backward, mish_backward: a CPU / CUDA kernel besides, which runs)
+        d = _DECOMPOSES[func] = custom_ops.has_kernel(func, _CIA) and \
+            not custom_ops.has_kernel(func, "CPU")
     return d
 
 
