@@ -24,7 +24,7 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
                "the native GPU backends and their Triton kernels",
      ("cpp", "cuda_archs", "ops", "ops_spec", "ops_kernel", "ops_autograd", "ops_round", "schedule", "schedule_fields", "schedule_presets", "schedule_tree",
       "schedule_run", "schedule_split", "schedule_partials", "schedule_search",
-      "packed_layouts", "sharding", "native",
+      "packed_layouts", "sharding", "native", "aten_cuda",
       "triton_kernels")),
     ("tools", "built on the engine: FPRev, probing and fitting, hardware checks, Triton "
               "emulation, model preview, the compare tables, the README's tables",
