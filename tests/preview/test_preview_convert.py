@@ -112,14 +112,14 @@ def test_convert_equals_dispatch_mode_forward_and_backward(arch, dtype, opts):
 
 
 def test_autocast_casts_like_f_linear():
-    net, x = make(torch.float32)
+    net, x = make(torch.float32, native_acts=True)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         with emulate("sm90", record=True) as em:
             y_mode = net(x)
         convert(net, "sm90")
         y_conv = net(x)
     assert y_mode.dtype == torch.bfloat16 and same(y_mode, y_conv)
-    assert {r.format for r in em.records} == {"bf16"}
+    assert {r.format for r in em.records if r.product} == {"bf16"}
 
 
 # ------------------------------------------------------------------------ torch.compile
@@ -204,4 +204,9 @@ def test_emulate_compile_inductor_routes_library_gemms():
     with emulate("sm89", record=True) as em_c:
         y_c, g_c = run(cnet, x)
     assert same(y_e, y_c) and all(same(a, b) for a, b in zip(g_e, g_c))
-    assert em_c.recorder.emulated_count == em.recorder.emulated_count
+    # the products (Inductor fuses tanh / GELU into its own code: not routed when compiled)
+    assert _products(em_c) == _products(em) > 0
+
+
+def _products(em):
+    return sum(r.emulated and r.product for r in em.records)
