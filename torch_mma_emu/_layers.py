@@ -18,8 +18,9 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("formats", "elementary", "tf32", "isa", "codec", "limits", "switches", "timing", "text_table", "_dev_layout",
       "_C", "_layers")),
     ("model", "what an instruction computes: Spec, the arch registry, input families, the "
-              "pure-Python reference, the GPU's float32 math instructions",
-     ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math")),
+              "pure-Python reference, the GPU's float32 math instructions, accumulation "
+              "orders (the tree type, its evaluator and per-format arithmetic)",
+     ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math", "order")),
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
                "the native GPU backends and their Triton kernels",
      ("cpp", "cuda_archs", "ops", "ops_spec", "ops_kernel", "ops_autograd", "ops_round", "schedule", "schedule_fields", "schedule_presets", "schedule_tree",
@@ -36,15 +37,13 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 
 # (importer, imported, why the arrow runs back up); all are imports inside functions
 BACK_ARROWS: tuple[tuple[str, str, str], ...] = (
-    ("schedule_tree", "fprev.tree",
-     "a tree schedule is given and checked as an FPRev SumTree (from_tree, reveal's JSON)"),
     ("triton_kernels.gemm", "triton",
      "the native Triton GEMM asks whether an emulation block is open (interpreter launch)"),
 )
 
 
 def full(name: str) -> str:
-    """``"fprev.tree"`` -> ``"torch_mma_emu.fprev.tree"``; ``""`` is the package itself."""
+    """``"fprev.cli"`` -> ``"torch_mma_emu.fprev.cli"``; ``""`` is the package itself."""
     return f"{P}.{name}" if name else P
 
 
