@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 import thirdparty_models  # noqa: F401  (torchvision guard: transformers may be imported)
-from thirdparty import check, differs, run_spied
+from thirdparty import check, differs, product_formats, run_spied
 
 pytest.importorskip("torchao")
 from torchao.quantization import quantize_  # noqa: E402
@@ -198,4 +198,4 @@ def test_mxfp8_linear_needs_torchaos_triton_cast():
                       kernel_preference=KernelPreference.EMULATED).to(torch.bfloat16)
     out, em, spy = run_spied(lambda: emu(x), arch="B200")
     check(em, spy, what="MXFP8Linear EMULATED")
-    assert {fmt for (_op, _ph, fmt) in em.counts} == {"bf16"}
+    assert product_formats(em) == {"bf16"}

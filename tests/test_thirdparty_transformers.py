@@ -14,7 +14,8 @@ import torch
 pytest.importorskip("transformers")
 import thirdparty_models as M  # noqa: E402
 from helpers import same  # noqa: E402
-from thirdparty import check, differs, first_tensor, native_calls, run_spied  # noqa: E402
+from thirdparty import (check, differs, first_tensor, native_calls, product_formats,  # noqa: E402
+                        run_spied)
 
 MODES = ("eval", "no_grad", "inference_mode", "train")
 LMS = ("llama", "qwen2", "gpt2", "t5", "mixtral")
@@ -91,7 +92,7 @@ def test_bf16_model_in_bf16_in_every_mode(name):
     for mode in ("eval", "no_grad", "inference_mode"):
         outs[mode], em, spy = run_spied(lambda: _call(model, name, kw, mode), arch="sm90")
         check(em, spy, what=f"{name} bf16 {mode}")
-        formats = {fmt for (_op, _ph, fmt) in em.counts}
+        formats = product_formats(em)
         assert formats == {"bf16"}, f"{name} {mode}: products in {formats}\n{em.summary()}"
     assert same(outs["no_grad"], outs["inference_mode"])
     assert same(outs["eval"], outs["no_grad"])
@@ -166,7 +167,7 @@ def test_flex_attention_bf16_same_bits_in_every_mode(name):
     for mode in ("eval", "no_grad", "inference_mode"):
         outs[mode], em, spy = run_spied(lambda: _call(model, name, kw, mode), arch="sm90")
         check(em, spy, what=f"{name} flex bf16 {mode}")
-        assert {fmt for (_op, _ph, fmt) in em.counts} == {"bf16"}, em.summary()
+        assert product_formats(em) == {"bf16"}, em.summary()
     assert same(outs["eval"], outs["no_grad"]) and same(outs["no_grad"],
                                                         outs["inference_mode"])
 
@@ -201,7 +202,7 @@ def test_compiled_bf16_t5_runs_the_targets_attention():
         m = model if backend == "eager" else torch.compile(model, backend=backend)
         outs[backend], em, spy = run_spied(lambda: _call(m, "t5", kw, "eval"), arch="sm90")
         check(em, spy, what=f"t5 bf16 {backend}")
-        assert {fmt for (_op, _ph, fmt) in em.counts} == {"bf16"}, em.summary()
+        assert product_formats(em) == {"bf16"}, em.summary()
     assert same(outs["eager"], outs["aot_eager"])
 
 

@@ -25,6 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import torch_mma_emu as tme
 from torch_mma_emu.preview.mode import WATCHED_NATIVE, _decomposes
+from torch_mma_emu.preview.aten_math import LABEL as KERNEL_LABEL
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")        # configs only: never reach a hub
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -116,7 +117,19 @@ def unseen(spy: Spy, em) -> dict:
 
 
 def emulated_calls(em) -> int:
-    return sum(n for (_op, _ph, fmt), n in em.counts.items() if fmt != "native")
+    """Emulated products (not PyTorch's CUDA math kernels, preview/aten_math.py)."""
+    return sum(n for (_op, _ph, fmt), n in em.counts.items()
+               if fmt != "native" and fmt != KERNEL_LABEL)
+
+
+def product_counts(em) -> dict:
+    """``em.counts`` without PyTorch's CUDA math kernels (preview/aten_math.py)."""
+    return {k: n for k, n in em.counts.items() if k[2] != KERNEL_LABEL}
+
+
+def product_formats(em) -> set:
+    """The formats of the block's products."""
+    return {fmt for (_op, _ph, fmt) in product_counts(em)}
 
 
 def run_spied(fn, arch=COARSE, **emulate_kw):

@@ -1,6 +1,8 @@
-"""Models of PyTorch's own CUDA kernels (torch 2.13.0, issue 39): the reductions' launch
-configuration and summation order (config.py, reduce.py) and ``sum`` / ``mean`` on top
-(sums.py).  What was read from the binaries: facts.py."""
+"""Models of PyTorch's own CUDA kernels (torch 2.13.0, issue 39), bit for bit, on the CPU:
+the reductions' launch configuration and summation order (config.py, reduce.py) with
+``sum`` / ``mean`` on top (sums.py), the persistent warp softmax (softmax.py), and
+``elementwise``: exp, log, tanh, erf, rsqrt, sigmoid, SiLU and GELU (both forms) as the
+CUDA build computes them (docs/preview.md).  What was read from the binaries: facts.py."""
 from .config import Layout, ReduceConfig, set_reduce_config
 from .facts import CUDA_VERSION, TORCH_VERSION, kernel_params, version_mismatch
 from .reduce import evaluate, mean_factor, tree

@@ -30,7 +30,8 @@ class Unsupported(ValueError):
 def _parse(lines):
     out = []
     for raw in lines:
-        line = raw.split("//")[0].strip()
+        # nvcc wraps inline-asm conversions in braces: "{  cvt.rn.f16.f32 %rs1, %f2;}"
+        line = raw.split("//")[0].strip().lstrip("{").rstrip("}").strip()
         if not line or line.startswith("."):
             continue
         m = _LABEL.match(line)
@@ -74,6 +75,15 @@ def routine(ptx: str):
     return keep, src, dst
 
 
+def entry(ptx: str, name: str) -> str:
+    """The text of kernel ``name`` (``.entry name(``) in a PTX module of several kernels."""
+    m = re.search(r"\.entry\s+" + re.escape(name) + r"\s*\(", ptx)
+    if m is None:
+        raise ValueError(f"no kernel {name!r} in this PTX")
+    nxt = re.search(r"\.entry\s+\w+\s*\(", ptx[m.end():])
+    return ptx[m.start():m.end() + nxt.start() if nxt else len(ptx)]
+
+
 def _imm(tok: str, n: int):
     if tok.startswith("0f"):
         return np.full(n, int(tok[2:], 16), np.uint32)
@@ -115,9 +125,34 @@ def _setp(op, a, b):
     return (r | nan) if unordered else (r & ~nan)
 
 
+def half_bits(f, fmt: str) -> np.ndarray:
+    """float32 -> the 16 bits of ``fmt`` (``f16`` / ``bf16``) rounded to nearest even, as
+    ``cvt.rn.f16.f32`` / ``cvt.rn.bf16.f32``; NaN gives the canonical 0x7FFF."""
+    f = np.ascontiguousarray(f, dtype=np.float32)
+    if fmt == "f16":
+        with np.errstate(over="ignore"):
+            h = f.astype(np.float16).view(np.uint16).astype(np.uint32)
+    else:
+        b = f.view(np.uint32)
+        h = ((b + np.uint32(0x7FFF) + ((b >> 16) & 1)) >> 16).astype(np.uint32)
+    return np.where(np.isnan(f), np.uint32(0x7FFF), h).astype(np.uint32)
+
+
+def half_value(h, fmt: str) -> np.ndarray:
+    """The float32 value of 16-bit ``f16`` / ``bf16`` patterns (exact)."""
+    h = np.asarray(h).astype(np.uint32) & np.uint32(0xFFFF)
+    if fmt == "f16":
+        return h.astype(np.uint16).view(np.float16).astype(np.float32)
+    return (h << 16).astype(np.uint32).view(np.float32)
+
+
 def _cvt(op, a):
     parts = op.split(".")
     dst, src = parts[-2], parts[-1]
+    if src == "f32" and dst in ("f16", "bf16") and "rn" in parts:
+        return half_bits(_f(a), dst)
+    if dst == "f32" and src in ("f16", "bf16"):
+        return _b(half_value(a, src))
     if dst == src == "f32":                 # to an integer value and / or saturated to [0, 1]
         f = flush(_f(a)) if "ftz" in parts else _f(a).copy()
         rnd = {"rni": np.rint, "rzi": np.trunc, "rmi": np.floor, "rpi": np.ceil}
@@ -154,6 +189,8 @@ def _float(op, vals):
         return _b(ieee.fma(fs[0], fs[1], fs[2], ftz))
     if name == "fma" and parts[1] in ("rm", "rp", "rz"):
         return _b(ieee.fma_directed(fs[0], fs[1], fs[2], parts[1], ftz))
+    if name == "copysign":           # copysign d, a, b: b's magnitude with a's sign
+        return (vals[1] & np.uint32(0x7FFFFFFF)) | (vals[0] & np.uint32(0x80000000))
     if name in ("neg", "abs"):
         b = _b(flush(fs[0])) if ftz else vals[0]
         return b ^ np.uint32(0x80000000) if name == "neg" else b & np.uint32(0x7FFFFFFF)
@@ -201,7 +238,12 @@ dead_reason: list = []        # why the last run_lanes gave lanes up (the first 
 def run_lanes(prog, src: str, dst: str, x: np.ndarray):
     """(float32 results, lanes given up): a lane that reaches an instruction this does not
     run (local memory, a backward branch: libdevice's slow paths) is given up, the others
-    run to the end."""
+    run to the end.  A routine that loads 16-bit values (``ld.global.u16``: an f16 / bf16
+    kernel) takes ``x`` as uint16 bit patterns; its 16-bit result comes back in the low half
+    of each float32's bits (``.view(np.uint32) & 0xFFFF``)."""
+    x = np.asarray(x)
+    if x.dtype == np.uint16:
+        x = np.ascontiguousarray(x.reshape(-1).astype(np.uint32)).view(np.float32)
     x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
     n = x.size
     regs = {src: x.view(np.uint32).copy()}
@@ -279,6 +321,11 @@ def _step(op, ops, lanes, regs, preds, val, n):
         new = val(args[0])
     elif op.startswith("cvt."):
         new = _cvt(op, val(args[0]))
+    elif op in ("neg.f16", "neg.bf16", "abs.f16", "abs.bf16"):
+        v = val(args[0])
+        new = v ^ np.uint32(0x8000) if op.startswith("neg") else v & np.uint32(0x7FFF)
+    elif op in ("mov.b16", "mov.u16"):
+        new = val(args[0])
     elif op.endswith(".f32"):
         new = _float(op, [val(a) for a in args])
     else:

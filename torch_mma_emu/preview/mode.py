@@ -31,11 +31,13 @@ grouped.py, flex.py, sdpa_route.py) and is called as ``handler(mode, func, args,
 A handler talks to the mode through its handler API only: :meth:`EmulateMode.plan` (the
 policy's plan for two operands), :meth:`~EmulateMode.record` (one call, emulated or
 native), :meth:`~EmulateMode.record_native` (a product that runs natively: recorded and
-warned once), :meth:`~EmulateMode.warn_once`, and the attributes ``policy`` and
+warned once), :meth:`~EmulateMode.count_native` (any other op left native: counted in the
+summary's "ran natively" line, census.py), :meth:`~EmulateMode.warn_once`, and the attributes ``policy`` and
 ``fp8_promotion``; :data:`WATCHED_NATIVE` names the ops recorded when they run natively.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 from typing import Any, Optional
@@ -46,8 +48,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import switches
 from ..triton import context as _triton
-from . import (aten_reductions, attention, conv, custom_ops, flex, gemm, grouped, patches,
-               scaled, sdpa_route)
+from . import (aten_math, aten_reductions, attention, census, conv, custom_ops, flex, gemm,
+               grouped, patches, scaled, sdpa_route)
 from .attribution import LayerTracker
 from .dispatch_args import phase
 from .functions import FunctionRouter
@@ -89,8 +91,9 @@ def _decomposes(func) -> bool:
     autograd is off for good (``torch.inference_mode``); running their decomposition with
     the mode on gives the ops that ``no_grad`` code would have sent."""
     d = _DECOMPOSES.get(func)
-    if d is None:
-        d = _DECOMPOSES[func] = custom_ops.has_kernel(func, _CIA)
+    if d is None:       # (silu_backward, mish_backward: a CPU / CUDA kernel besides, which runs)
+        d = _DECOMPOSES[func] = custom_ops.has_kernel(func, _CIA) and \
+            not custom_ops.has_kernel(func, "CPU")
     return d
 
 
@@ -138,6 +141,7 @@ class EmulateMode(TorchDispatchMode):
         self.layer_tracker = LayerTracker(capture=True) if record else None
         self._lock = threading.Lock()
         self._router = FunctionRouter(self)
+        self._inside = threading.local()      # .depth: a handler called from above the mode
 
     # Entering the block also (1) holds the process-wide switches that keep products
     # visible to the mode (patches.EMULATE), (2) enters the function-level router
@@ -222,7 +226,7 @@ class EmulateMode(TorchDispatchMode):
                      tuple(tuple(s) for s in shapes), note, module)
         with self._lock:
             self.recorder.add(rec)
-            if lt is not None and lt.capture.active and rec.emulated and \
+            if lt is not None and lt.capture.active and rec.emulated and rec.product and \
                     rec.phase == "forward":
                 lt.capture.modules.append(module)
 
@@ -233,6 +237,26 @@ class EmulateMode(TorchDispatchMode):
         name = str(func)
         self.warn_once(name, f"emulate({self.policy.arch_name}): {name} multiplies matrices and "
                        f"runs natively ({why}); em.records lists each call", stacklevel=3)
+
+    def count_native(self, func, why: str = "") -> None:
+        """An op that runs natively without a record (no handler, or its handler has no
+        model for these operands): counted by name for the summary's "ran natively" line,
+        unless it only views, copies or moves bits (census.py)."""
+        if isinstance(func, torch._ops.OpOverload) and census.is_bookkeeping(func):
+            return
+        with self._lock:
+            self.recorder.add_native(str(getattr(func, "overloadpacket", func)))
+
+    @contextlib.contextmanager
+    def handler_call(self):
+        """For a handler called from above the mode (a function-level route, sdpa_route.py):
+        the ops it runs pass through natively, neither routed nor counted, as they do where
+        the mode calls a handler (with itself popped)."""
+        self._inside.depth = getattr(self._inside, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self._inside.depth -= 1
 
     def warn_once(self, key, message: str, stacklevel: int = 2) -> bool:
         """Warn ``message`` unless this block warned under ``key`` already (any thread);
@@ -290,6 +314,8 @@ class EmulateMode(TorchDispatchMode):
             # it unwraps itself, and the plain-tensor ops it runs on its contents
             # (_scaled_mm, mm on local shards) come back here
             return NotImplemented
+        if getattr(self._inside, "depth", 0):
+            return func(*args, **kwargs)          # inside a handler (handler_call)
         handler = _HANDLERS.get(func)
         if isinstance(func, torch._ops.HigherOrderOperator):
             hop = flex.HANDLERS.get(func.name())      # flex attention, forward and backward
@@ -308,6 +334,8 @@ class EmulateMode(TorchDispatchMode):
                 return self._foreign(func, args, kwargs)
             if func.overloadpacket.__name__ in WATCHED_NATIVE:
                 self.record_native(func, args, "no emulation of this op")
+            else:
+                self.count_native(func)
             return func(*args, **kwargs)
         return handler(self, func, args, kwargs)
 
@@ -322,6 +350,8 @@ class EmulateMode(TorchDispatchMode):
         if custom_ops.is_opaque_and_unknown(func):
             self.record_native(func, args, "a compiled kernel of another library: products "
                                           "inside it, if any, are not seen")
+        else:
+            self.count_native(func)
         return func(*args, **kwargs)
 
 
@@ -355,6 +385,9 @@ _ROUTES = [
     (("sum",), ("default", "dim_IntList"), aten_reductions.handle_sum),
     (("mean",), ("default", "dim"), aten_reductions.handle_mean),
     (("_softmax", "_log_softmax"), ("default",), aten_reductions.handle_softmax),
+    # PyTorch's own CUDA elementwise math (torch 2.13's kernels, aten_math.py)
+    (tuple(aten_math.OPS), ("default", "out"), aten_math.handle),
+    (tuple(n + "_" for n in aten_math.OPS), ("default",), aten_math.handle),
 ]
 _HANDLERS: dict[Any, Any] = {f: handler for names, which, handler in _ROUTES
                              for name in names for f in _overloads(name, which)}

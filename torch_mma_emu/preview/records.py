@@ -5,12 +5,14 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["Record", "Recorder", "KERNEL_NATIVE", "is_kernel_label"]
+__all__ = ["Record", "Recorder", "KERNEL_NATIVE", "KERNEL_KINDS", "is_kernel_label"]
 
-# PyTorch's own kernels that multiply no matrices (reductions: aten_reductions.py) are
-# recorded with the format "torch <version> CUDA kernel" where modelled and KERNEL_NATIVE
-# where they ran in the CPU's order; emulated_count / native_count count products only.
+# PyTorch's own kernels that multiply no matrices (reductions: aten_reductions.py,
+# elementwise math: aten_math.py) are recorded with the format "torch <version> CUDA kernel"
+# where modelled and KERNEL_NATIVE where they ran in the CPU's order, with a kind of
+# KERNEL_KINDS; emulated_count / native_count count products only.
 KERNEL_NATIVE = "CPU order"
+KERNEL_KINDS = frozenset({"elementwise", "reduction"})
 
 
 def is_kernel_label(fmt: str) -> bool:
@@ -34,17 +36,28 @@ class Record:
 
     @property
     def kernel(self) -> bool:
-        """A call of PyTorch's own non-product kernels (a reduction), not a product."""
-        return is_kernel_label(self.format)
+        """A call of PyTorch's own non-product kernels (a reduction, elementwise math)."""
+        return self.kind in KERNEL_KINDS or is_kernel_label(self.format)
+
+    @property
+    def product(self) -> bool:
+        """A matrix product (not one of PyTorch's elementwise / reduction kernels)."""
+        return not self.kernel
 
 
 class Recorder:
-    """Counts every call by (op, phase, format); keeps the records when ``keep`` is set."""
+    """Counts every call by (op, phase, format); keeps the records when ``keep`` is set.
+    ``natives`` counts, by op name, the ops that ran natively without a record (the mode's
+    census, census.py)."""
 
     def __init__(self, keep: bool):
         self.keep = keep
         self.records: list[Record] = []
         self.counts: Counter = Counter()
+        self.natives: Counter = Counter()
+
+    def add_native(self, op: str) -> None:
+        self.natives[op] += 1
 
     def add(self, rec: Record) -> None:
         self.counts[(rec.op, rec.phase, rec.format)] += 1
@@ -66,7 +79,25 @@ class Recorder:
         return sum(n for (op, ph, fmt), n in self.counts.items() if is_kernel_label(fmt))
 
     def summary(self) -> str:
-        return format_counts(self.counts.items())
+        text = format_counts(self.counts.items())
+        line = format_natives(self.natives)
+        return f"{text}\n{line}" if line else text
+
+
+def format_natives(natives: Counter, width: int = 96) -> str:
+    """"ran natively, in the CPU's order: aten.cumsum x3, ..." (most calls first), wrapped."""
+    if not natives:
+        return ""
+    items = [f"{op} x{n}" for op, n in sorted(natives.items(), key=lambda kv: (-kv[1], kv[0]))]
+    lines, cur = [], "ran natively, in the CPU's order:"
+    for i, it in enumerate(items):
+        piece = f" {it}" + ("," if i < len(items) - 1 else "")
+        if len(cur) + len(piece) > width:
+            lines.append(cur)
+            cur = "   "
+        cur += piece
+    lines.append(cur)
+    return "\n".join(lines)
 
 
 def format_counts(items: Iterable) -> str:

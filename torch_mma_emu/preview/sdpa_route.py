@@ -92,9 +92,10 @@ class _Efficient(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, p, is_causal, scale, mode):
-        out, lse, seed, offset = handle_forward(
-            mode, aten._scaled_dot_product_efficient_attention.default,
-            (q, k, v, mask, True, p, is_causal), {"scale": scale})
+        with mode.handler_call():
+            out, lse, seed, offset = handle_forward(
+                mode, aten._scaled_dot_product_efficient_attention.default,
+                (q, k, v, mask, True, p, is_causal), {"scale": scale})
         ctx.save_for_backward(q, k, v, out, lse, seed, offset)
         ctx.mask, ctx.args = mask, (p, is_causal, scale, mode)
         return out
@@ -104,10 +105,11 @@ class _Efficient(torch.autograd.Function):
         q, k, v, out, lse, seed, offset = ctx.saved_tensors
         p, is_causal, scale, mode = ctx.args
         need = list(ctx.needs_input_grad[:4])
-        dq, dk, dv, db = handle_backward(
-            mode, aten._scaled_dot_product_efficient_attention_backward.default,
-            (dO, q, k, v, ctx.mask, out, lse, seed, offset, p, need, is_causal),
-            {"scale": scale})
+        with mode.handler_call():
+            dq, dk, dv, db = handle_backward(
+                mode, aten._scaled_dot_product_efficient_attention_backward.default,
+                (dO, q, k, v, ctx.mask, out, lse, seed, offset, p, need, is_causal),
+                {"scale": scale})
         return dq, dk, dv, db, None, None, None, None
 
 
