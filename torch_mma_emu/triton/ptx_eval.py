@@ -456,7 +456,7 @@ class CTA:
     def i_cvt(self, t, o, p):
         dst_t, src_t = t[-2], t[-1]
         v = self.val(o[1])
-        if dst_t[0] in "us" and src_t[0] in "us" or dst_t.startswith("b"):
+        if dst_t[0] in "us" and src_t[0] in "us" or (dst_t[0] == "b" and dst_t[:2] != "bf"):
             self._int([dst_t], [o[0], o[1]], p, lambda a: a)
             return
         if src_t[0] in "us" and dst_t == "f32" and "rn" in t and _bits(src_t) <= 32:
