@@ -31,14 +31,16 @@ def parse(ptx: str):
         raise Unsupported("no .entry in the PTX")
     params = re.findall(r"\.param \.\S+ (?:\.ptr \.global \.align \d+ )?(\w+)", m.group(2))
     start = ptx.index("{", m.end())
-    end = ptx.index("\n}", start)
-    body = []
-    for line in ptx[start + 1:end].splitlines():
+    body, depth = [], 0
+    for line in ptx[start + 1:].splitlines():
         line = line.split("//")[0].strip()
+        if line in ("{", "}"):             # an inline-asm scope, or the end of the kernel
+            depth += 1 if line == "{" else -1
+            if depth < 0:
+                break
+            continue
         if not line or line.startswith((".reg", ".loc", ".shared", "$L", ".file")) \
                 or line.endswith(":"):
-            continue
-        if line in ("{", "}"):
             continue
         if line.startswith(("bra", "@%p")) and " bra" in " " + line:
             raise Unsupported("branches in the PTX (only straight-line kernels are checked)")

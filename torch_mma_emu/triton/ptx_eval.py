@@ -62,6 +62,8 @@ class CTA:
             return self.r[tok]
         if tok == "global_smem":
             return np.zeros(self.n, np.uint64)
+        if re.fullmatch(r"[A-Za-z_]\w*", tok):      # a register of an inline-asm block
+            return self.r.get(tok, np.zeros(self.n, np.uint64))
         return np.full(self.n, _imm(tok), np.uint64)
 
     def put(self, dst: str, v, pred):
@@ -466,10 +468,44 @@ class CTA:
                 x = (x << (64 - w)) >> (64 - w)
             self.put(o[0], self._unf(x.astype(np.float64).astype(np.float32), "f32"), p)
             return
+        if dst_t in ("e4m3x2", "e5m2x2") and "satfinite" in t and "rn" in t:
+            return self._cvt_fp8(t, o, p)
         x = self._f(v, src_t) if src_t.startswith(("f", "bf")) else None
         if x is None or (dst_t == "f32" and src_t == "f64"):
             raise Unsupported("cvt." + ".".join(t))
+        mods = set(t[:-2]) - {"rn"}
+        if mods == {"rz"} and dst_t in ("f16", "bf16"):
+            import torch
+
+            from .convert import toward_zero
+            dt = torch.float16 if dst_t == "f16" else torch.bfloat16
+            y = toward_zero(torch.from_numpy(x.astype(np.float32)), dt)
+            self.put(o[0], y.view(torch.int16).numpy().view(np.uint16).astype(np.uint64), p)
+            return
+        if mods:
+            raise Unsupported("cvt." + ".".join(t))
         self.put(o[0], self._unf(x.astype(np.float32), dst_t), p)
+
+    def _cvt_fp8(self, t, o, p):
+        """cvt.rn.satfinite.{e4m3x2,e5m2x2}.{f32,f16x2}: nearest even, finite overflow and
+        infinities to the largest finite value (the PTX ISA); d's upper byte from a (f32:
+        the first source; f16x2: the upper half)."""
+        import torch
+
+        from .convert import satfinite
+        dt = torch.float8_e4m3fn if t[-2] == "e4m3x2" else torch.float8_e5m2
+        if t[-1] == "f32":
+            hi, lo = (self._f(self.val(x), "f32") for x in o[1:3])
+        elif t[-1] == "f16x2":
+            v = self.val(o[1])
+            lo, hi = self._f(v, "f16"), self._f(v >> np.uint64(16), "f16")
+        else:
+            raise Unsupported("cvt." + ".".join(t))
+
+        def byte(x):
+            y = satfinite(torch.from_numpy(np.asarray(x, np.float32).copy()), dt)
+            return y.view(torch.uint8).numpy().astype(np.uint64)
+        self.put(o[0], (byte(hi) << np.uint64(8)) | byte(lo), p)
 
     # floating point
     def _f(self, v, ty):
