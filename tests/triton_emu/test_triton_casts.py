@@ -115,19 +115,23 @@ def test_nvidia_casts_equal_the_evaluated_ptx(arch, src, dst):
         assert "cvt.rz.f16.f32" in r["ptx"]
 
 
-def test_torchao_blockwise_fp8_quant_matches_torch_on_mi300x():
+def test_torchao_blockwise_fp8_quant_kernels_match_torch_on_mi300x(monkeypatch):
     try:
-        from torchao.prototype.blockwise_fp8_inference.blockwise_quantization import (
-            fp8_blockwise_act_quant, fp8_blockwise_weight_quant)
+        import torch.utils._triton as tut
+        from torchao.kernel import blockwise_quantization as bq
     except Exception as e:      # noqa: BLE001 - not installed or another layout
         pytest.skip(f"torchao blockwise quantization not importable: {e}")
+    monkeypatch.setattr(tut, "has_triton", lambda: True)   # False on a CPU-only torch
+    impls = bq._build_triton_impls()
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(4, 512, generator=g)
+    a = torch.randn(4 * 512, generator=g) * torch.exp(torch.randn(4 * 512, generator=g))
     w = torch.randn(256, 256, generator=g)
+    qa, sa = torch.empty(4 * 512, dtype=torch.float8_e4m3fn), torch.empty(16)
+    qw, sw = torch.empty(256, 256, dtype=torch.float8_e4m3fn), torch.empty(4)
     with tmt.emulate("MI300X"):
-        qa, sa = fp8_blockwise_act_quant(a, 128, torch.float8_e4m3fn)
-        qw, sw = fp8_blockwise_weight_quant(w, 128, torch.float8_e4m3fn)
-    ra = (a.reshape(4, 4, 128) / sa.reshape(4, 4, 1)).reshape(4, 512).to(torch.float8_e4m3fn)
+        impls.act_quant[(16,)](a, qa, sa, BLOCK_SIZE=128)
+        impls.weight_quant[(2, 2)](w, qw, sw, 256, 256, BLOCK_SIZE=128)
+    ra = (a.reshape(16, 128) / sa[:, None]).reshape(-1).to(torch.float8_e4m3fn)
     assert torch.equal(qa.view(torch.uint8), ra.view(torch.uint8))
     rw = (w.reshape(2, 128, 2, 128) / sw.reshape(2, 1, 2, 1)).reshape(256, 256)
     assert torch.equal(qw.view(torch.uint8), rw.to(torch.float8_e4m3fn).view(torch.uint8))
