@@ -38,9 +38,12 @@ def _bits(t: str) -> int:
 class CTA:
     """One CTA of ``n`` threads running a PTX kernel's straight-line body."""
 
-    def __init__(self, body: list, params: dict, memory: list, n: int, ctaid: int,
-                 wgmma=None):
-        self.body, self.params, self.mem, self.n, self.ctaid = body, params, memory, n, ctaid
+    def __init__(self, body: list, params: dict, memory: list, n: int, ctaid,
+                 wgmma=None, nctaid=None):
+        self.body, self.params, self.mem, self.n = body, params, memory, n
+        self.ctaid = tuple(ctaid) + (0,) * (3 - len(ctaid)) if isinstance(ctaid, tuple) \
+            else (int(ctaid), 0, 0)
+        self.nctaid = tuple(nctaid) + (1,) * (3 - len(nctaid)) if nctaid else None
         self.wgmma = wgmma
         self.r: dict = {}
         self.smem = np.zeros(1 << 18, np.uint8)
@@ -51,11 +54,15 @@ class CTA:
         if tok.startswith("%"):
             if tok in ("%tid.x",):
                 return np.arange(self.n, dtype=np.uint64)
-            if tok in ("%tid.y", "%tid.z", "%ctaid.y", "%ctaid.z"):
+            if tok in ("%tid.y", "%tid.z"):
                 return np.zeros(self.n, np.uint64)
-            if tok == "%ctaid.x":
-                return np.full(self.n, self.ctaid, np.uint64)
-            if tok in ("%nctaid.x", "%nctaid.y", "%nctaid.z", "%ntid.x"):
+            if tok in ("%ctaid.x", "%ctaid.y", "%ctaid.z"):
+                return np.full(self.n, self.ctaid["xyz".index(tok[-1])], np.uint64)
+            if tok in ("%nctaid.x", "%nctaid.y", "%nctaid.z") and self.nctaid:
+                return np.full(self.n, self.nctaid["xyz".index(tok[-1])], np.uint64)
+            if tok == "%ntid.x":
+                return np.full(self.n, self.n, np.uint64)
+            if tok.startswith(("%nctaid", "%ntid", "%nsmid", "%smid", "%clock", "%globaltimer")):
                 raise Unsupported(f"special register {tok}")
             if tok not in self.r:
                 return np.zeros(self.n, np.uint64)      # never written: undefined, 0 here
@@ -240,9 +247,51 @@ class CTA:
             self._int(t, o, p, lambda a: ~a)
 
     def i_neg(self, t, o, p):
-        if t[-1].startswith(("f", "bf")):
-            raise Unsupported("neg." + ".".join(t))
+        if t[-1].startswith(("f", "bf")):       # neg.f32 / f16 / bf16 (x2): the sign bit
+            return self._sign(t, o, p, "neg")
         self._int(t, o, p, lambda a: -a)
+
+    def i_abs(self, t, o, p):
+        if t[-1].startswith(("f", "bf")):
+            return self._sign(t, o, p, "abs")
+        self._int(t, o, p, lambda a: np.abs(a))
+
+    def _sign(self, t, o, p, what):
+        """neg / abs of floats: exact, the sign bit flipped / cleared (also of NaN; with
+        .ftz a subnormal input would flush first: not modelled)."""
+        if "ftz" in t:
+            raise Unsupported(f"{what}.{'.'.join(t)}")
+        ty = t[-1]
+        w = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "f16x2": 32, "bf16x2": 32}.get(ty)
+        if w is None:
+            raise Unsupported(f"{what}.{'.'.join(t)}")
+        sign = {64: 1 << 63, 32: 1 << 31, 16: 1 << 15}[w]
+        if ty.endswith("x2"):
+            sign |= 1 << 15
+        v = self.val(o[1])
+        r = v ^ np.uint64(sign) if what == "neg" else v & ~np.uint64(sign)
+        self.put(o[0], r & np.uint64((1 << w) - 1 if w < 64 else 0xFFFFFFFFFFFFFFFF), p)
+
+    def i_rem(self, t, o, p):
+        """rem.{s,u}{16,32,64}: C's remainder (sign of the dividend); by zero: unspecified
+        in PTX, refused here."""
+        self._divmod(t, o, p, "rem")
+
+    def i_createpolicy(self, t, o, p):     # an L2 eviction hint: no effect on values
+        self.put(o[0], np.zeros(self.n, np.uint64), p)
+
+    def i_prefetch(self, t, o, p):
+        pass
+
+    def _divmod(self, t, o, p, what):
+        def f(a, b):
+            if np.any(b == 0):
+                raise Unsupported(f"{what}.{'.'.join(t)} by zero (unspecified in PTX)")
+            q = np.abs(a) // np.abs(b) if t[-1].startswith("s") else a // b
+            if t[-1].startswith("s"):
+                q = np.where((a < 0) != (b < 0), -q, q)
+            return q if what == "div" else a - q * b
+        self._int(t, o, p, f)
 
     def i_shl(self, t, o, p):
         self._int(t, o, p, lambda a, b: a << b)
@@ -565,7 +614,10 @@ class CTA:
         return self._unf({"add": x + y, "sub": x - y, "mul": x * y}[what], ty)
 
     def i_div(self, t, o, p):
-        """div.rn.f32 only (IEEE, correctly rounded); div.full / div.approx are not IEEE."""
+        """div.rn.f32 (IEEE, correctly rounded) and integer division (toward zero);
+        div.full / div.approx are not IEEE."""
+        if t[-1][0] in "us":
+            return self._divmod(t, o, p, "div")
         if t != ["rn", "f32"]:
             raise Unsupported("div." + ".".join(t))
         a, b = (self._f(self.val(x), "f32") for x in o[1:3])
