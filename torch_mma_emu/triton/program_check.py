@@ -70,9 +70,9 @@ def check_program(fn, *args, arch: str = "H100", **kwargs) -> ProgramReport:
     import torch
     from triton.runtime.jit import JITFunction
 
-    from . import emulate
+    from .context import emulate
     from .layout import compile_launch, remember, target_of
-    from .ptx_check import _grid_of, run_ptx
+    from .ptx_check import grid_of, run_ptx
     from .ptx_eval import Unsupported
     target = target_of(arch)
     if target is None:
@@ -96,7 +96,7 @@ def check_program(fn, *args, arch: str = "H100", **kwargs) -> ProgramReport:
                                                          if k in params})
             bound.apply_defaults()
             meta = dict(bound.arguments, **{k: v for k, v in kw.items() if k not in params})
-            g = _grid_of(grid, meta)
+            g = grid_of(grid, meta)
             rec = {"kernel": self.fn.__name__, "grid": g, "checked": False, "why": ""}
             launches.append(rec)
             try:

@@ -124,7 +124,7 @@ def innermost(kernel):
                     f"heuristics wrapper of one), got {type(kernel).__name__}")
 
 
-def _grid_of(grid, meta):
+def grid_of(grid, meta):
     g = grid(meta) if callable(grid) else grid
     g = tuple(g) if isinstance(g, (tuple, list)) else (g,)
     return tuple(int(x) for x in g)
@@ -143,7 +143,7 @@ def check(kernel, args: tuple, kwargs: dict, *, grid=1, arch: str = "H100",
 
     import torch
 
-    from . import emulate
+    from .context import emulate
     from .layout import compile_launch, remember, target_of
     inner = innermost(kernel)
     fn = inner.fn
@@ -184,7 +184,7 @@ def check(kernel, args: tuple, kwargs: dict, *, grid=1, arch: str = "H100",
     launch_kw = {k: v for k, v in pre_kw.items() if k not in ("grid", "warmup")}
     comp = compile_launch(fn, tuple(pre_a), launch_kw, target, ptx=True)
     meta = dict(bound.arguments, **{k: v for k, v in launch_kw.items() if k not in params})
-    g = _grid_of(pre_kw.get("grid", grid), meta)
+    g = grid_of(pre_kw.get("grid", grid), meta)
     rt = [bound.arguments[k] for k in comp.runtime_args]
     ptx_out = run_ptx(comp.ptx, rt, g, comp.num_warps, wgmma)
     tensors = [k for k in comp.runtime_args if isinstance(bound.arguments[k], torch.Tensor)]

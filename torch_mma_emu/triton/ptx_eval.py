@@ -272,9 +272,7 @@ class CTA:
         r = v ^ np.uint64(sign) if what == "neg" else v & ~np.uint64(sign)
         self.put(o[0], r & np.uint64((1 << w) - 1 if w < 64 else 0xFFFFFFFFFFFFFFFF), p)
 
-    def i_rem(self, t, o, p):
-        """rem.{s,u}{16,32,64}: C's remainder (sign of the dividend); by zero: unspecified
-        in PTX, refused here."""
+    def i_rem(self, t, o, p):     # C's remainder (the dividend's sign); by zero: refused
         self._divmod(t, o, p, "rem")
 
     def i_createpolicy(self, t, o, p):     # an L2 eviction hint: no effect on values
@@ -282,7 +280,6 @@ class CTA:
 
     def i_prefetch(self, t, o, p):
         pass
-
     def _divmod(self, t, o, p, what):
         def f(a, b):
             if np.any(b == 0):
