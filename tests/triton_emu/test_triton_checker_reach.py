@@ -154,3 +154,9 @@ def test_check_program_reports_a_difference(monkeypatch):
     assert not rep.equal
     assert rep.outputs[0]["name"] == "result" and rep.outputs[0]["differing"] == 1
     assert "result: 1 of 64 elements differ" in str(rep)
+
+
+def test_check_program_says_when_no_launch_was_evaluated():
+    rep = tmt.check_program(lambda x: x * 2, torch.randn(8), arch="H100")
+    assert rep.equal and rep.launches == []
+    assert "no launch reached the checker" in str(rep)

@@ -32,6 +32,10 @@ class ProgramReport:
             if o["differing"]:
                 lines.append(f"  {o['name']}: {o['differing']} of {o['elements']} elements "
                              f"differ (max |diff| {o['max_abs_diff']:.3g})")
+        if not self.launches:
+            lines.append("  no launch reached the checker: nothing was evaluated as PTX (a "
+                         "library that caches its compiled kernels, e.g. FlagGems' LibEntry, "
+                         "launches them past JITFunction.run)")
         for x in self.launches:
             if not x["checked"]:
                 lines.append(f"  not checked: {x['kernel']} grid {x['grid']}: {x['why']}")
