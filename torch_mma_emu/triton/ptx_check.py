@@ -171,6 +171,10 @@ def check(kernel, args: tuple, kwargs: dict, *, grid=1, arch: str = "H100",
             kernel[grid if not isinstance(grid, int) else (grid,)](*emu_args, **emu_kwargs)
     finally:
         inner.__dict__.pop("run", None)
+    if not calls:
+        raise ValueError("ptx_check.check: the launch did not reach the kernel's "
+                         "JITFunction.run (a wrapper that caches compiled kernels, e.g. "
+                         "FlagGems' LibEntry): pass ptx_check.innermost(kernel)")
     if len(calls) != 1:
         raise ValueError(f"ptx_check.check: the launch ran the kernel {len(calls)} times "
                          "(one launch is compared; use check_program for several)")
