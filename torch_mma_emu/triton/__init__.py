@@ -18,9 +18,10 @@ from .device_queries import device_queries
 from .cuda_on_cpu import cuda_on_cpu
 from . import record
 from .hook import current
+from .program_check import ProgramReport, check_program
 
 __all__ = ["emulate", "interpret", "device_queries", "cuda_on_cpu", "choose", "DotPlan", "PATHS", "TritonEmulation", "active",
-           "emulating"]
+           "emulating", "check_program", "ProgramReport"]
 
 
 def active() -> bool:

@@ -194,11 +194,13 @@ def _user_combine(ops, tensors):
     dtypes = [t.dtype for t in tensors]
 
     def user(a, b):
-        args = [ops.to_tensor(np.ascontiguousarray(x), d) for x, d in zip(a, dtypes)]
-        args += [ops.to_tensor(np.ascontiguousarray(x), d) for x, d in zip(b, dtypes)]
+        # the scan combines a warp's prefix (one value) with a row of lanes: broadcast first
+        shape = np.broadcast_shapes(*(np.shape(x) for x in tuple(a) + tuple(b)))
+        args = [ops.to_tensor(np.ascontiguousarray(np.broadcast_to(x, shape)), d)
+                for x, d in zip(tuple(a) + tuple(b), dtypes + dtypes)]
         out = fn(*args)
         out = out if isinstance(out, tuple) else (out,)
-        return tuple(np.asarray(o.handle.data).reshape(np.shape(a[0])) for o in out)
+        return tuple(np.asarray(o.handle.data).reshape(shape) for o in out)
     return user
 
 

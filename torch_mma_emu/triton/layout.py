@@ -231,7 +231,7 @@ def parse_reduces(ttgir: str, num_warps: int) -> list:
         if not m:
             i += 1
             continue
-        ops, j = [], i + 1
+        ops, j, start = [], i + 1, i
         while not lines[j].lstrip().startswith("})"):
             op = re.search(r"=\s*([a-z_]+\.[a-z_.]+)", lines[j])
             if op:
@@ -252,11 +252,67 @@ def parse_reduces(ttgir: str, num_warps: int) -> list:
         site = ReduceSite(tuple(_frames(tail.group(3), defs)), int(m.group(3)), shape, elems,
                           tuple(ops), enc, kind=m.group(1), reverse=m.group(5) == "true")
         try:
-            site.bases = bases_of(enc, shape, aliases)
+            operand = re.search(r'"tt\.(?:reduce|scan)"\((%[\w.#]+)', line)
+            site.bases = _traced_bases(operand.group(1) if operand else "", enc, shape,
+                                       aliases, lines[:start])
         except NotImplementedError as e:
             site.why_not = str(e)
         sites.append(site)
     return sites
+
+
+_RESHAPE = re.compile(r"^\s*(%[\w.#]+) = tt\.reshape (%[\w.#]+)((?: allow_reorder| "
+                      r"efficient_layout)*) : (tensor<[^>]*>) -> (tensor<[^>]*>)")
+
+
+def _traced_bases(name: str, enc: str, shape: tuple, aliases: dict, before: list) -> Bases:
+    """The layout of a reduction operand as element positions, register by register.
+
+    A ``tt.reshape ... allow_reorder`` (what ``tl.sum(x)`` without an axis and
+    ``tl.reshape(x, s, can_reorder=True)`` compile to) is lowered as a no-op on registers:
+    register i of a thread in the result is register i of that thread in the source, the
+    result layout naming no element at all.  So the slots are followed back through such
+    reshapes to the last layout that does place the elements (a value-preserving op:
+    ``convert_layout`` moves values to where its result layout says), and the source
+    coordinates are flattened row-major (the interpreter's reshape) into the result's
+    shape: for power-of-two shapes a bit concatenation, so the XOR offsets carry over."""
+    for k in range(len(before) - 1, -1, -1):
+        if not before[k].lstrip().startswith(name + " = "):
+            continue
+        m = _RESHAPE.match(before[k])
+        if not m or "allow_reorder" not in m.group(3):
+            break
+        src_t = _TENSOR.match(m.group(4))
+        if not src_t:
+            break
+        src_shape = tuple(int(x) for x in src_t.group(1).split("x"))
+        src_enc = aliases.get(src_t.group(3).strip(), src_t.group(3).strip())
+        src = _traced_bases(m.group(2), src_enc, src_shape, aliases, before[:k])
+        dst = bases_of(enc, shape, aliases)
+        if (len(src.reg), len(src.lane), len(src.warp)) != \
+                (len(dst.reg), len(dst.lane), len(dst.warp)):
+            raise NotImplementedError(f"a reordering reshape from {len(src.reg)} to "
+                                      f"{len(dst.reg)} registers per thread")
+        move = lambda v: _unflatten(_flatten(v, src_shape), shape)  # noqa: E731
+        keep = lambda s, d: tuple(move(v) if any(w) else w for v, w in zip(s, d))  # noqa
+        return Bases(tuple(shape), tuple(move(v) for v in src.reg), keep(src.lane, dst.lane),
+                     keep(src.warp, dst.warp))
+    return bases_of(enc, shape, aliases)
+
+
+def _flatten(v: tuple, shape: tuple) -> int:
+    out = 0
+    for c, n in zip(v, shape):
+        out = out * n + c
+    return out
+
+
+def _unflatten(i: int, shape: tuple) -> tuple:
+    out = []
+    for n in reversed(shape):
+        out.append(i % n)
+        i //= n
+    return tuple(reversed(out))
 
 
 # -- layouts as register / lane / warp bit offsets -------------------------------------------
@@ -339,6 +395,25 @@ def bases_of(enc: str, shape: tuple, aliases: dict) -> Bases:
                      tuple(drop(v) for v in pb.lane), tuple(drop(v) for v in pb.warp))
     if enc.startswith("#ttg.nvidia_mma<"):
         return _mma(enc, shape)
+    if enc.startswith("#ttg.linear<"):
+        return _linear(enc, shape)
     kind = enc.split("<")[0]
     raise NotImplementedError(f"reductions over {kind} layouts are not modelled yet "
-                              "(#blocked and #slice are)")
+                              "(#blocked, #slice, #linear and #nvidia_mma v2 / v3 are)")
+
+
+def _linear(enc: str, shape: tuple) -> Bases:
+    """``#ttg.linear<{register = [[..]], lane = [[..]], warp = [[..]], block = [[..]]}>``:
+    the bases themselves, one coordinate vector per bit (Triton's LinearLayout)."""
+    def vectors(name):
+        m = re.search(name + r" = \[((?:\[[\d, ]*\],? ?)*)\]", enc)
+        if not m:
+            raise NotImplementedError(f"linear layout without {name}: {enc}")
+        out = [tuple(int(x) for x in v.split(",") if x.strip())
+               for v in re.findall(r"\[([\d, ]*)\]", m.group(1))]
+        if any(len(v) != len(shape) for v in out):
+            raise NotImplementedError(f"linear layout of rank other than {len(shape)}: {enc}")
+        return tuple(out)
+    if any(any(v) for v in vectors("block")):
+        raise NotImplementedError("multi-CTA (num_ctas > 1) layouts are not modelled")
+    return Bases(tuple(shape), vectors("register"), vectors("lane"), vectors("warp"))

@@ -89,7 +89,8 @@ def prepare(fn) -> None:
         return
     _PREPARED.add(fn)
     try:
-        text = open(inspect.getsourcefile(fn)).read()
+        with open(inspect.getsourcefile(fn)) as f:    # closed at once
+            text = f.read()
     except (TypeError, OSError):
         return
     names = set(re.findall(r"libdevice\.(\w+)\s*\(", text))

@@ -31,25 +31,32 @@ def parse(ptx: str):
         raise Unsupported("no .entry in the PTX")
     params = re.findall(r"\.param \.\S+ (?:\.ptr \.global \.align \d+ )?(\w+)", m.group(2))
     start = ptx.index("{", m.end())
-    end = ptx.index("\n}", start)
-    body = []
-    for line in ptx[start + 1:end].splitlines():
+    body, depth = [], 0
+    for line in ptx[start + 1:].splitlines():
         line = line.split("//")[0].strip()
+        if line in ("{", "}"):             # an inline-asm scope, or the end of the kernel
+            depth += 1 if line == "{" else -1
+            if depth < 0:
+                break
+            continue
         if not line or line.startswith((".reg", ".loc", ".shared", "$L", ".file")) \
                 or line.endswith(":"):
             continue
-        if line in ("{", "}"):
-            continue
         if line.startswith(("bra", "@%p")) and " bra" in " " + line:
-            raise Unsupported("branches in the PTX (only straight-line kernels are checked)")
+            raise Unsupported(
+                f"the kernel {m.group(1)} has a branch or loop in its PTX ('{line}': a "
+                "loop over a runtime bound, an if on a runtime value, an atomic retry, ...); "
+                "the checker runs straight-line code of one CTA only (a full SIMT PTX "
+                "interpreter is future work)")
         body.append(line.rstrip(";").strip())
     return m.group(1), params, body, int(m.group(3) or 0)
 
 
-def run_ptx(ptx: str, args: list, grid: int = 1, num_warps: int = 4, wgmma=None) -> list:
+def run_ptx(ptx: str, args: list, grid=1, num_warps: int = 4, wgmma=None) -> list:
     """Evaluate the kernel's PTX on ``args`` (tensors, ints, floats: the launch's
-    non-constexpr arguments, in order) for ``grid`` programs; returns the tensors as the
-    PTX leaves them (copies)."""
+    non-constexpr arguments, in order) for ``grid`` programs (an int or a 1- to 3-tuple,
+    x fastest); returns the tensors as the PTX leaves them (copies)."""
+    import itertools
     import torch
     name, pnames, body, n = parse(ptx)
     n = n or 32 * num_warps
@@ -68,8 +75,10 @@ def run_ptx(ptx: str, args: list, grid: int = 1, num_warps: int = 4, wgmma=None)
             params[pnames[i]] = v & 0xFFFFFFFFFFFFFFFF
     for extra in pnames[len(args):]:
         params[extra] = 0
-    for pid in range(grid):
-        CTA(body, params, mem, n, pid, wgmma).run()
+    g = tuple(grid) if isinstance(grid, (tuple, list)) else (int(grid),)
+    g = g + (1,) * (3 - len(g))
+    for z, y, x in itertools.product(range(g[2]), range(g[1]), range(g[0])):
+        CTA(body, params, mem, n, (x, y, z), wgmma, g).run()
     res = []
     for a, i, off in outs:
         flat = torch.from_numpy(mem[i][off:].copy()).view(a.dtype)
@@ -99,52 +108,97 @@ def _same_alignment(a):
     return flat.as_strided(a.shape, a.stride())
 
 
-def check(kernel, args: tuple, kwargs: dict, *, grid: int = 1, arch: str = "H100",
+def innermost(kernel):
+    """The ``@triton.jit`` kernel under autotune / heuristics / library wrappers (their
+    ``.fn`` chain): the object whose ``fn`` is the Python function."""
+    import inspect
+    k = kernel
+    for _ in range(32):
+        fn = getattr(k, "fn", None)
+        if fn is None:
+            break
+        if inspect.isfunction(fn) and hasattr(k, "__getitem__"):
+            return k
+        k = fn
+    raise TypeError("ptx_check: kernel must be a @triton.jit kernel (or an autotune / "
+                    f"heuristics wrapper of one), got {type(kernel).__name__}")
+
+
+def grid_of(grid, meta):
+    g = grid(meta) if callable(grid) else grid
+    g = tuple(g) if isinstance(g, (tuple, list)) else (g,)
+    return tuple(int(x) for x in g)
+
+
+def check(kernel, args: tuple, kwargs: dict, *, grid=1, arch: str = "H100",
           outputs=None, wgmma=None) -> dict:
-    """Run ``kernel[(grid,)](*args, **kwargs)`` twice, emulated (``emulate(arch)``) and as
-    its compiled PTX evaluated here, and compare the bits of every tensor argument (or of
-    the indices in ``outputs``).  Returns {"equal": bool, "mismatches": [...], "summary":
-    em.summary(), "ptx": the PTX}."""
+    """Run ``kernel[grid](*args, **kwargs)`` twice, emulated (``emulate(arch)``) and as
+    its compiled PTX evaluated here, and compare the bits of every tensor argument of the
+    compiled kernel (or of the parameter names in ``outputs``).  ``kernel`` may be wrapped
+    (autotune, heuristics, a library's ``.fn`` chain): the emulated launch runs through the
+    wrappers and the PTX is compiled for the arguments the inner kernel received.  The
+    caller's tensors are not modified.  Returns {"equal": bool, "mismatches": [names],
+    "summary": em.summary(), "ptx": the PTX}."""
     import inspect
 
     import torch
 
-    from . import emulate
+    from .context import emulate
     from .layout import compile_launch, remember, target_of
-    fn = getattr(kernel, "fn", None)
-    if fn is None or not hasattr(kernel, "__getitem__"):
-        raise TypeError("ptx_check.check: kernel must be a @triton.jit kernel, got "
-                        f"{type(kernel).__name__}")
-    if not isinstance(grid, int) or grid < 1:
-        raise ValueError(f"ptx_check.check: grid must be a positive int, got {grid!r}")
+    inner = innermost(kernel)
+    fn = inner.fn
+    if isinstance(grid, int) and grid < 1 or not isinstance(grid, (int, tuple, list)) \
+            and not callable(grid):
+        raise ValueError(f"ptx_check.check: grid must be a positive int, a tuple or a "
+                         f"callable, got {grid!r}")
     from ..registry import canonical_arch
     target = target_of(arch)
     if target is None:
         raise ValueError(f"ptx_check.check: arch must be an NVIDIA arch (the checker reads "
                          f"PTX), got {arch!r} ({canonical_arch(arch)})")
-    remember(kernel)
-    params = inspect.signature(fn).parameters
-    opts = {k: v for k, v in kwargs.items() if k not in params}    # launch options
-    comp = compile_launch(fn, args, kwargs, target, ptx=True)
-    bound = inspect.signature(fn).bind(*args, **{k: v for k, v in kwargs.items()
-                                                  if k not in opts})
-    rt = [bound.arguments[k] for k in comp.runtime_args]
-    ptx_out = run_ptx(comp.ptx, rt, grid, opts.get("num_warps", 4), wgmma)
+    remember(inner)
+    calls = []
+
+    def spy(*a, **kw):          # the inner launch: its arguments before it runs
+        calls.append(([_same_alignment(x) for x in a],
+                      {k: _same_alignment(v) for k, v in kw.items()}, a, kw))
+        return type(inner).run(inner, *a, **kw)
     emu_args = [_same_alignment(a) for a in args]
     emu_kwargs = {k: _same_alignment(v) for k, v in kwargs.items()}
-    with emulate(arch) as em:
-        kernel[(grid,)](*emu_args, **emu_kwargs)
-    bound_e = inspect.signature(fn).bind(*emu_args, **{k: v for k, v in emu_kwargs.items()
-                                                        if k not in opts})
+    inner.run = spy
+    try:
+        with emulate(arch) as em:
+            kernel[grid if not isinstance(grid, int) else (grid,)](*emu_args, **emu_kwargs)
+    finally:
+        inner.__dict__.pop("run", None)
+    if not calls:
+        raise ValueError("ptx_check.check: the launch did not reach the kernel's "
+                         "JITFunction.run (a wrapper that caches compiled kernels, e.g. "
+                         "FlagGems' LibEntry): pass ptx_check.innermost(kernel)")
+    if len(calls) != 1:
+        raise ValueError(f"ptx_check.check: the launch ran the kernel {len(calls)} times "
+                         "(one launch is compared; use check_program for several)")
+    pre_a, pre_kw, post_a, post_kw = calls[0]
+    params = inspect.signature(fn).parameters
+    bound = inspect.signature(fn).bind(*pre_a, **{k: v for k, v in pre_kw.items()
+                                                  if k in params})
+    bound.apply_defaults()
+    post = inspect.signature(fn).bind(*post_a, **{k: v for k, v in post_kw.items()
+                                                  if k in params})
+    launch_kw = {k: v for k, v in pre_kw.items() if k not in ("grid", "warmup")}
+    comp = compile_launch(fn, tuple(pre_a), launch_kw, target, ptx=True)
+    meta = dict(bound.arguments, **{k: v for k, v in launch_kw.items() if k not in params})
+    g = grid_of(pre_kw.get("grid", grid), meta)
+    rt = [bound.arguments[k] for k in comp.runtime_args]
+    ptx_out = run_ptx(comp.ptx, rt, g, comp.num_warps, wgmma)
+    tensors = [k for k in comp.runtime_args if isinstance(bound.arguments[k], torch.Tensor)]
     mism = []
-    for j, name in enumerate(comp.runtime_args):
-        e = bound_e.arguments[name]
-        if not isinstance(e, torch.Tensor) or (outputs is not None and name not in outputs):
+    for name, got in zip(tensors, ptx_out):
+        if outputs is not None and name not in outputs:
             continue
-        g = ptx_out[[k for k, n in enumerate(comp.runtime_args)
-                     if isinstance(bound.arguments[n], torch.Tensor)].index(j)]
-        eb = e.contiguous().view(torch.uint8).reshape(-1)
-        gb = g.contiguous().view(torch.uint8).reshape(-1)
+        e = post.arguments[name]
+        eb = e.contiguous().reshape(-1).view(torch.uint8)      # 0-d tensors too
+        gb = got.contiguous().reshape(-1).view(torch.uint8)
         if not torch.equal(eb, gb):
             mism.append(name)
     return {"equal": not mism, "mismatches": mism, "summary": em.summary(), "ptx": comp.ptx}

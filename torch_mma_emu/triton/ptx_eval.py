@@ -38,9 +38,12 @@ def _bits(t: str) -> int:
 class CTA:
     """One CTA of ``n`` threads running a PTX kernel's straight-line body."""
 
-    def __init__(self, body: list, params: dict, memory: list, n: int, ctaid: int,
-                 wgmma=None):
-        self.body, self.params, self.mem, self.n, self.ctaid = body, params, memory, n, ctaid
+    def __init__(self, body: list, params: dict, memory: list, n: int, ctaid,
+                 wgmma=None, nctaid=None):
+        self.body, self.params, self.mem, self.n = body, params, memory, n
+        self.ctaid = tuple(ctaid) + (0,) * (3 - len(ctaid)) if isinstance(ctaid, tuple) \
+            else (int(ctaid), 0, 0)
+        self.nctaid = tuple(nctaid) + (1,) * (3 - len(nctaid)) if nctaid else None
         self.wgmma = wgmma
         self.r: dict = {}
         self.smem = np.zeros(1 << 18, np.uint8)
@@ -51,17 +54,23 @@ class CTA:
         if tok.startswith("%"):
             if tok in ("%tid.x",):
                 return np.arange(self.n, dtype=np.uint64)
-            if tok in ("%tid.y", "%tid.z", "%ctaid.y", "%ctaid.z"):
+            if tok in ("%tid.y", "%tid.z"):
                 return np.zeros(self.n, np.uint64)
-            if tok == "%ctaid.x":
-                return np.full(self.n, self.ctaid, np.uint64)
-            if tok in ("%nctaid.x", "%nctaid.y", "%nctaid.z", "%ntid.x"):
+            if tok in ("%ctaid.x", "%ctaid.y", "%ctaid.z"):
+                return np.full(self.n, self.ctaid["xyz".index(tok[-1])], np.uint64)
+            if tok in ("%nctaid.x", "%nctaid.y", "%nctaid.z") and self.nctaid:
+                return np.full(self.n, self.nctaid["xyz".index(tok[-1])], np.uint64)
+            if tok == "%ntid.x":
+                return np.full(self.n, self.n, np.uint64)
+            if tok.startswith(("%nctaid", "%ntid", "%nsmid", "%smid", "%clock", "%globaltimer")):
                 raise Unsupported(f"special register {tok}")
             if tok not in self.r:
                 return np.zeros(self.n, np.uint64)      # never written: undefined, 0 here
             return self.r[tok]
         if tok == "global_smem":
             return np.zeros(self.n, np.uint64)
+        if re.fullmatch(r"[A-Za-z_]\w*", tok):      # a register of an inline-asm block
+            return self.r.get(tok, np.zeros(self.n, np.uint64))
         return np.full(self.n, _imm(tok), np.uint64)
 
     def put(self, dst: str, v, pred):
@@ -238,9 +247,48 @@ class CTA:
             self._int(t, o, p, lambda a: ~a)
 
     def i_neg(self, t, o, p):
-        if t[-1].startswith(("f", "bf")):
-            raise Unsupported("neg." + ".".join(t))
+        if t[-1].startswith(("f", "bf")):       # neg.f32 / f16 / bf16 (x2): the sign bit
+            return self._sign(t, o, p, "neg")
         self._int(t, o, p, lambda a: -a)
+
+    def i_abs(self, t, o, p):
+        if t[-1].startswith(("f", "bf")):
+            return self._sign(t, o, p, "abs")
+        self._int(t, o, p, lambda a: np.abs(a))
+
+    def _sign(self, t, o, p, what):
+        """neg / abs of floats: exact, the sign bit flipped / cleared (also of NaN; with
+        .ftz a subnormal input would flush first: not modelled)."""
+        if "ftz" in t:
+            raise Unsupported(f"{what}.{'.'.join(t)}")
+        ty = t[-1]
+        w = {"f64": 64, "f32": 32, "f16": 16, "bf16": 16, "f16x2": 32, "bf16x2": 32}.get(ty)
+        if w is None:
+            raise Unsupported(f"{what}.{'.'.join(t)}")
+        sign = {64: 1 << 63, 32: 1 << 31, 16: 1 << 15}[w]
+        if ty.endswith("x2"):
+            sign |= 1 << 15
+        v = self.val(o[1])
+        r = v ^ np.uint64(sign) if what == "neg" else v & ~np.uint64(sign)
+        self.put(o[0], r & np.uint64((1 << w) - 1 if w < 64 else 0xFFFFFFFFFFFFFFFF), p)
+
+    def i_rem(self, t, o, p):     # C's remainder (the dividend's sign); by zero: refused
+        self._divmod(t, o, p, "rem")
+
+    def i_createpolicy(self, t, o, p):     # an L2 eviction hint: no effect on values
+        self.put(o[0], np.zeros(self.n, np.uint64), p)
+
+    def i_prefetch(self, t, o, p):
+        pass
+    def _divmod(self, t, o, p, what):
+        def f(a, b):
+            if np.any(b == 0):
+                raise Unsupported(f"{what}.{'.'.join(t)} by zero (unspecified in PTX)")
+            q = np.abs(a) // np.abs(b) if t[-1].startswith("s") else a // b
+            if t[-1].startswith("s"):
+                q = np.where((a < 0) != (b < 0), -q, q)
+            return q if what == "div" else a - q * b
+        self._int(t, o, p, f)
 
     def i_shl(self, t, o, p):
         self._int(t, o, p, lambda a, b: a << b)
@@ -456,7 +504,7 @@ class CTA:
     def i_cvt(self, t, o, p):
         dst_t, src_t = t[-2], t[-1]
         v = self.val(o[1])
-        if dst_t[0] in "us" and src_t[0] in "us" or dst_t.startswith("b"):
+        if dst_t[0] in "us" and src_t[0] in "us" or (dst_t[0] == "b" and dst_t[:2] != "bf"):
             self._int([dst_t], [o[0], o[1]], p, lambda a: a)
             return
         if src_t[0] in "us" and dst_t == "f32" and "rn" in t and _bits(src_t) <= 32:
@@ -466,10 +514,44 @@ class CTA:
                 x = (x << (64 - w)) >> (64 - w)
             self.put(o[0], self._unf(x.astype(np.float64).astype(np.float32), "f32"), p)
             return
+        if dst_t in ("e4m3x2", "e5m2x2") and "satfinite" in t and "rn" in t:
+            return self._cvt_fp8(t, o, p)
         x = self._f(v, src_t) if src_t.startswith(("f", "bf")) else None
         if x is None or (dst_t == "f32" and src_t == "f64"):
             raise Unsupported("cvt." + ".".join(t))
+        mods = set(t[:-2]) - {"rn"}
+        if mods == {"rz"} and dst_t in ("f16", "bf16"):
+            import torch
+
+            from .convert import toward_zero
+            dt = torch.float16 if dst_t == "f16" else torch.bfloat16
+            y = toward_zero(torch.from_numpy(x.astype(np.float32)), dt)
+            self.put(o[0], y.view(torch.int16).numpy().view(np.uint16).astype(np.uint64), p)
+            return
+        if mods:
+            raise Unsupported("cvt." + ".".join(t))
         self.put(o[0], self._unf(x.astype(np.float32), dst_t), p)
+
+    def _cvt_fp8(self, t, o, p):
+        """cvt.rn.satfinite.{e4m3x2,e5m2x2}.{f32,f16x2}: nearest even, finite overflow and
+        infinities to the largest finite value (the PTX ISA); d's upper byte from a (f32:
+        the first source; f16x2: the upper half)."""
+        import torch
+
+        from .convert import satfinite
+        dt = torch.float8_e4m3fn if t[-2] == "e4m3x2" else torch.float8_e5m2
+        if t[-1] == "f32":
+            hi, lo = (self._f(self.val(x), "f32") for x in o[1:3])
+        elif t[-1] == "f16x2":
+            v = self.val(o[1])
+            lo, hi = self._f(v, "f16"), self._f(v >> np.uint64(16), "f16")
+        else:
+            raise Unsupported("cvt." + ".".join(t))
+
+        def byte(x):
+            y = satfinite(torch.from_numpy(np.asarray(x, np.float32).copy()), dt)
+            return y.view(torch.uint8).numpy().astype(np.uint64)
+        self.put(o[0], (byte(hi) << np.uint64(8)) | byte(lo), p)
 
     # floating point
     def _f(self, v, ty):
@@ -529,7 +611,10 @@ class CTA:
         return self._unf({"add": x + y, "sub": x - y, "mul": x * y}[what], ty)
 
     def i_div(self, t, o, p):
-        """div.rn.f32 only (IEEE, correctly rounded); div.full / div.approx are not IEEE."""
+        """div.rn.f32 (IEEE, correctly rounded) and integer division (toward zero);
+        div.full / div.approx are not IEEE."""
+        if t[-1][0] in "us":
+            return self._divmod(t, o, p, "div")
         if t != ["rn", "f32"]:
             raise Unsupported("div." + ".".join(t))
         a, b = (self._f(self.val(x), "f32") for x in o[1:3])

@@ -122,7 +122,8 @@ def prepare(fn) -> None:
         return
     _PREPARED.add(fn)
     try:
-        text = open(inspect.getsourcefile(fn)).read()
+        with open(inspect.getsourcefile(fn)) as f:    # closed at once
+            text = f.read()
     except (TypeError, OSError):
         return
     for word in _WORDS.values():
@@ -195,7 +196,11 @@ def summary_lines(block) -> list[str]:
     c = block.tallies.math
     if not c:
         return []
-    lines = ["math (Triton 3.6's sm_90 PTX; torch_mma_emu.gpu_math models):"]
+    if block.arch is not None and block.vendor == "nvidia":
+        head = f"math on {block.arch} (Triton 3.6's sm_90 PTX; torch_mma_emu.gpu_math models):"
+    else:     # AMD targets (or a Spec): the lines say what ran instead
+        head = f"math on {block.arch or 'a Spec'} (its compiled math is not modelled):"
+    lines = [head]
     for (name, dt, how, exact), n in sorted(c.items(), key=lambda kv: -kv[1]):
         tag = "bit-exact" if exact else "APPROXIMATE"
         lines.append(f"{n:8d}  {name} {dt} = {how} [{tag}]")

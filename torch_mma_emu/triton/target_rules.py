@@ -339,6 +339,38 @@ def fp8_through_fp16(arch: Optional[str]) -> bool:
     return arch is not None and NV_CC.get(canonical_arch(arch)) == 89
 
 
+@dataclass(frozen=True)
+class Fp8Cast:
+    """How a float -> fp8 conversion rounds on a target (convert.py applies it): nearest
+    even after an optional step through fp16 (``through_f16``: "rz" or "rn"); finite values
+    beyond the format saturate to its largest finite value, except those at most
+    ``nan_above`` in magnitude (where set), which keep the rounded code after the largest
+    (0x7F: a NaN in e4m3fn); infinities saturate (``inf_nan`` False) or become NaN; NaN
+    becomes ``nan_code`` (with the input's sign in the OCP formats; None: torch's code)."""
+    through_f16: Optional[str] = None
+    nan_above: Optional[float] = None
+    inf_nan: bool = False
+    nan_code: Optional[int] = None
+
+
+def fp8_cast(arch: Optional[str], src: str, dst: str) -> Fp8Cast:
+    """The conversion of a ``src`` float to fp8 ``dst`` that Triton 3.6 compiles for ``arch``
+    (read from its PTX and LLVM IR, compiled on the CPU; tests/triton_emu/test_triton_casts.py
+    evaluates that IR bit for bit).  NVIDIA: ``cvt.rn.satfinite`` (sm89: fp32 through
+    ``cvt.rz.f16.f32``).  AMD: OCP formats in software (e5m2 NaN 0x7E; fp16 -> e4m3fn
+    keeps 464 < |x| < 480 as 0x7F); fnuz formats by ``v_cvt_pk_fp8_f32`` / ``bf8`` on CDNA3
+    (with the MODE clamp bit Triton sets: finite overflow saturates; infinity -> NaN, an
+    assumption), in software through fp16 (round to nearest) on CDNA1 / CDNA2."""
+    a = ARCHS.get(canonical_arch(arch)) if arch is not None else None
+    if a is None or a.vendor != "amd":
+        return Fp8Cast(through_f16="rz" if src == "fp32" and fp8_through_fp16(arch) else None)
+    if dst in FNUZ_FP8:
+        pre = "rn" if src == "fp32" and (a.cdna or 0) < 3 else None
+        return Fp8Cast(through_f16=pre, inf_nan=True, nan_code=0x80)
+    return Fp8Cast(nan_above=479.75 if (src, dst) == ("fp16", "fp8_e4m3") else None,
+                   nan_code=0x7E if dst == "fp8_e5m2" else 0x7F)
+
+
 # DPP wave reductions: CDNA2 and later (Triton 3.6 excludes gfx906 / gfx908 from its DPP path)
 DPP_ARCHS = tuple(a.name for a in ARCHS.values() if a.cdna is not None and a.cdna >= 2)
 
