@@ -27,6 +27,7 @@ def run_ranks(ws):
     return [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(ws)]
 
 
+@pytest.mark.slow     # about 80 s per world size (gloo worker processes)
 @pytest.mark.parametrize("ws", [3, 4])
 def test_emulated_nccl_equals_the_single_process_fold_and_not_gloo(ws):
     res = run_ranks(ws)
