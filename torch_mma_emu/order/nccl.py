@@ -69,12 +69,12 @@ def _div_up(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def _check(name, value, allowed):
+def check_choice(name, value, allowed):
     if value not in allowed:
         raise ValueError(f"NCCL {name} must be one of {', '.join(allowed)}, got {value!r}")
 
 
-def _positive(name, value, least=1):
+def check_positive(name, value, least=1):
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
 
@@ -201,10 +201,10 @@ def _rings(rings, nranks: int, nchannels: int) -> list:
 def ring_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
                    nchannels: int = 1, rings=None, comm_channels: Optional[int] = None) -> Ranges:
     """The per-position trees of NCCL's ring allreduce (see the module docstring)."""
-    _positive("nranks", nranks, 2)
-    _positive("count", count)
-    _positive("nchannels", nchannels)
-    _check("protocol", proto, PROTOS)
+    check_positive("nranks", nranks, 2)
+    check_positive("count", count)
+    check_positive("nchannels", nchannels)
+    check_choice("protocol", proto, PROTOS)
     esize = element_size(dtype)
     rs = _rings(rings, nranks, nchannels + 1)
     chains: dict = {}
@@ -242,8 +242,8 @@ def _merged(pieces) -> Ranges:
 def ring_reduce_scatter(nranks: int, count: int, *, rings=None) -> Ranges:
     """NCCL's ring reduce-scatter of ``count`` elements per rank: positions of block d (rank
     d's output, ``d*count ...``) sum from the rank after d on the ring to d."""
-    _positive("nranks", nranks, 2)
-    _positive("count", count)
+    check_positive("nranks", nranks, 2)
+    check_positive("count", count)
     ring = _rings(rings, nranks, 1)[0]
     pos = {r: i for i, r in enumerate(ring)}
     out = []
@@ -255,8 +255,8 @@ def ring_reduce_scatter(nranks: int, count: int, *, rings=None) -> Ranges:
 
 def ring_reduce(nranks: int, count: int, root: int = 0, *, rings=None) -> Ranges:
     """NCCL's ring reduce to ``root``: from the rank after the root to the root."""
-    _positive("nranks", nranks, 2)
-    _positive("count", count)
+    check_positive("nranks", nranks, 2)
+    check_positive("count", count)
     if not 0 <= root < nranks:
         raise ValueError(f"root must be a rank 0..{nranks - 1}, got {root!r}")
     ring = _rings(rings, nranks, 1)[0]
@@ -304,8 +304,8 @@ def default_trees(nnodes: int, gpus_per_node: int = 1) -> list:
     (src/graph/connect.cc ncclTopoPreset, connectTrees, pattern TREE: a node's first GPU
     talks to the other nodes, the others form a chain below it; the chain child comes first
     in ``down``, then the node children)."""
-    _positive("nnodes", nnodes)
-    _positive("gpus_per_node", gpus_per_node)
+    check_positive("nnodes", nnodes)
+    check_positive("gpus_per_node", gpus_per_node)
     out = []
     for which in (0, 1):
         tree = {}
@@ -377,10 +377,10 @@ def tree_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
     tree of channel c (``trees``: channel -> ``{rank: (up, [downs])}``, e.g. from
     :func:`parse_trees`; default :func:`default_trees` of ``nnodes`` nodes (default: one
     GPU each), tree 0 on the first half of the channels, tree 1 on the second)."""
-    _positive("nranks", nranks, 2)
-    _positive("count", count)
-    _positive("nchannels", nchannels)
-    _check("protocol", proto, PROTOS)
+    check_positive("nranks", nranks, 2)
+    check_positive("count", count)
+    check_positive("nchannels", nchannels)
+    check_choice("protocol", proto, PROTOS)
     nnodes = nranks if nnodes is None else nnodes
     if trees is None:
         if nranks % nnodes:
@@ -414,7 +414,7 @@ def reduce_values(ranges: Ranges, x, dtype=None, op: str = "sum") -> np.ndarray:
     ``(numel,)`` result in ``dtype`` (floats: NumPy float64/32/16 or bf16 as its uint16
     bits, widened to float64 when ``dtype`` is bf16; integers: their NumPy type).
     ``op``: ``"sum"`` or ``"avg"`` (PreMulSum on floats, SumPostDiv on integers)."""
-    _check("op", op, OPS)
+    check_choice("op", op, OPS)
     import torch
     if isinstance(x, torch.Tensor):
         dtype = x.dtype if dtype is None else dtype

@@ -41,11 +41,11 @@ class NcclCollectives:
 
     def __init__(self, algo: str = "ring", proto: str = "simple", nchannels: Optional[int] = None,
                  rings=None, trees=None, nnodes: Optional[int] = None):
-        model._check("algorithm", algo, model.ALGOS)
-        model._check("protocol", proto, model.PROTOS)
+        model.check_choice("algorithm", algo, model.ALGOS)
+        model.check_choice("protocol", proto, model.PROTOS)
         self.algo, self.proto = algo, proto
         self.nchannels = nchannels if nchannels is not None else (2 if algo == "tree" else 1)
-        model._positive("nchannels", self.nchannels)
+        model.check_positive("nchannels", self.nchannels)
         self.rings, self.trees, self.nnodes = rings, trees, nnodes
         self._patches = Patches()
         self.calls: dict = {}
