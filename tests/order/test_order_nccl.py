@@ -138,6 +138,8 @@ def test_bad_arguments_say_what_is_allowed():
         nccl.ring_allreduce(1, 10)
     with pytest.raises(ValueError, match="dtype"):
         nccl.ring_allreduce(3, 10, "complex64")
+    with pytest.raises(ValueError, match="MAXCHANNELS"):
+        nccl.ring_allreduce(3, 10, nchannels=65)
     with pytest.raises(ValueError, match="even"):
         nccl.tree_allreduce(4, 10, nchannels=3)
     assert isinstance(nccl.ring_allreduce(2, 1).tree_at(0), SumTree)

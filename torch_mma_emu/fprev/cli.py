@@ -117,7 +117,7 @@ def register(subparsers) -> None:
                    help="--backend nccl-emu: NCCL's algorithm (default ring)")
     a.add_argument("--proto", choices=("simple", "ll", "ll128"), default=None,
                    help="--backend nccl-emu: NCCL's protocol (default simple)")
-    a.add_argument("--nchannels", type=_world_size, default=None,
+    a.add_argument("--nchannels", type=positive_int, default=None,
                    help="--backend nccl-emu: NCCL's channels (default 1 ring, 2 tree)")
     a.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     a.add_argument("--verify", action="store_true")
@@ -207,7 +207,7 @@ def handler(args) -> int:
             emu = {k: getattr(args, k) for k in ("algo", "proto", "nchannels")
                    if getattr(args, k) is not None}
             if emu and args.backend != "nccl-emu":
-                raise ValueError(f"--{'/--'.join(emu)} apply to --backend nccl-emu")
+                raise ValueError(f"--{'/--'.join(emu)} only apply to --backend nccl-emu")
             res = reveal_allreduce(args.world_size, backend=args.backend, numel=args.numel,
                                    op=args.op, dtype=_dt(args.dtype), verify=args.verify,
                                    progress=not args.no_progress and sys.stderr.isatty(),

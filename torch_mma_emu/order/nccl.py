@@ -62,6 +62,7 @@ BUFFSIZE = {"ll": 8 * 512 * _STEPS * 16, "ll128": 120 * 640 * _STEPS * 8, "simpl
 # REDUCESCATTER_CHUNKSTEPS = 4, REDUCE_CHUNKSTEPS = 1)
 CHUNK_STEPS = {"all_reduce": _STEPS // 2, "reduce_scatter": _STEPS // 2, "reduce": 1}
 _MIN_TRAFFIC = 32 << 10        # scheduleCollTasksToPlan MinTrafficPerChannel
+MAX_CHANNELS = 64              # src/include/device.h MAXCHANNELS
 _ELEM = {"f64": 8, "f32": 4, "f16": 2, "bf16": 2}
 
 
@@ -121,6 +122,14 @@ def channel_parts(func: str, count: int, dtype, nranks: int, proto: str, nchanne
     ``nMaxChannels`` after its small-message reduction); ``comm_channels``: the
     communicator's (default the same)."""
     comm_channels = nchannels if comm_channels is None else comm_channels
+    for name, v in (("nchannels", nchannels), ("comm_channels", comm_channels)):
+        check_positive(name, v)
+        if v > MAX_CHANNELS:
+            raise ValueError(f"NCCL has at most {MAX_CHANNELS} channels (MAXCHANNELS), "
+                             f"{name} = {v}")
+    if nchannels > comm_channels:
+        raise ValueError(f"nchannels ({nchannels}) cannot exceed comm_channels "
+                         f"({comm_channels})")
     esize = element_size(dtype)
     per_byte = {"all_reduce": 2, "reduce_scatter": nranks}.get(func, 1)   # TrafficPerByte
     if proto == "ll":
