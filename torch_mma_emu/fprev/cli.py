@@ -111,7 +111,14 @@ def register(subparsers) -> None:
     a.add_argument("--numel", type=_summands, default=16)
     a.add_argument("--op", default="all_reduce", choices=("all_reduce", "reduce_scatter"))
     a.add_argument("--backend", default="gloo", choices=BACKENDS,
-                   help="torch.distributed backend (checked for this machine before starting)")
+                   help="torch.distributed backend (checked for this machine before starting);"
+                        " nccl-emu: gloo processes summing in NCCL's modelled order")
+    a.add_argument("--algo", choices=("ring", "tree"), default=None,
+                   help="--backend nccl-emu: NCCL's algorithm (default ring)")
+    a.add_argument("--proto", choices=("simple", "ll", "ll128"), default=None,
+                   help="--backend nccl-emu: NCCL's protocol (default simple)")
+    a.add_argument("--nchannels", type=positive_int, default=None,
+                   help="--backend nccl-emu: NCCL's channels (default 1 ring, 2 tree)")
     a.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     a.add_argument("--verify", action="store_true")
     a.add_argument("--out", help="write the distinct trees (numbered) / JSON")
@@ -197,9 +204,14 @@ def handler(args) -> int:
             return 2
     try:
         if args.target == "allreduce":
+            emu = {k: getattr(args, k) for k in ("algo", "proto", "nchannels")
+                   if getattr(args, k) is not None}
+            if emu and args.backend != "nccl-emu":
+                raise ValueError(f"--{'/--'.join(emu)} only apply to --backend nccl-emu")
             res = reveal_allreduce(args.world_size, backend=args.backend, numel=args.numel,
                                    op=args.op, dtype=_dt(args.dtype), verify=args.verify,
-                                   progress=not args.no_progress and sys.stderr.isatty())
+                                   progress=not args.no_progress and sys.stderr.isatty(),
+                                   nccl_emu=emu if args.backend == "nccl-emu" else None)
             return _report_collective(res, args)
         vals = dict(dtype=_dt(args.dtype), big=args.big, unit=args.unit)
         if args.target == "sum":

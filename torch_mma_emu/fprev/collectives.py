@@ -32,7 +32,8 @@ from .probes import ProbeValues, check_dtype
 from ..order import Ranges, SumTree
 
 OPS = ("all_reduce", "reduce_scatter")
-BACKENDS = ("gloo", "nccl", "ucc", "mpi")
+BACKENDS = ("gloo", "nccl", "ucc", "mpi", "nccl-emu")
+# nccl-emu: gloo processes whose collectives run preview.nccl_emu (NCCL's modelled order)
 
 
 def check_backend(backend: str, world_size: int) -> None:
@@ -52,7 +53,7 @@ def check_backend(backend: str, world_size: int) -> None:
                              f"this machine has {n}" + ("" if dist.is_nccl_available() else
                                                         " and torch has no NCCL")
                              + "; use backend='gloo' on the CPU")
-    if backend == "gloo" and not dist.is_gloo_available():
+    if backend in ("gloo", "nccl-emu") and not dist.is_gloo_available():
         raise ValueError("backend 'gloo' is not available in this torch build")
     if backend == "ucc" and not dist.is_ucc_available():
         raise ValueError("backend 'ucc' is not available in this torch build; use gloo")
@@ -74,16 +75,23 @@ def _collective(dist, op, x, group, ws):
 
 
 def run_worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel, dtype_name,
-            big, unit, repeats, checks):
+            big, unit, repeats, checks, nccl_emu=None):
+    import contextlib
+
     import torch.distributed as dist
     dtype = getattr(torch, dtype_name)
     dev = torch.device("cpu")
     if backend == "nccl":      # one GPU per rank
         dev = torch.device("cuda", rank)
         torch.cuda.set_device(dev)
+    emu = contextlib.nullcontext()
+    if backend == "nccl-emu":
+        from ..preview.nccl_emu import NcclCollectives
+        emu, backend = NcclCollectives(**(nccl_emu or {})), "gloo"
     dist.init_process_group(backend, init_method="file://" + init_file, rank=rank,
                             world_size=max_ws)
     try:
+        emu.__enter__()
         groups = {ws: (dist.new_group(list(range(ws))) if ws != max_ws else None)
                   for ws in world_sizes}
         for ws in world_sizes:
@@ -111,6 +119,7 @@ def run_worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel
                         "y": torch.stack(ys).cpu() if ys else torch.zeros(0)},
                        os.path.join(out_dir, f"ws{ws}_rank{rank}.pt"))
     finally:
+        emu.__exit__(None, None, None)
         dist.destroy_process_group()
 
 
@@ -267,11 +276,13 @@ def _tables(res: torch.Tensor, ws: int, values: ProbeValues) -> list:
 
 def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
                       dtype=torch.float32, verify=False, timeout=300, checks=4,
-                      progress=False):
+                      progress=False, nccl_emu=None):
     """Reveal ``torch.distributed.all_reduce`` (or ``reduce_scatter``) with SUM.
 
     ``world_size``: an int, or a list of ints to reveal several sizes with one process
-    start (returns a dict size -> result).  ``verify``: run every probe twice.  ``checks``:
+    start (returns a dict size -> result).  ``backend="nccl-emu"``: gloo processes whose
+    collectives run in NCCL's modelled order (preview.nccl_emu; ``nccl_emu``: its
+    ``algo`` / ``proto`` / ``nchannels`` / ``rings`` / ``trees``).  ``verify``: run every probe twice.  ``checks``:
     collectives on random data whose results the revealed trees must reproduce by replay.
     Returns a :class:`CollectiveReveal`.
     """
@@ -295,7 +306,8 @@ def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")
         config = [max_ws, sorted(set(sizes)), init_file, tmp, backend, op, numel,
-                  str(dtype).replace("torch.", ""), values.big, values.unit, repeats, checks]
+                  str(dtype).replace("torch.", ""), values.big, values.unit, repeats, checks,
+                  nccl_emu]
         _run_workers(config, max_ws, tmp, timeout, progress)
         results = {}
         for ws in sorted(set(sizes)):

@@ -202,12 +202,15 @@ def reveal_matmul(m: int, n: int, k: int, mm="torch", *, dtype=torch.float32, de
 
 def reveal_allreduce(world_size, backend: str = "gloo", numel: int = 16, *,
                      op: str = "all_reduce", dtype=torch.float32, verify: bool = False,
-                     timeout: float = 300, checks: int = 4, progress: bool = False):
+                     timeout: float = 300, checks: int = 4, progress: bool = False,
+                     nccl_emu: dict | None = None):
     """torch.distributed.all_reduce (``op="reduce_scatter"``: reduce_scatter_tensor) with
     SUM over ``world_size`` spawned processes.  Returns a
     :class:`~.collectives.CollectiveReveal`: the distinct trees and the element ranges they
     apply to.  A list of world sizes reveals each of them with one process start.
     ``checks`` random-data collectives must be reproduced by replaying the trees.
-    ``progress``: a bar of finished worker processes on stderr."""
+    ``progress``: a bar of finished worker processes on stderr.  ``backend="nccl-emu"``:
+    NCCL's modelled order over gloo (``nccl_emu``: ``dict(algo=, proto=, nchannels=)``)."""
     return reveal_collective(world_size, op=op, backend=backend, numel=numel, dtype=dtype,
-                             verify=verify, timeout=timeout, checks=checks, progress=progress)
+                             verify=verify, timeout=timeout, checks=checks, progress=progress,
+                             nccl_emu=nccl_emu)
