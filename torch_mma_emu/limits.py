@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from .codec import decimal_int
+from .files import regular_file
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -116,7 +117,9 @@ def check(name: str, value: int, what: str = "") -> int:
 
 
 def check_file(path, what: str = "file") -> int:
-    """The size of file ``path`` in bytes, when within the file bound (before reading it)."""
+    """The size of file ``path`` in bytes, when it is a regular file (a FIFO would block the
+    reader forever: :func:`.files.regular_file`) within the file bound (before reading it)."""
+    regular_file(path, what)
     size = os.path.getsize(path)
     b = BOUNDS["file_mib"]
     top = b.value()

@@ -26,6 +26,7 @@ import torch
 
 from ..cli_args import bounded, seed
 from ..codec import decimal_int
+from ..files import atomic_path, atomic_write, regular_file
 from ..limits import LimitError, check
 from ..registry import ARCHS, canonical_arch
 from .model_preview import FORMATS, MODEL_DTYPE, preview_model, run_options, runs_for
@@ -228,7 +229,8 @@ def plot(res, layers, path, title) -> None:
         fig.colorbar(im, ax=ax, fraction=0.046)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
 
 
@@ -273,6 +275,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+REPORT_FORMAT = "torch_mma_emu.preview"     # the JSON's "format": what --out may replace
+
+
 def _out_paths(out: str) -> tuple[str, str]:
     if out.lower().endswith(".png"):
         return out, out[:-4] + ".json"
@@ -309,7 +314,25 @@ def _check_args(args) -> tuple[list, list]:
     folder = os.path.dirname(png) or "."
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ValueError(f"--out: {folder} is not a folder")
+    for path in (png, js):
+        regular_file(path, "--out: the output", may_be_missing=True)
+    if os.path.exists(js) and not _is_report(js):      # the user named the .png, not this
+        raise ValueError(f"--out {args.out} writes its numbers to {js}, which exists and is "
+                         "not a preview report: move it, or choose another --out")
     return archs, formats
+
+
+def _is_report(path: str) -> bool:
+    """Whether ``path`` holds a report this command wrote (replacing it is expected)."""
+    try:
+        if os.path.getsize(path) > 64 * 1024 * 1024:
+            return False
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(d, dict) and (d.get("format") == REPORT_FORMAT or
+                                    {"model", "layers", "runs"} <= set(d))
 
 
 def run(args) -> int:
@@ -353,15 +376,14 @@ def run(args) -> int:
     print(render(res, names))
     png, js = _out_paths(args.out)
     os.makedirs(os.path.dirname(png) or ".", exist_ok=True)
-    dump = dict(model=args.model, layers=names, wall_seconds=wall, runs=[
+    dump = dict(format=REPORT_FORMAT, model=args.model, layers=names, wall_seconds=wall, runs=[
         dict(format=r.fmt, arch=r.arch, options={k: str(v) for k, v in r.options.items()},
              vs_fp64=r.vs_fp64, top1_vs_fp64=r.top1_vs_fp64, seconds=r.seconds,
              native_seconds=r.native_seconds,
              counts={" | ".join(k): v for k, v in r.counts.items()}) for r in res.runs],
         between={f: {f"{a} vs {b}": p for (a, b), p in pairs.items()}
                  for f, pairs in res.between.items()})
-    with open(js, "w") as fh:
-        json.dump(dump, fh, indent=1, default=lambda x: None if x != x else x)
+    atomic_write(js, json.dumps(dump, indent=1, default=lambda x: None if x != x else x))
     if not args.no_plot:
         try:
             import matplotlib  # noqa: F401

@@ -11,7 +11,10 @@ not the rest of its storage; an expanded tensor spans its one stored row).  Othe
 the argument's extent, and nothing is read or written.
 
 The extents are taken from the host copies of the arguments (``GridExecutor._init_args_hst``:
-the addresses the interpreter dereferences), once per launch.
+the addresses the interpreter dereferences), once per launch.  A kernel that reads pointers
+from memory (grouped GEMM's array of ``data_ptr()``s, made pointers by ``.to(tl.pointer_type)``
+or loaded as pointers) may use the storage of the live tensor each one starts; a pointer to
+anything else is refused as above.
 """
 from __future__ import annotations
 
@@ -32,6 +35,26 @@ class Extents:
         self.args = []          # (name, lo, hi, data_ptr, element size, numel)
         for name, t in named:
             self.args.append((name, *_extent(t), t.data_ptr(), t.element_size(), t.numel()))
+        self._storages = None   # data_ptr -> storage [lo, hi) of live tensors (learn)
+        self._merge()
+
+    def learn(self, addresses) -> None:
+        """Pointers a kernel loaded from memory (grouped GEMM's arrays of data_ptr()s): each
+        that starts a live tensor's storage adds that storage; any other stays unknown."""
+        new = set(int(a) for a in np.unique(np.asarray(addresses).astype(np.uint64)))
+        known = {a[3] for a in self.args}
+        new -= known
+        if not new:
+            return
+        if self._storages is None:
+            self._storages = _live_storages()
+        for a in sorted(new):
+            for lo, hi in self._storages.get(a, ()):
+                self.args.append((f"a tensor at {a:#x} (a pointer loaded from memory)",
+                                  lo, hi, lo, 1, hi - lo))
+        self._merge()
+
+    def _merge(self) -> None:
         spans = sorted((lo, hi) for _, lo, hi, *_ in self.args if hi > lo)
         merged: list[list[int]] = []
         for lo, hi in spans:                     # overlapping views: one union of ranges
@@ -82,6 +105,25 @@ class Extents:
                 f"{_done(what)}")
 
 
+def _live_storages() -> dict:
+    """{data_ptr: [(lo, hi)]} of every live CPU tensor's storage, keyed by the data_ptr of
+    each tensor (a view's too) that starts inside it (one scan of the garbage collector's
+    objects; only kernels that load pointers pay it)."""
+    import gc
+
+    import torch
+    out: dict = {}
+    for o in gc.get_objects():
+        if isinstance(o, torch.Tensor) and o.device.type == "cpu" and not o.is_sparse:
+            try:
+                st = o.untyped_storage()
+                lo = st.data_ptr()
+                out.setdefault(o.data_ptr(), set()).add((lo, lo + st.nbytes()))
+            except (RuntimeError, NotImplementedError):
+                continue
+    return out
+
+
 def _done(what: str) -> str:
     return "read" if what == "tl.load" else "written"
 
@@ -111,7 +153,8 @@ def install(set_attr, ti, current) -> None:
     """Register the checks with Triton's interpreter (extras.install calls this)."""
     GE, IB = ti.GridExecutor, ti.InterpreterBuilder
     prev = {n: getattr(IB, n) for n in ("create_masked_load", "create_masked_store",
-                                         "create_atomic_rmw", "create_atomic_cas")}
+                                         "create_atomic_rmw", "create_atomic_cas",
+                                         "create_int_to_ptr")}
     prev_init = GE._init_args_hst
 
     def init_args_hst(self, args_dev, kwargs):
@@ -130,7 +173,20 @@ def install(set_attr, ti, current) -> None:
 
     def load(self, ptrs, mask, other, *rest, **kw):
         check("tl.load", ptrs, mask)
-        return prev["create_masked_load"](self, ptrs, mask, other, *rest, **kw)
+        out = prev["create_masked_load"](self, ptrs, mask, other, *rest, **kw)
+        ty = ptrs.get_element_ty()
+        ext = getattr(current(), "_extents", None)
+        if ext is not None and getattr(ty, "is_ptr", lambda: False)():
+            keep = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(out.data))
+            ext.learn(np.asarray(out.data)[keep])
+        return out
+
+    def int_to_ptr(self, src, dst_type):      # an integer made a pointer: learn its target
+        out = prev["create_int_to_ptr"](self, src, dst_type)
+        ext = getattr(current(), "_extents", None)
+        if ext is not None:
+            ext.learn(np.asarray(out.data).astype(np.uint64))
+        return out
 
     def store(self, ptrs, value, mask, *rest, **kw):
         check("tl.store", ptrs, mask)
@@ -148,6 +204,7 @@ def install(set_attr, ti, current) -> None:
     set_attr(IB, "create_masked_store", store)
     set_attr(IB, "create_atomic_rmw", rmw)
     set_attr(IB, "create_atomic_cas", cas)
+    set_attr(IB, "create_int_to_ptr", int_to_ptr)
 
 
 def end_launch(block) -> None:
