@@ -72,6 +72,10 @@ BOUNDS: dict[str, Bound] = {
     "reveal_n": Bound("MMA_EMU_MAX_REVEAL_N", 1 << 16, "summands of a revealed order",
                       "reveal --n, --k, --numel, the summed dim of --shape; a 2^16-term "
                       "torch.sum takes about 4 s and 0.4 GB, 2^18 20 s, 2^20 5 minutes"),
+    "reveal_basic_n": Bound("MMA_EMU_MAX_REVEAL_BASIC_N", 1024, "summands of reveal "
+                            "--algorithm basic", "Algorithm 2 probes every pair: n^2 / 2 "
+                            "probes of n terms and a list of n^2 / 2 pairs (n = 4096: about "
+                            "2 minutes and 2.3 GB)"),
     "elements": Bound("MMA_EMU_MAX_ELEMENTS", 1 << 24, "elements of a tensor an argument asks "
                       "for", "m x k and k x n of reveal matmul / mv, the product of reveal "
                       "sum --shape, numel x world_size^2 of reveal allreduce, preview "

@@ -1,0 +1,54 @@
+"""Hostile inputs, round 3 (issue 42), through the Python API: blocks closed out of order,
+algorithms past their bound, models asked to be huge, arguments of the wrong type.  Each
+case failed before the fix it names."""
+import pytest
+import torch
+
+import torch_mma_emu as tme
+from torch_mma_emu import limits
+
+
+def test_closing_an_outer_emulate_block_first_raises_and_keeps_the_inner_target():
+    """Medium 5: enter emulate("sm90"), then emulate("gfx942"), exit the first: X @ W in the
+    still-open gfx942 block gave sm90's bits (torch popped the inner mode).  Now closing
+    the outer block first raises and closes nothing; the inner block keeps its target
+    (here sm70 inside sm90: fp16 products whose bits differ between the two)."""
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(16, 256, generator=g).half()
+    W = torch.randn(256, 16, generator=g).half()
+    with tme.emulate("sm70"):
+        want = X @ W
+    with tme.emulate("sm90"):
+        other = X @ W
+    assert not torch.equal(want, other)      # the two targets differ on these inputs
+    outer, inner = tme.emulate("sm90"), tme.emulate("sm70")
+    outer.__enter__()
+    inner.__enter__()
+    try:
+        with pytest.raises(RuntimeError, match="close the inner block first"):
+            outer.__exit__(None, None, None)
+        assert torch.equal(X @ W, want)
+    finally:
+        inner.__exit__(None, None, None)
+        outer.__exit__(None, None, None)
+    assert torch.equal(X @ W, torch.mm(X, W))       # both closed: native again
+
+
+def test_reveal_basic_has_its_own_bound(monkeypatch):
+    """Medium 6: --algorithm basic probes every pair (n = 4096: 112 s and 2.3 GB, 16384
+    passed 9 GB) under MMA_EMU_MAX_REVEAL_N's 65,536: it has its own bound, checked first."""
+    from torch_mma_emu.fprev import reveal
+    with pytest.raises(limits.LimitError, match="n of algorithm='basic' = 4096 is above the "
+                       "bound of 1024 .*MMA_EMU_MAX_REVEAL_BASIC_N"):
+        reveal(torch.sum, 4096, algorithm="basic")
+    monkeypatch.setenv("MMA_EMU_MAX_REVEAL_BASIC_N", "8")
+    with pytest.raises(limits.LimitError, match="= 9 is above the bound of 8"):
+        reveal(torch.sum, 9, algorithm="basic")
+    assert reveal(torch.sum, 8, algorithm="basic").n == 8
+
+
+def test_reveal_basic_bound_on_the_command_line(capsys):
+    from torch_mma_emu.cli import main
+    assert main(["reveal", "sum", "--n", "4096", "--algorithm", "basic"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "MMA_EMU_MAX_REVEAL_BASIC_N" in err[0], err
