@@ -52,3 +52,18 @@ def test_reveal_basic_bound_on_the_command_line(capsys):
     assert main(["reveal", "sum", "--n", "4096", "--algorithm", "basic"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "MMA_EMU_MAX_REVEAL_BASIC_N" in err[0], err
+
+
+def test_preview_model_kwargs_cannot_build_a_huge_model(monkeypatch, capsys):
+    """Medium 8: --model-kwargs '{"n_layer": 100000}' ran out of memory building TinyGPT;
+    the build stops when its tensors pass MMA_EMU_MAX_MODEL_MIB (one line, exit 2)."""
+    from torch_mma_emu.cli import main
+    monkeypatch.setenv("MMA_EMU_MAX_MODEL_MIB", "16")
+    assert main(["preview", "--model-kwargs", '{"n_layer": 100000}', "--arch", "sm90",
+                 "--no-plot", "--out", "/nonexistent-never-written/x.png"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "its tensors pass the bound of 16 MiB of tensors a preview " \
+        "model's factory makes; set MMA_EMU_MAX_MODEL_MIB" in err[0], err
+    from torch_mma_emu.preview.cli import load_model
+    model, _ = load_model("torch_mma_emu.preview.tiny_gpt:tiny_gpt", {"n_layer": 3})
+    assert len(model.blocks) == 3                  # a model within the bound builds

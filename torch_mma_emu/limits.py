@@ -82,6 +82,10 @@ BOUNDS: dict[str, Bound] = {
                       "--input"),
     "preview_batch": Bound("MMA_EMU_MAX_PREVIEW_BATCH", 4096, "examples of preview --batch",
                            "the model's example_inputs(batch, seed)"),
+    "model_mib": Bound("MMA_EMU_MAX_MODEL_MIB", 2048, "MiB of tensors a preview model's "
+                       "factory makes", "preview --model / --model-kwargs: the build stops "
+                       "when its tensors pass it (--model-kwargs '{\"n_layer\": 100000}' "
+                       "ran out of memory)"),
     "preview_repeat": Bound("MMA_EMU_MAX_REPEAT", 100, "timed passes of preview --repeat",
                             "per run; the best is kept"),
     "threads": Bound("MMA_EMU_MAX_THREADS", lambda: 4 * (os.cpu_count() or 1),

@@ -27,7 +27,7 @@ import torch
 from ..cli_args import bounded, seed
 from ..codec import decimal_int
 from ..files import atomic_path, atomic_write, regular_file
-from ..limits import LimitError, check
+from ..limits import BOUNDS, MIB, LimitError, check, limit
 from ..registry import ARCHS, canonical_arch
 from .model_preview import FORMATS, MODEL_DTYPE, preview_model, run_options, runs_for
 
@@ -45,7 +45,8 @@ def load_model(spec: str, kwargs: dict):
         raise ValueError(f"--model {spec}: cannot import it ({e})") from None
     if not callable(factory):
         raise ValueError(f"--model {spec}: {fn} is not callable")
-    made = factory(**kwargs)
+    with _BoundedBuild(f"--model {spec} with --model-kwargs {json.dumps(kwargs)[:80]}"):
+        made = factory(**kwargs)
     if isinstance(made, tuple):
         model, example = made
         return model, (example,) if isinstance(example, torch.Tensor) else tuple(example)
@@ -53,6 +54,35 @@ def load_model(spec: str, kwargs: dict):
         raise ValueError(f"--model {spec} returned {type(made).__name__}, not an nn.Module "
                          "(or a (module, example_input) pair)")
     return made, None
+
+
+class _BoundedBuild(torch.overrides.TorchFunctionMode):
+    """Counts the bytes of the new storages the model's factory makes and stops it (a
+    LimitError) when they pass MMA_EMU_MAX_MODEL_MIB: a model asked to be huge is refused
+    while it is built, before it takes the machine's memory."""
+
+    def __init__(self, what: str):
+        super().__init__()
+        self.what, self.top = what, limit("model_mib") * MIB
+        self.seen: set = set()
+        self.bytes = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.device.type != "meta":
+            try:
+                st = out.untyped_storage()
+                key = (st.data_ptr(), st.nbytes())
+            except (RuntimeError, NotImplementedError):
+                return out
+            if key not in self.seen:
+                self.seen.add(key)
+                self.bytes += key[1]
+                if self.bytes > self.top:
+                    b = BOUNDS["model_mib"]
+                    raise LimitError(f"{self.what}: its tensors pass the bound of "
+                                     f"{self.top // MIB} {b.what}; set {b.env} to raise it")
+        return out
 
 
 def make_input(spec: str, seed: int) -> torch.Tensor:
