@@ -67,3 +67,66 @@ def test_preview_model_kwargs_cannot_build_a_huge_model(monkeypatch, capsys):
     from torch_mma_emu.preview.cli import load_model
     model, _ = load_model("torch_mma_emu.preview.tiny_gpt:tiny_gpt", {"n_layer": 3})
     assert len(model.blocks) == 3                  # a model within the bound builds
+
+
+# ---------------------------------------------------------------------------------------
+# Low: environment variables, one parser and one table (limits.py)
+
+def _mm():
+    return tme.emulated_mm(torch.ones(2, 8).half(), torch.ones(8, 2).half(), arch="sm90")
+
+
+@pytest.mark.parametrize("var,bad", [
+    ("MMA_EMU_SCALAR", "false"), ("MMA_EMU_SCALAR", "no"), ("MMA_EMU_SCALAR", "off"),
+    ("MMA_EMU_SCALAR", " "), ("MMA_EMU_CPU_ISA", "AVX2"), ("MMA_EMU_CPU_ISA", "garbage"),
+    ("MMA_EMU_CPU_BLOCK_BYTES", "abc"), ("MMA_EMU_CPU_BLOCK_BYTES", "-1"),
+    ("MMA_EMU_CPU_BLOCK_BYTES", "1e3"), ("MMA_EMU_CPU_BLOCK_BYTES", "12abc"),
+    ("MMA_EMU_CPU_BLOCK_BYTES", str(1 << 40)),
+])
+def test_cpu_kernel_settings_are_parsed_once_with_clear_errors(monkeypatch, var, bad):
+    """MMA_EMU_SCALAR=false / no / off forced the scalar path; MMA_EMU_CPU_ISA=AVX2 or
+    garbage was ignored; MMA_EMU_CPU_BLOCK_BYTES was read differently by Python and C++
+    (atoll: 1e3 -> 1, 12abc -> 12) and a huge value turned K blocking off.  Python parses
+    them before every CPU kernel call, so the C++ side only sees values both read alike."""
+    monkeypatch.setenv(var, bad)
+    with pytest.raises(ValueError, match=var):
+        _mm()
+
+
+@pytest.mark.parametrize("var,good", [("MMA_EMU_SCALAR", "1"), ("MMA_EMU_SCALAR", "0"),
+                                      ("MMA_EMU_CPU_ISA", "avx2"),
+                                      ("MMA_EMU_CPU_ISA", "scalar"),
+                                      ("MMA_EMU_CPU_BLOCK_BYTES", "4096")])
+def test_cpu_kernel_settings_accept_their_values(monkeypatch, var, good):
+    monkeypatch.setenv(var, good)
+    assert _mm()[0, 0].item() == 8
+
+
+def test_hwdata_pointing_nowhere_is_an_error(monkeypatch, tmp_path):
+    """MMA_EMU_HWDATA=/nonexistent fell back to the repository's data silently."""
+    from torch_mma_emu.reference.hwdata import hwdata_dir
+    monkeypatch.setenv("MMA_EMU_HWDATA", str(tmp_path / "nonexistent"))
+    with pytest.raises(ValueError, match="MMA_EMU_HWDATA=.*not a folder holding index.json"):
+        hwdata_dir()
+    (tmp_path / "index.json").write_text("[]")
+    monkeypatch.setenv("MMA_EMU_HWDATA", str(tmp_path))
+    assert hwdata_dir() == tmp_path
+
+
+def test_readme_names_every_environment_variable():
+    """Every MMA_EMU_* variable the package, the extension, setup.py and the scripts read is
+    named in README.md's "Bounds and limits" (C macros set by setup.py are not variables)."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "README.md").read_text()
+    section = text[text.index("## Bounds and limits"):]
+    section = section[:section.index("\n## ", 3)]
+    macros = {"MMA_EMU_WITH_CUDA", "MMA_EMU_CUDA_ARCHS", "MMA_EMU_NO_SIMD", "MMA_EMU_MAX_"}
+    found = set()
+    for pattern in ("torch_mma_emu/**/*.py", "csrc/**/*.cpp", "scripts/**/*.py",
+                    "scripts/**/*.sh", "setup.py"):
+        for f in root.glob(pattern):
+            found |= set(re.findall(r"MMA_EMU_[A-Z0-9_]+", f.read_text(errors="replace")))
+    missing = sorted(found - macros - set(re.findall(r"MMA_EMU_[A-Z0-9_]+", section)))
+    assert not missing, f"README's Bounds and limits does not name {missing}"
