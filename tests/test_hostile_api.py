@@ -130,3 +130,39 @@ def test_readme_names_every_environment_variable():
             found |= set(re.findall(r"MMA_EMU_[A-Z0-9_]+", f.read_text(errors="replace")))
     missing = sorted(found - macros - set(re.findall(r"MMA_EMU_[A-Z0-9_]+", section)))
     assert not missing, f"README's Bounds and limits does not name {missing}"
+
+
+# ---------------------------------------------------------------------------------------
+# Low: batch_invariance's arguments, and the assumption its answer rests on
+
+def _bi(**kw):
+    x, W = torch.ones(4, 8).half(), torch.ones(8, 2).half()
+    kw.setdefault("batch_sizes", [1, 4])
+    return tme.batch_invariance(kw.pop("fn", lambda x, W: x @ W), (x, W), arch="H100", **kw)
+
+
+@pytest.mark.parametrize("sizes", [[1.5, 4], ["1", "4"], [True, 4]])
+def test_batch_invariance_refuses_sizes_that_are_not_ints(sizes):
+    """[1.5, 8] was truncated silently; ["1", "8"] and [True, 8] accepted."""
+    with pytest.raises(TypeError, match="batch_sizes must be ints"):
+        _bi(batch_sizes=sizes)
+
+
+def test_batch_invariance_refuses_bad_tree_rows_and_empty_results():
+    with pytest.raises(ValueError, match="tree_rows must be an int >= 1, got -1"):
+        _bi(tree_rows=-1)
+    with pytest.raises(ValueError, match="fn returned an empty tuple"):    # was IndexError
+        _bi(fn=lambda x, W: ())
+
+
+def test_the_report_names_its_schedule_assumption():
+    """A confident 'every row has the same bits' rested on every mm in a block running one
+    schedule whatever its shape, which cuBLAS does not promise (it picks a kernel and split-K
+    per shape): the report and em.summary() say so."""
+    text = str(_bi())
+    assert "every row has the same bits" in text
+    assert "every mm in a block runs one schedule" in text and "per shape" in text
+    with tme.emulate("H100") as em:
+        torch.ones(4, 8).half() @ torch.ones(8, 2).half()
+    assert "a library (cuBLAS, hipBLASLt) may choose its kernel and split-K per shape" in \
+        em.summary()

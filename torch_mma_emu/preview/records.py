@@ -46,7 +46,16 @@ class Recorder:
         return sum(n for (op, ph, fmt), n in self.counts.items() if fmt == "native")
 
     def summary(self) -> str:
-        return format_counts(self.counts.items())
+        text = format_counts(self.counts.items())
+        if any(fmt != "native" for (_, _, fmt) in self.counts):
+            text += "\n" + SCHEDULE_ASSUMPTION
+        return text
+
+
+# what the emulation of torch's products assumes, said wherever its answer depends on it
+SCHEDULE_ASSUMPTION = ("assumed: every mm in a block runs one schedule (the block's), whatever "
+                       "its shape; a library (cuBLAS, hipBLASLt) may choose its kernel and "
+                       "split-K per shape, which is not modelled")
 
 
 def format_counts(items: Iterable) -> str:
