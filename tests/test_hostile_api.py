@@ -166,3 +166,22 @@ def test_the_report_names_its_schedule_assumption():
         torch.ones(4, 8).half() @ torch.ones(8, 2).half()
     assert "a library (cuBLAS, hipBLASLt) may choose its kernel and split-K per shape" in \
         em.summary()
+
+
+def test_signalling_nans_are_values_under_w_error():
+    """A signalling NaN into gpu_math raised under ``-W error`` ("invalid value encountered
+    in cast"): NaN and inf operands are values of the model, never warnings."""
+    import warnings
+
+    import numpy as np
+
+    from torch_mma_emu import gpu_math
+    snan = np.array([0x7F800001, 0xFF800001, 0x7FA00000], dtype=np.uint32).view(np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name, rec in gpu_math.FUNCTIONS.items():
+            out = gpu_math.evaluate(name, *[snan] * rec.arity)
+            assert out.shape == snan.shape, name
+            if name.startswith(("ex2", "rcp", "rsqrt", "div", "lg2", "sqrt", "sin", "cos",
+                                "fma", "mul", "add", "sub")):
+                assert np.isnan(out).all(), (name, out)

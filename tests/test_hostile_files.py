@@ -203,3 +203,15 @@ def test_a_fifo_index_json_is_refused(tmp_path, alarm):
     os.mkfifo(tmp_path / "index.json")
     with pytest.raises(SamplesFileError, match="index .*index.json is a FIFO"):
         load(tmp_path / "s.npz")
+
+
+def test_a_closed_stdout_is_one_line(tmp_path):
+    """``mma-emu archs >&-`` printed "internal error: AttributeError ... 'flush'"."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run(["bash", "-c", f'"{sys.executable}" -m torch_mma_emu archs >&-'],
+                       cwd=root, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "standard output is closed" in lines[0], r.stderr

@@ -99,3 +99,20 @@ def test_kernels_inside_their_tensors_still_run(name, block):
         copy_unmasked[(1,)](s[:16], s[8:24], BLOCK=16)
     assert torch.equal(y, x)
     assert torch.equal(out[:, :4], base[2:6, 1:5]) and not out[:, 4:].any()
+
+
+def test_libdevice_calls_leave_no_temporary_folder(tmp_path):
+    """Every process that used tl.log / tl.erf left a tme_libdevice_* folder in the temp
+    folder (the compiled helper kernels' sources)."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = ("from torch_mma_emu.triton import libdevice_calls as lc\n"
+            "lc._kernel('erff'); import glob, tempfile\n"
+            "assert glob.glob(tempfile.gettempdir() + '/tme_libdevice_*')\n")
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=root)
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert not list(tmp_path.glob("tme_libdevice_*"))
