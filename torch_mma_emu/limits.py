@@ -90,6 +90,9 @@ BOUNDS: dict[str, Bound] = {
                             "per run; the best is kept"),
     "threads": Bound("MMA_EMU_MAX_THREADS", lambda: 4 * (os.cpu_count() or 1),
                      "threads of preview --threads", "torch.set_num_threads", "4 per core"),
+    "triton_programs": Bound("MMA_EMU_MAX_TRITON_PROGRAMS", 1 << 20, "programs of one "
+                             "emulated Triton launch", "the interpreter runs a grid's programs "
+                             "one after another"),
     "probe_verify": Bound("MMA_EMU_MAX_PROBE_VERIFY", 10_000_000,
                           "random inputs of probe --verify", "verify(..., n)"),
     "tree_leaves": Bound("MMA_EMU_MAX_TREE_LEAVES", 1 << 16, "leaves of a SumTree read back",

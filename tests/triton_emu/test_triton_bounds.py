@@ -116,3 +116,27 @@ def test_libdevice_calls_leave_no_temporary_folder(tmp_path):
                        timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert not list(tmp_path.glob("tme_libdevice_*"))
+
+
+# ---------------------------------------------------------------------------------------
+# Low: the block's own arguments
+
+@pytest.mark.parametrize("instruction", ["", "nonsense", "mfma.32x32x8f16"])
+def test_a_bad_instruction_is_refused_when_the_block_is_made(instruction):
+    """emulate("H100", "") was accepted; an unknown or another arch's instruction failed
+    only at the first tl.dot."""
+    with pytest.raises(ValueError, match="is not a path .* nor an instruction of sm90"):
+        tmt.emulate("H100", instruction)
+
+
+def test_exit_without_enter_and_bad_grids():
+    with pytest.raises(RuntimeError, match="not open"):      # was AttributeError
+        tmt.emulate("H100").__exit__(None, None, None)
+    y = torch.zeros(16)
+    with tmt.emulate("H100"):
+        with pytest.raises(ValueError, match="a grid is 1 to 3 non-negative ints"):
+            fill_unmasked[(-1,)](y, BLOCK=16)                # ran nothing silently
+        with pytest.raises(ValueError, match="MMA_EMU_MAX_TRITON_PROGRAMS"):
+            fill_unmasked[(2 ** 31,)](y, BLOCK=16)           # had no bound
+        fill_unmasked[(1,)](y, BLOCK=16)
+    assert (y == 7).all()

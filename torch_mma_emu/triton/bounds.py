@@ -210,3 +210,37 @@ def install(set_attr, ti, current) -> None:
 def end_launch(block) -> None:
     if block is not None:
         block._extents = None
+
+
+# -- the block's own arguments, checked when it is made / a kernel is launched --------------
+
+def check_instruction(arch, instruction) -> None:
+    """``emulate(arch, instruction)``: a path (``PATHS``) or an instruction ``arch``'s
+    registry has, checked when the block is made (it failed only at the first tl.dot)."""
+    from ..isa import answers_to
+    from ..registry import rows_for
+    from .target_rules import PATHS
+    if instruction is None or instruction in PATHS:
+        return
+    if instruction == "" or arch is None or not any(
+            answers_to(r.instruction, instruction) for r in rows_for(arch)):
+        names = sorted({r.name for r in rows_for(arch)}) if arch else []
+        raise ValueError(f"torch_mma_emu.triton.emulate: instruction {instruction!r} is not a "
+                         f"path ({', '.join(PATHS)})" + (f" nor an instruction of {arch} "
+                                                         f"({', '.join(names)})" if arch else
+                                                         " (interpret() takes none)"))
+
+
+def check_grid(kernel: str, grid) -> None:
+    """A launch's grid: 1 to 3 dimensions of non-negative ints, at most
+    MMA_EMU_MAX_TRITON_PROGRAMS programs in all (the interpreter runs them one by one)."""
+    from ..limits import check
+    g = tuple(grid) if isinstance(grid, (tuple, list)) else (grid,)
+    if not 1 <= len(g) <= 3 or not all(isinstance(n, int) and not isinstance(n, bool)
+                                       and n >= 0 for n in g):
+        raise ValueError(f"torch_mma_emu.triton: kernel {kernel}: a grid is 1 to 3 "
+                         f"non-negative ints, got {grid!r}")
+    n = 1
+    for d in g:
+        n *= d
+    check("triton_programs", n, f"programs of kernel {kernel}'s grid {g}")
