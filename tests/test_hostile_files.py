@@ -215,3 +215,40 @@ def test_a_closed_stdout_is_one_line(tmp_path):
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "standard output is closed" in lines[0], r.stderr
+
+
+# ---------------------------------------------------------------------------------------
+# Low: fit's samples files
+
+def test_fit_refuses_int8_samples():
+    """int8 arrays were taken as bit patterns though the message lists uint32 / int32 /
+    int64 (13 s, then "0 reproduce every sample")."""
+    import numpy as np
+
+    from torch_mma_emu.probe.samples import from_arrays
+    a = np.ones((2, 4), np.int8)
+    with pytest.raises(TypeError, match="a has dtype int8; allowed: uint32"):
+        from_arrays(a, a, np.ones(2, np.int8), np.ones(2, np.int8), "fp16", "fp32")
+
+
+def test_a_npy_header_declaring_a_huge_array_is_refused_naming_the_file(tmp_path):
+    """A member whose .npy header declares 10^12 elements gave "Unable to allocate 3.64 TiB"
+    without naming the file: the bound checked the zip members' sizes, not the headers."""
+    import zipfile
+
+    import numpy as np
+
+    from torch_mma_emu.probe.samples import SamplesFileError, load
+    p = tmp_path / "huge.npz"
+    np.savez(p, a=np.zeros((1, 4), np.float32), b=np.zeros((1, 4), np.float32),
+             c=np.zeros(1, np.float32), d=np.zeros(1, np.float32))
+    header = np.lib.format.header_data_from_array_1_0(np.zeros(1, np.float32))
+    header["shape"] = (10 ** 12,)
+    import io
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, header)
+    with zipfile.ZipFile(p, "a") as z:
+        z.writestr("e.npy", buf.getvalue() + b"\0" * 16)
+    with pytest.raises(SamplesFileError, match="huge.npz: its arrays' headers declare "
+                       "3814697 MiB, above the bound of 256"):
+        load(p, "fp16", "fp32")
