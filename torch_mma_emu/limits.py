@@ -57,8 +57,8 @@ class Bound:
             return self.default
         v = decimal_int(text.strip())
         if v is None or v < 1:
-            raise ValueError(f"{self.env} must be a positive decimal integer (ASCII digits), "
-                             f"got {text!r}")
+            raise ValueError(f"{self.env} must be a positive integer (ASCII digits: a "
+                             f"positive decimal integer), got {text!r}")
         return v
 
 

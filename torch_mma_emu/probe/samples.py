@@ -307,13 +307,13 @@ def _npz_arrays(p: Path) -> dict:
             declared = _declared_bytes(zf, p.name, top * MIB)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
         raise SamplesFileError(f"{why}: {e or type(e).__name__}") from None
-    if declared > top * MIB:
-        raise SamplesFileError(f"{p.name}: its arrays' headers declare {declared / MIB:.0f} MiB"
-                               f", above the bound of {top} {BOUNDS['file_mib'].what}; set "
-                               f"{BOUNDS['file_mib'].env} to raise it")
     if unpacked > top * MIB:
         raise SamplesFileError(f"{p.name}: its arrays unpack to {unpacked / MIB:.0f} MiB, above "
                                f"the bound of {top} {BOUNDS['file_mib'].what}; set "
+                               f"{BOUNDS['file_mib'].env} to raise it")
+    if declared > top * MIB:
+        raise SamplesFileError(f"{p.name}: its arrays' headers declare {declared / MIB:.0f} MiB"
+                               f", above the bound of {top} {BOUNDS['file_mib'].what}; set "
                                f"{BOUNDS['file_mib'].env} to raise it")
     try:
         with np.load(p, allow_pickle=False) as z:
