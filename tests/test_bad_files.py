@@ -14,7 +14,7 @@ import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu.cli import main
-from torch_mma_emu.fprev.tree import SumTree
+from torch_mma_emu.order import SumTree
 from torch_mma_emu.probe import fit
 from torch_mma_emu.schedule import Schedule, load_schedule
 

@@ -185,8 +185,9 @@ def _check_all_emulated(em, spy, mode):
     watched = {k: n for k, n in spy.seen.items() if k in WATCHED_NATIVE}
     assert not watched, f"ops that stay native reached the dispatch level: {watched}"
     n_seen = sum(spy.seen.values())
-    assert n_seen > 0 and len(em.records) == n_seen, (spy.seen, em.summary())
-    phases = {r.phase for r in em.records}
+    prods = [r for r in em.records if not r.kernel]     # reductions are recorded too
+    assert n_seen > 0 and len(prods) == n_seen, (spy.seen, em.summary())
+    phases = {r.phase for r in prods}
     assert phases == ({"forward", "backward"} if mode == "train" else {"forward"})
 
 
@@ -211,7 +212,7 @@ def test_zoo_every_product_is_emulated(name, mode, dt):
     if grads is not None:
         assert all(g is not None and torch.isfinite(g.float()).all() for g in grads)
     if mode == "train":                               # backward products carry module paths
-        assert all(r.module for r in em.records if r.phase == "forward")
+        assert all(r.module for r in em.records if r.phase == "forward" and not r.kernel)
 
 
 @pytest.mark.parametrize("name", list(ZOO))

@@ -30,7 +30,8 @@ def __getattr__(name):  # GPU paths load on first use (Triton imports are slow)
     if name == "native_mm":
         from .native import native_mm
         return native_mm
-    if name in ("fprev", "probe", "native", "reference", "preview", "triton_kernels"):
+    if name in ("fprev", "probe", "native", "reference", "preview", "triton_kernels",
+                "cublaslt"):
         import importlib
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'torch_mma_emu' has no attribute {name!r}")

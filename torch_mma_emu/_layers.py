@@ -18,14 +18,16 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("formats", "elementary", "tf32", "isa", "codec", "limits", "files", "switches", "timing", "text_table", "_dev_layout",
       "_C", "_layers")),
     ("model", "what an instruction computes: Spec, the arch registry, input families, the "
-              "pure-Python reference, the GPU's float32 math instructions",
-     ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math")),
+              "pure-Python reference, the GPU's float32 math instructions, accumulation "
+              "orders (the tree type, its evaluator and per-format arithmetic)",
+     ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math", "order")),
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
-               "the native GPU backends and their Triton kernels",
+               "the native GPU backends and their Triton kernels; models of PyTorch's own "
+               "CUDA kernels (aten_cuda)",
      ("cpp", "cuda_archs", "ops", "ops_spec", "ops_kernel", "ops_autograd", "ops_round", "schedule", "schedule_fields", "schedule_presets", "schedule_tree",
-      "schedule_run", "schedule_split", "schedule_partials", "schedule_search",
+      "schedule_run", "schedule_split", "schedule_partials", "schedule_search", "cublaslt",
       "packed_layouts", "sharding", "native",
-      "triton_kernels")),
+      "triton_kernels", "aten_cuda")),
     ("tools", "built on the engine: FPRev, probing and fitting, hardware checks, Triton "
               "emulation, model preview, the compare tables, the README's tables",
      ("fprev", "probe", "hw", "triton", "preview", "compare", "registry_doc")),
@@ -36,15 +38,13 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
 
 # (importer, imported, why the arrow runs back up); all are imports inside functions
 BACK_ARROWS: tuple[tuple[str, str, str], ...] = (
-    ("schedule_tree", "fprev.tree",
-     "a tree schedule is given and checked as an FPRev SumTree (from_tree, reveal's JSON)"),
     ("triton_kernels.gemm", "triton",
      "the native Triton GEMM asks whether an emulation block is open (interpreter launch)"),
 )
 
 
 def full(name: str) -> str:
-    """``"fprev.tree"`` -> ``"torch_mma_emu.fprev.tree"``; ``""`` is the package itself."""
+    """``"fprev.cli"`` -> ``"torch_mma_emu.fprev.cli"``; ``""`` is the package itself."""
     return f"{P}.{name}" if name else P
 
 

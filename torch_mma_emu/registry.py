@@ -86,11 +86,80 @@ ARCHS: dict[str, Arch] = {a.name: a for a in [
 # the arch a call that names none models (emulated_mm, the command lines' dry runs): Hopper
 DEFAULT_ARCH = "sm90"
 
+# Archs whose torch._scaled_mm (tensorwise scales, cuBLASLt) output follows the modelled
+# cuBLASLt 12.8.3.14 epilogue (preview/scaled_epilogue.py) and split-K layout
+# (schedule_split.py), with the evidence: arch -> (split layout, k-tile, evidence).
+CUBLASLT_SCALED_MM: dict[str, tuple[str, int, str]] = {
+    "sm89": ("interleaved", 64, "RTX 4060 recordings (cuBLASLt 12.8.3.14, torch 2.7.1) "
+             "published by mmaemu 0.1.0"),
+    "sm90": ("contiguous", 128, "H100 PCIe probe (cuBLASLt 12.8.3.14, torch 2.7.1) as "
+             "replayed by mmaemu 0.1.0"),
+}
 
 _ALIAS: dict[str, str] = {}
 for _a in ARCHS.values():
     for _n in (_a.name, *_a.aliases, *_a.gpus):
         _ALIAS[norm(_n)] = _a.name
+
+
+# --------------------------------------------------------------------------------------
+# GPUs: the device properties a kernel's launch depends on (PyTorch's reduction kernels
+# size their grid from them: aten_cuda/config.py).  One row per part; ``emulate("H100 PCIe")``
+# names one (its arch from ARCHS), ``emulate("sm90")`` gets the arch's first GPU.
+# Figures: NVIDIA's data sheets / cudaDeviceProp (multiProcessorCount,
+# maxThreadsPerMultiProcessor: 2048 on sm70/80/90/100, 1024 on sm75, 1536 on sm86/89/120).
+# --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Gpu:
+    name: str
+    arch: str
+    sms: int
+    max_threads_per_sm: int
+
+
+GPUS: dict[str, Gpu] = {g.name: g for g in [
+    Gpu("V100", "sm70", 80, 2048),
+    Gpu("T4", "sm75", 40, 1024),
+    Gpu("A100", "sm80", 108, 2048),
+    Gpu("A30", "sm80", 56, 2048),
+    Gpu("A10", "sm86", 72, 1536),
+    Gpu("A40", "sm86", 84, 1536),
+    Gpu("RTX3090", "sm86", 82, 1536),
+    Gpu("L40S", "sm89", 142, 1536),
+    Gpu("L40", "sm89", 142, 1536),
+    Gpu("L4", "sm89", 58, 1536),
+    Gpu("RTX4090", "sm89", 128, 1536),
+    Gpu("RTX 4060", "sm89", 24, 1536),
+    Gpu("H100", "sm90", 132, 2048),          # the SXM part
+    Gpu("H100 PCIe", "sm90", 114, 2048),
+    Gpu("H200", "sm90", 132, 2048),
+    Gpu("GH200", "sm90", 132, 2048),
+    Gpu("H800", "sm90", 132, 2048),
+    Gpu("B200", "sm100", 148, 2048),
+    Gpu("RTX5090", "sm120", 170, 1536),
+]}
+_GPU_ALIAS = {norm(k): k for k in GPUS}
+_GPU_ALIAS.update({norm("H100 SXM"): "H100", norm("H100 SXM5"): "H100"})
+for _g in GPUS.values():
+    _ALIAS.setdefault(norm(_g.name), _g.arch)
+_ALIAS.setdefault(norm("H100 SXM"), "sm90")
+_ALIAS.setdefault(norm("H100 SXM5"), "sm90")
+
+
+def gpu(name=None) -> Gpu:
+    """The GPU row named ``name`` (a GPU name such as ``"H100 PCIe"``, or an arch name /
+    alias: its first GPU with a row); None: the default arch's."""
+    if isinstance(name, Gpu):
+        return name
+    key = norm(str(name if name is not None else DEFAULT_ARCH))
+    if key in _GPU_ALIAS:
+        return GPUS[_GPU_ALIAS[key]]
+    arch = canonical_arch(name if name is not None else DEFAULT_ARCH)
+    for g in ARCHS[arch].gpus:
+        if norm(g) in _GPU_ALIAS:
+            return GPUS[_GPU_ALIAS[norm(g)]]
+    raise ValueError(f"no GPU row for arch {arch}; name one of: {', '.join(GPUS)}")
 
 
 def nvidia_arch_name(cc) -> str:

@@ -14,7 +14,10 @@ from .schedule_tree import parse_tree, tree_text
 
 _DEFAULTS = {"split_k": 1, "reduce": "sequential", "workspace": "fp32", "alpha": 1.0,
              "beta": 1.0, "epilogue": "fma", "merge": "workspace"}
-REDUCES = ("sequential", "pairwise")
+REDUCES = ("sequential", "pairwise", "halves")
+# how K is dealt to the split-K slices: None (contiguous slices) or "interleaved" (tiles of
+# split_grain elements, tile t to slice t mod split_k: cuBLASLt 12.8's sm89 fp8 kernels)
+SPLIT_LAYOUTS = ("interleaved",)
 WORKSPACES = ("fp32", "fp64")
 EPILOGUES = ("fma", "mul_add")
 INPUT_PRECISIONS = ("tf32", "tf32_rn", "tf32x3", "ieee")
@@ -46,6 +49,8 @@ class Schedule:
     #                                    (the instruction's K)
     merge: str = "workspace"         # how the slices are merged: schedule_split.MERGES
     residue_tile: Optional[int] = None  # CUTLASS k-tile: leading residue tile per chain
+    split_layout: Optional[str] = None  # None: contiguous slices; "interleaved": tiles of
+    #                                    split_grain dealt round-robin (schedule_split.py)
 
     def __post_init__(self):
         errs = []
@@ -63,6 +68,9 @@ class Schedule:
             elif int(self.split_grain) > MAX_K_FIELD:
                 errs.append(f"split_grain = {self.split_grain} is above the bound of "
                             f"{MAX_K_FIELD} (2^31 - 1: no kernel runs a longer K)")
+        if self.split_layout is not None and self.split_layout not in SPLIT_LAYOUTS:
+            errs.append(f"split_layout must be None or one of {SPLIT_LAYOUTS}, got "
+                        f"{self.split_layout!r}")
         if self.merge not in MERGES:
             errs.append(f"merge must be one of {tuple(MERGES)}, got {self.merge!r}")
         for name in ("split_k", "promote_every", "dot_k", "residue_tile"):
@@ -122,6 +130,13 @@ class Schedule:
                                               self.input_precision == "tf32x3"):
             errs.append("residue_tile runs each slice as one chain: it does not combine with "
                         "promote_every or tf32x3")
+        if self.split_layout == "interleaved" and (
+                self.split_grain is None or self.split_grain == GRAIN_CUBLAS or
+                self.residue_tile is not None or self.input_precision == "tf32x3" or
+                self.merge != "workspace"):
+            errs.append("split_layout='interleaved' deals tiles of an explicit split_grain "
+                        "(an int) to the slices; it does not combine with residue_tile, "
+                        "tf32x3 or the fp16 merges")
         if self.dot_k is not None and self.input_precision != "tf32x3":
             errs.append("dot_k applies to input_precision='tf32x3' only")
         if self.input_precision == "tf32x3" and self.promote_every is not None:
@@ -131,7 +146,7 @@ class Schedule:
             if not isinstance(self.tree, str):
                 errs.append(f"tree must be the text of a SumTree, got {type(self.tree).__name__}")
             if split or self.promote_every is not None or self.input_precision == "tf32x3" \
-                    or self.residue_tile is not None:
+                    or self.residue_tile is not None or self.split_layout is not None:
                 errs.append("a tree schedule fixes the whole order: split_k, promote_every, "
                             "residue_tile and tf32x3 do not combine with it")
         if errs:
@@ -181,6 +196,8 @@ class Schedule:
             merge = f"{self.reduce}, {self.workspace}" if self.merge == "workspace" \
                 else self.merge
             grain = f", grain {self.split_grain}" if self.split_grain else ""
+            if self.split_layout:
+                grain += f", {self.split_layout} tiles"
             bits.append(f"split-K {self.split_k} ({merge}{grain})")
         if self.residue_tile:
             bits.append(f"residue tile {self.residue_tile}")

@@ -11,8 +11,8 @@ import torch
 from . import cpp
 from .schedule_fields import Schedule
 from .schedule_partials import check_node_products, check_partials, run_chains, scaled_chains
-from .schedule_split import (ScheduleRowError, grain_elements, k_slices, merge_partials,
-                             residue_program)
+from .schedule_split import (ScheduleRowError, gather_k, grain_elements, interleaved_index,
+                             k_slices, merge_partials, residue_program)
 from .schedule_tree import TreeScheduleError, compile_tree, epilogue_program, node_capacity
 from .spec import Spec
 
@@ -28,6 +28,19 @@ def _reduce_program(items: list[list[int]], how: str, empties: int = 0) -> list[
     ``empties`` slices past K, each +0.  The empty slices cost nothing however many there
     are: +0 + +0 is +0, and x + +0 + +0 is x + +0 for every x (-0 + +0 is +0), so they reduce
     to at most one +0 per addition the order really makes with a non-empty value."""
+    if how == "halves":
+        # cuBLASLt's pairwise reduction (customOption 1 of the sm89 fp8 split kernels, as
+        # mmaemu 0.1.0 records it): h = ceil(S / 2), slot_i = p_i + p_(i+h) if i + h < S - 1
+        # else p_i, then (((p_(S-1) + slot_0) + slot_1) + ...) + slot_(h-1)
+        p = list(items) + [[_ZERO]] * empties
+        S = len(p)
+        if S == 1:
+            return list(p[0])
+        h = -(-S // 2)
+        out = list(p[S - 1])
+        for i in range(h):
+            out += (p[i] + p[i + h] + [_ADD] if i + h < S - 1 else p[i]) + [_ADD]
+        return out
     if how == "sequential" or len(items) + empties <= 2:
         out = list(items[0])
         for it in items[1:]:
@@ -67,6 +80,18 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
         prog = compile_tree(sched.tree, K, spec, has_c, sched.alpha, sched.beta,
                             sched.epilogue)
         return cpp.sched(spec, a3, b3, c3, c3.new_empty((0, M, N)), prog, consts)
+    if sched.split_layout == "interleaved" and sched.split_k > 1 and K > 0:
+        if scales is not None or lo is not None:
+            raise ScheduleRowError("split_layout='interleaved' cannot run block-scaled or "
+                                   "tf32x3 products")
+        # the slices' tiles gathered side by side (zero-padded to equal slices): then the
+        # contiguous cut of the fast chain path runs them, each slice its own chain
+        tile = int(sched.split_grain)
+        idx = interleaved_index(K, tile, sched.split_k)
+        flat = sched.replace(split_layout=None,
+                             split_grain=str(idx.numel() // sched.split_k))
+        return run_scheduled(flat, spec, gather_k(a3, idx, 2), gather_k(b3, idx, 1), c3,
+                             has_c)
     L = spec.L
     for name in ("promote_every", "dot_k"):     # blocks and tl.dot tiles hold whole instructions
         v = getattr(sched, name)

@@ -28,7 +28,8 @@ from . import cpp
 from .spec import Spec
 
 __all__ = ["MERGES", "GRAIN_CUBLAS", "ScheduleRowError", "grain_elements", "k_slices",
-           "residue_groups", "residue_program", "merge_partials"]
+           "residue_groups", "residue_program", "merge_partials", "interleaved_index",
+           "gather_k"]
 
 
 class ScheduleRowError(ValueError):
@@ -98,6 +99,31 @@ def k_slices(K: int, grain: int, parts: int, trim: bool) -> tuple[Slices, int]:
     per = -(-chunks // parts)
     n = -(-chunks // per) if per else 1
     return Slices(K, per * grain, n), 0 if trim else parts - n
+
+
+def interleaved_index(K: int, tile: int, parts: int) -> torch.Tensor:
+    """The K indices of ``split_layout="interleaved"`` in slice order: K cut into
+    ``T = ceil(K / tile)`` tiles, tile t dealt to slice ``t mod parts``, every slice padded
+    to ``ceil(T / parts)`` tiles (-1: a zero product; the short last tile too), so slice s
+    is ``[s * q * tile, (s + 1) * q * tile)`` of the result.  This is how mmaemu 0.1.0
+    (Apache-2.0, ``mmaemu/model/plan.py``, recorded on an RTX 4060, cuBLASLt 12.8.3.14,
+    torch 2.7.1) describes the split kernels of sm89 fp8 GEMMs: 64-wide k-tiles, tile t to
+    split t mod S, the ragged tail zero padded."""
+    T = -(-K // tile)
+    q = -(-T // parts)
+    k = torch.arange(q * parts * tile).reshape(q, parts, tile).permute(1, 0, 2).reshape(-1)
+    return torch.where(k < K, k, torch.full_like(k, -1))
+
+
+def gather_k(x: torch.Tensor, idx: torch.Tensor, dim: int) -> torch.Tensor:
+    """``x`` with its K dimension ``dim`` replaced by ``x[..., idx, ...]``, -1 giving a zero
+    (the +0 code of every format, and 0.0 for operands given as values)."""
+    idx = idx.to(x.device)
+    g = x.index_select(dim, idx.clamp_min(0))
+    shape = [1] * x.dim()
+    shape[dim] = idx.numel()
+    return torch.where((idx < 0).reshape(shape), torch.zeros((), dtype=x.dtype,
+                                                            device=x.device), g)
 
 
 def residue_groups(k0: int, k1: int, L: int, tile: int) -> list[list[int]]:

@@ -1,13 +1,14 @@
-"""FPRev summation trees as schedules: a tree's nodes mapped to elementary operations and
-IEEE additions, compiled into the interpreter's program (csrc/core/schedule.h), and the
-epilogue's opcodes every schedule program ends with.  The only module of the schedule that
-reads torch_mma_emu.fprev (its SumTree)."""
+"""Summation trees (torch_mma_emu.order's SumTree, e.g. revealed by FPRev) as schedules: a
+tree's nodes mapped to elementary operations and IEEE additions, compiled into the
+interpreter's program (csrc/core/schedule.h), and the epilogue's opcodes every schedule
+program ends with.  The only module of the schedule that reads the tree type."""
 from __future__ import annotations
 
 from functools import lru_cache
 from typing import Optional
 
 from . import cpp
+from .order import SumTree
 from .schedule_split import ScheduleRowError
 from .spec import Spec
 
@@ -21,7 +22,6 @@ _MAX_STACK = 64
 @lru_cache(maxsize=64)
 def parse_tree(text: str):
     """The SumTree of a tree schedule's text (ValueError when it is not one)."""
-    from .fprev.tree import SumTree
     try:
         return SumTree.parse(text)
     except ValueError as e:
@@ -29,8 +29,7 @@ def parse_tree(text: str):
 
 
 def tree_text(tree) -> Optional[str]:
-    """The text of an FPRev SumTree; None when ``tree`` is not one."""
-    from .fprev.tree import SumTree
+    """The text of a SumTree; None when ``tree`` is not one."""
     return tree.to_text() if isinstance(tree, SumTree) else None
 
 

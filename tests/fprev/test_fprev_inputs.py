@@ -7,7 +7,7 @@ import torch
 from torch_mma_emu import fprev
 from torch_mma_emu.cli import main
 from torch_mma_emu.fprev import builders
-from torch_mma_emu.fprev.tree import SumTree
+from torch_mma_emu.order import SumTree
 
 
 def test_an_add_node_has_two_children():

@@ -289,13 +289,16 @@ def test_unmodelled_v2_calls_raise():
 
 
 def test_scale_result_runs_natively_with_a_warning_for_fp8_outputs_only():
+    """scale_result is modelled where cuBLASLt's epilogue is (registry.CUBLASLT_SCALED_MM:
+    a second fp32 multiply before the fp8 clamp, tests/test_scaled_cublaslt.py); elsewhere
+    an fp8 output with it runs natively, warned."""
     g = gen(8)
     A = torch.randn(8, 32, generator=g).to(torch.float8_e4m3fn)
     B = torch.randn(8, 32, generator=g).to(torch.float8_e4m3fn).t()
     one, four = torch.tensor(1.0), torch.tensor(4.0)
     native = torch._scaled_mm(A, B, one, one, scale_result=four,
                               out_dtype=torch.float8_e4m3fn)
-    with tme.emulate("H100", record=True) as em:
+    with tme.emulate("B200", record=True) as em:
         with pytest.warns(UserWarning, match="scale_result"):
             D = torch._scaled_mm(A, B, one, one, scale_result=four,
                                  out_dtype=torch.float8_e4m3fn)
@@ -303,7 +306,12 @@ def test_scale_result_runs_natively_with_a_warning_for_fp8_outputs_only():
         D32 = torch._scaled_mm(A, B, one, one, scale_result=four, out_dtype=torch.float32)
     assert torch.equal(D.view(torch.uint8), native.view(torch.uint8))
     assert [r.format for r in em.records] == ["native", "fp8_e4m3"]
-    assert torch.equal(D32, emm(A, B, arch="sm90"))
+    assert torch.equal(D32, emm(A, B, arch="sm100"))
+    with tme.emulate("H100", record=True) as em:
+        D = torch._scaled_mm(A, B, one, one, scale_result=four, out_dtype=torch.float8_e4m3fn)
+    want = (emm(A, B, arch="sm90") * 4).clamp(-448, 448).to(torch.float8_e4m3fn)
+    assert torch.equal(D.view(torch.uint8), want.view(torch.uint8))
+    assert em.records[0].format != "native"
     with tme.emulate("H100", formats={"scaled_mm": "native"}, record=True) as em:
         with warnings.catch_warnings():
             warnings.simplefilter("error")          # asked for: no warning
@@ -418,7 +426,8 @@ def test_a_schedule_preset_overrides_use_fast_accum_both_ways(preset):
         want_b = ((acc * (sa * sb)) + bias.to(torch.bfloat16).float()).to(torch.bfloat16)
         assert torch.equal(got[0].view(torch.int16), want_b.view(torch.int16)), sched
         assert torch.equal(got[1].view(torch.int16), want_b.view(torch.int16)), sched
-        assert [r.format for r in em.records] == [f"fp8_e4m3 (schedule {preset})"] * 2
+        assert [r.format for r in em.records] == \
+            [f"fp8_e4m3 (schedule {preset}) (cuBLASLt epilogue)"] * 2
     # and without a schedule the call's flag decides: the two presets' bits differ here
     with tme.emulate("sm90") as em:
         plain = [torch._scaled_mm(A, B, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fa)

@@ -12,19 +12,21 @@ the summation tree.  Enough such probes determine the tree.
 '8-way strided, ways combined sequentially'
 >>> tree.render("sum32.png")                      # doctest: +SKIP
 
-See docs/fprev.md.
+The tree type, its builders and the evaluator (``replay``) live in torch_mma_emu.order and
+are re-exported here.  See docs/fprev.md.
 """
-from . import builders
-from .builders import blocked, fused_chain, pairwise, reversed_sum, sequential, strided
+from ..order import builders
+from ..order import evaluate as replay
+from ..order import exact_sum, truncated_sum
+from ..order.builders import blocked, fused_chain, pairwise, reversed_sum, sequential, strided
+from ..order.tree import SumTree
 from .collectives import CollectiveReveal
 from .errors import (FPRevError, InconsistentError, NondeterministicError,
                      ProbeRangeError)
 from .probes import ProbeValues
-from .replay import exact_sum, replay, truncated_sum
 from .reveal import (ALGORITHMS, reveal, reveal_allreduce, reveal_dot, reveal_matmul,
                      reveal_mv, reveal_sum, reveal_target)
 from .targets.base import RowsTarget, Target, VectorTarget
-from .tree import SumTree
 from .verify import check_replay
 
 __all__ = [

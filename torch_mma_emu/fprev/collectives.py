@@ -29,7 +29,7 @@ import torch
 from ..limits import check
 from .errors import FPRevError, InconsistentError, NondeterministicError
 from .probes import ProbeValues, check_dtype
-from .tree import SumTree
+from ..order import Ranges, SumTree
 
 OPS = ("all_reduce", "reduce_scatter")
 BACKENDS = ("gloo", "nccl", "ucc", "mpi")
@@ -180,8 +180,8 @@ def _run_workers(config: list, nprocs: int, tmp: str, timeout: float,
 
 @dataclass
 class CollectiveReveal:
-    """Trees of one collective: ``ranges`` is ``[(start, stop, tree), ...]`` over element
-    positions (of the whole tensor; for reduce_scatter rank r holds positions
+    """Trees of one collective: ``ranges`` is ``[(start, stop, tree), ...]`` (an
+    :class:`~torch_mma_emu.order.Ranges`) over element positions (of the whole tensor; for reduce_scatter rank r holds positions
     ``r*numel/ws ...``).  ``per_rank`` is set instead when ranks received differently
     reduced all_reduce results."""
 
@@ -196,17 +196,10 @@ class CollectiveReveal:
 
     def trees(self) -> list:
         """The distinct trees."""
-        seen = []
-        for _, _, t in self.ranges:
-            if t not in seen:
-                seen.append(t)
-        return seen
+        return Ranges(self.ranges).trees()
 
     def tree_at(self, position: int) -> SumTree:
-        for start, stop, t in self.ranges:
-            if start <= position < stop:
-                return t
-        raise IndexError(f"position {position} outside 0..{self.numel - 1}")
+        return Ranges(self.ranges).tree_at(position)
 
     def describe(self) -> str:
         parts = [f"[{s}:{e}] {t.describe()}" for s, e, t in self.ranges]
@@ -216,7 +209,7 @@ class CollectiveReveal:
     def to_dict(self) -> dict:
         return {"op": self.op, "world_size": self.world_size, "backend": self.backend,
                 "numel": self.numel, "probes": self.probes, "checked": self.checked,
-                "ranges": [[s, e, t.to_dict()] for s, e, t in self.ranges]}
+                "ranges": Ranges(self.ranges).to_list()}
 
 
 def tree_from_table(L) -> SumTree:
@@ -251,15 +244,8 @@ def tree_from_table(L) -> SumTree:
     return tree
 
 
-def _ranges(tables: list) -> list:
-    out = []
-    for p, L in enumerate(tables):
-        t = tree_from_table(L)
-        if out and out[-1][2] == t:
-            out[-1][1] = p + 1
-        else:
-            out.append([p, p + 1, t])
-    return [tuple(r) for r in out]
+def _ranges(tables: list) -> Ranges:
+    return Ranges.of_positions(tree_from_table(L) for L in tables)
 
 
 def _tables(res: torch.Tensor, ws: int, values: ProbeValues) -> list:
@@ -322,7 +308,7 @@ def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
 
 def _check_by_replay(res: "CollectiveReveal", saved: list, dtype) -> None:
     """Every rank's random-data result must be the replay of the tree at its position."""
-    from .replay import replay
+    from ..order import evaluate as replay
     if not len(saved[0]["y"]):
         return
     x = torch.stack([d["x"] for d in saved], dim=-1)  # (checks, numel, ranks)

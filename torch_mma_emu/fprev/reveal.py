@@ -24,7 +24,7 @@ from .targets.base import Target, VectorTarget
 from .targets.matmul import MatmulTarget
 from .targets.torch_ops import (MatVecTarget, dot_target, numpy_dot_target,
                                 numpy_sum_target, sum_target)
-from .tree import SumTree
+from ..order import SumTree
 from .verify import cross_check
 
 ALGORITHMS = ("default", "fprev", "basic", "modified")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tree import SumTree
+from ..order import SumTree
 
 MASK_BASE = 1 << 8            # a mask code: sum of sign * MASK_BASE**level (predict)
 

@@ -85,7 +85,7 @@ def check_replay(fn, tree, *, trials: int = 16, dtype=None, seed: int = 0, acc_d
     (fused-sum models as ``fused`` / ``exact``)."""
     import torch
 
-    from .replay import replay
+    from ..order import evaluate as replay
     dtype = dtype or torch.float32
     narrow = (torch.float16, torch.bfloat16)
     g = torch.Generator().manual_seed(seed)

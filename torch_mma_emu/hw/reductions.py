@@ -2,6 +2,7 @@
 
     python scripts/gpu/reductions.py --out $OUT/reductions.npz
     python scripts/gpu/reductions.py --device cpu --out /tmp/r.npz     # no GPU: a self-test
+    python scripts/gpu/reductions.py --compare $OUT/reductions.npz       # CPU: models vs record
 
 ``torch.sum``, ``torch.softmax`` and ``F.layer_norm`` (no affine) over the last dimension of
 seeded inputs, on the device, in fp32, fp16 and bf16, at row lengths that are a power of two,
@@ -48,8 +49,93 @@ def inputs(n: int, family: str, dtype: torch.dtype, seed: int = 29) -> torch.Ten
     return x.to(dtype)
 
 
+# issue 39: what confirms the models of torch's CUDA sum / mean (torch_mma_emu.aten_cuda):
+# all-element sums from 2^20 to 2^24 (single and multi-CTA grids, which depend on the SM
+# count), their means, and views starting 1-3 elements past an aligned address
+SUM_ALL = (1 << 20, 1 << 22, 1 << 24)
+OFFSETS = (1, 2, 3)
+OFFSET_N = 4099
+
+
+def _spread(n: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, generator=g)
+    return x * torch.exp2(torch.randint(-20, 21, (n,), generator=g).float())
+
+
+def _model_arrays(device: str) -> dict:
+    """The issue-39 arrays: ``allsum_n*``, ``allmean_n*``, ``offsum_k*`` with inputs."""
+    out = {}
+    for n in SUM_ALL:
+        x = _spread(n, n)       # regenerated on the CPU by compare(): only a prefix kept
+        out[f"head_all_n{n}"] = bits(x[:64]).numpy()
+        xd = x.to(device)
+        out[f"allsum_n{n}"] = bits(xd.sum().cpu()).numpy()
+        out[f"allmean_n{n}"] = bits(xd.mean().cpu()).numpy()
+    for k in OFFSETS:
+        x = _spread(OFFSET_N + 8, 100 + k)
+        out[f"in_off_k{k}"] = bits(x).numpy()
+        out[f"offsum_k{k}"] = bits(x.to(device)[k:k + OFFSET_N].sum().cpu()).numpy()
+    return out
+
+
+def _props(device: str) -> dict:
+    if device == "cpu":
+        return {}
+    p = torch.cuda.get_device_properties(torch.device(device))
+    return {"sms": np.array(p.multi_processor_count),
+            "max_threads_per_sm": np.array(p.max_threads_per_multi_processor)}
+
+
+def compare(path: str, gpu=None) -> list[tuple[str, int, int]]:
+    """The CPU stand-in: each recorded CUDA sum / mean against torch_mma_emu.aten_cuda's
+    model on the recorded device's SM count (or ``gpu``): ``[(key, differing, total)]``."""
+    from ..aten_cuda import reduce
+    from ..registry import Gpu, gpu as find_gpu
+    z = np.load(path)
+    if gpu is None:
+        if "sms" not in z:
+            raise ValueError(f"{path}: no device properties recorded (a --device cpu "
+                             "self-test); name the GPU to compare against")
+        gpu = Gpu(str(z["device"]), "", int(z["sms"]), int(z["max_threads_per_sm"]))
+    else:
+        gpu = find_gpu(gpu)
+    f32 = lambda a: torch.from_numpy(a.astype(np.int32)).view(torch.float32)  # noqa: E731
+    rows = []
+    for key in sorted(z.files):
+        if key.startswith(("allsum_", "allmean_")):
+            suffix = key.split("_", 1)[1]
+            x = _spread(int(suffix[1:]), int(suffix[1:]))
+            if not np.array_equal(bits(x[:64]).numpy(), z["head_all_" + suffix]):
+                raise ValueError(f"{path}: the {suffix} input does not regenerate here "
+                                 "(another torch's generator?)")
+            y = reduce(x, op="sum" if key.startswith("allsum") else "mean", gpu=gpu)
+        elif key.startswith("offsum_"):
+            k = int(key.split("_k")[1])
+            y = reduce(f32(z[f"in_off_k{k}"])[k:k + OFFSET_N], gpu=gpu)
+        elif key.startswith("sum_fp32_"):
+            y = reduce(f32(z["in_" + key[4:]]), -1, gpu=gpu)
+        elif key.startswith("softmax_fp32_") and _persistent_model(key):
+            from ..aten_cuda.softmax import softmax
+            y = softmax(f32(z["in_" + key[8:]]), -1)
+        else:
+            continue
+        want = z[key].astype(np.int32).reshape(-1)
+        got = bits(y).numpy().astype(np.int32).reshape(-1)
+        rows.append((key, int((want != got).sum()), int(want.size)))
+    return rows
+
+
+def _persistent_model(key: str) -> bool:
+    """Whether the persistent softmax model covers the recorded ``key`` here (rows of at
+    most 2048 and the CUDA expf / logf models present)."""
+    from ..aten_cuda import softmax as sm
+    return int(key.rsplit("_n", 1)[1]) <= sm.MAX_ELEMENTS and sm.device_math() is not None
+
+
 def record(device: str, log=print) -> dict:
-    arrays = {}
+    arrays = _model_arrays(device)
+    arrays.update(_props(device))
     for dname, dt in DTYPES.items():
         for fam in ("normal", "spread"):
             for n in LENGTHS:
@@ -71,7 +157,20 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="reductions.npz")
     p.add_argument("--device", default="cuda", help="'cpu': a self-test without a GPU")
+    p.add_argument("--compare", metavar="NPZ", help="no recording: compare NPZ (a GPU's "
+                   "record) with the models of torch's CUDA sum / mean, on the CPU")
+    p.add_argument("--gpu", help="with --compare: the GPU row (registry.GPUS) to model "
+                   "instead of the recorded SM count")
     args = p.parse_args(argv)
+    if args.compare:
+        try:
+            rows = compare(args.compare, args.gpu)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"reductions: {e}", file=sys.stderr)
+            return 2
+        for key, bad, total in rows:
+            print(f"{key:<32} {bad:>6} of {total} differ")
+        return 0 if all(b == 0 for _, b, _ in rows) else 1
     if args.device != "cpu" and not torch.cuda.is_available():
         print("reductions: no CUDA device (--device cpu for a self-test)", file=sys.stderr)
         return 2

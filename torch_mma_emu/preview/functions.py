@@ -21,7 +21,7 @@ from typing import Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import sdpa_route
+from . import aten_reductions, sdpa_route
 from .patches import ONEDNN_OFF
 
 __all__ = ["FunctionRouter"]
@@ -98,8 +98,9 @@ class FunctionRouter(TorchFunctionMode):
             raise ValueError(f"scaled_dot_product_attention: dropout_p must be in [0, 1), "
                              f"got {p}")
         if route is sdpa_route.route:
-            return route(self.arch, self.emulated, q, k, v, mask, float(p or 0.0),
-                         bool(is_causal), scale, bool(gqa), self.mode)
+            with aten_reductions.parts_of_a_model():
+                return route(self.arch, self.emulated, q, k, v, mask, float(p or 0.0),
+                             bool(is_causal), scale, bool(gqa), self.mode)
         return route(self.arch, self.emulated, q, k, v, () if mask is None else (mask,),
                      float(p or 0.0), bool(is_causal), () if scale is None else (scale,),
                      bool(gqa))

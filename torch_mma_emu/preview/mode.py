@@ -46,7 +46,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import switches
 from ..triton import context as _triton
-from . import attention, conv, custom_ops, flex, gemm, grouped, patches, scaled, sdpa_route
+from . import (aten_reductions, attention, conv, custom_ops, flex, gemm, grouped, patches,
+               scaled, sdpa_route)
 from .attribution import LayerTracker
 from .dispatch_args import phase
 from .functions import FunctionRouter
@@ -360,6 +361,10 @@ _ROUTES = [
     (("_scaled_mm", "_scaled_mm_v2"), ("default", "out"), scaled.handle_scaled_mm),
     (("_grouped_mm",), ("default",), grouped.handle_grouped_mm),
     (("_scaled_grouped_mm",), ("default",), grouped.handle_scaled_grouped_mm),
+    # PyTorch's own CUDA reductions (torch 2.13's kernels on the target GPU)
+    (("sum",), ("default", "dim_IntList"), aten_reductions.handle_sum),
+    (("mean",), ("default", "dim"), aten_reductions.handle_mean),
+    (("_softmax", "_log_softmax"), ("default",), aten_reductions.handle_softmax),
 ]
 _HANDLERS: dict[Any, Any] = {f: handler for names, which, handler in _ROUTES
                              for name in names for f in _overloads(name, which)}

@@ -30,6 +30,7 @@ import torch
 from ..formats import (FLOAT_DTYPES, FORMATS, OUT_DTYPES, default_out, format_of_dtype,
                        get_format)
 from ..registry import ARCHS, archs_text, archs_with, canonical_arch, spec as registry_spec
+from ..schedule_fields import Schedule
 from ..spec import Spec, arch_label, as_spec
 
 __all__ = ["Plan", "Policy", "OP_KINDS", "FORMAT_CHOICES", "tf32_settings"]
@@ -151,11 +152,15 @@ def _check_schedules(schedule) -> dict:
         return {}
     if not isinstance(schedule, Mapping):
         return {"default": as_schedule(schedule)}
+    from ..cublaslt import as_choice
     out = {}
     for key, val in schedule.items():
         if key not in OP_KINDS and key != "default":
             raise ValueError(f"schedule: unknown op kind {key!r}; allowed: "
                              f"{', '.join(OP_KINDS)}, default")
+        if key == "scaled_mm" and as_choice(val) is not None:
+            out[key] = as_choice(val)      # a per-call choice (cublaslt.py)
+            continue
         out[key] = as_schedule(val)
     return out
 
@@ -168,12 +173,20 @@ class Policy:
                  fp16_accumulation: Optional[bool] = None, fp16_alt_impl: str = "off",
                  schedule=None):
         self.schedules = _check_schedules(schedule)
+        # per-call choices (a callable or a recorded table for scaled_mm: cublaslt.py)
+        self.choosers = {k: v for k, v in self.schedules.items()
+                         if v is not None and not isinstance(v, Schedule)}
+        for k in self.choosers:
+            del self.schedules[k]
         # what records call each one: the preset name given, else the schedule's description
         given = schedule if isinstance(schedule, Mapping) else {"default": schedule}
         self.schedule_names = {k: given[k] if isinstance(given[k], str) and
                                not given[k].startswith("schedule:") else v.describe()
                                for k, v in self.schedules.items() if v is not None}
+        self.schedule_names.update({k: given[k] if isinstance(given[k], str) else repr(v)
+                                    for k, v in self.choosers.items()})
         self.spec: Optional[Spec] = as_spec(arch)
+        self.target_name = arch if isinstance(arch, str) else None   # a GPU name counts
         if self.spec is not None:   # the op's schema takes the arch as a string
             self.arch = self.spec.to_string()
             self.arch_name = arch_label(self.spec)   # its description, for messages
@@ -253,6 +266,11 @@ class Policy:
         """The Schedule given for products of ``kind`` (its own entry, else "default"), or
         None when none was given."""
         return self.schedules.get(kind, self.schedules.get("default"))
+
+    def chooser_for(self, kind: str):
+        """The per-call choice given for ``kind`` (a callable taking (M, N, K, fmt_a, fmt_b,
+        out_dtype, fast_accum) and returning a Schedule, a preset name or None), or None."""
+        return self.choosers.get(kind)
 
     def schedule_name(self, kind: str) -> str:
         """How records name the schedule of ``kind`` (the preset name given, else its

@@ -5,7 +5,16 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
-__all__ = ["Record", "Recorder"]
+__all__ = ["Record", "Recorder", "KERNEL_NATIVE", "is_kernel_label"]
+
+# PyTorch's own kernels that multiply no matrices (reductions: aten_reductions.py) are
+# recorded with the format "torch <version> CUDA kernel" where modelled and KERNEL_NATIVE
+# where they ran in the CPU's order; emulated_count / native_count count products only.
+KERNEL_NATIVE = "CPU order"
+
+
+def is_kernel_label(fmt: str) -> bool:
+    return fmt == KERNEL_NATIVE or fmt.startswith("torch ")
 
 
 @dataclass(frozen=True)
@@ -23,6 +32,11 @@ class Record:
     def emulated(self) -> bool:
         return self.format != "native"
 
+    @property
+    def kernel(self) -> bool:
+        """A call of PyTorch's own non-product kernels (a reduction), not a product."""
+        return is_kernel_label(self.format)
+
 
 class Recorder:
     """Counts every call by (op, phase, format); keeps the records when ``keep`` is set."""
@@ -39,11 +53,17 @@ class Recorder:
 
     @property
     def emulated_count(self) -> int:
-        return sum(n for (op, ph, fmt), n in self.counts.items() if fmt != "native")
+        return sum(n for (op, ph, fmt), n in self.counts.items()
+                   if fmt != "native" and not is_kernel_label(fmt))
 
     @property
     def native_count(self) -> int:
         return sum(n for (op, ph, fmt), n in self.counts.items() if fmt == "native")
+
+    @property
+    def kernel_count(self) -> int:
+        """Calls of PyTorch's own non-product kernels (modelled or in the CPU's order)."""
+        return sum(n for (op, ph, fmt), n in self.counts.items() if is_kernel_label(fmt))
 
     def summary(self) -> str:
         text = format_counts(self.counts.items())

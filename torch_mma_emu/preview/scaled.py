@@ -22,7 +22,7 @@ grouped form too, grouped.py).
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import torch
@@ -30,9 +30,10 @@ import torch
 from ..formats import format_of_dtype
 from ..ops import emulated_mm, round_result
 from ..packed_layouts import ceil_div, swizzled_numel, unpack_fp4, unswizzle  # noqa: F401
-from ..registry import ARCHS, arch_of_capability
+from ..registry import ARCHS, CUBLASLT_SCALED_MM, arch_of_capability
 from .dispatch_args import bind, phase
 from .gemm import run_product
+from .scaled_epilogue import cublaslt_epilogue
 
 # torch.nn.functional.ScalingType / SwizzleType values (_scaled_mm_v2 takes them as ints)
 TENSORWISE, ROWWISE, BLOCK_1X16, BLOCK_1X32, BLOCK_1X128, BLOCK_128X128 = range(6)
@@ -287,9 +288,10 @@ def handle_scaled_mm(mode, func, args, kwargs):
         raise RuntimeError(f"{func}: out_dtype must match output matrix type "
                            f"({a['out_dtype']} vs out {out.dtype})")    # as PyTorch
     out_dtype = out.dtype if out is not None else (a.get("out_dtype") or A.dtype)
-    if not v2 and a.get("scale_result") is not None and is_fp8(out_dtype):
+    scale_result = a.get("scale_result") if not v2 and is_fp8(out_dtype) else None
+    if scale_result is not None and cublaslt_arch(mode.policy) is None:
         return _native(mode, func, args, kwargs, A, B, "scale_result (the fp8 output scale) "
-                       "is not modelled")
+                       "is modelled on " + ", ".join(CUBLASLT_SCALED_MM) + " only")
     # (cuBLAS ignores scale_result for other outputs)
     cdim = list(a.get("contraction_dim") or [])
     if cdim not in ([], [1, 0], [-1, 0]):
@@ -315,7 +317,8 @@ def handle_scaled_mm(mode, func, args, kwargs):
         raise ValueError(f"emulate({arch}): F.scaled_mm runs {sp.label.split(' (')[0]} "
                          f"({sp.recipe}) products on {arch_of_capability(only)} only "
                          "(PyTorch raises on other GPUs)")
-    return run_scaled(mode, func, sp, a.get("bias"), out_dtype, a.get("use_fast_accum"), out)
+    return run_scaled(mode, func, sp, a.get("bias"), out_dtype, a.get("use_fast_accum"), out,
+                      scale_result=scale_result, cublaslt=not v2)
 
 
 def _native(mode, func, args, kwargs, A, B, why):
@@ -327,14 +330,56 @@ def _native(mode, func, args, kwargs, A, B, why):
     return func(*args, **kwargs)
 
 
-def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
+def cublaslt_arch(policy) -> Optional[str]:
+    """The arch whose cuBLASLt ``torch._scaled_mm`` epilogue is modelled
+    (registry.CUBLASLT_SCALED_MM), when the policy emulates one; else None."""
+    if policy.spec is None and policy.arch in CUBLASLT_SCALED_MM:
+        return policy.arch
+    return None
+
+
+def _choose(policy, sp: ScaledProduct, out_dtype, fast_accum):
+    """(schedule, label) of the per-call choice given for scaled_mm, or (None, "")."""
+    chooser = policy.chooser_for("scaled_mm")
+    if chooser is None or sp.recipe != "tensorwise":
+        return None, ""
+    from ..schedule import as_schedule
+    table_arch = getattr(chooser, "arch", None)      # a recorded table's GPU (cublaslt.py)
+    if table_arch is not None and policy.spec is None and table_arch != policy.arch:
+        raise ValueError(f"emulate({policy.arch_name}): the split-K table {chooser.name} "
+                         f"was recorded on {chooser.gpu} ({table_arch}); emulate that arch, "
+                         "or give a callable / Schedule for scaled_mm")
+    M, K, N = sp.A.shape[0], sp.A.shape[1], sp.B.shape[1]
+    got = chooser(M, N, K, sp.A.dtype, sp.B.dtype, out_dtype, bool(fast_accum))
+    if got is None:
+        return None, ""
+    sched = as_schedule(got)
+    return sched, f" (chosen: {sched.describe()})"
+
+
+def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out, *,
+               scale_result=None, cublaslt: bool = False):
     """One recognised scaled product under ``mode``: block scales inside the instruction
     (MX / NVFP4), per 128-long K block (blockwise), or on the fp32 accumulator with NVIDIA's
-    fp32 promotion every ``mode.fp8_promotion`` K elements (unless ``use_fast_accum``)."""
+    fp32 promotion every ``mode.fp8_promotion`` K elements (unless ``use_fast_accum``).
+    ``cublaslt``: a ``torch._scaled_mm`` call, whose tensorwise products on the archs of
+    registry.CUBLASLT_SCALED_MM take cuBLASLt's epilogue (scaled_epilogue.py) and the
+    policy's per-call split-K choice."""
     shapes = [tuple(sp.A.shape), tuple(sp.B.shape)]
     policy = mode.policy
     nvidia = policy.spec is None and ARCHS[policy.arch].vendor == "nvidia"
-    sched = policy.schedule_for("scaled_mm")
+    epilogue = cublaslt and sp.recipe == "tensorwise" and cublaslt_arch(policy) is not None
+    chosen, chosen_label = _choose(policy, sp, out_dtype, fast_accum) if cublaslt else \
+        (None, "")
+    sched = chosen if chosen is not None else policy.schedule_for("scaled_mm")
+    M = sp.A.shape[0]
+    if epilogue and sp.A.shape[1] == 0:      # K = 0: torch zero-fills, no scale applied
+        mode.record(func, "scaled_mm", "cuBLASLt epilogue (K = 0: zeros)", shapes)
+        D = torch.zeros((M, sp.B.shape[1]), dtype=out_dtype, device=sp.A.device)
+        if out is not None:
+            out.resize_(D.shape)
+            return out.copy_(D)
+        return D
     # a schedule given for scaled_mm decides the accumulation (its promote_every or none)
     # whatever the call's use_fast_accum says, in both directions
     step = mode.fp8_promotion if (nvidia and not fast_accum and sched is None) else None
@@ -358,6 +403,8 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
                 acc = part if acc is None else acc + part
         else:
             plan = mode.plan("scaled_mm", sp.A, sp.B, phase())
+            if chosen is not None and not plan.native:
+                plan = replace(plan, schedule=None if chosen.is_plain else chosen.to_string())
             label = plan.label + (" (rowwise scales)" if sp.recipe == "rowwise" else "")
             if step is None or K <= step:
                 acc = run_product(sp.A, sp.B, plan, out_dtype=torch.float32)
@@ -369,7 +416,7 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
                     acc = part if acc is None else acc + part
                 label += f" (fp32 promotion every {step})"
             if sched is not None:
-                label += f" (schedule {policy.schedule_name('scaled_mm')})"
+                label += f" (schedule {policy.schedule_name('scaled_mm')})" + chosen_label
     except (ValueError, TypeError) as e:   # (TypeError: a Spec that takes other inputs)
         hint = ""      # (an arch's own message names the archs with block scales)
         if sp.block_a is not None and policy.spec is not None:
@@ -379,6 +426,13 @@ def run_scaled(mode, func, sp: ScaledProduct, bias, out_dtype, fast_accum, out):
         why = str(e).removeprefix("emulate: ")      # (the policy's own prefix, said once)
         raise type(e)(f"emulate({policy.arch_name}): {func} ({sp.recipe} scales): "
                       f"{why}{hint}") from None
+    if epilogue:
+        mode.record(func, "scaled_mm", label + " (cuBLASLt epilogue)", shapes)
+        D = cublaslt_epilogue(acc, sp.post, out_dtype, scale_result, bias)
+        if out is not None:
+            out.resize_(D.shape)
+            return out.copy_(D)
+        return D
     D = acc if sp.post is None else acc * sp.post
     if bias is not None:
         D = D + bias.to(torch.float32)

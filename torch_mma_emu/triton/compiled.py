@@ -16,6 +16,7 @@ import warnings
 
 import numpy as np
 
+from ..order import arith
 from . import layout, reduce
 from .target_rules import DPP_ARCHS
 
@@ -178,7 +179,7 @@ def _combine(ops, tensors, site):
                 v1, i1 = a
                 v2, i2 = b
                 if kind == "bf16":
-                    v1, v2 = reduce.bf16_to_f32(v1), reduce.bf16_to_f32(v2)
+                    v1, v2 = arith.bf16_to_f32(v1), arith.bf16_to_f32(v2)
                 better = (v1 > v2) if is_max else (v1 < v2)
                 if left:
                     better = better | ((v1 == v2) & (i1 < i2))

@@ -9,7 +9,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from . import reduce as red
+from ..order import arith as red
 
 
 class Unsupported(NotImplementedError):

@@ -14,13 +14,14 @@ in Meta's bitequiv design notes, facebookexperimental/triton ``bitequiv/design-d
 
 Broadcast bits (a layout wider than the tensor) take no part.  The result of every output
 element is the value of lane 0 / warp 0; for the commutative combines (add, max, min) every
-lane holds the same bits.  The whole tree runs as NumPy over tree levels: a reduction of
-``(..., n)`` costs ``R`` folds plus ``log2(lanes) + log2(warps)`` vectorised steps.
+lane holds the same bits.
 
-Element arithmetic is the GPU's: fp32 / fp16 / bf16 sums round each addition to the
-element type (Triton 3.6 does not widen fp16 / bf16 for ``tl.sum``: ``add.f16`` /
-``add.bf16``; ``tl.max`` / ``tl.min`` widen to fp32 in the frontend); a NaN result is the
-canonical NaN; ``max.f32`` / ``min.f32`` (``tl.maximum`` / ``tl.minimum``'s default
+The tree is an ``order.SumTree`` (:func:`sum_tree`) run by the order home's evaluator
+(``order.fold``, level by level: a reduction of ``(..., n)`` costs about ``R`` + log2(lanes)
++ log2(warps) vectorised steps).  Element arithmetic is the GPU's (``order.arith``): fp32 /
+fp16 / bf16 sums round each addition to the element type (Triton 3.6 does not widen fp16
+/ bf16 for ``tl.sum``: ``add.f16`` / ``add.bf16``; ``tl.max`` / ``tl.min`` widen to fp32 in
+the frontend); a NaN result is the canonical NaN; ``max.f32`` / ``min.f32`` (``tl.maximum`` / ``tl.minimum``'s default
 ``maxnumf`` / ``minnumf``) return the non-NaN operand and order -0 below +0.
 """
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from ..order import SumTree, arith, fold
 from .layout import Bases
 
 
@@ -90,85 +92,23 @@ def tree_of(bases: Bases, axis: int, wave64_dpp: bool = False) -> Tree:
     return Tree(idx, tuple(1 << b for b, _ in lane), tuple(1 << b for b, _ in warp), order)
 
 
-# -- element arithmetic as the GPU does it -------------------------------------------------
-_CANON = {np.dtype(np.float32): np.uint32(0x7FFFFFFF), np.dtype(np.float16): np.uint16(0x7FFF)}
+# the combine regions run as one NumPy function (ops of the TTGIR region -> the order home's
+# element arithmetic, torch_mma_emu.order.arith)
+KNOWN = {("arith.addf",): "add", ("arith.maxnumf",): "max", ("arith.minnumf",): "min",
+         ("arith.maximumf",): "maximum", ("arith.minimumf",): "minimum"}
 
 
-def canonical_nans(x: np.ndarray) -> np.ndarray:
-    """``x`` with every NaN the GPU's canonical one (``_CANON``: 0x7FFFFFFF, 0x7FFF)."""
-    nan = np.isnan(x)
-    if nan.any():
-        x = np.array(x)                   # a copy, also of a NumPy scalar
-        x.view(np.uint32 if x.dtype == np.float32 else np.uint16)[nan] = _CANON[x.dtype]
-    return x
-
-
-def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
-    return (bits.astype(np.uint32) << 16).view(np.float32)
-
-
-def f32_to_bf16(x: np.ndarray) -> np.ndarray:
-    """Round to nearest even (NaN: the canonical bf16 NaN 0x7FFF)."""
-    u = np.ascontiguousarray(x, np.float32).view(np.uint32)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(x), np.uint16(0x7FFF), r)
-
-
-def fadd(a, b, kind):
-    with np.errstate(invalid="ignore", over="ignore"):
-        if kind == "bf16":
-            return f32_to_bf16(bf16_to_f32(a) + bf16_to_f32(b))
-        return canonical_nans(a + b)
-
-
-def fmax(a, b, kind, is_max=True):
-    """``max.f32`` / ``min.f32``: the non-NaN operand; -0 < +0; NaN only if both are."""
-    if kind == "bf16":
-        return f32_to_bf16(fmax(bf16_to_f32(a), bf16_to_f32(b), "f32", is_max))
-    pick_a = (a > b) if is_max else (a < b)
-    eq = a == b
-    neg_a = np.signbit(a)
-    pick_a = pick_a | (eq & (neg_a != is_max)) | np.isnan(b)
-    return canonical_nans(np.where(pick_a, a, b))
-
-
-def fmaximum(a, b, kind, is_max=True):
-    """``maximumf`` / ``minimumf`` (propagate_nan=ALL): NaN if either is."""
-    r = fmax(a, b, kind, is_max)
-    if kind == "bf16":
-        nan = np.isnan(bf16_to_f32(a)) | np.isnan(bf16_to_f32(b))
-        return np.where(nan, np.uint16(0x7FFF), r)
-    nan = np.isnan(a) | np.isnan(b)
-    return canonical_nans(np.where(nan, np.float32(np.nan).astype(a.dtype), r))
-
-
-# the combine regions run as one NumPy function (ops of the TTGIR region -> combine)
-KNOWN = {("arith.addf",): lambda k: lambda a, b: (fadd(a[0], b[0], k),),
-         ("arith.maxnumf",): lambda k: lambda a, b: (fmax(a[0], b[0], k, True),),
-         ("arith.minnumf",): lambda k: lambda a, b: (fmax(a[0], b[0], k, False),),
-         ("arith.maximumf",): lambda k: lambda a, b: (fmaximum(a[0], b[0], k, True),),
-         ("arith.minimumf",): lambda k: lambda a, b: (fmaximum(a[0], b[0], k, False),)}
-
-
-def run(tree: Tree, arrays: list, axis: int, combine: Callable,
-        products: Optional[dict] = None) -> list:
-    """Reduce ``arrays`` (same shape) along ``axis`` in ``tree``'s order; ``combine(acc,
-    other)`` takes and returns tuples of equally shaped arrays.  ``products``: {operand j:
-    (x, y)} for an fp32 sum whose operand ``j`` is ``x * y`` contracted into the in-thread
-    fold (contract.fold_products): ``acc = fma(x_0, y_0, x_1 * y_1)`` (LLVM fuses the left
-    product of the first addition, the right one stays rounded), then ``fma(x_r, y_r, acc)``."""
-    from ..gpu_math import ieee
+def _walk(tree: Tree, xs: list, combine: Callable, fold_step: Optional[Callable] = None):
+    """The lowering's structure on ``xs`` (arrays ``(..., W, L, R)``): the in-thread folds
+    (``fold_step(r, new)`` sees each), the lane butterfly (or DPP) and the warp butterfly.
+    Run on leaf ids it builds :func:`sum_tree`."""
     W, L, R = tree.idx.shape
-    xs = [np.moveaxis(np.asarray(a), axis, -1)[..., tree.idx] for a in arrays]
-    ps = {j: [np.moveaxis(np.asarray(p), axis, -1)[..., tree.idx] for p in xy]
-          for j, xy in (products or {}).items()}
     acc = tuple(x[..., 0] for x in xs)                       # (..., W, L)
     for r in range(1, R):
-        new = list(combine(acc, tuple(x[..., r] for x in xs)))
-        for j, (px, py) in ps.items():                      # fma.rn.f32 in the fold
-            k, addend = (0, xs[j][..., 1]) if r == 1 else (r, acc[j])
-            new[j] = np.asarray(ieee.fma(px[..., k], py[..., k], addend), np.float32)
-        acc = tuple(new)
+        new = tuple(combine(acc, tuple(x[..., r] for x in xs)))
+        if fold_step is not None:
+            fold_step(r, new)
+        acc = new
     if not tree.lane_order:
         while L > 1:                                        # own + partner, high bit first
             L //= 2
@@ -186,15 +126,78 @@ def run(tree: Tree, arrays: list, axis: int, combine: Callable,
     while W > 1:
         W //= 2
         acc = tuple(combine(tuple(a[..., :W] for a in acc), tuple(a[..., W:] for a in acc)))
-    return [a[..., 0] for a in acc]
+    return acc[0][..., 0]
+
+
+_SUM_TREES: dict = {}
+
+
+def sum_tree(tree: Tree) -> tuple:
+    """The order's :class:`~torch_mma_emu.order.SumTree` over the axis positions (every
+    output element's), with the node ids of the in-thread folds: ``(tree, first, later)``,
+    ``first`` the folds of registers 0 and 1, ``later`` those adding register r > 1."""
+    key = (tree.idx.shape, tree.idx.tobytes(), tree.lane_offsets, tree.warp_offsets,
+           tree.lane_order)
+    if key in _SUM_TREES:
+        return _SUM_TREES[key]
+    n = tree.idx.size
+    nodes: list = []
+    steps: dict = {}
+
+    def combine(a, b):
+        x, y = np.broadcast_arrays(a[0], b[0])
+        ids = n + len(nodes) + np.arange(x.size).reshape(x.shape)
+        nodes.extend(("add", (int(u), int(v))) for u, v in zip(x.ravel(), y.ravel()))
+        return (ids,)
+    root = _walk(tree, [tree.idx], combine, lambda r, new: steps.setdefault(r, new[0]))
+    first = frozenset(steps[1].ravel().tolist()) if 1 in steps else frozenset()
+    later = frozenset(v for r, ids in steps.items() if r > 1 for v in ids.ravel().tolist())
+    got = (SumTree(n, nodes, root=int(root)), first, later)
+    if len(_SUM_TREES) > 256:
+        _SUM_TREES.clear()
+    _SUM_TREES[key] = got
+    return got
+
+
+def run(tree: Tree, arrays: list, axis: int, combine: Callable,
+        products: Optional[dict] = None) -> list:
+    """Reduce ``arrays`` (same shape) along ``axis`` in ``tree``'s order (its :func:`sum_tree`
+    run by the order home's evaluator, ``order.fold``); ``combine(acc, other)``
+    takes and returns tuples of equally shaped arrays.  ``products``: {operand j: (x, y)}
+    for an fp32 sum whose operand ``j`` is ``x * y`` contracted into the in-thread fold
+    (contract.fold_products): ``acc = fma(x_0, y_0, x_1 * y_1)`` (LLVM fuses the left product
+    of the first addition, the right one stays rounded), then ``fma(x_r, y_r, acc)``."""
+    st, first, later = sum_tree(tree)
+    xs = tuple(np.moveaxis(np.asarray(a), axis, -1) for a in arrays)
+    at = None
+    if products:
+        from ..gpu_math import ieee
+        ps = {j: [np.moveaxis(np.asarray(p), axis, 0) for p in xy]     # node first
+              for j, xy in products.items()}
+
+        def at(ids, left, right, a, b, new):                # fma.rn.f32 in the fold
+            one = np.fromiter((v in first for v in ids.tolist()), bool, len(ids))
+            more = np.fromiter((v in later for v in ids.tolist()), bool, len(ids))
+            if not (one.any() or more.any()):
+                return new
+            new = list(new)
+            for j, (px, py) in ps.items():
+                k = np.where(one, left, np.where(more, right, 0))   # the product's leaf
+                addend = np.where(one.reshape((-1,) + (1,) * (a[j].ndim - 1)), b[j], a[j])
+                got = np.asarray(ieee.fma(px[k], py[k], addend), np.float32)
+                pick = (one | more).reshape((-1,) + (1,) * (got.ndim - 1))
+                new[j] = np.where(pick, got, new[j])
+            return tuple(new)
+    return list(fold(st, xs, combine, at=at))
 
 
 def known_combine(ops: tuple, elem: str) -> Optional[Callable]:
     """A NumPy combine for a TTGIR region with one float operation (None: not known)."""
-    make = KNOWN.get(tuple(ops))
-    if make is None or elem not in ("f32", "f16", "bf16"):
+    name = KNOWN.get(tuple(ops))
+    if name is None or elem not in ("f32", "f16", "bf16"):
         return None
-    return make(elem)
+    f = arith.op(name, elem)
+    return lambda a, b: (f(a[0], b[0]),)
 
 
 # -- scans (tl.cumsum, tl.associative_scan) ----------------------------------------------------

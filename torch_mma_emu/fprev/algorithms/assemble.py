@@ -1,7 +1,7 @@
 """A mutable tree under construction; becomes a :class:`~..tree.SumTree` at the end."""
 from __future__ import annotations
 
-from ..tree import SumTree
+from ...order import SumTree
 
 
 class Assembler:

@@ -1,4 +1,6 @@
-"""The summation tree: how an implementation combines its n summands.
+"""The summation tree: how an implementation combines its n summands (the one tree type of
+every accumulation order: FPRev reveals them, schedules, Triton's reductions and the
+collectives produce them, :mod:`.evaluator` runs them).
 
 Leaves are the summand indices ``0..n-1``; internal nodes have ids ``n, n+1, ...``.  A node
 with two children is an addition (``"add"``: an IEEE addition, or a 2-term fused sum - the
@@ -21,7 +23,7 @@ KINDS = ("add", "fused", "exact")
 _OPEN = {"add": "(", "fused": "[", "exact": "{"}
 _CLOSE = {"(": ")", "[": "]", "{": "}"}
 _KIND_OF_OPEN = {"(": "add", "[": "fused", "{": "exact"}
-JSON_FORMAT = "torch_mma_emu.fprev.SumTree"
+JSON_FORMAT = "torch_mma_emu.fprev.SumTree"     # the name it was first stored under
 _DIGITS = frozenset("0123456789")
 
 
@@ -49,7 +51,8 @@ class SumTree:
     device, probes used, ...) and takes no part in equality.
     """
 
-    __slots__ = ("n", "kinds", "children", "root", "meta", "_parent", "_size", "_key")
+    __slots__ = ("n", "kinds", "children", "root", "meta", "_parent", "_size", "_key",
+                 "_levels")
 
     def __init__(self, n: int, nodes: Sequence[tuple[str, Sequence[int]]] = (),
                  root: int | None = None, meta: dict | None = None, *, _trusted=False):
@@ -78,6 +81,7 @@ class SumTree:
         self._parent = None
         self._size = None
         self._key = None
+        self._levels = None         # levels()
         if not _trusted:
             self._check()
 
@@ -173,6 +177,18 @@ class SumTree:
             else:
                 stack.extend(reversed(self.children[u - self.n]))
         return out
+
+    def levels(self) -> list:
+        """The internal nodes grouped by height (one more than the highest child's):
+        ``[(nodes, children), ...]`` lowest first, ``children`` the nodes' child tuples
+        (the order :func:`.evaluator.fold` runs them in).  Cached."""
+        if self._levels is None:
+            n, h, by = self.n, [0] * self.num_nodes, {}
+            for v in self.postorder():
+                h[v] = 1 + max(h[c] for c in self.children[v - n])
+                by.setdefault(h[v], []).append(v)
+            self._levels = [(by[k], [self.children[v - n] for v in by[k]]) for k in sorted(by)]
+        return self._levels
 
     def depth(self) -> int:
         """Length of the longest root-to-leaf path (a single leaf has depth 0)."""
@@ -374,9 +390,9 @@ class SumTree:
         return render(self, path, **kw)
 
     def replay(self, x, **kw):
-        """Sum ``x[..., 0:n]`` in this order (see :func:`.replay.replay`)."""
-        from .replay import replay
-        return replay(self, x, **kw)
+        """Sum ``x[..., 0:n]`` in this order (see :func:`.evaluator.evaluate`)."""
+        from .evaluator import evaluate
+        return evaluate(self, x, **kw)
 
     def subtree(self, v: int) -> "SumTree":
         """The subtree at v, leaves relabelled by rank."""

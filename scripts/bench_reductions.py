@@ -1,0 +1,44 @@
+#!/usr/bin/env python
+"""Benchmark: PyTorch's CUDA reductions modelled under ``emulate`` (issue 39) against the
+native CPU op, in one run; prints the ratio (issue 39 asks for within 10x at 4096 x 4096).
+
+    .venv/bin/python scripts/bench_reductions.py            # 4096 x 4096 fp32
+    .venv/bin/python scripts/bench_reductions.py --n 1024   # smaller, seconds
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import torch_mma_emu as tme
+from torch_mma_emu.timing import best_of
+
+CASES = (("sum", lambda x: x.sum()), ("sum(dim=-1)", lambda x: x.sum(-1)),
+         ("sum(dim=0)", lambda x: x.sum(0)), ("mean", lambda x: x.mean()))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--n", type=int, default=4096, help="rows and columns (default 4096)")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--gpu", default="H100", help="the GPU emulated (registry.GPUS)")
+    a = p.parse_args(argv)
+    if a.n < 1 or a.repeat < 1:
+        p.error("--n and --repeat must be positive")
+    x = torch.randn(a.n, a.n, generator=torch.Generator().manual_seed(0))
+    print(f"{a.n} x {a.n} fp32, {torch.get_num_threads()} CPU thread(s), emulating {a.gpu}")
+    print(f"{'op':<12} {'native ms':>10} {'emulated ms':>12} {'ratio':>7}")
+    for name, fn in CASES:
+        t_nat = best_of(lambda: fn(x), a.repeat, warm_up=True)
+
+        def emu():
+            with tme.emulate(a.gpu):
+                fn(x)
+        t_emu = best_of(emu, a.repeat, warm_up=True)
+        print(f"{name:<12} {t_nat * 1e3:>10.2f} {t_emu * 1e3:>12.2f} {t_emu / t_nat:>7.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

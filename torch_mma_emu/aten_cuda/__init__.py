@@ -1,0 +1,11 @@
+"""Models of PyTorch's own CUDA kernels (torch 2.13.0, issue 39): the reductions' launch
+configuration and summation order (config.py, reduce.py) and ``sum`` / ``mean`` on top
+(sums.py).  What was read from the binaries: facts.py."""
+from .config import Layout, ReduceConfig, set_reduce_config
+from .facts import CUDA_VERSION, TORCH_VERSION, kernel_params, version_mismatch
+from .reduce import evaluate, mean_factor, tree
+from .sums import config_for, describe, layout, reduce
+
+__all__ = ["Layout", "ReduceConfig", "set_reduce_config", "TORCH_VERSION", "CUDA_VERSION",
+           "kernel_params", "version_mismatch", "evaluate", "mean_factor", "tree",
+           "config_for", "describe", "layout", "reduce"]

@@ -1,0 +1,40 @@
+"""What was read from torch 2.13.0 (its CUDA 13.0 wheel; issue 39): the template arguments
+of the reduction kernels, ``gpu_reduce_kernel<scalar_t, out_t, vt0, input_vec_size>``:
+sums and means of 16-bit floats ``<4, 8>`` (float accumulator), of fp32 and fp64 the
+defaults ``<4, 4>`` (``input_vec_size = vt0``).
+
+Open question: later ATen sources (seen in a vendor's copy of ``ReduceSumProdKernel.cu`` /
+``ReduceMomentKernel.cu``) run fp32 sums and means whose reduced size is a multiple of 1024
+with ``<8, 8>``.  Issue 39 read ``<4, 4>`` from 2.13.0's kernel names; whether 2.13.0 also
+holds the ``<8, 8>`` instantiation is not confirmed (``FP32_VT0_8_AT_1024`` switches the
+model; the GPU step ``scripts/gpu/reductions.py`` records sums of 2^20..2^24 that decide it).
+"""
+from __future__ import annotations
+
+import torch
+
+TORCH_VERSION = "2.13.0"
+CUDA_VERSION = "13.0"
+FP32_VT0_8_AT_1024 = False
+
+_16BIT = (torch.float16, torch.bfloat16)
+
+
+def kernel_params(op: str, dtype: torch.dtype, reduce_size: int = 0) -> dict:
+    """``{"vt0", "input_vec_size"}`` of ``op``'s ("sum" / "mean") reduce kernel for input
+    ``dtype`` and ``reduce_size`` inputs per output."""
+    if dtype in _16BIT:
+        return {"vt0": 4, "input_vec_size": 8}
+    if FP32_VT0_8_AT_1024 and dtype == torch.float32 and reduce_size % 1024 == 0:
+        return {"vt0": 8, "input_vec_size": 8}
+    return {"vt0": 4, "input_vec_size": 4}
+
+
+def version_mismatch() -> str | None:
+    """A sentence when the running torch is not the version the models were read from."""
+    v = torch.__version__.split("+")[0]
+    if v == TORCH_VERSION:
+        return None
+    return (f"the CUDA kernel models were read from torch {TORCH_VERSION} (CUDA "
+            f"{CUDA_VERSION}); this is torch {torch.__version__}, whose kernels may sum in "
+            f"another order")
