@@ -50,6 +50,22 @@ PY
       || echo "[test] warning: could not install flag-gems; its tests skip"
   fi
 fi
+# timm pulls PyPI's torchvision, a CUDA build whose C extension cannot load beside a CPU torch:
+# then `import torchvision` fails and, with it, `from transformers import LlamaConfig` for a
+# user of this venv (the tests guard it; a user is not).  Pin torchvision to the CPU build of
+# the matching release (torch 2.N.P <-> torchvision 0.(N+15).P); where that cannot be had, remove
+# the broken one (transformers works without it; timm's tests skip).
+if "$VPY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torchvision') is None)" \
+    && ! "$VPY" -c "import torchvision" 2>/dev/null; then
+  TV_PIN=$("$VPY" -c 'import torch; v, _, loc = torch.__version__.partition("+"); _, m, p = v.split(".")[:3]; print(f"torchvision==0.{int(m) + 15}.{p}" + (f"+{loc}" if loc else ""))')
+  echo "[test] torchvision does not import beside $TORCH_PIN: installing $TV_PIN"
+  if ! { online && timeout "$NET_TIMEOUT" "$VPY" -m pip install -q --no-deps \
+           --index-url https://download.pytorch.org/whl/cpu "$TV_PIN" "$TORCH_PIN" \
+         && "$VPY" -c "import torchvision" 2>/dev/null; }; then
+    echo "[test] warning: no torchvision that imports here; removing it (timm's tests skip)"
+    "$VPY" -m pip uninstall -q -y torchvision
+  fi
+fi
 if command -v nvcc >/dev/null 2>&1 && [ -f scripts/check_cuda_compile.sh ]; then
   echo "[test] compiling the CUDA sources with nvcc"
   PYTHON="$VPY" bash scripts/check_cuda_compile.sh

@@ -244,8 +244,13 @@ def test_schedule_integers_are_bounded(field, value, needle):
         kw["input_precision"] = "tf32x3"
     if field == "split_grain":
         kw["split_k"] = 2
-    with pytest.raises(ValueError, match=re.escape(needle)):
-        Schedule(**kw)
+    if field == "split_k":      # MMA_EMU_MAX_SPLIT_K: checked where read or run (issue 42)
+        s = Schedule(**kw)
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            s.check_bounds()
+    else:
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            Schedule(**kw)
     text = "schedule:" + ",".join(f"{k}={v}" for k, v in kw.items())
     with pytest.raises(ValueError, match=re.escape(needle)):
         Schedule.from_string(text)
@@ -260,10 +265,13 @@ def test_schedule_bounds_hold_at_the_bound_and_move_with_the_variable(tmp_path, 
     assert Schedule(promote_every=MAX_K_FIELD).promote_every == MAX_K_FIELD
     assert Schedule(split_k=2, split_grain=MAX_K_FIELD).split_grain == str(MAX_K_FIELD)
     monkeypatch.setenv("MMA_EMU_MAX_SPLIT_K", "8")
-    assert Schedule(split_k=8).split_k == 8
+    assert Schedule(split_k=8).check_bounds().split_k == 8
     with pytest.raises(ValueError, match="split_k = 9 is above the bound of 8 .*"
                                          "MMA_EMU_MAX_SPLIT_K"):
-        Schedule(split_k=9)
+        Schedule(split_k=9).check_bounds()
+    with pytest.raises(ValueError, match="split_k = 9 is above the bound of 8 .*"
+                                         "MMA_EMU_MAX_SPLIT_K"):
+        Schedule.from_string("schedule:split_k=9")
     f = tmp_path / "s.json"
     f.write_text(json.dumps({"format": "torch_mma_emu.Schedule",
                              "schedule": "schedule:split_k=9"}))
@@ -271,3 +279,27 @@ def test_schedule_bounds_hold_at_the_bound_and_move_with_the_variable(tmp_path, 
         load_schedule(str(f))
     monkeypatch.delenv("MMA_EMU_MAX_SPLIT_K")
     assert load_schedule(str(f)).split_k == 9
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "1", "3"])
+def test_a_bad_split_k_bound_fails_the_work_not_the_import(value):
+    """Issue 42 High 1: MMA_EMU_MAX_SPLIT_K=abc (or 0, 1, 3) broke ``import torch_mma_emu``
+    and every command (the split-K presets are built at import).  The bound is checked where
+    a schedule is read or run: the import and an unsplit product work, a split one says why."""
+    import subprocess
+    import sys
+    code = ("import torch, torch_mma_emu as tme\n"
+            "A = torch.ones(4, 64, dtype=torch.half); B = torch.ones(64, 4, dtype=torch.half)\n"
+            "assert tme.emulated_mm(A, B, arch='sm90')[0, 0].item() == 64\n"
+            "try:\n"
+            "    tme.emulated_mm(A, B, arch='sm90', schedule='cublas_split_k_4')\n"
+            "except ValueError as e:\n"
+            "    print('ERR', e)\n")
+    env = dict(os.environ, MMA_EMU_MAX_SPLIT_K=value)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "ERR" in r.stdout and "MMA_EMU_MAX_SPLIT_K" in r.stdout, r.stdout
+    r = subprocess.run([sys.executable, "-m", "torch_mma_emu", "archs"], capture_output=True,
+                       text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]

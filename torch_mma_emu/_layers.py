@@ -14,8 +14,8 @@ P = "torch_mma_emu"
 # (layer, what it holds, modules and packages)
 LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     ("data", "format, elementary-operation, instruction and string tables; process-wide "
-             "switches, bounds, timing: helpers that import nothing of the layers above",
-     ("formats", "elementary", "tf32", "isa", "codec", "limits", "switches", "timing", "text_table", "_dev_layout",
+             "switches, bounds, safe file writes, timing: helpers that import nothing of the layers above",
+     ("formats", "elementary", "tf32", "isa", "codec", "limits", "files", "switches", "timing", "text_table", "_dev_layout",
       "_C", "_layers")),
     ("model", "what an instruction computes: Spec, the arch registry, input families, the "
               "pure-Python reference, the GPU's float32 math instructions, accumulation "

@@ -51,6 +51,11 @@ def _subparser(parser: argparse.ArgumentParser, args) -> argparse.ArgumentParser
 
 
 def main(argv=None) -> int:
+    if sys.stdout is None:              # `mma-emu archs >&-`: Python has no stdout at all
+        if sys.stderr is not None:
+            print("mma-emu: error: standard output is closed (>&-); give the command "
+                  "somewhere to write (> /dev/null discards it)", file=sys.stderr)
+        return 2
     try:
         parser = build_parser()
         args = parser.parse_args(argv)

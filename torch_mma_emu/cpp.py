@@ -19,6 +19,7 @@ from . import _C, cuda_archs
 from .formats import NAN_STYLES
 from . import elementary
 from .isa import KERNEL_TYPES, KERNELS
+from .limits import check_settings
 from .spec import Spec
 
 LAYOUT: dict = _C._layout()
@@ -105,6 +106,8 @@ def call(op: str, *args):
     are ValueError (the kernels throw std::invalid_argument)."""
     if args[0].is_cuda:
         cuda_archs.check(args[0].device)
+    else:     # MMA_EMU_SCALAR / _CPU_ISA / _CPU_BLOCK_BYTES parsed here: C++ sees only these
+        check_settings()
     try:
         return getattr(torch.ops.mma_emu, op)(*args)
     except RuntimeError as e:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from . import codec
-from .limits import LimitError, check
+from .limits import check
 from .schedule_split import GRAIN_CUBLAS, MERGES
 from .schedule_tree import parse_tree, tree_text
 
@@ -24,7 +24,7 @@ INPUT_PRECISIONS = ("tf32", "tf32_rn", "tf32x3", "ieee")
 C_MODES = ("chain", "epilogue")
 # The bound of the K-length fields (promote_every, dot_k, residue_tile, split_grain): the
 # kernels count products in 32-bit ints, so no K is longer and a longer field means nothing.
-# split_k is bounded by limits.py (MMA_EMU_MAX_SPLIT_K).
+# split_k is bounded by limits.py (MMA_EMU_MAX_SPLIT_K) where it is read or run: check_bounds.
 MAX_K_FIELD = (1 << 31) - 1
 
 
@@ -82,12 +82,6 @@ class Schedule:
             if isinstance(v, int) and not isinstance(v, bool) and v > MAX_K_FIELD:
                 errs.append(f"{name} = {v} is above the bound of {MAX_K_FIELD} (2^31 - 1: no "
                             "kernel runs a longer K)")
-        if isinstance(self.split_k, int) and not isinstance(self.split_k, bool) and \
-                self.split_k > 1:
-            try:
-                check("split_k", self.split_k, "split_k")
-            except LimitError as e:
-                errs.append(str(e))
         if isinstance(self.split_k, int) and self.split_k < 1:
             errs.append(f"split_k must be >= 1, got {self.split_k}")
         if isinstance(self.promote_every, int) and not isinstance(self.promote_every, bool) \
@@ -227,7 +221,18 @@ class Schedule:
 
     @classmethod
     def from_string(cls, s: str) -> "Schedule":
-        return cls(**codec.decode("schedule", s, FIELD_KINDS))
+        """The schedule a string names; a user's text, so its split_k is held to
+        MMA_EMU_MAX_SPLIT_K here (as where the schedule runs: :meth:`check_bounds`)."""
+        return cls(**codec.decode("schedule", s, FIELD_KINDS)).check_bounds()
+
+    def check_bounds(self) -> "Schedule":
+        """This schedule when its split_k is within MMA_EMU_MAX_SPLIT_K (limits.py), else
+        :class:`.limits.LimitError`.  Checked where a schedule is read from a user or run,
+        never at construction: the presets are built at import, and a malformed variable
+        must fail the work that uses it, not ``import torch_mma_emu``."""
+        if self.split_k > 1:
+            check("split_k", self.split_k, "split_k")
+        return self
 
     def to_dict(self, **meta) -> dict:
         """JSON-ready form; ``meta`` (provenance: target, arch, ...) is stored alongside."""

@@ -3,11 +3,11 @@ block-scaled products and slices that do not start on whole instructions): slice
 promotion blocks as chains over K ranges, in one batched call where their lengths agree."""
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import torch
 
+from .limits import limit as bound, setting
 from .tf32 import tf32x3_split
 
 __all__ = ["run_chains", "scaled_chains", "f32dottc_tf32x3", "check_partials",
@@ -20,10 +20,7 @@ def check_partials(n: int, Bt: int, M: int, N: int, es: int) -> None:
     """The _gemm route holds one (batch, M, N) result per chain: refuse before the work when
     they pass MMA_EMU_SCHED_PARTIAL_BYTES (default 2 GiB).  The CPU's CHAIN route holds
     none (its stack is a few entries deep, whatever split_k is)."""
-    raw = os.environ.get(PARTIALS_ENV, "").strip()
-    if raw and (not raw.isascii() or not raw.isdigit() or int(raw) < 1):
-        raise ValueError(f"{PARTIALS_ENV}={raw!r}: expected a positive decimal integer (bytes)")
-    limit = int(raw) if raw else 2 << 30
+    limit = bound("partial_bytes")
     need = n * Bt * M * N * es
     if need > limit:
         raise ValueError(f"schedule: {n} chains (slices x promotion blocks) each keep a "
@@ -39,10 +36,7 @@ def check_node_products(K: int) -> None:
     """A residue-tile schedule runs as per-element NODE ops, a program of about 2.3 words
     per product (a K = 10^7 GEMV: 1.4 GB): refuse K past MMA_EMU_SCHED_MAX_NODE_PRODUCTS
     (default 2^20) before the work."""
-    raw = os.environ.get(NODES_ENV, "").strip()
-    if raw and (not raw.isascii() or not raw.isdigit() or int(raw) < 1):
-        raise ValueError(f"{NODES_ENV}={raw!r}: expected a positive decimal integer")
-    limit = int(raw) if raw else 1 << 20
+    limit = bound("node_products")
     if K > limit:
         raise ValueError(f"schedule: residue_tile runs every product as a NODE op of the "
                          f"per-element interpreter (a program of about 2.3 words per product); "
@@ -51,8 +45,7 @@ def check_node_products(K: int) -> None:
 
 def _block_bytes() -> int:
     """The CPU kernel's K block budget (MMA_EMU_CPU_BLOCK_BYTES, default 32 MiB)."""
-    raw = os.environ.get("MMA_EMU_CPU_BLOCK_BYTES", "").strip()
-    return int(raw) if raw.isascii() and raw.isdigit() and int(raw) > 0 else 32 << 20
+    return setting("cpu_block_bytes")
 
 
 def f32dottc_tf32x3(ah, bh, al, bl, acc, dot: Callable, zero):

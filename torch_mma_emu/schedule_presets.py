@@ -15,7 +15,7 @@ def load_schedule(x: str) -> Schedule:
     preset name or a serialised schedule (the CLI's ``--schedule``)."""
     import json
     import os
-    if isinstance(x, str) and os.path.isfile(x):
+    if isinstance(x, str) and os.path.exists(x) and not os.path.isdir(x):   # FIFO: refused
         from .limits import check_file
         check_file(x, "the schedule file")          # before reading it
         try:

@@ -135,6 +135,7 @@ def run_scheduled(sched: Schedule, spec: Spec, a3, b3, c3, has_c: bool,
         return [_PARTIAL, len(jobs) - 1]
 
     slice_code = []
+    sched.check_bounds()            # MMA_EMU_MAX_SPLIT_K: where the slices are made
     ranges, empties = k_slices(K, grain, sched.split_k, sched.split_grain is not None)
     pe, seq = sched.promote_every, None
     if inline and pe is None and sched.residue_tile is None and len(ranges) > 2 and \

@@ -16,6 +16,7 @@ import sys
 from ..cli_args import (Parser, add_command, arch_name, bounded, examples, finite_float,
                          format_list, integer, one_line, positive_int)
 from ..codec import decimal_int
+from ..files import atomic_write, regular_file
 from ..limits import check
 from ..registry import DEFAULT_ARCH
 from .collectives import BACKENDS
@@ -197,10 +198,12 @@ def handler(args) -> int:
     """Run ``mma-emu reveal ...``; returns the exit code."""
     from . import (FPRevError, reveal_allreduce, reveal_dot, reveal_matmul, reveal_mv,
                    reveal_sum)
-    if args.out:            # before any work: a bad path should not cost a revelation
-        why = _bad_out(args.out)
+    for flag in ("out", "schedule_out"):   # before any work: a bad path costs no revelation
+        path = getattr(args, flag, None)
+        why = path and (_bad_out(path) if flag == "out" else _not_regular(path))
         if why:
-            print(f"mma-emu reveal: error: --out {args.out}: {why}", file=sys.stderr)
+            print(f"mma-emu reveal: error: --{flag.replace('_', '-')} {path}: {why}",
+                  file=sys.stderr)
             return 2
     try:
         if args.target == "allreduce":
@@ -249,7 +252,7 @@ def handler(args) -> int:
     if args.out:
         try:
             _write(tree, args.out)
-        except (OSError, RuntimeError, ImportError) as e:
+        except (OSError, RuntimeError, ImportError, ValueError) as e:
             print(f"mma-emu reveal: error: writing {args.out}: {one_line(e)}", file=sys.stderr)
             return 2
         print(f"wrote {args.out}")
@@ -259,9 +262,8 @@ def handler(args) -> int:
         d = Schedule.from_tree(tree).to_dict(
             target=str(meta["target"]), k=args.k, with_c=args.with_c, dtype=args.dtype)
         try:
-            with open(args.schedule_out, "w") as f:
-                json.dump(d, f, indent=1)
-        except OSError as e:
+            atomic_write(args.schedule_out, json.dumps(d, indent=1))
+        except (OSError, ValueError) as e:
             print(f"mma-emu reveal: error: writing {args.schedule_out}: {one_line(e)}",
                   file=sys.stderr)
             return 2
@@ -289,17 +291,24 @@ def _bad_out(path: str) -> str:
         return f"no folder {folder}"
     if ext in (".png", ".svg", ".pdf") and shutil.which("dot") is None:
         return "pictures need graphviz's dot on the PATH; write .dot, .txt or .json instead"
+    return _not_regular(path)
+
+
+def _not_regular(path: str) -> str:
+    """Why an output ``path`` is refused: it exists and is not a regular file ('' if fine)."""
+    try:
+        regular_file(path, "output", may_be_missing=True)
+    except ValueError as e:
+        return str(e).split(f"{path} ", 1)[-1]
     return ""
 
 
 def _write(tree, path: str) -> None:
     ext = os.path.splitext(path)[1].lower()
     if ext == ".json":
-        with open(path, "w") as f:
-            f.write(tree.to_json(indent=1))
+        atomic_write(path, tree.to_json(indent=1))
     elif ext == ".txt":
-        with open(path, "w") as f:
-            f.write(tree.to_text() + "\n")
+        atomic_write(path, tree.to_text() + "\n")
     else:
         tree.render(path)
 
@@ -312,8 +321,7 @@ def _report_collective(res, args) -> int:
     if args.out:
         root, ext = os.path.splitext(args.out)
         if ext.lower() == ".json":
-            with open(args.out, "w") as f:
-                json.dump(res.to_dict(), f, indent=1)
+            atomic_write(args.out, json.dumps(res.to_dict(), indent=1))
             print(f"wrote {args.out}")
         else:
             for i, t in enumerate(res.trees()):

@@ -14,6 +14,7 @@ import time
 import numpy as np
 import torch
 
+from ..limits import check
 from ..registry import DEFAULT_ARCH
 from .algorithms.fast import reveal_default
 from .algorithms.paper import basic_fprev, fprev, modified_fprev
@@ -58,6 +59,8 @@ def reveal_target(target: Target, *, algorithm: str = "default", verify: bool = 
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    if algorithm == "basic":     # n^2 / 2 probes and pairs: its own bound, before the work
+        check("reveal_basic_n", target.n, "n of algorithm='basic'")
     update, bar = _bar(progress)
     gc_on = gc.isenabled()
     gc.disable()  # millions of short-lived tuples: collection passes cost more than probes

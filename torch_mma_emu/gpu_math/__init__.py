@@ -192,6 +192,11 @@ def evaluate(name: str, x, y=None, z=None) -> np.ndarray:
                         f"operand(s) (x{', y' if rec.arity > 1 else ''}"
                         f"{', z' if rec.arity > 2 else ''})")
     arrs = np.broadcast_arrays(*[_as_f32(v, name, w) for v, w in zip(args, "xyz")])
+    with np.errstate(all="ignore"):     # NaN / inf inputs are values here, not errors (-W error)
+        return _evaluate(rec, arrs)
+
+
+def _evaluate(rec, arrs) -> np.ndarray:
     shape = arrs[0].shape
     flat = [np.ascontiguousarray(a).reshape(-1) for a in arrs]
     n = flat[0].size

@@ -195,7 +195,8 @@ def _float(op, vals):
         b = _b(flush(fs[0])) if ftz else vals[0]
         return b ^ np.uint32(0x80000000) if name == "neg" else b & np.uint32(0x7FFFFFFF)
     if op in FUNCTIONS:
-        return _b(FUNCTIONS[op].fn(*fs))
+        with np.errstate(all="ignore"):     # signalling NaNs are operands, not errors
+            return _b(FUNCTIONS[op].fn(*fs))
     raise Unsupported(op)
 
 

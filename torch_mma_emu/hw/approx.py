@@ -30,11 +30,14 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import shutil
 import sys
 import time
 from collections import deque
 
 import numpy as np
+
+from .. import files
 
 # PTX instruction -> (number of operands, the body of its inline assembly on .f32 registers)
 INSTRUCTIONS = {
@@ -267,6 +270,12 @@ def render(rec: dict, sw: dict, models: dict, device: str, seconds: float) -> st
     return "\n".join(lines) + "\n"
 
 
+def _save_npz(path: str, arrays: dict) -> None:
+    """The arrays into ``path`` (.npz), all or nothing (torch_mma_emu.files)."""
+    with files.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez_compressed(f, **arrays)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", default="approx.npz")
@@ -307,13 +316,18 @@ def main(argv=None) -> int:
     ins = recording_inputs()
     arrays = {"x": ins["x"], "x2": ins["x2"], "y": ins["y"]}
     rec = {}
+    parts = args.out + ".parts"       # one .npy per instruction as it is recorded: a kill
+    os.makedirs(parts, exist_ok=True)  # keeps every earlier one (the .npz is written once)
     for name in names:
         try:
             arrays[name.replace(".", "_")] = hw_fn(name, *operands(name, ins))
             rec[name] = arrays[name.replace(".", "_")].size
+            with files.atomic_path(os.path.join(parts, name.replace(".", "_") + ".npy")) as t:
+                np.save(t, arrays[name.replace(".", "_")])
         except Exception as e:  # noqa: BLE001   (one instruction failing must not stop the rest)
             log(f"[approx] {name}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
-        np.savez_compressed(args.out, **arrays)
+    _save_npz(args.out, arrays)
+    shutil.rmtree(parts, ignore_errors=True)     # all in the .npz now
     log(f"[approx] recorded {len(rec)} instructions into {args.out} "
         f"({os.path.getsize(args.out)} bytes)")
     swept = sorted((n for n in names if n in models and n in rec), key=lambda n: not models[n])
@@ -321,9 +335,8 @@ def main(argv=None) -> int:
     for name, s in sw.items():
         if s["kept"]:
             arrays["mismatch_" + name.replace(".", "_")] = np.concatenate(s["kept"], 1)[:, :KEEP]
-    np.savez_compressed(args.out, **arrays)
-    with open(args.report, "w") as f:
-        f.write(render(rec, sw, models, device, time.time() - t0))
+    _save_npz(args.out, arrays)
+    files.atomic_write(args.report, render(rec, sw, models, device, time.time() - t0))
     log(f"[approx] report {args.report}; {time.time() - t0:.0f} s")
     if args.stand_in:
         return 1 if any(s["mismatches"] for n, s in sw.items() if n != args.perturb) else 0

@@ -26,7 +26,7 @@ class Archive:
                 with tarfile.open(path) as t:
                     self.names = set(t.getnames())
             except (tarfile.TarError, OSError):
-                os.replace(path, path + ".broken")
+                os.replace(path, _free_name(path + ".broken"))   # never over an earlier one
 
     def add(self, name: str, obj) -> str | None:
         """Store ``obj`` (torch.save) as ``name``; the member's address, or None when there is
@@ -34,7 +34,7 @@ class Archive:
         if not self.path:
             return None
         buf = io.BytesIO()
-        torch.save(obj, buf)
+        torch.save(plain(obj), buf)
         data = buf.getvalue()
         size = os.path.getsize(self.path) if os.path.exists(self.path) else 0
         if size + len(data) + 1024 > self.cap:
@@ -52,12 +52,45 @@ class Archive:
         return f"{os.path.basename(self.path)}:{name}"
 
 
+def _free_name(path: str) -> str:
+    """``path``, or ``path.2``, ``path.3``, ...: the first that does not exist."""
+    n, cand = 1, path
+    while os.path.lexists(cand):
+        n += 1
+        cand = f"{path}.{n}"
+    return cand
+
+
+_PLAIN = (str, int, float, bool, type(None), torch.Tensor, torch.dtype, torch.device)
+
+
+def plain(obj):
+    """``obj`` with only what ``torch.load(weights_only=True)`` reads back: dicts, lists and
+    tuples of tensors, numbers, strings and dtypes; anything else becomes its ``str``."""
+    if isinstance(obj, dict):
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(plain(v) for v in obj) if type(obj) in (list, tuple) else \
+            [plain(v) for v in obj]
+    return obj if isinstance(obj, _PLAIN) else str(obj)
+
+
 def read_archive(path: str) -> dict:
-    """{member name: loaded object}: the mismatches of a run, to re-run them on any machine."""
+    """{member name: loaded object}: the mismatches of a run, to re-run them on any machine.
+    Members are read with ``weights_only=True``: tensors and plain containers only, never
+    code (a member that holds anything else is refused, named)."""
     out = {}
     with tarfile.open(path) as t:
         for m in t.getmembers():
-            out[m.name] = torch.load(io.BytesIO(t.extractfile(m).read()), weights_only=False)
+            f = t.extractfile(m) if m.isfile() else None
+            if f is None:
+                raise ValueError(f"{path}: member {m.name!r} is not a regular file")
+            try:
+                out[m.name] = torch.load(io.BytesIO(f.read()), weights_only=True)
+            except Exception as e:  # noqa: BLE001  (pickle.UnpicklingError and its kin)
+                first = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+                raise ValueError(f"{path}: member {m.name!r} is not an archive entry "
+                                 f"(tensors, numbers, strings; never code): {first}") from None
     return out
 
 

@@ -7,6 +7,7 @@ import time
 
 import torch
 
+from .. import files
 from ..formats import INT_OF_SIZE
 from ..ops import emulated_mm
 
@@ -57,11 +58,9 @@ def safe_name(s: str) -> str:
 
 
 def atomic_write(path: str, text: str) -> None:
+    """``text`` into ``path`` (its folder made), all or nothing (torch_mma_emu.files)."""
     os.makedirs(os.path.dirname(os.path.abspath(path)) or ".", exist_ok=True)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    files.atomic_write(path, text)
 
 
 def sticky_cuda_error(dev) -> str | None:

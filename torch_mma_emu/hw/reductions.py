@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .. import files
 from .common import bits
 
 LENGTHS = (1024, 4099, 16384)
@@ -177,7 +178,8 @@ def main(argv=None) -> int:
     arrays = record(args.device)
     arrays["device"] = np.array(torch.cuda.get_device_name() if args.device != "cpu" else "cpu")
     arrays["torch"] = np.array(torch.__version__)
-    np.savez_compressed(args.out, **arrays)
+    with files.atomic_path(args.out) as tmp, open(tmp, "wb") as f:
+        np.savez_compressed(f, **arrays)       # all or nothing
     print(f"[reductions] {len(arrays) - 2} arrays into {args.out} in {time.time() - t0:.1f} s",
           flush=True)
     return 0

@@ -21,6 +21,7 @@ import time
 
 import torch
 
+from .. import files
 from ..formats import FLOAT_DTYPES
 from ..ops import emulated_mm
 from ..registry import DEFAULT_ARCH
@@ -145,7 +146,6 @@ def main(argv=None) -> int:
                       f"{[s.describe() for s in top]}", file=sys.stderr)
     lines += ["", f"({time.time() - t0:.0f} s; `python scripts/gpu/schedules.py"
                   f"{' --stand-in' if stand else ''}`)"]
-    with open(args.out, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    files.atomic_write(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}")
     return 1 if failed else 0

@@ -10,6 +10,8 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING
 
+from ..files import atomic_path, atomic_write
+
 if TYPE_CHECKING:           # tree.py imports this module (SumTree.render)
     from .tree import SumTree
 
@@ -55,16 +57,16 @@ def render(tree: SumTree, path, *, title: str | None = None, fmt: str | None = N
         raise FileNotFoundError(f"cannot render to {path!r}: no folder {folder}")
     src = to_dot(tree, title=title or tree.describe())
     if fmt == "dot":
-        with open(path, "w") as f:
-            f.write(src)
+        atomic_write(path, src)
         return path
     exe = shutil.which("dot")
     if exe is None:
         raise RuntimeError("rendering needs the Graphviz 'dot' program (apt-get install "
                            "graphviz); to_dot() gives the DOT text without it")
-    proc = subprocess.run([exe, f"-T{fmt}", "-o", path], input=src.encode(),
-                          capture_output=True)
-    if proc.returncode:
-        why = " ".join(proc.stderr.decode(errors="replace").split())[:300]
-        raise RuntimeError(f"cannot render to {path!r}: Graphviz dot failed ({why})")
+    with atomic_path(path) as tmp:        # Graphviz writes a temporary file: all or nothing
+        proc = subprocess.run([exe, f"-T{fmt}", "-o", tmp], input=src.encode(),
+                              capture_output=True)
+        if proc.returncode:
+            why = " ".join(proc.stderr.decode(errors="replace").split())[:300]
+            raise RuntimeError(f"cannot render to {path!r}: Graphviz dot failed ({why})")
     return path

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import threading
 import warnings
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from torch.autograd.graph import register_multi_grad_hook
 from torch.utils._pytree import tree_flatten
 from torch.utils.module_tracker import ModuleTracker
 
+from ..files import atomic_path
 from . import module_hooks
 from .divergence import divergence
 
@@ -286,7 +288,8 @@ class Report:
         ax.set_xlabel(f"relative L2 error of the layer output vs {self.reference}")
         ax.set_title(f"{self.arch}: per-layer divergence (grey: no product inside)")
         fig.tight_layout()
-        fig.savefig(path, dpi=110)
+        with atomic_path(path) as tmp:       # all or nothing (torch_mma_emu.files)
+            fig.savefig(tmp, dpi=110, format=os.path.splitext(path)[1][1:] or None)
         plt.close(fig)
         return path
 

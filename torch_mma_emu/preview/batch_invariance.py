@@ -27,12 +27,15 @@ fused sums ...".  Each tree costs about K emulated runs.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import re
 import warnings
 from collections import Counter
 from typing import Callable, Sequence
 
 import torch
+
+from .records import SCHEDULE_ASSUMPTION
 
 _INT = {2: torch.int16, 4: torch.int32, 8: torch.int64, 1: torch.int8}
 
@@ -57,6 +60,7 @@ class InvarianceReport:
     configs: dict                      # batch size -> {item: value}
     differences: dict                  # item -> {batch size: value}, items that vary
     trees: dict = dataclasses.field(default_factory=dict)   # row -> {batch size: FPRev tree}
+    torch_products: bool = False       # torch products ran: the report rests on SCHEDULE_ASSUMPTION
 
     @property
     def rows(self) -> list:
@@ -81,6 +85,9 @@ class InvarianceReport:
         for row, per in self.trees.items():
             lines.append(f"summation tree of row {row} (FPRev):")
             lines += [f"  b={b}: {d}" for b, d in per.items()]
+        if self.torch_products:
+            lines.append(SCHEDULE_ASSUMPTION + ": a GPU may change bits with the batch "
+                         "size where this says they do not")
         return "\n".join(lines)
 
 
@@ -136,6 +143,12 @@ def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], a
     the result itself, or its first element when it is a tuple / list)."""
     from ..triton.context import emulate
     from .mode import emulate as torch_emulate
+    if isinstance(batch_sizes, (str, bytes)) or not all(
+            isinstance(b, numbers.Integral) and not isinstance(b, bool) for b in batch_sizes):
+        raise TypeError("batch_invariance: batch_sizes must be ints (no bools, floats or "
+                        f"strings), got {list(batch_sizes)!r}")
+    if isinstance(tree_rows, bool) or not isinstance(tree_rows, int) or tree_rows < 1:
+        raise ValueError(f"batch_invariance: tree_rows must be an int >= 1, got {tree_rows!r}")
     sizes = sorted({int(b) for b in batch_sizes})
     if len(sizes) < 2 or sizes[0] < 1:
         raise ValueError("batch_invariance: give at least two distinct batch sizes >= 1, "
@@ -153,14 +166,22 @@ def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], a
                          f"position (x: (batch, K), w: (K, N)), got {trees!r}")
 
     def pick(res):
-        return output(res) if output else (res[0] if isinstance(res, (tuple, list)) else res)
+        if output:
+            return output(res)
+        if isinstance(res, (tuple, list)):
+            if not res:
+                raise ValueError("batch_invariance: fn returned an empty "
+                                 f"{type(res).__name__}; return the tensor to compare (or "
+                                 "pass output=)")
+            return res[0]
+        return res
 
     def quiet(f, call):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             with torch_emulate(arch), emulate(arch):
                 return f(*call)
-    outs, configs = {}, {}
+    outs, configs, torch_products = {}, {}, False
     for b in sizes:
         sub = [a[:b] if isinstance(a, torch.Tensor) and a.dim() and a.shape[0] == big else a
                for a in args]
@@ -175,6 +196,7 @@ def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], a
                              f"{getattr(res, 'shape', type(res).__name__)}")
         outs[b] = res.detach().cpu()
         configs[b] = _config(em.launches, em, pm)
+        torch_products = torch_products or any(fmt != "native" for (_, _, fmt) in pm.counts)
     changes = []
     for r in range(big):
         holders = [b for b in sizes if b > r]
@@ -206,4 +228,4 @@ def batch_invariance(fn: Callable, args: Sequence, batch_sizes: Sequence[int], a
             found[c.row] = {g[0]: _tree(fn, args, g[0], big, c.row, trees[0], trees[1],
                                         quiet, pick) for g in c.groups}
     name = arch if isinstance(arch, str) else getattr(arch, "describe", lambda: str(arch))()
-    return InvarianceReport(name, sizes, changes, configs, differences, found)
+    return InvarianceReport(name, sizes, changes, configs, differences, found, torch_products)

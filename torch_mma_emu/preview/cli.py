@@ -26,7 +26,8 @@ import torch
 
 from ..cli_args import bounded, seed
 from ..codec import decimal_int
-from ..limits import LimitError, check
+from ..files import atomic_path, atomic_write, regular_file
+from ..limits import BOUNDS, MIB, LimitError, check, limit
 from ..registry import ARCHS, canonical_arch
 from .model_preview import FORMATS, MODEL_DTYPE, preview_model, run_options, runs_for
 
@@ -44,7 +45,8 @@ def load_model(spec: str, kwargs: dict):
         raise ValueError(f"--model {spec}: cannot import it ({e})") from None
     if not callable(factory):
         raise ValueError(f"--model {spec}: {fn} is not callable")
-    made = factory(**kwargs)
+    with _BoundedBuild(f"--model {spec} with --model-kwargs {json.dumps(kwargs)[:80]}"):
+        made = factory(**kwargs)
     if isinstance(made, tuple):
         model, example = made
         return model, (example,) if isinstance(example, torch.Tensor) else tuple(example)
@@ -52,6 +54,35 @@ def load_model(spec: str, kwargs: dict):
         raise ValueError(f"--model {spec} returned {type(made).__name__}, not an nn.Module "
                          "(or a (module, example_input) pair)")
     return made, None
+
+
+class _BoundedBuild(torch.overrides.TorchFunctionMode):
+    """Counts the bytes of the new storages the model's factory makes and stops it (a
+    LimitError) when they pass MMA_EMU_MAX_MODEL_MIB: a model asked to be huge is refused
+    while it is built, before it takes the machine's memory."""
+
+    def __init__(self, what: str):
+        super().__init__()
+        self.what, self.top = what, limit("model_mib") * MIB
+        self.seen: set = set()
+        self.bytes = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.device.type != "meta":
+            try:
+                st = out.untyped_storage()
+                key = (st.data_ptr(), st.nbytes())
+            except (RuntimeError, NotImplementedError):
+                return out
+            if key not in self.seen:
+                self.seen.add(key)
+                self.bytes += key[1]
+                if self.bytes > self.top:
+                    b = BOUNDS["model_mib"]
+                    raise LimitError(f"{self.what}: its tensors pass the bound of "
+                                     f"{self.top // MIB} {b.what}; set {b.env} to raise it")
+        return out
 
 
 def make_input(spec: str, seed: int) -> torch.Tensor:
@@ -228,7 +259,8 @@ def plot(res, layers, path, title) -> None:
         fig.colorbar(im, ax=ax, fraction=0.046)
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, format="png")
     plt.close(fig)
 
 
@@ -273,6 +305,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+REPORT_FORMAT = "torch_mma_emu.preview"     # the JSON's "format": what --out may replace
+
+
 def _out_paths(out: str) -> tuple[str, str]:
     if out.lower().endswith(".png"):
         return out, out[:-4] + ".json"
@@ -309,7 +344,25 @@ def _check_args(args) -> tuple[list, list]:
     folder = os.path.dirname(png) or "."
     if os.path.exists(folder) and not os.path.isdir(folder):
         raise ValueError(f"--out: {folder} is not a folder")
+    for path in (png, js):
+        regular_file(path, "--out: the output", may_be_missing=True)
+    if os.path.exists(js) and not _is_report(js):      # the user named the .png, not this
+        raise ValueError(f"--out {args.out} writes its numbers to {js}, which exists and is "
+                         "not a preview report: move it, or choose another --out")
     return archs, formats
+
+
+def _is_report(path: str) -> bool:
+    """Whether ``path`` holds a report this command wrote (replacing it is expected)."""
+    try:
+        if os.path.getsize(path) > 64 * 1024 * 1024:
+            return False
+        with open(path, encoding="utf-8") as f:
+            d = json.load(f)
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(d, dict) and (d.get("format") == REPORT_FORMAT or
+                                    {"model", "layers", "runs"} <= set(d))
 
 
 def run(args) -> int:
@@ -353,15 +406,14 @@ def run(args) -> int:
     print(render(res, names))
     png, js = _out_paths(args.out)
     os.makedirs(os.path.dirname(png) or ".", exist_ok=True)
-    dump = dict(model=args.model, layers=names, wall_seconds=wall, runs=[
+    dump = dict(format=REPORT_FORMAT, model=args.model, layers=names, wall_seconds=wall, runs=[
         dict(format=r.fmt, arch=r.arch, options={k: str(v) for k, v in r.options.items()},
              vs_fp64=r.vs_fp64, top1_vs_fp64=r.top1_vs_fp64, seconds=r.seconds,
              native_seconds=r.native_seconds,
              counts={" | ".join(k): v for k, v in r.counts.items()}) for r in res.runs],
         between={f: {f"{a} vs {b}": p for (a, b), p in pairs.items()}
                  for f, pairs in res.between.items()})
-    with open(js, "w") as fh:
-        json.dump(dump, fh, indent=1, default=lambda x: None if x != x else x)
+    atomic_write(js, json.dumps(dump, indent=1, default=lambda x: None if x != x else x))
     if not args.no_plot:
         try:
             import matplotlib  # noqa: F401

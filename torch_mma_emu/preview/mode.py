@@ -116,6 +116,7 @@ class _Reentered:
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_OPEN = threading.local()       # .stack: this thread's open EmulateModes, innermost last
 
 
 class EmulateMode(TorchDispatchMode):
@@ -161,12 +162,21 @@ class EmulateMode(TorchDispatchMode):
                 entered.append(self.layer_tracker)
             self._router.__enter__()
             entered.append(self._router)
-            return super().__enter__()
+            out = super().__enter__()
+            _OPEN.stack = getattr(_OPEN, "stack", []) + [self]
+            return out
         except BaseException:
             self._leave(entered)
             raise
 
     def __exit__(self, exc_type, exc_val, exc_tb):
+        stack = getattr(_OPEN, "stack", [])
+        if self in stack and stack[-1] is not self:      # torch would pop the inner mode
+            outer, inner = self.policy.arch_name, stack[-1].policy.arch_name
+            raise RuntimeError(f"torch_mma_emu.emulate: closing the block of {outer} while a "
+                               f"block opened inside it ({inner}) is open: close the inner "
+                               "block first (nothing was closed)")
+        _OPEN.stack = [m for m in stack if m is not self]
         try:
             return super().__exit__(exc_type, exc_val, exc_tb)
         finally:

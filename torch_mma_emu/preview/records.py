@@ -80,8 +80,16 @@ class Recorder:
 
     def summary(self) -> str:
         text = format_counts(self.counts.items())
+        if any(fmt != "native" and not is_kernel_label(fmt) for (_, _, fmt) in self.counts):
+            text += "\n" + SCHEDULE_ASSUMPTION
         line = format_natives(self.natives)
         return f"{text}\n{line}" if line else text
+
+
+# what the emulation of torch's products assumes, said wherever its answer depends on it
+SCHEDULE_ASSUMPTION = ("assumed: every mm in a block runs one schedule (the block's), whatever "
+                       "its shape; a library (cuBLAS, hipBLASLt) may choose its kernel and "
+                       "split-K per shape, which is not modelled")
 
 
 def format_natives(natives: Counter, width: int = 96) -> str:

@@ -16,7 +16,6 @@ says so with a :class:`FitUndecidedWarning` instead of running the whole space.
 from __future__ import annotations
 
 import math
-import os
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import torch
 from .. import elementary as elem
 from ..elementary import C_ROUNDED
 from ..formats import INT_OF_SIZE, formats_of_dtype, out_format
+from ..limits import limit
 from ..spec import Spec
 from . import search, space
 from .samples import Samples, check_bit_patterns, from_arrays, load
@@ -33,7 +33,6 @@ from .targets import values_of
 
 
 MAX_K_ENV = "MMA_EMU_FIT_MAX_K"
-MAX_K_DEFAULT = 4096        # recorded hardware files hold K = 4 .. 32
 MAX_CONSISTENT_DEFAULT = 64
 
 
@@ -42,13 +41,8 @@ class FitUndecidedWarning(UserWarning):
 
 
 def max_k() -> int:
-    """The longest sample ``fit`` takes: ``MMA_EMU_FIT_MAX_K`` or 4096 products."""
-    raw = os.environ.get(MAX_K_ENV, "").strip()
-    if not raw:
-        return MAX_K_DEFAULT
-    if not raw.isascii() or not raw.isdigit() or int(raw) < 1:
-        raise ValueError(f"{MAX_K_ENV}={raw!r}: expected a positive decimal integer")
-    return int(raw)
+    """The longest sample ``fit`` takes: ``MMA_EMU_FIT_MAX_K`` (limits.py; 4096 products)."""
+    return limit("fit_k")
 
 
 @dataclass

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..files import NotRegularFileError, regular_file
 from ..limits import BOUNDS, MIB, limit
 from .targets import Interface, encode, interface, output_codes, signed64
 
@@ -202,6 +203,9 @@ def _u32_to_f32(x) -> torch.Tensor:
     return torch.from_numpy(np.asarray(x).astype(np.int64).astype(np.int32)).view(torch.float32)
 
 
+_BIT_DTYPES = (np.dtype(np.uint32), np.dtype(np.int32), np.dtype(np.int64))
+
+
 def from_arrays(a, b, c, d, in_format, out_dtype=None, *, source="arrays") -> Samples:
     """Samples from arrays a (S, K), b (S, K), c (S,), d (S,): either uint32 fp32 bit
     patterns (the hwdata convention) or floating arrays holding exact values.  c is rounded
@@ -210,6 +214,9 @@ def from_arrays(a, b, c, d, in_format, out_dtype=None, *, source="arrays") -> Sa
 
     def f32(x, name):
         x = np.asarray(x)
+        if np.issubdtype(x.dtype, np.integer) and x.dtype not in _BIT_DTYPES:
+            raise TypeError(f"samples: {name} has dtype {x.dtype}; allowed: uint32 fp32 bit "
+                            "patterns (or int32 / int64 holding them) or float values")
         if np.issubdtype(x.dtype, np.integer):        # fp32 bit patterns
             check_bit_patterns(x, name)
             return _u32_to_f32(x).to(torch.float64)
@@ -249,6 +256,14 @@ def from_arrays(a, b, c, d, in_format, out_dtype=None, *, source="arrays") -> Sa
     return s
 
 
+def _regular(p: Path, what: str) -> None:
+    """A FIFO (whose reading would wait forever), a device: refused before opening."""
+    try:
+        regular_file(p, what)
+    except NotRegularFileError as e:
+        raise SamplesFileError(str(e)) from None
+
+
 def _index_entry(idx: Path, name: str) -> dict:
     """The entry of ``index.json`` (a list of {"file", "in_format", "out_dtype", ...}) for
     the file ``name``, or {} when it names none."""
@@ -285,15 +300,20 @@ def _npz_arrays(p: Path) -> dict:
         kind = "empty" if not magic else ("a single .npy array" if magic == b"\x93NUM"
                                           else "not a zip archive")
         raise SamplesFileError(f"{why}: the file is {kind}")
+    top = limit("file_mib")
     try:
         with zipfile.ZipFile(p) as zf:     # the arrays' unpacked size, before unpacking them
             unpacked = sum(i.file_size for i in zf.infolist())
+            declared = _declared_bytes(zf, p.name, top * MIB)
     except (zipfile.BadZipFile, EOFError, OSError, ValueError) as e:
         raise SamplesFileError(f"{why}: {e or type(e).__name__}") from None
-    top = limit("file_mib")
     if unpacked > top * MIB:
         raise SamplesFileError(f"{p.name}: its arrays unpack to {unpacked / MIB:.0f} MiB, above "
                                f"the bound of {top} {BOUNDS['file_mib'].what}; set "
+                               f"{BOUNDS['file_mib'].env} to raise it")
+    if declared > top * MIB:
+        raise SamplesFileError(f"{p.name}: its arrays' headers declare {declared / MIB:.0f} MiB"
+                               f", above the bound of {top} {BOUNDS['file_mib'].what}; set "
                                f"{BOUNDS['file_mib'].env} to raise it")
     try:
         with np.load(p, allow_pickle=False) as z:
@@ -305,6 +325,31 @@ def _npz_arrays(p: Path) -> dict:
         raise SamplesFileError(f"{why}: {e or type(e).__name__}") from None
 
 
+def _declared_bytes(zf, name: str, top: int) -> int:
+    """The bytes the .npy headers of an .npz's members declare (shape x item size): what
+    np.load would allocate, whatever the member's own size says."""
+    total = 0
+    for info in zf.infolist():
+        if not info.filename.endswith(".npy"):
+            continue
+        with zf.open(info) as f:
+            try:
+                version = np.lib.format.read_magic(f)
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+                else:
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+            except ValueError as e:
+                raise ValueError(f"member {info.filename}: {e}") from None
+        n = 1
+        for s in shape:
+            n *= int(s)
+        total += n * max(1, dtype.itemsize)
+        if total > top:
+            break
+    return total
+
+
 def load(path, in_format=None, out_dtype=None) -> Samples:
     """A recorded ``.npz`` (arrays a, b, c, d).  For files of tests/data/hwdata the formats
     come from the directory's index.json when not given."""
@@ -314,9 +359,11 @@ def load(path, in_format=None, out_dtype=None) -> Samples:
     if p.is_dir():
         raise SamplesFileError(f"{p} is a directory; give an .npz file (mma-emu fit takes "
                          "directories)")
+    _regular(p, "samples file")
     if in_format is None or out_dtype is None:
         idx = p.parent / "index.json"
         if idx.exists():
+            _regular(idx, "index")
             e = _index_entry(idx, p.name)
             in_format = in_format or e.get("in_format")
             out_dtype = out_dtype or e.get("out_dtype")

@@ -8,9 +8,9 @@ widened exactly to binary32.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
+from ..limits import setting
 from ..registry import spec as registry_spec
 from .rounding import encode, round_xval
 from .values import decode, x_of
@@ -22,9 +22,10 @@ CANDIDATE_DIRS = [_HERE.parents[2] / "tests" / "data" / "hwdata"]
 
 def hwdata_dir() -> Path | None:
     """Where the recorded samples are: ``$MMA_EMU_HWDATA``, else tests/data/hwdata."""
-    env = os.environ.get("MMA_EMU_HWDATA")
-    dirs = ([Path(env)] if env else []) + CANDIDATE_DIRS
-    for d in dirs:
+    env = setting("hwdata")      # set: a folder holding index.json, else a ValueError
+    if env:
+        return Path(env)
+    for d in CANDIDATE_DIRS:
         if (d / "index.json").is_file():
             return d
     return None

@@ -12,7 +12,7 @@ import torch
 from ..ops import emulated_mm
 from ..registry import ARCHS, canonical_arch
 from ..spec import Spec
-from . import hook
+from . import bounds, hook
 from . import target_rules
 from .record import Launch, Tallies, emulating, snapshot
 from .dot import format_of, run_plan, split_fp32, to_numpy, to_torch
@@ -51,6 +51,8 @@ class TritonEmulation:
             raise TypeError("torch_mma_emu.triton.emulate: instruction must be a path "
                             f"({', '.join(PATHS)}) or a registry instruction name, "
                             f"got {type(instruction).__name__}")
+        if self.spec is None:       # "" / unknown: refused here, not at the first tl.dot
+            bounds.check_instruction(self.arch, instruction)
         self.path = instruction if instruction in PATHS else None
         self.variant = instruction if instruction is not None and self.path is None else None
         if self.spec is not None and instruction is not None:
@@ -73,6 +75,8 @@ class TritonEmulation:
         return self
 
     def __exit__(self, *exc):
+        if getattr(self, "_open", 0) <= 0:
+            raise RuntimeError("torch_mma_emu.triton: __exit__ of a block that is not open")
         hook.leave(self)
         return False
 
@@ -114,6 +118,7 @@ class TritonEmulation:
 
     def begin_launch(self, interp, args, grid, kwargs, launched=None):
         g = grid(launch_meta(interp.fn, args, kwargs)) if callable(grid) else grid
+        bounds.check_grid(interp.fn.__name__, g)
         self.launch = Launch(interp.fn.__name__, tuple(g), tuple(sorted(
             (k, v) for k, v in kwargs.items() if isinstance(v, (int, float, str, bool)))),
             num_warps=int(kwargs.get("num_warps") or 4))

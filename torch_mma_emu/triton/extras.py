@@ -1,16 +1,18 @@
 """What an emulate block adds around the dots, registered with the interpreter seam
 (hook.py calls :func:`install` once and :func:`begin_launch` / :func:`end_launch` around
 each launch): the target's math (target_math.py), floating-point contraction as the
-compiled code does it (contract.py), atomics recorded (atomics.py), and the interpreter gaps
+compiled code does it (contract.py), atomics recorded (atomics.py), loads and stores outside
+the arguments refused (bounds.py), and the interpreter gaps
 third-party kernels meet (gaps.py).  ``summary_lines`` is what ``em.summary()`` adds."""
 from __future__ import annotations
 
-from . import contract, gaps, libdevice_calls, target_math, target_rules, zoo_gaps
+from . import bounds, contract, gaps, libdevice_calls, target_math, target_rules, zoo_gaps
 from .record import emulating
 
 
 def install(set_attr, ti, current) -> None:
     IB = ti.InterpreterBuilder
+    bounds.install(set_attr, ti, current)       # loads and stores outside the arguments
     target_math.install(set_attr, IB, current)
     prev = {n: getattr(IB, n) for n in ("create_fmul", "create_fadd", "create_fsub")}
 
@@ -142,7 +144,8 @@ def _prepare_named(fn, depth: int = 2) -> None:
 
 
 def end_launch(block) -> None:
-    """Nothing to undo: the launch's record (``block.launch``) goes with it (hook.py)."""
+    """The launch's bounds record goes (bounds.py); the rest goes with ``block.launch``."""
+    bounds.end_launch(block)
 
 
 def launch_result(interp, kwargs, out):

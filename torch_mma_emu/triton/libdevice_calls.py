@@ -8,10 +8,12 @@ function where one is known, else the call raises.  Kernels are compiled before 
 found in the kernel's source file."""
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import inspect
 import os
 import re
+import shutil
 import tempfile
 
 import numpy as np
@@ -49,6 +51,7 @@ def symbols() -> dict:
 def _kernel(name: str):
     if not _DIR:
         _DIR.append(tempfile.mkdtemp(prefix="tme_libdevice_"))
+        atexit.register(shutil.rmtree, _DIR[0], True)     # no folder left per process
     path = os.path.join(_DIR[0], f"tme_libdevice_{name}.py")
     with open(path, "w") as f:
         f.write("import triton\nimport triton.language as tl\n"

@@ -44,6 +44,7 @@ class Launch:
     num_warps: int = 4
     contract: Optional[Any] = None
     inputs: Optional[tuple] = None   # (kernel, args, kwargs) before the launch: keep_inputs
+    extents: Optional[Any] = None    # the tensor arguments' memory (bounds.py), while it runs
 
     def __iter__(self):
         return iter((self.kernel, self.grid, self.scalars))
