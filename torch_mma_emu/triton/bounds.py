@@ -19,6 +19,9 @@ anything else is refused as above.
 from __future__ import annotations
 
 import numpy as np
+import torch
+
+from .record import as_tensor
 
 SHOWN = 8           # offending offsets named in the message
 
@@ -146,7 +149,23 @@ def _tensors(name: str, x):
     elif hasattr(x, "base") and hasattr(x, "block_shape") and hasattr(x.base, "data_ptr"):
         yield from _tensors(f"{name}.base", x.base)
     elif hasattr(x, "data_ptr") and hasattr(x, "untyped_storage"):
-        yield name, x
+        t = x if isinstance(x, torch.Tensor) else as_tensor(x)
+        t = _rest_of_storage(x) if t is None else t
+        if t is not None:
+            yield name, t
+
+
+def _rest_of_storage(x):
+    """A buffer without a tensor's shape (only ``data_ptr``, ``untyped_storage``, ``dtype``)
+    as the 1-D tensor from its first element to its storage's end, or None."""
+    try:
+        st, es = x.untyped_storage(), x.dtype.itemsize
+        off, rem = divmod(x.data_ptr() - st.data_ptr(), es)
+    except Exception:                    # noqa: BLE001 - not such a buffer
+        return None
+    if rem or off < 0:
+        return None
+    return torch.empty(0, dtype=x.dtype).set_(st, off, (st.nbytes() // es - off,), (1,))
 
 
 def install(set_attr, ti, current) -> None:

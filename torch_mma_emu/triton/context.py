@@ -75,7 +75,7 @@ class TritonEmulation:
         return self
 
     def __exit__(self, *exc):
-        if getattr(self, "_open", 0) <= 0:
+        if not hook.is_open(self):
             raise RuntimeError("torch_mma_emu.triton: __exit__ of a block that is not open")
         hook.leave(self)
         return False

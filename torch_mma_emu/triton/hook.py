@@ -198,6 +198,11 @@ def enter(block) -> None:
     switches.THREADS.enter("triton", block, adopt)     # threads started inside it adopt it
 
 
+def is_open(block) -> bool:
+    """Whether ``block`` has been entered and not yet left."""
+    return _OPEN.get(block, 0) > 0
+
+
 def adopt(block) -> None:
     """Make ``block`` the calling thread's block too (a thread started inside it:
     switches.py); it counts while the block is open."""

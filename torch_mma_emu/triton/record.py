@@ -58,12 +58,12 @@ def snapshot(kernel, args, kwargs) -> tuple:
     def keep(v):
         if isinstance(v, torch.Tensor):
             return v.clone()
-        t = _as_tensor(v)
+        t = as_tensor(v)
         return v if t is None else t.clone()
     return kernel, tuple(keep(a) for a in args), {k: keep(v) for k, v in kwargs.items()}
 
 
-def _as_tensor(v):
+def as_tensor(v):
     """A non-tensor buffer (has ``data_ptr``, ``untyped_storage``, ``shape``, ``stride()``,
     ``dtype``: FlagGems' StridedBuffer) as the tensor view of the same memory, where its
     strides are non-negative; else None."""
