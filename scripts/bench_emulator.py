@@ -47,20 +47,25 @@ from torch_mma_emu.registry import ROWS
 
 
 
-def best_time(fn, reps, sync, budget=2.0):
-    """Best of reps timed runs after an untimed warm-up; one run when the warm-up took more
-    than budget seconds."""
+def best_times(fn, reps, sync, budget=2.0):
+    """(wall, process CPU time), each the best of reps timed runs after an untimed warm-up;
+    one run when the warm-up took more than budget seconds."""
     t = time.perf_counter()
     fn()
     sync()
     warm = time.perf_counter() - t
-    ts = []
+    ts, cs = [], []
     for _ in range(max(1, reps if warm < budget else 1)):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
         sync()
         ts.append(time.perf_counter() - t)
-    return min(ts)
+        cs.append(time.process_time() - c)
+    return min(ts), min(cs)
+
+
+def best_time(fn, reps, sync, budget=2.0):
+    return best_times(fn, reps, sync, budget)[0]
 
 
 @contextlib.contextmanager
@@ -158,7 +163,10 @@ def main():
         kw = operands(tme.spec("sm90", "fp16"), M, N, K, "normal", torch.Generator().manual_seed(1))
         base = macs / best_time(lambda: tme.emulated_mm(**kw), max(args.reps, 3), sync)
         print(f"sm90 fp16 -> fp32 (the '/ sm90' yardstick): {base:.3g} MAC/s")
-    head = f"{'arch':7} {'input':13} {'out':5} {'model':42} {'path':13} {'emulated MAC/s':>14} {'ratio':>8}"
+    # ratio: fp32 torch.matmul's speed over the row's, the matmul timed again beside each row
+    # (load on a shared machine drifts); cpu: the same from process CPU time (all threads)
+    head = (f"{'arch':7} {'input':13} {'out':5} {'model':42} {'path':13} {'emulated MAC/s':>14}"
+            f" {'ratio':>8} {'cpu':>6}")
     if base:
         head += f" {'/ sm90':>7}"
     if args.vs_scalar:
@@ -167,13 +175,16 @@ def main():
     for s in specs:
         kw = operands(s, M, N, K, "normal", torch.Generator().manual_seed(1))
         kw = {k: (v.to(args.device) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
-        emu = macs / best_time(lambda: tme.emulated_mm(**kw), args.reps, sync)
+        t_emu, c_emu = best_times(lambda: tme.emulated_mm(**kw), args.reps, sync)
+        emu = macs / t_emu
+        t_ref, c_ref = best_times(lambda: torch.matmul(A32, B32), max(args.reps, 3), sync)
+        ref = max(ref, macs / t_ref)
         path = "cuda" if cuda else cpu_path(s)
         model = s.describe()
         if s.passes > 1 or s.c_join == "final":
             model = f"{s.passes}-pass " + model
         line = (f"{s.arch:7} {s.in_format:13} {s.out_format:5} {model[:42]:42} {path:13} "
-                f"{emu:14.3g} {ref / emu:7.1f}x")
+                f"{emu:14.3g} {ref / emu:7.1f}x {c_emu / max(c_ref, 1e-9):5.1f}x")
         if base:
             line += f" {emu / base:7.2f}"
         if args.vs_scalar and not cuda:

@@ -33,8 +33,8 @@ def _cases(spec, g):
     """(name, emulated_mm kwargs) for the shapes each loop splits differently."""
     instr = spec.L * spec.passes
     K = 3 * instr + 1
-    kw = operands(spec, 37, 70, K, "bitstream", g)            # row blocks x panels
-    wide = operands(spec, 3, 100, K, "bitstream", g)           # one row block: panels split
+    kw = operands(spec, 21, 40, K, "bitstream", g)            # row blocks x panels
+    wide = operands(spec, 3, 64, K, "bitstream", g)            # one row block: panels split
     batch = operands(spec, 5, 9, K, "normal", g, batch=(4,))   # one product per thread
     strided = dict(kw, A=kw["A"].t().contiguous().t(), B=kw["B"].t().contiguous().t())
     return [("plain", kw), ("wide", wide), ("batch", batch), ("strided", strided)]
@@ -42,8 +42,10 @@ def _cases(spec, g):
 
 @pytest.mark.parametrize("spec", ROW_SPECS, ids=row_id)
 def test_bits_do_not_depend_on_the_thread_count(spec):
-    paths = ["scalar"] + ([None] if fast_path(spec) != "scalar" else [])
+    fast = fast_path(spec) != "scalar"
     for name, kw in _cases(spec, seeded(spec.to_string(), "threads")):
+        # the scalar path's loops are the same for every row: the plain shape is enough
+        paths = ([None] if fast else []) + (["scalar"] if name == "plain" or not fast else [])
         for path in paths:
             with cpu_path(path), threads(1):
                 want = tme.emulated_mm(**kw)
