@@ -17,6 +17,16 @@ On a GPU (issue 3: >= 5e11 emulated MAC/s on an H100, fp16 -> fp32, sm90, 4096^3
 
     python scripts/bench_emulator.py --device cuda --size 4096
 
+Per core and over threads (issue 41): the ratio is always against fp32 torch.matmul at the
+same torch thread count (torch.set_num_threads governs the emulation's loops too):
+
+    python scripts/bench_emulator.py --all --threads 1 --size 1024
+    python scripts/bench_emulator.py --all --threads 1 --shape 4096x4096x1024
+    python scripts/bench_emulator.py --scaling --only "sm90 fp16,gfx942 fp16" --size 1024
+
+--scaling prints MAC/s at 1, 2, ... os.cpu_count() threads (or --thread-counts 1,4,16), the
+emulation's and fp32 torch.matmul's, each count's speed-up over one thread, and the ratio.
+
 Schedules (issue 13: a schedule costs at most 1.3x the plain chain, measured in the same run):
 
     python scripts/bench_emulator.py --schedule cublas_split_k_4 --schedule "schedule:promote_every=128"
@@ -37,20 +47,25 @@ from torch_mma_emu.registry import ROWS
 
 
 
-def best_time(fn, reps, sync, budget=2.0):
-    """Best of reps timed runs after an untimed warm-up; one run when the warm-up took more
-    than budget seconds."""
+def best_times(fn, reps, sync, budget=2.0):
+    """(wall, process CPU time), each the best of reps timed runs after an untimed warm-up;
+    one run when the warm-up took more than budget seconds."""
     t = time.perf_counter()
     fn()
     sync()
     warm = time.perf_counter() - t
-    ts = []
+    ts, cs = [], []
     for _ in range(max(1, reps if warm < budget else 1)):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         fn()
         sync()
         ts.append(time.perf_counter() - t)
-    return min(ts)
+        cs.append(time.process_time() - c)
+    return min(ts), min(cs)
+
+
+def best_time(fn, reps, sync, budget=2.0):
+    return best_times(fn, reps, sync, budget)[0]
 
 
 @contextlib.contextmanager
@@ -80,6 +95,10 @@ def main():
     p.add_argument("--format", default="fp16")
     p.add_argument("--out", default=None, help="output format (fp32, fp16, fp64); default: the arch's")
     p.add_argument("--size", type=int, default=512)
+    p.add_argument("--shape", default=None, help="MxNxK instead of --size^3, e.g. 4096x4096x1024")
+    p.add_argument("--scaling", action="store_true", help="MAC/s at 1 .. os.cpu_count() threads "
+                   "(rows: the sm90 fp16 row, or --all / --only)")
+    p.add_argument("--thread-counts", default=None, help="with --scaling: e.g. 1,2,4,8")
     p.add_argument("--device", default="cpu")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
@@ -93,6 +112,15 @@ def main():
     args = p.parse_args()
     if args.size < 1 or args.reps < 0 or args.threads < 0:
         p.error("--size must be >= 1, --reps and --threads >= 0")
+    try:
+        M, N, K = (int(x) for x in args.shape.lower().split("x")) if args.shape else (args.size,) * 3
+        counts = ([int(x) for x in args.thread_counts.split(",")] if args.thread_counts
+                  else list(range(1, (os.cpu_count() or 1) + 1)))
+    except ValueError:
+        p.error("--shape is MxNxK (three integers), --thread-counts a comma-separated list")
+    if min(M, N, K) < 1 or min(counts) < 1:
+        p.error("--shape sizes and --thread-counts must be >= 1")
+    args.mnk, args.counts = (M, N, K), counts
     if args.threads:
         torch.set_num_threads(args.threads)
     cuda = args.device.startswith("cuda")
@@ -106,8 +134,11 @@ def main():
              "fp32 torch.matmul with TF32 disabled)" if cuda
              else f"{torch.get_num_threads()} CPU threads, device {args.device}")
     n = args.size
-    print(f"torch {torch.__version__}, {where}, {n}^3, best of {args.reps}")
-    if args.all:
+    M, N, K = args.mnk
+    macs = M * N * K
+    shape = f"{n}^3" if not args.shape else f"{M}x{N}x{K}"
+    print(f"torch {torch.__version__}, {where}, {shape}, best of {args.reps}")
+    if args.all or (args.scaling and args.only):
         specs = [r.first_spec() for r in ROWS]
         if args.only:
             keys = args.only.split(",")
@@ -120,41 +151,77 @@ def main():
             print(f"bench_emulator: {e}", file=sys.stderr)
             sys.exit(2)
     g = torch.Generator().manual_seed(0)
-    A32 = torch.randn(n, n, generator=g).to(args.device)
-    B32 = torch.randn(n, n, generator=g).to(args.device)
+    A32 = torch.randn(M, K, generator=g).to(args.device)
+    B32 = torch.randn(K, N, generator=g).to(args.device)
+    if args.scaling and not cuda:
+        return bench_scaling(args, specs, A32, B32)
     t_ref = best_time(lambda: torch.matmul(A32, B32), max(args.reps, 3), sync)
-    ref = n ** 3 / t_ref
+    ref = macs / t_ref
     print(f"fp32 torch.matmul: {ref:.3g} MAC/s")
     base = None
     if args.all and not cuda:   # the sm90 fp16 row, the yardstick of the other rows
-        kw = operands(tme.spec("sm90", "fp16"), n, n, n, "normal", torch.Generator().manual_seed(1))
-        base = n ** 3 / best_time(lambda: tme.emulated_mm(**kw), max(args.reps, 3), sync)
+        kw = operands(tme.spec("sm90", "fp16"), M, N, K, "normal", torch.Generator().manual_seed(1))
+        base = macs / best_time(lambda: tme.emulated_mm(**kw), max(args.reps, 3), sync)
         print(f"sm90 fp16 -> fp32 (the '/ sm90' yardstick): {base:.3g} MAC/s")
-    head = f"{'arch':7} {'input':13} {'out':5} {'model':42} {'path':13} {'emulated MAC/s':>14} {'ratio':>8}"
+    # ratio: fp32 torch.matmul's speed over the row's, the matmul timed again beside each row
+    # (load on a shared machine drifts); cpu: the same from process CPU time (all threads)
+    head = (f"{'arch':7} {'input':13} {'out':5} {'model':42} {'path':13} {'emulated MAC/s':>14}"
+            f" {'ratio':>8} {'cpu':>6}")
     if base:
         head += f" {'/ sm90':>7}"
     if args.vs_scalar:
         head += f" {'scalar MAC/s':>13} {'speed-up':>9}"
     print(head)
     for s in specs:
-        kw = operands(s, n, n, n, "normal", torch.Generator().manual_seed(1))
+        kw = operands(s, M, N, K, "normal", torch.Generator().manual_seed(1))
         kw = {k: (v.to(args.device) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
-        emu = n ** 3 / best_time(lambda: tme.emulated_mm(**kw), args.reps, sync)
+        t_emu, c_emu = best_times(lambda: tme.emulated_mm(**kw), args.reps, sync)
+        emu = macs / t_emu
+        t_ref, c_ref = best_times(lambda: torch.matmul(A32, B32), max(args.reps, 3), sync)
+        ref = max(ref, macs / t_ref)
         path = "cuda" if cuda else cpu_path(s)
         model = s.describe()
         if s.passes > 1 or s.c_join == "final":
             model = f"{s.passes}-pass " + model
         line = (f"{s.arch:7} {s.in_format:13} {s.out_format:5} {model[:42]:42} {path:13} "
-                f"{emu:14.3g} {ref / emu:7.1f}x")
+                f"{emu:14.3g} {ref / emu:7.1f}x {c_emu / max(c_ref, 1e-9):5.1f}x")
         if base:
             line += f" {emu / base:7.2f}"
         if args.vs_scalar and not cuda:
             with scalar_path(True):
-                sc = n ** 3 / best_time(lambda: tme.emulated_mm(**kw), 1, sync, budget=0.5)
+                sc = macs / best_time(lambda: tme.emulated_mm(**kw), 1, sync, budget=0.5)
             line += f" {sc:13.3g} {emu / sc:8.1f}x"
         print(line, flush=True)
     if args.schedule:
         bench_schedules(args)
+
+
+def bench_scaling(args, specs, A32, B32):
+    """MAC/s of each row and of fp32 torch.matmul at each thread count (same run, same
+    operands); speed-up over one thread and the ratio at the same count."""
+    M, N, K = args.mnk
+    macs = M * N * K
+    kws = [operands(s, M, N, K, "normal", torch.Generator().manual_seed(1)) for s in specs]
+    names = ["fp32 torch.matmul"] + [f"{s.arch} {s.in_format}->{s.out_format} {s.op}" for s in specs]
+    rates = {c: [] for c in args.counts}
+    for c in args.counts:
+        torch.set_num_threads(c)
+        rates[c].append(macs / best_time(lambda: torch.matmul(A32, B32), max(args.reps, 3),
+                                         lambda: None))
+        for kw in kws:
+            rates[c].append(macs / best_time(lambda: tme.emulated_mm(**kw), args.reps, lambda: None))
+    one = rates[args.counts[0]]
+    print(f"MAC/s by torch thread count (speed-up over {args.counts[0]} thread(s); "
+          "emulation: ratio to fp32 torch.matmul at the same count)")
+    print(f"{'':34}" + "".join(f"{str(c) + ' threads':>24}" for c in args.counts))
+    for r, name in enumerate(names):
+        cells = []
+        for c in args.counts:
+            v = rates[c][r]
+            cell = f"{v:.3g} ({v / one[r]:.2f}x"
+            cell += ")" if r == 0 else f", {rates[c][0] / v:.1f}x)"
+            cells.append(f"{cell:>24}")
+        print(f"{name[:34]:34}" + "".join(cells), flush=True)
 
 
 def bench_schedules(args):

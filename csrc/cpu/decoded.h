@@ -16,7 +16,7 @@ inline void decode_rows(const View3& v, int64_t bi, int64_t M, int64_t k0, int64
                         bool transposed, const FormatDesc& f, Decoded& out) {
   out.resize(M, K);
   constexpr int64_t kTile = 16;
-  parallel_for(0, (M + kTile - 1) / kTile, 4, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, (M + kTile - 1) / kTile, grain_for(kTile * K * 4), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {
       const int64_t r0 = t * kTile, r1 = std::min(M, r0 + kTile);
       if (!transposed) {
@@ -49,7 +49,7 @@ inline void decode_scales(const View3& v, int64_t bi, int64_t M, int64_t b0, int
                           std::vector<uint8_t>& flags) {
   out.resize(size_t(M * nb));
   flags.assign(size_t(M), 0);
-  parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, M, grain_for(nb * 4), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
       for (int64_t k = 0; k < nb; ++k) {
         out[size_t(i * nb + k)] = decode(f, transposed ? v.at(bi, b0 + k, i) : v.at(bi, i, b0 + k));

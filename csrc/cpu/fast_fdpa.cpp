@@ -16,9 +16,10 @@ namespace mma {
 namespace {
 constexpr int64_t kRowBlock = 16;
 
-ParFor aten_par() {
-  return [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
-    parallel_for(0, n, grain, body);
+// rows of `row_work` items each: the engines' grains, raised so that a piece has kTaskWork
+ParFor aten_par(int64_t row_work) {
+  return [row_work](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
+    parallel_for(0, n, std::max(grain, grain_for(row_work)), body);
   };
 }
 
@@ -33,7 +34,7 @@ bool FdpaPanels::prepare(const Params& P, const Decoded& A, const Decoded& B, co
   if (P.multipass()) return false;
   thread_local FdpaEngine eng;  // reused between calls
   if (!eng.setup(P, cpu_isa())) return false;
-  eng.build(A, B, SA, SB, fsa, fsb, nblk, M, N, K, aten_par());
+  eng.build(A, B, SA, SB, fsa, fsb, nblk, M, N, K, aten_par(K));
   eng_ = &eng;
   return true;
 }
@@ -70,7 +71,7 @@ struct BlockWork {
 
 void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3* vs,
                  const View3& vc, int64_t bi, int64_t M, int64_t N, int64_t K, uint8_t* out,
-                 int oes, bool fast) {
+                 int oes, bool fast, int64_t budget) {
   const bool half = P.rho == kRneFp16;
   Params Pc = P;  // the chain without the epilogue: blocks continue from the accumulator
   Pc.epilogue = 0;
@@ -85,20 +86,20 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
   int64_t align = int64_t(P.L) * (P.multipass() ? P.passes : 1);
   if (scaled) align = align / gcd64(align, P.block) * P.block;
   const int64_t per_k = (M + N) * 9 + (fast ? (M + W) * 5 : 0);
-  int64_t KB = std::max<int64_t>(1, block_bytes() / std::max<int64_t>(per_k, 1) / align) * align;
+  int64_t KB = std::max<int64_t>(1, budget / std::max<int64_t>(per_k, 1) / align) * align;
   if (KB >= K) KB = K;
   // the accumulators (kept between calls: no page faults; padding columns are never read)
   thread_local std::vector<uint32_t> this_thread_acc;
   std::vector<uint32_t>& acc = this_thread_acc;
   acc.resize(size_t(M * W));
-  parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, M, grain_for(N), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
       for (int64_t j = 0; j < N; ++j) {
         const uint64_t c = P.epilogue ? 0 : vc.at(bi, i, j);
         acc[size_t(i * W + j)] = half ? f32_bits_of_f16(uint32_t(c)) : uint32_t(c);
       }
   });
-  const ParFor par = aten_par();
+  const ParFor par = aten_par(std::min(K, KB));
   for (int64_t kb0 = 0; kb0 < K && !interrupted(); kb0 += KB) {
     const int64_t kl = std::min(KB, K - kb0);
     decode_rows(va, bi, M, kb0, kl, false, P.fa, w.A);
@@ -118,19 +119,26 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
       std::vector<int64_t> bad_cols;  // columns the planes do not hold: the core
       for (int64_t j = 0; j < N; ++j)
         if (!w.eng.col_ok(j)) bad_cols.push_back(j);
-      const int64_t nrb = (M + kRowBlock - 1) / kRowBlock;
-      parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
+      // tasks: a row block x a range of column panels (Tiles)
+      const Tiles tl((M + kRowBlock - 1) / kRowBlock, W / kW);
+      const int64_t task_work = kRowBlock * W / tl.npc * kl;
+      parallel_for(0, tl.count(), grain_for(task_work), [&](int64_t lo, int64_t hi) {
         FpEnvGuard env;
-        for (int64_t rb = lo; rb < hi && !interrupted(); ++rb) {
-          const int64_t i0 = rb * kRowBlock, i1 = std::min(M, i0 + kRowBlock);
-          w.eng.run(i0, i1, 0, kl, acc.data() + i0 * W, W);
+        for (int64_t t = lo; t < hi && !interrupted(); ++t) {
+          const int64_t i0 = tl.rb(t) * kRowBlock, i1 = std::min(M, i0 + kRowBlock);
+          const int64_t p0 = tl.p0(t), p1 = tl.p1(t);
+          const int64_t j0 = std::min(N, p0 * kW), j1 = std::min(N, p1 * kW);
+          w.eng.run(i0, i1, 0, kl, acc.data() + i0 * W, W, p0, p1);
+          const auto bc0 = std::lower_bound(bad_cols.begin(), bad_cols.end(), j0);
+          const auto bc1 = std::lower_bound(bc0, bad_cols.end(), j1);
           for (int64_t i = i0; i < i1; ++i) {
             uint32_t* row = acc.data() + i * W;
             if (w.eng.row_ok(i))
-              core_lanes(Pc, w.A, w.B, kl, i, bad_cols.data(), int64_t(bad_cols.size()), 0, SA,
-                         SB, nb, fsa, fsb, half, row);
+              core_lanes(Pc, w.A, w.B, kl, i, bad_cols.data() + (bc0 - bad_cols.begin()),
+                         int64_t(bc1 - bc0), 0, SA, SB, nb, fsa, fsb, half, row);
             else
-              core_lanes(Pc, w.A, w.B, kl, i, nullptr, N, 0, SA, SB, nb, fsa, fsb, half, row);
+              core_lanes(Pc, w.A, w.B, kl, i, nullptr, j1 - j0, j0, SA, SB, nb, fsa, fsb, half,
+                         row);
           }
           check_interrupt_main();
         }
@@ -138,7 +146,8 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
     } else {  // the core everywhere, in tiles of 16 outputs
       constexpr int64_t kTileN = 16;
       const int64_t ntn = (N + kTileN - 1) / kTileN;
-      const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, kl * kTileN));
+      // (the core costs tens of vector-kernel MACs per product: pieces 1/32 as long)
+      const int64_t grain = std::max<int64_t>(1, grain_for(kl * kTileN) / 32);
       parallel_for(0, M * ntn, grain, [&](int64_t lo, int64_t hi) {
         FpEnvGuard env;
         for (int64_t t = lo; t < hi && !interrupted(); ++t) {
@@ -151,7 +160,7 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
     }
   }
   if (interrupted()) return;
-  parallel_for(0, M, 16, [&](int64_t lo, int64_t hi) {
+  parallel_for(0, M, grain_for(N * 4), [&](int64_t lo, int64_t hi) {
     FpEnvGuard env;  // epilogue additions round to nearest
     for (int64_t i = lo; i < hi; ++i) {
       uint8_t* orow = out + (bi * M + i) * N * oes;

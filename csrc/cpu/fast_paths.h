@@ -57,12 +57,28 @@ class ValuePanels {
   bool f64_ = false;
 };
 
+// How the vector kernels' parallel loops split an (M x N) product: tasks of one row block and
+// a range of column panels.  Panels split only where the row blocks alone would leave threads
+// idle (short-wide products, x^T A GEMVs); tall-skinny products split by rows.  Which task
+// computes an output never changes its operations: the bits do not depend on the split.
+struct Tiles {
+  int64_t nrb = 1, np = 1, npc = 1;  // row blocks, panels, panel chunks
+  Tiles(int64_t nrb_, int64_t np_) : nrb(nrb_), np(np_) {
+    const int64_t want = 4 * num_threads();
+    if (nrb < want) npc = std::max<int64_t>(1, std::min(np, (want + nrb - 1) / nrb));
+  }
+  int64_t count() const { return nrb * npc; }
+  int64_t rb(int64_t t) const { return t / npc; }
+  int64_t p0(int64_t t) const { return t % npc * np / npc; }
+  int64_t p1(int64_t t) const { return (t % npc + 1) * np / npc; }
+};
+
 // The fused ops' CPU kernel for one batch element, K in blocks (bounded working memory):
 // decode a K block, run the vector kernels where they serve and the core elsewhere, carry
 // the accumulators to the next block.  fast: use the vector kernels if this ISA has them.
 void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3* vs,
                  const View3& vc, int64_t bi, int64_t M, int64_t N, int64_t K, uint8_t* out,
-                 int oes, bool fast);
+                 int oes, bool fast, int64_t budget);
 
 // FMA chain (fp32/fp64) and FTZ-AddMul on IEEE values: a (Bt, M, K), b (Bt, K, N), any
 // strides; c broadcast view; out contiguous (Bt, M, N).  false when not served.
@@ -71,6 +87,7 @@ bool fast_values(const Params& P, const Tensor& a, const Tensor& b, const Tensor
 
 // Working-memory budget of one K block (decoded operands, planes, packed values): 32 MiB, or
 // MMA_EMU_CPU_BLOCK_BYTES (read per call; tests force tiny blocks with it).
+// With n threads each running its own product (batch-parallel), each gets block_bytes() / n.
 int64_t block_bytes();
 
 // Ctrl-C: true once the user interrupted the current call (checked between work blocks).

@@ -12,9 +12,10 @@ namespace mma {
 namespace {
 
 
-ParFor aten_par() {
-  return [](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
-    parallel_for(0, n, grain, body);
+// rows of `row_work` items each: the engine's grains, raised so that a piece has kTaskWork
+ParFor aten_par(int64_t row_work) {
+  return [row_work](int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body) {
+    parallel_for(0, n, std::max(grain, grain_for(row_work)), body);
   };
 }
 
@@ -42,19 +43,22 @@ bool run_values(const Params& P, const Tensor& a, const Tensor& b, const Tensor&
   thread_local std::vector<T> this_thread_accbuf;
   std::vector<T>& accbuf = this_thread_accbuf;
   if (!one_block) accbuf.resize(size_t(M * Np));
-  const ParFor par = aten_par();
+  const ParFor par = aten_par(std::min(K, KB));
   for (int64_t bi = 0; bi < Bt && !interrupted(); ++bi) {
     const Tensor ab = torch::stable::select(a, 0, bi);
     const Tensor bb = torch::stable::select(b, 0, bi);
-    auto init = [&](int64_t i0, int64_t i1, T* acc) {  // rows [i0, i1) into acc (stride Np)
+    // rows [i0, i1) x columns [j0, j1) into acc (row i0 first, stride Np)
+    auto init = [&](int64_t i0, int64_t i1, T* acc, int64_t j0 = 0, int64_t j1 = -1) {
+      if (j1 < 0) j1 = Np;
       for (int64_t i = i0; i < i1; ++i)
-        for (int64_t j = 0; j < Np; ++j)
+        for (int64_t j = j0; j < j1; ++j)
           acc[(i - i0) * Np + j] = (P.epilogue || j >= N) ? T(0) : cp[bi * cs0 + i * cs1 + j * cs2];
     };
-    auto finish = [&](int64_t i0, int64_t i1, const T* acc) {
+    auto finish = [&](int64_t i0, int64_t i1, const T* acc, int64_t j0 = 0, int64_t j1 = -1) {
+      if (j1 < 0) j1 = N;
       for (int64_t i = i0; i < i1; ++i) {
         T* orow = op + (bi * M + i) * N;
-        for (int64_t j = 0; j < N; ++j) {
+        for (int64_t j = j0; j < std::min(j1, N); ++j) {
           T v = acc[(i - i0) * Np + j];
           if (P.epilogue) v = add_rn(v, cp[bi * cs0 + i * cs1 + j * cs2]);
           if (is_nan(v)) {
@@ -65,27 +69,31 @@ bool run_values(const Params& P, const Tensor& a, const Tensor& b, const Tensor&
         }
       }
     };
-    if (!one_block) parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) { init(lo, hi, accbuf.data() + lo * Np); });
+    if (!one_block) parallel_for(0, M, grain_for(Np), [&](int64_t lo, int64_t hi) { init(lo, hi, accbuf.data() + lo * Np); });
     for (int64_t k0 = 0; k0 < std::max<int64_t>(K, 1) && !interrupted(); k0 += std::max<int64_t>(KB, 1)) {
       const int64_t kl = std::min(KB, K - k0);
       eng.pack(P, ab.const_data_ptr<T>(), ab.stride(0), ab.stride(1), bb.const_data_ptr<T>(),
                bb.stride(0), bb.stride(1), M, N, k0, kl, par);
-      parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
+      // tasks: a row block x a range of column panels (Tiles)
+      const Tiles tl(nrb, eng.NP);
+      const int64_t task_work = RB * Np / tl.npc * std::max<int64_t>(kl, 1);
+      parallel_for(0, tl.count(), grain_for(task_work), [&](int64_t lo, int64_t hi) {
         FpEnvGuard env;  // IEEE round to nearest, no FTZ/DAZ
         thread_local std::vector<T> rowbuf;
         if (one_block) rowbuf.resize(size_t(RB * Np));
-        for (int64_t rb = lo; rb < hi && !interrupted(); ++rb) {
-          const int64_t i0 = rb * RB, i1 = std::min(M, i0 + RB);
+        for (int64_t t = lo; t < hi && !interrupted(); ++t) {
+          const int64_t i0 = tl.rb(t) * RB, i1 = std::min(M, i0 + RB);
+          const int64_t p0 = tl.p0(t), p1 = tl.p1(t), j0 = p0 * eng.W, j1 = p1 * eng.W;
           T* acc = one_block ? rowbuf.data() : accbuf.data() + i0 * Np;
-          if (one_block) init(i0, i1, acc);
-          eng.run(i0, i1 - i0, 0, eng.Kp, acc, Np);
-          if (one_block) finish(i0, i1, acc);
+          if (one_block) init(i0, i1, acc, j0, j1);
+          eng.run(i0, i1 - i0, 0, eng.Kp, acc, Np, p0, p1);
+          if (one_block) finish(i0, i1, acc, j0, j1);
           check_interrupt_main();
         }
       });
     }
     if (!one_block)
-      parallel_for(0, M, 64, [&](int64_t lo, int64_t hi) {
+      parallel_for(0, M, grain_for(N * 4), [&](int64_t lo, int64_t hi) {
         FpEnvGuard env;
         finish(lo, hi, accbuf.data() + lo * Np);
       });
@@ -116,7 +124,7 @@ const void* pack_values(const Params& P, const Tensor& a, const Tensor& b) {
   thread_local ValuesEngine<T> eng;
   if (!eng.setup(P, cpu_isa())) return nullptr;
   eng.pack(P, a.const_data_ptr<T>(), a.stride(0), a.stride(1), b.const_data_ptr<T>(),
-           b.stride(0), b.stride(1), a.size(0), b.size(1), 0, a.size(1), aten_par());
+           b.stride(0), b.stride(1), a.size(0), b.size(1), 0, a.size(1), aten_par(a.size(1)));
   return &eng;
 }
 }  // namespace

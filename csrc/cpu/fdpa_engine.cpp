@@ -234,8 +234,8 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
 }
 
 void FdpaEngine::run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, uint32_t* acc,
-                     int64_t ld) const {
-  if (k1 <= k0 || i1 <= i0) return;  // an empty range leaves the accumulators as they are
+                     int64_t ld, int64_t p0, int64_t p1) const {
+  if (k1 <= k0 || i1 <= i0 || p1 <= p0) return;  // an empty range leaves the accumulators as they are
   const Params& P = P_;
   const int64_t instr = int64_t(P.L) * P.passes;
   // the planes are zero-padded to Kp: a range ending at K ends at Kp
@@ -245,7 +245,7 @@ void FdpaEngine::run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, uint32_t* a
   const int64_t KB = std::max<int64_t>(1, 128 / instr) * instr;
   FpEnvGuard env;  // round to nearest, no FTZ / DAZ
   for (int64_t kb = k0; kb < kend; kb += KB)
-    for (int64_t p = 0; p < pl_.NP; ++p)
+    for (int64_t p = p0; p < p1; ++p)
       fn_(P, pl_, fb_, i0, i1, p, kb, std::min(kend, kb + KB), acc, ld);
 }
 

@@ -144,7 +144,12 @@ class FdpaEngine {
   const Planes& planes() const { return pl_; }
   // acc rows [i0, i1) (stride ld, fp32 words) over the products [k0, k1) (k0 on an
   // instruction boundary); lanes with !row_ok || !col_ok are left as they were
-  void run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, uint32_t* acc, int64_t ld) const;
+  void run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, uint32_t* acc, int64_t ld) const {
+    run(i0, i1, k0, k1, acc, ld, 0, pl_.NP);
+  }
+  // the same over the column panels [p0, p1) only (columns [p0 * kW, p1 * kW))
+  void run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, uint32_t* acc, int64_t ld,
+           int64_t p0, int64_t p1) const;
 
  private:
   Params P_{};

@@ -13,6 +13,10 @@
 namespace mma {
 namespace {
 
+// Below this many MACs a product splits poorly inside (few row blocks, a parallel region per
+// K block): a batch of them runs one product per thread instead.
+constexpr int64_t kBatchSplitWork = int64_t(1) << 22;
+
 void gemm_fused(const Tensor& a, const Tensor& b, const Tensor& c, const OptTensor& sa,
                 const OptTensor& sb, const Params& P, Tensor& out) {
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
@@ -26,21 +30,23 @@ void gemm_fused(const Tensor& a, const Tensor& b, const Tensor& c, const OptTens
   const FastKind fk = fast_eligible(P);
   const bool fast = fk == FastKind::kFdpa || fk == FastKind::kTr || fk == FastKind::kE ||
                     fk == FastKind::kGst;
-  auto one_batch = [&](int64_t bi) {
-    fused_batch(P, va, vb, scaled ? vs : nullptr, vc, bi, M, N, K, obase, oes, fast);
+  auto one_batch = [&](int64_t bi, int64_t budget) {
+    fused_batch(P, va, vb, scaled ? vs : nullptr, vc, bi, M, N, K, obase, oes, fast, budget);
   };
   const int64_t work = M * N * std::max<int64_t>(K, 1);
-  if (Bt > 1 && work < (1 << 16)) {  // many small products: parallel over the batch (the
-    // parallel_for calls inside then run inline)
-    const int64_t grain = std::max<int64_t>(1, (1 << 16) / work);
-    parallel_for(0, Bt, grain, [&](int64_t lo, int64_t hi) {
+  const int64_t nt = num_threads();
+  if (Bt > 1 && nt > 1 && Bt >= nt && work < kBatchSplitWork * task_work() >> 19) {
+    // many small products: parallel over the batch (the parallel_for calls inside then run
+    // inline), each thread with its share of the block budget
+    const int64_t budget = std::max<int64_t>(1, block_bytes() / nt);
+    parallel_for(0, Bt, grain_for(work), [&](int64_t lo, int64_t hi) {
       for (int64_t bi = lo; bi < hi && !interrupted(); ++bi) {
-        one_batch(bi);
+        one_batch(bi, budget);
         check_interrupt_main();
       }
     });
   } else {
-    for (int64_t bi = 0; bi < Bt && !interrupted(); ++bi) one_batch(bi);
+    for (int64_t bi = 0; bi < Bt && !interrupted(); ++bi) one_batch(bi, block_bytes());
   }
 }
 
@@ -56,8 +62,8 @@ void gemm_values(const Tensor& a, const Tensor& b, const Tensor& c, const Params
   const T* cp = c.const_data_ptr<T>();
   const int64_t cs0 = c.stride(0), cs1 = c.stride(1), cs2 = c.stride(2);
   T* op = out.mutable_data_ptr<T>();
-  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, K * N));
-  parallel_for(0, Bt * M, grain, [&](int64_t lo, int64_t hi) {
+  // (the scalar chain: tens of vector-kernel MACs per product)
+  parallel_for(0, Bt * M, std::max<int64_t>(1, grain_for(K * N) / 32), [&](int64_t lo, int64_t hi) {
     FpEnvGuard guard;
     for (int64_t r = lo; r < hi && !interrupted(); ++r) {
       check_interrupt_main();

@@ -459,7 +459,7 @@ void run_streamed(const Blocks& X, const Tensor& a, const Tensor& b, const View3
   auto entry = [&](int d) { return sb.stack.data() + size_t(d) * size_t(n_all); };
   // body(i0, i1) over row blocks, in parallel, in the IEEE environment
   auto rows = [&](const std::function<void(int64_t, int64_t)>& body) {
-    parallel_for(0, nrb, 1, [&](int64_t lo, int64_t hi) {
+    parallel_for(0, nrb, grain_for(R * W * std::min(win.len, X.K)), [&](int64_t lo, int64_t hi) {
       FpEnvGuard guard;
       for (int64_t rb = lo; rb < hi && !interrupted(); ++rb) {
         body(rb * R, std::min(M, (rb + 1) * R));
@@ -597,7 +597,7 @@ void run_blocks(const Blocks& X, const Tensor& a, const Tensor& b, const OptTens
     return &b;
   };
   if (!chains) {  // partials only: every (batch, row block) is independent
-    parallel_for(0, X.Bt * nrb, 1, [&](int64_t lo, int64_t hi) {
+    parallel_for(0, X.Bt * nrb, grain_for(R * X.N * X.len), [&](int64_t lo, int64_t hi) {
       FpEnvGuard guard;
       Bufs* buf = block_buf(X.N);
       for (int64_t t = lo; t < hi && !interrupted(); ++t) {
@@ -637,12 +637,12 @@ void run_blocks(const Blocks& X, const Tensor& a, const Tensor& b, const OptTens
         check_interrupt_main();
       }
     };
-    if (inner_parallel) parallel_for(0, nrb, 1, blocks);
+    if (inner_parallel) parallel_for(0, nrb, grain_for(R * cs.W * std::max<int64_t>(X.K, 1)), blocks);
     else blocks(0, nrb);
   };
   const int64_t work = X.M * X.N * std::max<int64_t>(X.K, 1);
   if (X.Bt > 1 && work < (1 << 16)) {  // many small products: parallel over the batch
-    parallel_for(0, X.Bt, std::max<int64_t>(1, (1 << 16) / work), [&](int64_t lo, int64_t hi) {
+    parallel_for(0, X.Bt, grain_for(work), [&](int64_t lo, int64_t hi) {
       ChainSrc cs;
       for (int64_t bi = lo; bi < hi && !interrupted(); ++bi) one_batch(bi, cs, false);
     });
@@ -674,7 +674,8 @@ Tensor sched_cpu(const Tensor& a, const Tensor& b, const Tensor& c, const Tensor
     throw_if_interrupted();
     return out;
   }
-  parallel_for(0, Bt * M, 1, [&](int64_t lo, int64_t hi) {
+  // (the scalar schedule: tens of vector-kernel MACs per product)
+  parallel_for(0, Bt * M, std::max<int64_t>(1, grain_for(N * a.size(2)) / 32), [&](int64_t lo, int64_t hi) {
     FpEnvGuard guard;  // IEEE additions and conversions on the host FPU
     for (int64_t r = lo; r < hi && !interrupted(); ++r) {
       const int64_t bi = r / M, i = r % M;

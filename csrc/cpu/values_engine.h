@@ -95,13 +95,16 @@ struct ValuesEngine {
 
   // acc rows [i0, i0 + rows) (stride ld) advanced over the packed products [k0, k1)
   // (FTZ-AddMul: instructions of LL counted from k0, the last one zero padded).
-  void run(int64_t i0, int64_t rows, int64_t k0, int64_t k1, T* acc, int64_t ld) const {
+  // (panels [p0, p1) only: columns [p0 * W, p1 * W); p1 < 0: all)
+  void run(int64_t i0, int64_t rows, int64_t k0, int64_t k1, T* acc, int64_t ld,
+           int64_t p0 = 0, int64_t p1 = -1) const {
+    if (p1 < 0) p1 = NP;
     const int64_t kend = std::min(Kp, k0 + (k1 - k0 + LL - 1) / LL * LL);
     const int64_t KB = std::max<int64_t>(LL, (kind == FastKind::kFtz ? 256 : 512) / LL * LL);
     const T* arow = Ap.data() + i0 * Kp;
     for (int64_t kb = k0; kb < kend; kb += KB) {
       const int64_t ke = std::min(kend, kb + KB);
-      for (int64_t p = 0; p < NP; ++p) {
+      for (int64_t p = p0; p < p1; ++p) {
         const T* bp = Bp.data() + p * Kp * W;
         if constexpr (sizeof(T) == 4) {
           if (kind == FastKind::kFtz) ks.ftz(PP, LL, arow, Kp, rows, bp, kb, ke, acc + p * W, ld);
