@@ -46,8 +46,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import switches
 from ..triton import context as _triton
-from . import (aten_reductions, attention, conv, custom_ops, flex, gemm, grouped, patches,
-               scaled, sdpa_route)
+from . import (aten_norms, aten_reductions, attention, conv, custom_ops, flex, gemm, grouped,
+               patches, scaled, sdpa_route)
 from .attribution import LayerTracker
 from .dispatch_args import phase
 from .functions import FunctionRouter
@@ -355,6 +355,8 @@ _ROUTES = [
     (("sum",), ("default", "dim_IntList"), aten_reductions.handle_sum),
     (("mean",), ("default", "dim"), aten_reductions.handle_mean),
     (("_softmax", "_log_softmax"), ("default",), aten_reductions.handle_softmax),
+    (("native_layer_norm",), ("default",), aten_norms.handle_layer_norm),
+    (("native_layer_norm_backward",), ("default",), aten_norms.handle_layer_norm_backward),
 ]
 _HANDLERS: dict[Any, Any] = {f: handler for names, which, handler in _ROUTES
                              for name in names for f in _overloads(name, which)}
