@@ -100,6 +100,85 @@ def slow_row(x, gamma, beta, eps, rms):
     return np.array(y, F32), mean, rstd
 
 
+def welford_reduce(s, x):
+    """WelfordOps::reduce: n counted exactly, ``mean += delta / n`` (a division)."""
+    mean, m2, n = s
+    n1 = F32(n + 1)
+    delta = F32(x - mean)
+    nm = F32(mean + F32(delta / n1))
+    return (nm, fma(delta, F32(x - nm), m2), n1)
+
+
+def welford_combine(a, b):
+    if a[2] == 0:
+        return b
+    if b[2] == 0:
+        return a
+    delta = F32(b[0] - a[0])
+    n = F32(a[2] + b[2])
+    w = F32(b[2] / n)
+    return (fma(delta, w, a[0]), fma(F32(F32(delta * delta) * a[2]), w, F32(a[1] + b[1])), n)
+
+
+def slow_rowwise(x, gamma, beta, eps, rms):
+    """RowwiseMomentsCUDAKernel (512 threads, BlockReduce) + LayerNormForwardCUDAKernel."""
+    n = len(x)
+    states = []
+    for t in range(512):
+        s = (F32(0), F32(0), F32(0))
+        for j in range(t, n, 512):
+            s = welford_reduce(s, F32(x[j]))
+        states.append(s)
+    warp_results = []
+    for w in range(16):                          # WarpReduce: combine(own, shfl_down)
+        lanes = states[32 * w:32 * w + 32]
+        for off in (16, 8, 4, 2, 1):
+            lanes = [welford_combine(lanes[i], lanes[i + off]) if i + off < 32 else lanes[i]
+                     for i in range(32)]
+        warp_results.append(lanes[0])
+    lanes = warp_results + [(F32(0), F32(0), F32(0))] * 16   # warp 0: identities past 16
+    for off in (16, 8, 4, 2, 1):
+        lanes = [welford_combine(lanes[i], lanes[i + off]) if i + off < 32 else lanes[i]
+                 for i in range(32)]
+    mean, m2, cnt = lanes[0]
+    var = F32(m2 / cnt)
+    arg = F32(fma(mean, mean, var) + F32(eps)) if rms else F32(var + F32(eps))
+    rstd = gpu_math.evaluate("rsqrt.approx.f32", np.array([arg]))[0]
+    y = []
+    for j in range(n):
+        g = F32(1) if gamma is None else F32(gamma[j])
+        if rms:
+            y.append(F32(F32(F32(x[j]) * rstd) * g))
+        else:
+            b = F32(0) if beta is None else F32(beta[j])
+            y.append(fma(F32(F32(F32(x[j]) - mean) * rstd), g, b))
+    return np.array(y, F32), mean, rstd
+
+
+@pytest.mark.parametrize("n", [3, 63, 530, 1030, 5003])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", ["ln_affine", "ln_plain", "rms_weight"])
+def test_rowwise_model_equals_slow_reference(n, dtype, case):
+    x, w, b = _data(n, dtype, 100 + n)
+    X = x.float().numpy()
+    if case == "rms_weight":
+        y, rstd = norms.rms_norm(x, [n], w, None)
+        mean = None
+        G, B, eps = w.float().numpy(), None, float(np.finfo(F32).eps)
+    else:
+        w, b = (w, b) if case == "ln_affine" else (None, None)
+        y, mean, rstd = norms.layer_norm(x, [n], w, b, 1e-5)
+        G = None if w is None else w.float().numpy()
+        B = None if b is None else b.float().numpy()
+        eps = 1e-5
+    for r in range(X.shape[0]):
+        ry, rm, rr = slow_rowwise(X[r], G, B, eps, case == "rms_weight")
+        assert rstd[r, 0].item() == rr
+        if mean is not None:
+            assert mean[r, 0].item() == rm
+        assert torch.equal(y[r], torch.from_numpy(ry).to(dtype))
+
+
 def _data(n, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn(3, n, generator=g) * 2 + 0.7).to(dtype)
@@ -176,22 +255,25 @@ def test_rms_norm_routed_under_emulate_with_grads():
     assert bwd and bwd[0].format == "CPU order"
 
 
-def test_unmodelled_kernels_run_natively_and_are_recorded():
+def test_unvectorised_rows_modelled_fp64_native():
     x, w, b = _data(63, torch.float32, 3)
+    x = torch.cat([x] * 8)
     with tme.emulate("sm90", record=True) as em:
         y = F.layer_norm(x, [63], w, b)
         z = F.rms_norm(x, [63])
         y64 = F.layer_norm(x.double()[:, :60].contiguous(), [60])
-    assert torch.equal(y, F.layer_norm(x, [63], w, b))
-    assert torch.equal(z, F.rms_norm(x, [63]))
-    assert y64.dtype == torch.float64
-    notes = {r.note for r in em.records if "norm" in r.op and r.format == "CPU order"}
-    assert any("unvectorised" in s for s in notes) and any("float64" in s for s in notes)
+    assert torch.equal(y, norms.layer_norm(x, [63], w, b)[0])
+    assert torch.equal(z, norms.rms_norm(x, [63])[0])
+    assert not torch.equal(y, F.layer_norm(x, [63], w, b))
+    assert torch.equal(y64, F.layer_norm(x.double()[:, :60].contiguous(), [60]))
+    notes = [r.note for r in em.records if "norm" in r.op]
+    assert any("RowwiseMomentsCUDAKernel" in s for s in notes)
+    assert any("float64" in r.note and r.format == "CPU order" for r in em.records)
 
 
 def test_bad_input():
-    with pytest.raises(ValueError, match="unvectorised"):
-        norms.layer_norm(torch.randn(2, 6), [6])
+    with pytest.raises(ValueError, match="weight must have 6 elements"):
+        norms.layer_norm(torch.randn(2, 6), [6], torch.ones(5))
     with pytest.raises(TypeError, match="fp32, fp16 or bf16"):
         norms.rms_norm(torch.ones(2, 8, dtype=torch.int32), [8])
     with pytest.raises(ValueError, match="trailing dimensions"):

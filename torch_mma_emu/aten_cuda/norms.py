@@ -21,9 +21,10 @@ beta are 4-element aligned.  One CTA of 32 x 4 threads (``num_threads()`` = 128)
   the input dtype.
 
 The contractions are nvcc 13's for sm_90 (``nvcc -arch=sm_90 -ptx`` of the same
-expressions: rcp.rn.f32, fma.rn.f32, rsqrt.approx.f32).  The other kernels (the
-unvectorised ``RowwiseMomentsCUDAKernel`` + ``LayerNormForwardCUDAKernel``, fp64) are not
-modelled: :func:`vectorized` says which calls this model covers.
+expressions: rcp.rn.f32, fma.rn.f32, rsqrt.approx.f32).  Other rows (N % 4 != 0, N > 2^24,
+unaligned) run the unvectorised pair ``RowwiseMomentsCUDAKernel`` (``WelfordOps`` of
+SharedReduceOps.h, ``cuda_utils::BlockReduce`` over 512 threads) +
+``LayerNormForwardCUDAKernel``: :func:`evaluate_rowwise`.  fp64 is not modelled.
 """
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ import torch
 from .. import gpu_math
 from ..gpu_math import ieee
 
-__all__ = ["vectorized", "layer_norm", "rms_norm", "evaluate", "THREADS", "VEC", "KERNEL"]
+__all__ = ["vectorized", "layer_norm", "rms_norm", "evaluate", "evaluate_rowwise", "moments",
+           "kernel_name", "THREADS", "VEC", "KERNEL", "BLOCK_REDUCE_THREADS"]
 
 THREADS = 128          # num_threads() = C10_WARP_SIZE * 4: a block of 32 x 4
 VEC = 4                # vec_size, the same for every dtype
@@ -50,6 +52,14 @@ def vectorized(n: int, dtype: torch.dtype, *tensors) -> bool:
     if dtype not in _FLOATS or n <= 0 or n % VEC or n > 2 ** 24:
         return False
     return all(t.storage_offset() % VEC == 0 for t in tensors if t is not None)
+
+
+def kernel_name(n: int, dtype: torch.dtype, *tensors) -> str:
+    """The forward kernel(s) torch 2.13 launches for rows of ``n``."""
+    if vectorized(n, dtype, *tensors):
+        return f"{KERNEL}: block 32x4, {n // VEC} vectors of 4 per row"
+    return ("RowwiseMomentsCUDAKernel (512 threads, WelfordOps) + "
+            "LayerNormForwardCUDAKernel")
 
 
 def _combine(own, other, rms: bool):
@@ -148,6 +158,90 @@ def evaluate(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool = False):
     return np.asarray(y, _F), mean, rstd
 
 
+# -- the unvectorised kernels: RowwiseMomentsCUDAKernel + LayerNormForwardCUDAKernel ----
+BLOCK_REDUCE_THREADS = 512      # cuda_utils::kCUDABlockReduceNumThreads: 16 warps
+
+
+def _welford_combine(a, b):
+    """``WelfordOps::combine(a = own, b = other)``: the empty side gives the other back."""
+    m_a, s_a, n_a = a
+    m_b, s_b, n_b = b
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        delta = (m_b - m_a).astype(_F)
+        count = (n_a + n_b).astype(_F)
+        w = (n_b / count).astype(_F)
+        mean = ieee.fma(delta, w, m_a)
+        dd = ((delta * delta).astype(_F) * n_a).astype(_F)
+        m2 = ieee.fma(dd, w, (s_a + s_b).astype(_F))
+    a0, b0 = n_a == 0, n_b == 0
+    pick = lambda va, vb, v: np.where(a0, vb, np.where(b0, va, v)).astype(_F)  # noqa: E731
+    return pick(m_a, m_b, mean), pick(s_a, s_b, m2), pick(n_a, n_b, count)
+
+
+def moments(X: np.ndarray):
+    """``RowwiseMomentsCUDAKernel``: per row (mean, var) of float32 rows ``X`` [rows, N]:
+    512 threads, thread ``j`` takes elements ``j, j + 512, ...`` into ``WelfordOps``
+    (``mean += delta / n``: a division; ``m2 = fma(delta, x - mean, m2)``), ``BlockReduce``
+    (``shfl_down`` 16..1 per warp, then warp 0 over the 16 warps' results), ``var = m2 / n``."""
+    X = np.asarray(X, _F)
+    R, N = X.shape
+    T = BLOCK_REDUCE_THREADS
+    K = -(-N // T)
+    P = np.zeros((R, K * T), _F)
+    P[:, :N] = X
+    P = P.reshape(R, K, T)
+    live = (np.arange(K * T) < N).reshape(K, T)
+    mean = np.zeros((R, T), _F)
+    m2 = np.zeros((R, T), _F)
+    cnt = np.zeros((R, T), _F)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(K):
+            on = live[k][None, :]
+            x = P[:, k]
+            nf = _F(k + 1)                  # every live thread has seen k + 1 elements
+            delta = (x - mean).astype(_F)
+            nm = (mean + (delta / nf).astype(_F)).astype(_F)
+            ns = ieee.fma(delta, (x - nm).astype(_F), m2)
+            mean, m2 = np.where(on, nm, mean), np.where(on, ns, m2)
+            cnt = np.where(on, nf, cnt)
+    state = tuple(s.reshape(R, T // WARP, WARP) for s in (mean, m2, cnt))
+    state = _halve_with(state, WARP, _welford_combine)        # WarpReduce per warp
+    state = _halve_with(state, T // WARP, _welford_combine)   # warp 0 (identity lanes pass)
+    mean, m2, n = state
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        var = (m2 / n).astype(_F)
+    return mean.astype(_F), var
+
+
+def _halve_with(state, w, combine):
+    while w > 1:
+        h = w // 2
+        state = combine(tuple(s[..., :h] for s in state), tuple(s[..., h:w] for s in state))
+        w = h
+    return tuple(s[..., 0] for s in state)
+
+
+def evaluate_rowwise(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool = False):
+    """The unvectorised pair on float32 rows: ``(y, mean, rstd)``; ``y = fma((x - mean) *
+    rstd, gamma, beta)`` with gamma 1 and beta 0 where absent (rms_norm: ``x * rstd *
+    gamma``, ``rstd = rsqrt(fma(mean, mean, var) + eps)``)."""
+    X = np.asarray(X, _F)
+    mean, var = moments(X)
+    e = np.float32(eps)
+    g = _F(1) if gamma is None else np.asarray(gamma, _F)[None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        if rms:
+            rstd = gpu_math.evaluate("rsqrt.approx.f32",
+                                     (ieee.fma(mean, mean, var) + e).astype(_F))
+            y = ((X * rstd[:, None]).astype(_F) * g).astype(_F)
+            return y, np.zeros_like(mean), rstd
+        rstd = gpu_math.evaluate("rsqrt.approx.f32", (var + e).astype(_F))
+        b = _F(0) if beta is None else np.asarray(beta, _F)[None]
+        p = ((X - mean[:, None]).astype(_F) * rstd[:, None]).astype(_F)
+        y = ieee.fma(p, np.broadcast_to(g, X.shape), np.broadcast_to(b, X.shape))
+    return np.asarray(y, _F), mean, rstd
+
+
 def _rows(x: torch.Tensor, n: int) -> np.ndarray:
     return x.detach().reshape(-1, n).float().numpy()
 
@@ -160,7 +254,8 @@ def layer_norm(x: torch.Tensor, normalized_shape, weight=None, bias=None, eps: f
     """``native_layer_norm``'s ``(y, mean, rstd)`` with the vectorised kernel's bits (mean
     and rstd float32 for 16-bit inputs, shaped like PyTorch's: the leading dims then ones)."""
     n, lead = _check(x, normalized_shape, weight, bias)
-    y, mean, rstd = evaluate(_rows(x, n), _flat(weight, n), _flat(bias, n), eps)
+    run = evaluate if vectorized(n, x.dtype, x, weight, bias) else evaluate_rowwise
+    y, mean, rstd = run(_rows(x, n), _flat(weight, n), _flat(bias, n), eps)
     stat_shape = lead + (1,) * len(tuple(normalized_shape))
     acc = torch.float64 if x.dtype == torch.float64 else torch.float32
     return (torch.from_numpy(y).reshape(x.shape).to(x.dtype),
@@ -172,7 +267,8 @@ def rms_norm(x: torch.Tensor, normalized_shape, weight=None, eps=None):
     """``_fused_rms_norm``'s ``(y, rstd)``; ``eps`` None: float32's epsilon (2^-23)."""
     n, lead = _check(x, normalized_shape, weight, None)
     e = float(np.finfo(np.float32).eps) if eps is None else eps
-    y, _, rstd = evaluate(_rows(x, n), _flat(weight, n), None, e, rms=True)
+    run = evaluate if vectorized(n, x.dtype, x, weight) else evaluate_rowwise
+    y, _, rstd = run(_rows(x, n), _flat(weight, n), None, e, rms=True)
     stat_shape = lead + (1,) * len(tuple(normalized_shape))
     return (torch.from_numpy(y).reshape(x.shape).to(x.dtype),
             torch.from_numpy(rstd).reshape(stat_shape))
@@ -186,10 +282,8 @@ def _check(x, normalized_shape, weight, bias):
     n = int(np.prod(shape))
     if x.dtype not in _FLOATS:
         raise TypeError(f"the layer_norm model takes fp32, fp16 or bf16, got {x.dtype}")
-    if not vectorized(n, x.dtype, x, weight, bias):
-        raise ValueError(f"rows of {n} elements (or unaligned tensors) run the unvectorised "
-                         f"kernels, not modelled: the vectorised kernel needs N % {VEC} == 0, "
-                         f"N <= 2^24 and 4-element aligned tensors")
+    if x.numel() >= 2 ** 31:
+        raise ValueError("tensors of 2^31 or more elements are not modelled")
     for t, name in ((weight, "weight"), (bias, "bias")):
         if t is not None and t.numel() != n:
             raise ValueError(f"{name} must have {n} elements, got {t.numel()}")

@@ -8,9 +8,10 @@
   caught above autograd (functions.py) and the fused kernel's bits come back; gradients are
   PyTorch's own (the CPU decomposition recomputed in backward).
 
-Native, recorded with the reason: the unvectorised kernels (N % 4 != 0, N > 2^24,
-unaligned views), fp64, non-CPU tensors, AMD targets; and every backward
-(``native_layer_norm_backward``, rms_norm's gradient).
+Rows the vectorised kernel does not take (N % 4 != 0, N > 2^24, unaligned views) get the
+unvectorised pair's bits.  Native, recorded with the reason: fp64, non-contiguous inputs,
+non-CPU tensors, AMD targets; and every backward (``native_layer_norm_backward``,
+rms_norm's gradient).
 """
 from __future__ import annotations
 
@@ -42,9 +43,8 @@ def _why_native(mode, x, n, *others) -> str:
         return f"{mode.policy.arch_name}: no model of this target's norm kernel"
     if not x.is_contiguous() or any(t is not None and not t.is_contiguous() for t in others):
         return "non-contiguous input: PyTorch copies it first (not modelled)"
-    if not norms.vectorized(n, x.dtype, x, *others):
-        return (f"rows of {n}: the unvectorised RowwiseMoments / LayerNormForward kernels "
-                f"(not modelled)")
+    if x.numel() >= 2 ** 31:
+        return "size outside the model (64-bit indexing)"
     return ""
 
 
@@ -68,8 +68,7 @@ def handle_layer_norm(mode, func, args, kwargs):
         return func(*args, **kwargs)
     _warn(mode)
     out = norms.layer_norm(x.detach(), shape, _plain(weight), _plain(bias), float(eps))
-    mode.record(func, KIND, _LABEL, [x.shape],
-                f"{norms.KERNEL}: block 32x4, {n // norms.VEC} vectors of 4 per row")
+    mode.record(func, KIND, _LABEL, [x.shape], norms.kernel_name(n, x.dtype, x, weight, bias))
     return out
 
 
@@ -143,7 +142,7 @@ def rms_norm(mode, func, args, kwargs):
     _warn(mode)
     y, _ = norms.rms_norm(x.detach(), shape, _plain(weight), eps)
     mode.record("aten._fused_rms_norm", KIND, _LABEL, [x.shape],
-                f"{norms.KERNEL}<rms_norm>: block 32x4, {n // norms.VEC} vectors of 4 per row")
+                "rms_norm: " + norms.kernel_name(n, x.dtype, x, weight))
     needs = torch.is_grad_enabled() and (x.requires_grad or (
         weight is not None and weight.requires_grad))
     if not needs:
