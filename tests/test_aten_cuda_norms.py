@@ -307,3 +307,15 @@ def test_nvcc_contractions(tmp_path):
     assert ops[:6] == ["sub.f32", "add.f32", "rcp.rn.f32", "fma.rn.f32", "sub.f32",
                        "fma.rn.f32"]
     assert "rsqrt.approx.f32" in ops and ops[-1] == "fma.rn.f32"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_layer_norm_backward_runs_native_on_modelled_stats(dtype):
+    """The CPU backward reads mean / rstd in the dtype the CPU forward stores (bf16 here)."""
+    ln = torch.nn.LayerNorm(64).to(dtype)
+    x = _data(64, dtype, 5)[0].requires_grad_()
+    with tme.emulate("sm90", record=True) as em:
+        ln(x).float().square().sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad.float()).all()
+    bwd = [r for r in em.records if "native_layer_norm_backward" in r.op]
+    assert bwd and bwd[0].format == "CPU order" and bwd[0].phase == "backward"

@@ -67,7 +67,13 @@ def handle_layer_norm(mode, func, args, kwargs):
         mode.record(func, KIND, KERNEL_NATIVE, [x.shape], why)
         return func(*args, **kwargs)
     _warn(mode)
-    out = norms.layer_norm(x.detach(), shape, _plain(weight), _plain(bias), float(eps))
+    y, mean, rstd = norms.layer_norm(x.detach(), shape, _plain(weight), _plain(bias),
+                                     float(eps))
+    # the CPU backward that follows reads mean / rstd in the dtype its forward stores them
+    # (the input's, float when weight / bias are of another dtype); CUDA keeps float
+    mixed = any(t is not None and t.dtype != x.dtype for t in (weight, bias))
+    stat = torch.float32 if mixed else x.dtype
+    out = (y, mean.to(stat), rstd.to(stat))
     mode.record(func, KIND, _LABEL, [x.shape], norms.kernel_name(n, x.dtype, x, weight, bias))
     return out
 
