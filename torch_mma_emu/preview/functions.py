@@ -21,12 +21,13 @@ from typing import Optional
 import torch
 from torch.overrides import TorchFunctionMode
 
-from . import aten_reductions, sdpa_route
+from . import aten_norms, aten_reductions, sdpa_route
 from .patches import ONEDNN_OFF
 
 __all__ = ["FunctionRouter"]
 
 _RNNS = frozenset({"lstm", "gru", "rnn_tanh", "rnn_relu"})
+_RMS_NORMS = (torch.rms_norm, torch.nn.functional.rms_norm)
 _SDPA = torch._C._nn.scaled_dot_product_attention
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
@@ -78,6 +79,10 @@ class FunctionRouter(TorchFunctionMode):
             return func(*args, **kwargs)
         if func is _SDPA:
             out = self._sdpa(args, kwargs, sdpa_route.route)
+            if out is not None:
+                return out
+        elif func in _RMS_NORMS:
+            out = aten_norms.rms_norm(self.mode, func, args, kwargs)
             if out is not None:
                 return out
         elif getattr(func, "__name__", "") in _RNNS and _on_cpu(args):

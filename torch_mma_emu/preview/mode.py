@@ -48,8 +48,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import switches
 from ..triton import context as _triton
-from . import (aten_math, aten_reductions, attention, census, conv, custom_ops, flex, gemm,
-               grouped, patches, scaled, sdpa_route)
+from . import (aten_math, aten_norms, aten_reductions, attention, census, conv, custom_ops,
+               flex, gemm, grouped, patches, scaled, sdpa_route)
 from .attribution import LayerTracker
 from .dispatch_args import phase
 from .functions import FunctionRouter
@@ -395,6 +395,8 @@ _ROUTES = [
     (("sum",), ("default", "dim_IntList"), aten_reductions.handle_sum),
     (("mean",), ("default", "dim"), aten_reductions.handle_mean),
     (("_softmax", "_log_softmax"), ("default",), aten_reductions.handle_softmax),
+    (("native_layer_norm",), ("default",), aten_norms.handle_layer_norm),
+    (("native_layer_norm_backward",), ("default",), aten_norms.handle_layer_norm_backward),
     # PyTorch's own CUDA elementwise math (torch 2.13's kernels, aten_math.py)
     (tuple(aten_math.OPS), ("default", "out"), aten_math.handle),
     (tuple(n + "_" for n in aten_math.OPS), ("default",), aten_math.handle),

@@ -12,7 +12,7 @@ __all__ = ["Record", "Recorder", "KERNEL_NATIVE", "KERNEL_KINDS", "is_kernel_lab
 # where modelled and KERNEL_NATIVE where they ran in the CPU's order, with a kind of
 # KERNEL_KINDS; emulated_count / native_count count products only.
 KERNEL_NATIVE = "CPU order"
-KERNEL_KINDS = frozenset({"elementwise", "reduction"})
+KERNEL_KINDS = frozenset({"elementwise", "reduction", "normalization"})
 
 
 def is_kernel_label(fmt: str) -> bool:

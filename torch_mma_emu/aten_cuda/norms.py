@@ -1,0 +1,290 @@
+"""layer_norm and rms_norm forward as torch 2.13's CUDA kernel computes them:
+``vectorized_layer_norm_kernel`` (``aten/src/ATen/native/cuda/layer_norm_kernel.cu``; the
+fused rms_norm kernel is the same template with ``rms_norm = true``).  It runs when the row
+length N is a multiple of 4, N <= 2^24, the dtype is fp32 / fp16 / bf16 and X, Y, gamma,
+beta are 4-element aligned.  One CTA of 32 x 4 threads (``num_threads()`` = 128) per row:
+
+* thread ``t`` reads the 4-vectors ``t, t + 128, ...`` and updates, per element in order,
+  a float Welford state (mean, m2, count)::
+
+      delta = x - mean;  count += 1;  coef = rcp.rn(count)
+      mean  = fma(delta, coef, mean);  m2 = fma(delta, x - mean, m2)
+
+  (rms_norm: ``m2 = fma(x, x, m2)``, no mean);
+* ``shfl_down`` 16..1, then the 4 warps' halving through shared memory, each step
+  ``combine(own, other)``: ``coef = rcp.rn(nA + nB)``, ``wA = nA*coef``, ``wB = nB*coef``,
+  ``mean = fma(other.mean, wA, own.mean*wB)``,
+  ``m2 = fma(nA * (delta*delta), wB, own.m2 + other.m2)`` (rms_norm: ``own.m2 + other.m2``);
+* ``var = m2 / N`` (div.rn), ``rstd = rsqrt.approx.f32(var + eps)`` (``rsqrtf``);
+* ``y = fma(gamma, rstd * (x - mean), beta)``; gamma only ``gamma * (rstd * (x - mean))``;
+  beta only ``fma(x - mean, rstd, beta)``; rms_norm ``gamma * (rstd * x)``; rounded once to
+  the input dtype.
+
+The contractions are nvcc 13's for sm_90 (``nvcc -arch=sm_90 -ptx`` of the same
+expressions: rcp.rn.f32, fma.rn.f32, rsqrt.approx.f32).  Other rows (N % 4 != 0, N > 2^24,
+unaligned) run the unvectorised pair ``RowwiseMomentsCUDAKernel`` (``WelfordOps`` of
+SharedReduceOps.h, ``cuda_utils::BlockReduce`` over 512 threads) +
+``LayerNormForwardCUDAKernel``: :func:`evaluate_rowwise`.  fp64 is not modelled.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .. import gpu_math
+from ..gpu_math import ieee
+
+__all__ = ["vectorized", "layer_norm", "rms_norm", "evaluate", "evaluate_rowwise", "moments",
+           "kernel_name", "THREADS", "VEC", "KERNEL", "BLOCK_REDUCE_THREADS"]
+
+THREADS = 128          # num_threads() = C10_WARP_SIZE * 4: a block of 32 x 4
+VEC = 4                # vec_size, the same for every dtype
+WARP = 32
+KERNEL = "vectorized_layer_norm_kernel"
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+_F = np.float32
+
+
+def vectorized(n: int, dtype: torch.dtype, *tensors) -> bool:
+    """Whether rows of ``n`` elements of ``dtype`` run the vectorised kernel (the tensors:
+    X and the defined gamma / beta, contiguous, each 4-element aligned by storage offset;
+    the CUDA allocator's base is 512-byte aligned)."""
+    if dtype not in _FLOATS or n <= 0 or n % VEC or n > 2 ** 24:
+        return False
+    return all(t.storage_offset() % VEC == 0 for t in tensors if t is not None)
+
+
+def kernel_name(n: int, dtype: torch.dtype, *tensors) -> str:
+    """The forward kernel(s) torch 2.13 launches for rows of ``n``."""
+    if vectorized(n, dtype, *tensors):
+        return f"{KERNEL}: block 32x4, {n // VEC} vectors of 4 per row"
+    return ("RowwiseMomentsCUDAKernel (512 threads, WelfordOps) + "
+            "LayerNormForwardCUDAKernel")
+
+
+def _combine(own, other, rms: bool):
+    """``cuWelfordCombine(dataB=own, dataA=other)`` on arrays."""
+    m_b, s_b, c_b = own
+    m_a, s_a, c_a = other
+    if rms:
+        return m_b, (s_b + s_a).astype(_F), c_b
+    count = (c_a + c_b).astype(_F)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        coef = (_F(1) / count).astype(_F)
+        w_a = (c_a * coef).astype(_F)
+        w_b = (c_b * coef).astype(_F)
+        delta = (m_b - m_a).astype(_F)
+        mean = ieee.fma(m_a, w_a, (m_b * w_b).astype(_F))
+        dd = (c_a * (delta * delta).astype(_F)).astype(_F)
+        m2 = ieee.fma(dd, w_b, (s_b + s_a).astype(_F))
+    pos = count > 0
+    return (np.where(pos, mean, _F(0)).astype(_F), np.where(pos, m2, _F(0)).astype(_F),
+            count)
+
+
+def _halve(state, axis_len: int, rms: bool):
+    """Halving over the last axis (``shfl_down`` / the shared-memory tree): step ``h``
+    combines slot i with slot i + h; slot 0 ends with the result."""
+    w = axis_len
+    while w > 1:
+        h = w // 2
+        state = _combine(tuple(s[..., :h] for s in state),
+                         tuple(s[..., h:w] for s in state), rms)
+        w = h
+    return tuple(s[..., 0] for s in state)
+
+
+def stats(X: np.ndarray, *, rms: bool = False):
+    """``compute_stats`` for rows of ``X`` (float32, [rows, N], N % 4 == 0): per row the
+    Welford mean (0 for rms_norm) and m2 / N (the variance, or the mean square)."""
+    X = np.asarray(X, _F)
+    R, N = X.shape
+    nv = N // VEC
+    K = -(-nv // THREADS)
+    V = np.zeros((R, K * THREADS, VEC), _F)
+    V[:, :nv] = X.reshape(R, nv, VEC)
+    V = V.reshape(R, K, THREADS, VEC)
+    live = (np.arange(K * THREADS) < nv).reshape(K, THREADS)
+    mean = np.zeros((R, THREADS), _F)
+    m2 = np.zeros((R, THREADS), _F)
+    cnt = np.zeros((R, THREADS), _F)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(K):
+            on = live[k][None, :]
+            for ii in range(VEC):
+                x = V[:, k, :, ii]
+                if rms:
+                    m2 = np.where(on, ieee.fma(x, x, m2), m2)
+                    continue
+                delta = (x - mean).astype(_F)
+                nc = (cnt + _F(1)).astype(_F)
+                coef = (_F(1) / nc).astype(_F)
+                nm = ieee.fma(delta, coef, mean)
+                ns = ieee.fma(delta, (x - nm).astype(_F), m2)
+                mean = np.where(on, nm, mean)
+                m2 = np.where(on, ns, m2)
+                cnt = np.where(on, nc, cnt)
+    state = tuple(s.reshape(R, THREADS // WARP, WARP) for s in (mean, m2, cnt))
+    state = _halve(state, WARP, rms)                     # lane 0 of each warp
+    mean, m2, _ = _halve(state, THREADS // WARP, rms)    # warp 0
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        var = (m2 / _F(N)).astype(_F)
+    return mean.astype(_F), var
+
+
+def evaluate(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool = False):
+    """The kernel on float32 rows ``X`` [rows, N] (inputs already read as float): returns
+    ``(y, mean, rstd)`` as float32 (y before the store's rounding; mean zeros for rms)."""
+    X = np.asarray(X, _F)
+    mean, var = stats(X, rms=rms)
+    e = np.float32(eps)
+    with np.errstate(over="ignore", invalid="ignore"):
+        rstd = gpu_math.evaluate("rsqrt.approx.f32", (var + e).astype(_F))
+        r = rstd[:, None]
+        if rms:
+            p = (r * X).astype(_F)
+            y = p if gamma is None else (np.asarray(gamma, _F)[None] * p).astype(_F)
+            return y, np.zeros_like(mean), rstd
+        d = (X - mean[:, None]).astype(_F)
+        g = None if gamma is None else np.asarray(gamma, _F)[None]
+        b = None if beta is None else np.asarray(beta, _F)[None]
+        if g is not None:
+            p = (r * d).astype(_F)
+            y = ieee.fma(g, p, b) if b is not None else (g * p).astype(_F)
+        elif b is not None:
+            y = ieee.fma(d, r, b)
+        else:
+            y = (r * d).astype(_F)
+    return np.asarray(y, _F), mean, rstd
+
+
+# -- the unvectorised kernels: RowwiseMomentsCUDAKernel + LayerNormForwardCUDAKernel ----
+BLOCK_REDUCE_THREADS = 512      # cuda_utils::kCUDABlockReduceNumThreads: 16 warps
+
+
+def _welford_combine(a, b):
+    """``WelfordOps::combine(a = own, b = other)``: the empty side gives the other back."""
+    m_a, s_a, n_a = a
+    m_b, s_b, n_b = b
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        delta = (m_b - m_a).astype(_F)
+        count = (n_a + n_b).astype(_F)
+        w = (n_b / count).astype(_F)
+        mean = ieee.fma(delta, w, m_a)
+        dd = ((delta * delta).astype(_F) * n_a).astype(_F)
+        m2 = ieee.fma(dd, w, (s_a + s_b).astype(_F))
+    a0, b0 = n_a == 0, n_b == 0
+    pick = lambda va, vb, v: np.where(a0, vb, np.where(b0, va, v)).astype(_F)  # noqa: E731
+    return pick(m_a, m_b, mean), pick(s_a, s_b, m2), pick(n_a, n_b, count)
+
+
+def moments(X: np.ndarray):
+    """``RowwiseMomentsCUDAKernel``: per row (mean, var) of float32 rows ``X`` [rows, N]:
+    512 threads, thread ``j`` takes elements ``j, j + 512, ...`` into ``WelfordOps``
+    (``mean += delta / n``: a division; ``m2 = fma(delta, x - mean, m2)``), ``BlockReduce``
+    (``shfl_down`` 16..1 per warp, then warp 0 over the 16 warps' results), ``var = m2 / n``."""
+    X = np.asarray(X, _F)
+    R, N = X.shape
+    T = BLOCK_REDUCE_THREADS
+    K = -(-N // T)
+    P = np.zeros((R, K * T), _F)
+    P[:, :N] = X
+    P = P.reshape(R, K, T)
+    live = (np.arange(K * T) < N).reshape(K, T)
+    mean = np.zeros((R, T), _F)
+    m2 = np.zeros((R, T), _F)
+    cnt = np.zeros((R, T), _F)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(K):
+            on = live[k][None, :]
+            x = P[:, k]
+            nf = _F(k + 1)                  # every live thread has seen k + 1 elements
+            delta = (x - mean).astype(_F)
+            nm = (mean + (delta / nf).astype(_F)).astype(_F)
+            ns = ieee.fma(delta, (x - nm).astype(_F), m2)
+            mean, m2 = np.where(on, nm, mean), np.where(on, ns, m2)
+            cnt = np.where(on, nf, cnt)
+    state = tuple(s.reshape(R, T // WARP, WARP) for s in (mean, m2, cnt))
+    state = _halve_with(state, WARP, _welford_combine)        # WarpReduce per warp
+    state = _halve_with(state, T // WARP, _welford_combine)   # warp 0 (identity lanes pass)
+    mean, m2, n = state
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        var = (m2 / n).astype(_F)
+    return mean.astype(_F), var
+
+
+def _halve_with(state, w, combine):
+    while w > 1:
+        h = w // 2
+        state = combine(tuple(s[..., :h] for s in state), tuple(s[..., h:w] for s in state))
+        w = h
+    return tuple(s[..., 0] for s in state)
+
+
+def evaluate_rowwise(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool = False):
+    """The unvectorised pair on float32 rows: ``(y, mean, rstd)``; ``y = fma((x - mean) *
+    rstd, gamma, beta)`` with gamma 1 and beta 0 where absent (rms_norm: ``x * rstd *
+    gamma``, ``rstd = rsqrt(fma(mean, mean, var) + eps)``)."""
+    X = np.asarray(X, _F)
+    mean, var = moments(X)
+    e = np.float32(eps)
+    g = _F(1) if gamma is None else np.asarray(gamma, _F)[None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        if rms:
+            rstd = gpu_math.evaluate("rsqrt.approx.f32",
+                                     (ieee.fma(mean, mean, var) + e).astype(_F))
+            y = ((X * rstd[:, None]).astype(_F) * g).astype(_F)
+            return y, np.zeros_like(mean), rstd
+        rstd = gpu_math.evaluate("rsqrt.approx.f32", (var + e).astype(_F))
+        b = _F(0) if beta is None else np.asarray(beta, _F)[None]
+        p = ((X - mean[:, None]).astype(_F) * rstd[:, None]).astype(_F)
+        y = ieee.fma(p, np.broadcast_to(g, X.shape), np.broadcast_to(b, X.shape))
+    return np.asarray(y, _F), mean, rstd
+
+
+def _rows(x: torch.Tensor, n: int) -> np.ndarray:
+    return x.detach().reshape(-1, n).float().numpy()
+
+
+def _flat(t, n):
+    return None if t is None else t.detach().reshape(n).float().numpy()
+
+
+def layer_norm(x: torch.Tensor, normalized_shape, weight=None, bias=None, eps: float = 1e-5):
+    """``native_layer_norm``'s ``(y, mean, rstd)`` with the vectorised kernel's bits (mean
+    and rstd float32 for 16-bit inputs, shaped like PyTorch's: the leading dims then ones)."""
+    n, lead = _check(x, normalized_shape, weight, bias)
+    run = evaluate if vectorized(n, x.dtype, x, weight, bias) else evaluate_rowwise
+    y, mean, rstd = run(_rows(x, n), _flat(weight, n), _flat(bias, n), eps)
+    stat_shape = lead + (1,) * len(tuple(normalized_shape))
+    acc = torch.float64 if x.dtype == torch.float64 else torch.float32
+    return (torch.from_numpy(y).reshape(x.shape).to(x.dtype),
+            torch.from_numpy(mean).reshape(stat_shape).to(acc),
+            torch.from_numpy(rstd).reshape(stat_shape).to(acc))
+
+
+def rms_norm(x: torch.Tensor, normalized_shape, weight=None, eps=None):
+    """``_fused_rms_norm``'s ``(y, rstd)``; ``eps`` None: float32's epsilon (2^-23)."""
+    n, lead = _check(x, normalized_shape, weight, None)
+    e = float(np.finfo(np.float32).eps) if eps is None else eps
+    run = evaluate if vectorized(n, x.dtype, x, weight) else evaluate_rowwise
+    y, _, rstd = run(_rows(x, n), _flat(weight, n), None, e, rms=True)
+    stat_shape = lead + (1,) * len(tuple(normalized_shape))
+    return (torch.from_numpy(y).reshape(x.shape).to(x.dtype),
+            torch.from_numpy(rstd).reshape(stat_shape))
+
+
+def _check(x, normalized_shape, weight, bias):
+    shape = tuple(int(s) for s in normalized_shape)
+    if not shape or tuple(x.shape[x.dim() - len(shape):]) != shape or x.dim() < len(shape):
+        raise ValueError(f"normalized_shape {list(shape)} must be the trailing dimensions "
+                         f"of the input's shape {list(x.shape)}")
+    n = int(np.prod(shape))
+    if x.dtype not in _FLOATS:
+        raise TypeError(f"the layer_norm model takes fp32, fp16 or bf16, got {x.dtype}")
+    if x.numel() >= 2 ** 31:
+        raise ValueError("tensors of 2^31 or more elements are not modelled")
+    for t, name in ((weight, "weight"), (bias, "bias")):
+        if t is not None and t.numel() != n:
+            raise ValueError(f"{name} must have {n} elements, got {t.numel()}")
+    return n, tuple(x.shape[:x.dim() - len(shape)])

@@ -1,0 +1,156 @@
+"""Under ``emulate``: layer_norm and rms_norm forward with the bits of torch 2.13.0's CUDA
+``vectorized_layer_norm_kernel`` (torch_mma_emu/aten_cuda/norms.py).
+
+* ``aten.native_layer_norm`` (what ``F.layer_norm`` / ``nn.LayerNorm`` reach below
+  autograd): modelled y, mean and rstd, so the backward op reads the modelled statistics.
+* ``F.rms_norm`` / ``torch.rms_norm``: on the CPU PyTorch decomposes it into pow / mean /
+  rsqrt / mul, on CUDA it runs the fused kernel (``_fused_rms_norm``), so the function is
+  caught above autograd (functions.py) and the fused kernel's bits come back; gradients are
+  PyTorch's own (the CPU decomposition recomputed in backward).
+
+Rows the vectorised kernel does not take (N % 4 != 0, N > 2^24, unaligned views) get the
+unvectorised pair's bits.  Native, recorded with the reason: fp64, non-contiguous inputs,
+non-CPU tensors, AMD targets; and every backward (``native_layer_norm_backward``,
+rms_norm's gradient).
+"""
+from __future__ import annotations
+
+import threading
+
+import torch
+
+from .. import aten_cuda
+from ..aten_cuda import norms
+from . import aten_reductions
+from .records import KERNEL_NATIVE
+
+__all__ = ["handle_layer_norm", "handle_layer_norm_backward", "rms_norm", "KIND"]
+
+KIND = "normalization"
+_LABEL = f"torch {aten_cuda.TORCH_VERSION} CUDA kernel"
+_BACKWARD = "backward: not modelled (PyTorch's CPU kernel)"
+_BUSY = threading.local()         # rms_norm's backward recomputes PyTorch's own forward
+
+
+def _why_native(mode, x, n, *others) -> str:
+    if not isinstance(x, torch.Tensor) or x.device.type != "cpu":
+        return "not a CPU tensor"
+    if x.dtype == torch.float64:
+        return "float64: no model"
+    if x.numel() == 0:
+        return "empty input"
+    if aten_reductions.target_gpu(mode) is None:
+        return f"{mode.policy.arch_name}: no model of this target's norm kernel"
+    if not x.is_contiguous() or any(t is not None and not t.is_contiguous() for t in others):
+        return "non-contiguous input: PyTorch copies it first (not modelled)"
+    if x.numel() >= 2 ** 31:
+        return "size outside the model (64-bit indexing)"
+    return ""
+
+
+def _warn(mode):
+    msg = aten_cuda.version_mismatch()
+    if msg:
+        mode.warn_once("aten_cuda.version", f"emulate: {msg}", stacklevel=5)
+
+
+def handle_layer_norm(mode, func, args, kwargs):
+    """``native_layer_norm(x, normalized_shape, weight, bias, eps)``."""
+    x, shape, weight, bias, eps = args[:5]
+    if not x.is_floating_point():
+        return func(*args, **kwargs)
+    n = 1
+    for s in shape:
+        n *= int(s)
+    why = _why_native(mode, x, n, weight, bias)
+    if why:
+        mode.record(func, KIND, KERNEL_NATIVE, [x.shape], why)
+        return func(*args, **kwargs)
+    _warn(mode)
+    y, mean, rstd = norms.layer_norm(x.detach(), shape, _plain(weight), _plain(bias),
+                                     float(eps))
+    # the CPU backward that follows reads mean / rstd in the dtype its forward stores them
+    # (the input's, float when weight / bias are of another dtype); CUDA keeps float
+    mixed = any(t is not None and t.dtype != x.dtype for t in (weight, bias))
+    stat = torch.float32 if mixed else x.dtype
+    out = (y, mean.to(stat), rstd.to(stat))
+    mode.record(func, KIND, _LABEL, [x.shape], norms.kernel_name(n, x.dtype, x, weight, bias))
+    return out
+
+
+def handle_layer_norm_backward(mode, func, args, kwargs):
+    mode.record(func, KIND, KERNEL_NATIVE, [args[0].shape], _BACKWARD)
+    return func(*args, **kwargs)
+
+
+def _plain(t):
+    return None if t is None else t.detach()
+
+
+class _RmsNorm(torch.autograd.Function):
+    """Forward: the model's y; backward: PyTorch's decomposition recomputed."""
+
+    @staticmethod
+    def forward(ctx, x, weight, shape, eps, y, mode):
+        ctx.save_for_backward(x, weight)
+        ctx.shape, ctx.eps, ctx.mode = shape, eps, mode
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        x, weight = ctx.saved_tensors
+        ctx.mode.record("aten._fused_rms_norm_backward", KIND, KERNEL_NATIVE, [x.shape],
+                        _BACKWARD)
+        _BUSY.on = True
+        try:
+            return _RmsNorm._grads(ctx, x, weight, gy)
+        finally:
+            _BUSY.on = False
+
+    @staticmethod
+    def _grads(ctx, x, weight, gy):
+        with torch.enable_grad(), aten_reductions.parts_of_a_model():
+            xs = x.detach().requires_grad_(ctx.needs_input_grad[0])
+            ws = None if weight is None else weight.detach().requires_grad_(
+                ctx.needs_input_grad[1])
+            y = torch.rms_norm(xs, ctx.shape, ws, ctx.eps)
+            wanted = [t for t in (xs, ws) if t is not None and t.requires_grad]
+            grads = iter(torch.autograd.grad(y, wanted, gy)) if wanted else iter(())
+        gx = next(grads) if ctx.needs_input_grad[0] else None
+        gw = next(grads) if ws is not None and ctx.needs_input_grad[1] else None
+        return gx, gw, None, None, None, None
+
+
+def _rms_args(input, normalized_shape, weight=None, eps=None):
+    return input, normalized_shape, weight, eps
+
+
+def rms_norm(mode, func, args, kwargs):
+    """``F.rms_norm`` / ``torch.rms_norm`` caught by the function router: the fused kernel's
+    bits, or None to let PyTorch run it (recorded as native with the reason)."""
+    x, shape, weight, eps = _rms_args(*args, **kwargs)
+    if getattr(_BUSY, "on", False):
+        return None
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or \
+            type(x) not in (torch.Tensor, torch.nn.Parameter):
+        return None
+    shape = (int(shape),) if isinstance(shape, int) else tuple(int(s) for s in shape)
+    n = 1
+    for s in shape:
+        n *= s
+    why = _why_native(mode, x, n, weight)
+    if not why and tuple(x.shape[x.dim() - len(shape):]) != shape:
+        return None                                   # PyTorch's own error
+    if why:
+        mode.record("aten._fused_rms_norm", KIND, KERNEL_NATIVE, [x.shape], why)
+        with aten_reductions.parts_of_a_model():
+            return func(*args, **kwargs)
+    _warn(mode)
+    y, _ = norms.rms_norm(x.detach(), shape, _plain(weight), eps)
+    mode.record("aten._fused_rms_norm", KIND, _LABEL, [x.shape],
+                "rms_norm: " + norms.kernel_name(n, x.dtype, x, weight))
+    needs = torch.is_grad_enabled() and (x.requires_grad or (
+        weight is not None and weight.requires_grad))
+    if not needs:
+        return y
+    return _RmsNorm.apply(x, weight, shape, eps, y, mode)
