@@ -161,8 +161,9 @@ def test_compiled_sdpa_follows_the_target_with_eagers_bits(case, backend):
     assert same(out, ref) and len(grads) == len(ref_grads) == 4
     assert all(same(a, b) for a, b in zip(grads, ref_grads))
     assert not spy.escaped, spy.escaped
-    assert {r.kind for r in em.records} == {"attention"} and all(r.emulated for r in em.records)
-    assert all("flash form" in r.note for r in em.records)
+    assert {r.kind for r in em.records if r.product} == {"attention"}
+    assert all(r.emulated for r in em.records)
+    assert all("flash form" in r.note for r in em.records if r.product)
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
