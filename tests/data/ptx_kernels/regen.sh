@@ -1,0 +1,5 @@
+#!/bin/bash
+# Regenerate kernels_sm80.ptx from kernels.cu (needs nvcc; the tests read the committed PTX).
+set -e
+cd "$(dirname "$0")"
+nvcc -arch=sm_80 -ptx -O3 kernels.cu -o kernels_sm80.ptx
