@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .errors import MemoryFault, PTXError, StepBudget, Unsupported
 from .launch import Launch, Stats
-from .parse import Kernel, parse
+from .parser import Kernel, parse
 
 __all__ = ["Module", "Launch", "Stats", "Kernel", "parse", "PTXError", "Unsupported",
            "MemoryFault", "StepBudget"]

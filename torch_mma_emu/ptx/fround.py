@@ -29,7 +29,8 @@ def round_to(s: np.ndarray, err, fmt: str, mode: str) -> np.ndarray:
     neg = np.signbit(s) | ((s == 0) & (err < 0))
     mag, e_mag = np.abs(s), np.where(np.signbit(s), -err, err)
     with np.errstate(all="ignore"):
-        _, ex = np.frexp(mag)                       # mag = f * 2**ex, f in [0.5, 1)
+        f, ex = np.frexp(mag)                       # mag = f * 2**ex, f in [0.5, 1)
+        ex = np.where((f == 0.5) & (e_mag < 0), ex - 1, ex)   # just below a power of 2
         q = np.ldexp(1.0, np.maximum(ex - 1, emin) - (p - 1))
         n = mag / q
         fl = np.floor(n)

@@ -127,8 +127,8 @@ def _body(text: str, kname: str):
             stmt = m.group(2).strip().strip("{}").strip()
         if not stmt or stmt == ";":
             continue
-        if stmt.startswith((".reg", ".pragma", ".loc", ".file", ".maxntid", ".reqntid",
-                            ".minnctapersm", ".maxnreg", ".section")):
+        if stmt.split()[0] in (".reg", ".pragma", ".loc", ".file", ".maxntid", ".reqntid",
+                               ".minnctapersm", ".maxnreg", ".section"):
             continue
         if stmt.startswith((".shared", ".local", ".global", ".const", "extern")):
             v = _var(stmt)

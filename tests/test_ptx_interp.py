@@ -1,0 +1,186 @@
+"""The SIMT PTX interpreter (torch_mma_emu.ptx) against NumPy / rational references, on
+kernels of tests/data/ptx_kernels/kernels.cu compiled by nvcc 13.0 for sm_80 (regen.sh)."""
+from __future__ import annotations
+
+import struct
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from torch_mma_emu import ptx
+from torch_mma_emu.gpu_math import ieee
+
+DATA = Path(__file__).parent / "data" / "ptx_kernels"
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return ptx.Module((DATA / "kernels_sm80.ptx").read_text())
+
+
+def test_vadd_tail_branch(mod):
+    n = 1000                                # 8 CTAs of 128: the last 24 threads skip
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
+    c = np.zeros(n, np.float32)
+    st = mod.launch("vadd", 8, 128, [a, b, c, np.int32(n)])
+    assert np.array_equal(c, a + b)
+    assert st.ctas == 8 and st.thread_instructions > 8 * 128 * 10
+
+
+def test_out_of_bounds_names_kernel_thread_address(mod):
+    a = np.ones(130, np.float32)
+    c = np.zeros(100, np.float32)           # too short: thread 100 stores past it
+    with pytest.raises(ptx.MemoryFault, match=r"vadd.*tid \(100, 0, 0\) of CTA \(0, 0, 0\)"
+                       r".*past the end of argument vadd_param_2"):
+        mod.launch("vadd", 2, 128, [a, a, c, np.int32(130)])
+
+
+def _warp_tree(v):
+    """shfl.down 16, 8, 4, 2, 1 sums of each warp's values (lane 0's result), in fp32."""
+    v = v.reshape(-1, 32).copy()
+    for off in (16, 8, 4, 2, 1):
+        src = np.concatenate([v[:, off:], v[:, 32 - off:]], axis=1)   # out of range: own
+        src[:, 32 - off:] = v[:, 32 - off:]
+        v = v + src
+    return v[:, 0]
+
+
+@pytest.mark.parametrize("order", ["thread", "reverse", 7])
+def test_block_sum_shared_barrier_shfl_atomics(mod, order):
+    n, block, grid = 1000, 256, 4
+    x = np.random.default_rng(2).standard_normal(n, np.float32)
+    part = np.zeros(grid, np.float32)
+    count = np.zeros(1, np.int32)
+    mod.launch("block_sum", grid, block, [x, part, count, np.int32(n)], order=order)
+    xp = np.concatenate([x, np.zeros(grid * block - n, np.float32)])
+    warps = _warp_tree(xp).reshape(grid, block // 32)
+    second = np.concatenate([warps, np.zeros((grid, 32 - block // 32), np.float32)], axis=1)
+    assert np.array_equal(part, _warp_tree(second.reshape(-1)))
+    assert count[0] == (x > 0).sum()
+
+
+def test_loop_2d_struct_param_local_vector_loads(mod):
+    n = 301
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    x[:, 2] = rng.integers(-20, 20, n)
+    y = np.full(n, np.nan, np.float32)
+    scale, bias = np.float32(1.5), np.array([0.25, -1.0, 2.0], np.float32)
+    p = struct.pack("<fi3f", scale, n, *bias)
+    st = mod.launch("loop2d", (2, 3), (8, 4), [x, y, p])   # 192 threads, 2 iterations
+    s = ((x[:, 1] + x[:, 0]) + x[:, 2]) + x[:, 3]
+    t = ieee.fma(s, np.full(n, scale), bias[np.arange(n) % 3])
+    j = x[:, 2].astype(np.int32) & 7
+    loc = ieee.fma(x[:, 0], j.astype(np.float32), x[:, 1])
+    assert np.array_equal(y, t + loc)
+    assert st.ctas == 6
+
+
+def test_warp_ops_shfl_modes_vote_bits(mod):
+    rng = np.random.default_rng(4)
+    v = rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32)
+    out = np.zeros(64 * 8, np.uint32)
+    mod.launch("warp_ops", 2, 32, [v, out])
+    o = out.reshape(64, 8).astype(np.uint64)
+    t = np.arange(64)
+    lane, base = t % 32, t - t % 32
+    vv = v.astype(np.uint64)
+    assert np.array_equal(o[:, 0], vv[base + (lane ^ 5)])
+    assert np.array_equal(o[:, 1], vv[base + ((vv >> 3) & 31).astype(int)])
+    assert np.array_equal(o[:, 2], vv[np.where(lane >= 3, t - 3, t)])
+    assert np.array_equal(o[:, 3], vv[np.where(lane % 8 + 2 < 8, t + 2, t)])
+    ballot = [sum(int(vv[w * 32 + i] & 1) << i for i in range(32)) for w in range(2)]
+    assert list(o[:, 4]) == [ballot[w] for w in t // 32]
+    for k in range(64):
+        x = int(v[k])
+        popc, clz = bin(x).count("1"), 32 - x.bit_length()
+        brev = int(f"{x:032b}"[::-1], 2)
+        assert o[k, 5] == (popc + clz * 64 + (brev & 0xFF) * 4096) & 0xFFFFFFFF
+        xb, yb = x.to_bytes(4, "little"), k.to_bytes(4, "little")
+        perm = int.from_bytes(bytes([xb[0], yb[0], xb[1], yb[1]]), "little")
+        assert o[k, 6] == ((x * 0x9E3779B9) >> 32) ^ perm
+        sx = x - (1 << 32) if x >> 31 else x
+        q = abs(sx) // 3 * (-1 if sx > 0 else 1)
+        assert o[k, 7] == (x % 7 if x & 1 else q & 0xFFFFFFFF)
+
+
+def _round(v: Fraction, p, emin, emax, mode):
+    """Independent reference: a rational to p significant bits, nearest-even or directed."""
+    if v == 0:
+        return 0.0
+    neg, m = v < 0, abs(v)
+    e = m.numerator.bit_length() - m.denominator.bit_length()
+    e = e - 1 if Fraction(2) ** e > m else e
+    q = Fraction(2) ** (max(e, emin) - p + 1)
+    n, r = divmod(m / q, 1)
+    n = int(n)
+    if mode == "rn":
+        n += r > Fraction(1, 2) or (r == Fraction(1, 2) and n % 2)
+    elif (mode == "rp" and not neg or mode == "rm" and neg) and r:
+        n += 1
+    out = n * q
+    if out >= Fraction(2) ** (emax + 1):
+        away = mode == "rn" or (mode == "rp" and not neg) or (mode == "rm" and neg)
+        out = np.inf if away else (2 - Fraction(2) ** (1 - p)) * Fraction(2) ** emax
+    return -float(out) if neg else float(out)
+
+
+F32 = (24, -126, 127)
+
+
+def test_rounding_modes_bit_exact(mod):
+    n = 256
+    rng = np.random.default_rng(5)
+    a = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))).astype(np.float32)
+    b = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))).astype(np.float32)
+    a[:4] = [2.5, -3.5, 1e-40, 70000.5]            # ties, a subnormal, an fp16 overflow
+    f = np.zeros(12 * n, np.float32)
+    i = np.zeros(4 * n, np.int32)
+    h = np.zeros(3 * n, np.uint16)
+    mod.launch("rounding", 2, 128, [a, b, f, i, h, np.int32(n)])
+    f, i, h = f.reshape(n, 12), i.reshape(n, 4), h.reshape(n, 3)
+    for k in range(n):
+        x, y = Fraction(float(a[k])), Fraction(float(b[k]))
+        want = [_round(x + y, *F32, m) for m in ("rz", "rm", "rp")]
+        want += [_round(x * y, *F32, m) for m in ("rz", "rm", "rp")]
+        want += [_round(x * y + 1, *F32, "rz"), _round(x * y - x, *F32, "rm"),
+                 _round(x * x + y, *F32, "rp"), _round(x / y, *F32, "rn"),
+                 float(np.sqrt(np.float64(abs(a[k]))).astype(np.float32)),
+                 min(max(_round(x * y, *F32, "rn"), 0.0), 1.0)]
+        assert [float(z) for z in f[k]] == want, k
+        ints = [round(x), int(x), int(np.floor(float(x))), int(np.ceil(float(x)))]
+        assert list(i[k]) == [max(min(z, 2**31 - 1), -2**31) for z in ints], k
+        halves = [_round(x, 11, -14, 15, m) for m in ("rn", "rz", "rm")]
+        assert list(h[k]) == [int(np.float16(z).view(np.uint16)) for z in halves], k
+
+
+BAD = """
+.version 9.0
+.target sm_80
+.address_size 64
+.visible .entry spin(.param .u32 n)
+{
+  .reg .b32 %r<3>;
+  .reg .pred %p<2>;
+  ld.param.u32 %r1, [n];
+$L_top:
+  add.s32 %r1, %r1, 1;
+  setp.ne.s32 %p1, %r1, 0;
+  @%p1 bra $L_top;
+  mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%r1,%r1,%r1,%r1}, {%r1,%r1,%r1,%r1}, {%r1,%r1}, {%r1,%r1,%r1,%r1};
+  ret;
+}
+"""
+
+
+def test_step_budget_and_unsupported_instruction():
+    m = ptx.Module(BAD)
+    with pytest.raises(ptx.StepBudget, match="spin"):
+        m.launch("spin", 1, 32, [np.uint32(0)], max_steps=1000)
+    with pytest.raises(ptx.Unsupported, match=r"spin line \d+ .*mma\.sync.*not modelled"):
+        m.launch("spin", 1, 32, [np.uint32(0xFFFFFFF0)])
+    with pytest.raises(ptx.PTXError, match="takes 1 arguments"):
+        m.launch("spin", 1, 32, [])
