@@ -184,3 +184,30 @@ def test_step_budget_and_unsupported_instruction():
         m.launch("spin", 1, 32, [np.uint32(0xFFFFFFF0)])
     with pytest.raises(ptx.PTXError, match="takes 1 arguments"):
         m.launch("spin", 1, 32, [])
+
+
+def test_static_coverage_names_missing_opcodes(mod):
+    from torch_mma_emu.ptx import coverage
+    assert coverage.missing(mod) == {}
+    miss = coverage.missing(ptx.Module(BAD))
+    assert list(miss) == ["spin"] and any(op.startswith("mma.sync") for op in miss["spin"])
+
+
+@pytest.mark.parametrize("fmt,spec", [("f32", (24, -126, 127)), ("f16", (11, -14, 15)),
+                                      ("bf16", (8, -126, 127))])
+@pytest.mark.parametrize("mode", ["rn", "rz", "rm", "rp"])
+def test_round_to_matches_rationals(fmt, spec, mode):
+    """fround.round_to (float64 + exact error) against the rational reference: sums of two
+    float64s of far apart magnitudes, ties, subnormals and overflow of the target."""
+    from torch_mma_emu.ptx import fround
+    rng = np.random.default_rng(6)
+    n = 400
+    e = rng.integers(spec[1] - spec[0] - 4, spec[2] + 2, n)
+    s = rng.standard_normal(n) * np.exp2(e.astype(float))
+    s[:40] = np.round(s[:40] * 2.0 ** 4) / 2.0 ** 4          # exact / tie-prone values
+    err = np.where(rng.random(n) < 0.5, 0.0, s * 2.0 ** -60 * rng.standard_normal(n))
+    s, err = fround.two_sum(s, err)
+    got = fround.round_to(s, err, fmt, mode)
+    for k in range(n):
+        want = _round(Fraction(float(s[k])) + Fraction(float(err[k])), *spec, mode)
+        assert got[k] == want or (want == 0 and got[k] == 0), (k, s[k], err[k])

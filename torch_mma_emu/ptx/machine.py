@@ -160,16 +160,16 @@ class CTA:
         b = self.val(args[0])
         c = self.val(args[1]) if len(args) > 1 else None
         old_all = np.zeros(self.n, U64)
+        one = np.ones(1, bool)
         for th in self.L.atomic_order(np.nonzero(act)[0]):
-            one = np.zeros(self.n, bool)
-            one[th] = True
-            parts_ = [(space, a, one)] if space else self.mem.split_generic(a, one)
-            for sp, addr, msk in parts_:
-                old = self.mem.read(sp, addr, w, msk, self.who)[th]
+            a1 = a[th:th + 1]
+            who = lambda _t, th=th: self.who(th)  # noqa: E731
+            where = [(space, a1, one)] if space else self.mem.split_generic(a1, one)
+            for sp, addr, msk in where:
+                old = self.mem.read(sp, addr, w, msk, who)[0]
                 new = _ATOM[op](int(old), int(b[th]), None if c is None else int(c[th]), t)
-                val = np.zeros(self.n, U64)
-                val[th] = new & ((1 << (8 * w)) - 1)
-                self.mem.write(sp, addr, w, val, msk, self.who)
+                val = np.array([new & ((1 << (8 * w)) - 1)], U64)
+                self.mem.write(sp, addr, w, val, msk, who)
                 old_all[th] = old
         if not red:
             self.put(o[0], old_all, act)
@@ -242,6 +242,9 @@ def run_cta(cta: CTA, budget: list) -> int:
                     raise Unsupported(f"{k.name}: branch target {ins.ops[0]!r}")
                 pc[mask] = np.where(act[mask], tgt, p + 1)
                 continue
+            if head in ("trap", "brkpt") and act.any():
+                t = int(np.argmax(act))
+                raise PTXError(f"{k.name}: {head} executed by thread {cta.who(t)}")
             if head in ("ret", "exit"):
                 done |= act
                 pc[mask & ~act] += 1
