@@ -211,3 +211,28 @@ def test_round_to_matches_rationals(fmt, spec, mode):
     for k in range(n):
         want = _round(Fraction(float(s[k])) + Fraction(float(err[k])), *spec, mode)
         assert got[k] == want or (want == 0 and got[k] == 0), (k, s[k], err[k])
+
+
+def test_divergent_loops_generic_pointers_dynamic_shared(mod):
+    bx, by, grid = 16, 4, 3                       # 64 threads a CTA, 2 warps
+    n = bx * by
+    rng = np.random.default_rng(7)
+    trips = rng.integers(0, 20, grid * n).astype(np.int32)
+    gin = rng.standard_normal(grid * n).astype(np.float32)
+    out = np.zeros(grid * n, np.float32)
+    mask = np.zeros(grid * n, np.uint32)
+    st = mod.launch("diverge", grid, (bx, by), [trips, gin, out, mask], dynamic_smem=4 * n)
+    acc = np.zeros(grid * n, np.float32)
+    for g in range(grid * n):
+        for k in range(trips[g]):
+            acc[g] = np.float32(acc[g] + np.float32(k) * np.float32(0.5))
+            if acc[g] > 40:
+                break
+    t = np.arange(grid * n) % n
+    cta = np.arange(grid * n) // n
+    other = acc[cta * n + (t + 1) % n]
+    assert np.array_equal(out, np.where(t & 1, other, gin) + acc)
+    bits = (acc > 10).reshape(-1, 32)
+    ballot = (bits * (1 << np.arange(32, dtype=np.uint64))).sum(axis=1).astype(np.uint32)
+    assert np.array_equal(mask, np.repeat(ballot, 32))
+    assert st.steps > 20                          # the loop ran in divergent passes

@@ -13,7 +13,7 @@ from .errors import Unsupported
 _SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
           "b32": 4, "u32": 4, "s32": 4, "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8,
           "pred": 1, "f16x2": 4, "bf16x2": 4}
-_VAR = re.compile(r"^(?:extern\s+)?\.(shared|local|global|const)\s+(?:\.align\s+(\d+)\s+)?"
+_VAR = re.compile(r"^(?:\.?extern\s+)?\.(shared|local|global|const)\s+(?:\.align\s+(\d+)\s+)?"
                   r"\.(\w+)\s+([\w$]+)\s*(?:\[(\d*)\])?")
 _PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+(?:\.ptr\s+[^\s]+\s+)?"
                     r"(?:\.align\s+(\d+)\s+)?([\w$]+)\s*(?:\[(\d+)\])?")
@@ -130,7 +130,7 @@ def _body(text: str, kname: str):
         if stmt.split()[0] in (".reg", ".pragma", ".loc", ".file", ".maxntid", ".reqntid",
                                ".minnctapersm", ".maxnreg", ".section"):
             continue
-        if stmt.startswith((".shared", ".local", ".global", ".const", "extern")):
+        if stmt.startswith((".shared", ".local", ".global", ".const", "extern", ".extern")):
             v = _var(stmt)
             if v is None:
                 raise Unsupported(f"{kname}: PTX declaration {stmt!r}")
@@ -152,7 +152,7 @@ def parse(text: str) -> dict:
     pos = 0
     for m in re.finditer(r"\.entry\s+([\w$]+)\s*\(", text):
         head = text[pos:m.start()]
-        for stmt in head.split(";"):
+        for stmt in re.split(r";|\n", head):
             stmt = re.sub(r"^\s*\.(visible|weak)\s+", "", stmt.strip())
             v = _var(stmt.strip())
             if v is not None:

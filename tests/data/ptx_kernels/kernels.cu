@@ -76,3 +76,24 @@ extern "C" __global__ void rounding(const float* a, const float* b, float* f, in
   r[0] = __half_as_ushort(__float2half_rn(x)); r[1] = __half_as_ushort(__float2half_rz(x));
   r[2] = __half_as_ushort(__float2half_rd(x));
 }
+
+// data-dependent loop trip counts with a break (divergence inside warps), dynamic shared
+// memory, a generic pointer that is shared for odd threads and global for even ones, and a
+// ballot after the paths reconverge
+extern "C" __global__ void diverge(const int* trips, const float* gin, float* out,
+                                   unsigned* mask) {
+  extern __shared__ float buf[];
+  int t = threadIdx.y * blockDim.x + threadIdx.x;
+  int n = blockDim.x * blockDim.y;
+  int g = blockIdx.x * n + t;
+  float acc = 0.0f;
+  for (int k = 0; k < trips[g]; ++k) {
+    acc += k * 0.5f;
+    if (acc > 40.0f) break;
+  }
+  buf[t] = acc;
+  __syncthreads();
+  const float* p = (t & 1) ? &buf[(t + 1) % n] : &gin[g];
+  out[g] = *p + acc;
+  mask[g] = __ballot_sync(0xffffffffu, acc > 10.0f);
+}
