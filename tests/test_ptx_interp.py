@@ -236,3 +236,60 @@ def test_divergent_loops_generic_pointers_dynamic_shared(mod):
     ballot = (bits * (1 << np.arange(32, dtype=np.uint64))).sum(axis=1).astype(np.uint32)
     assert np.array_equal(mask, np.repeat(ballot, 32))
     assert st.steps > 20                          # the loop ran in divergent passes
+
+
+F64 = (53, -1022, 1023)
+
+
+def _halves(word, p, emin, emax, kind):
+    return [float(np.uint16(word >> s & 0xFFFF).view(np.float16)) if kind == "f16" else
+            float(np.uint32((word >> s & 0xFFFF) << 16).view(np.float32)) for s in (0, 16)]
+
+
+def test_wide_f64_modes_half2_bf16x2_int64_funnel_atomics(mod):
+    n, blk = 64, 32
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal(2 * n) * np.exp2(rng.integers(-40, 40, 2 * n))
+    u = rng.integers(0, 2**63, n, dtype=np.uint64) * np.uint64(2) + rng.integers(0, 2, n, dtype=np.uint64)
+    hv = rng.standard_normal(2 * n).astype(np.float16).view(np.uint16).astype(np.uint32)
+    h = hv[0::2] | (hv[1::2] << 16)
+    d = np.zeros(6 * n)
+    q = np.zeros(4 * n, np.uint64)
+    r = np.zeros(4 * n, np.uint32)
+    at = np.array([-5, 3, -1], np.int32)
+    fat = np.zeros(n // blk, np.float32)
+    mod.launch("wide", n // blk, blk, [x, u, h, d, q, r, at, fat])
+    d, q, r = d.reshape(n, 6), q.reshape(n, 4), r.reshape(n, 4)
+    for t in range(n):
+        a, b = Fraction(float(x[2 * t])), Fraction(float(x[2 * t + 1]))
+        want = [_round(a + b, *F64, "rz"), _round(a * b, *F64, "rp"),
+                _round(a * b + a, *F64, "rm"), _round(a / b, *F64, "rn"),
+                float(np.sqrt(abs(x[2 * t]))), _round(a, *F32, "rz")]
+        assert list(d[t]) == want, t
+        v, w = int(u[t]), int(u[t ^ 1])
+        assert int(q[t, 0]) == (v * w) >> 64 and int(q[t, 1]) == v // (w | 1)
+        assert int(q[t, 2]) == bin(v).count("1") + 100 * (64 - w.bit_length())
+        ll = int(min(max(np.rint(x[2 * t] * 1e6), -2.0 ** 63), 2.0 ** 63 - 1))
+        assert int(q[t, 3]) == ll & (2**64 - 1)          # saturating, nearest even
+        hw, ww = int(h[t]), int(h[t ^ 1])
+        fa, fb = _halves(hw, 0, 0, 0, "f16"), _halves(ww, 0, 0, 0, "f16")
+        want_h = [_round(Fraction(fa[i]) * Fraction(fb[i]) + Fraction(fa[i]), 11, -14, 15, "rn")
+                  for i in range(2)]
+        got_h = _halves(int(r[t, 0]), 0, 0, 0, "f16")
+        assert got_h == want_h, t
+        ba, bb = _halves(hw, 0, 0, 0, "bf16"), _halves(ww, 0, 0, 0, "bf16")
+        want_b = [_round(Fraction(ba[i]) * Fraction(bb[i]), 8, -126, 127, "rn") for i in range(2)]
+        assert _halves(int(r[t, 1]), 0, 0, 0, "bf16") == want_b, t
+        funnel = (((ww << 32) | hw) << (t & 31)) >> 32 & 0xFFFFFFFF
+        funnel ^= (((ww << 32) | hw) >> min(t + 20, 32)) & 0xFFFFFFFF
+        assert int(r[t, 2]) == funnel, t
+        lo, hi = hw & 0xFFFF, hw >> 16
+        m24 = (hw & 0xFFFFFF) - ((hw & 0x800000) << 1)
+        assert int(r[t, 3]) == (abs(lo - hi) + 7 + 3 * m24) & 0xFFFFFFFF, t
+    assert at[0] == max(-5, int(h.astype(np.int64).astype(np.int32).max()))
+    assert at[1] == n and at[2] == n - 1   # cas chains 3 -> 4 -> ... -> n in thread order
+    for c in range(n // blk):                         # shared float atomics in thread order
+        s = np.float32(0)
+        for t in range(c * blk, (c + 1) * blk):
+            s = np.float32(s + np.float32(x[2 * t]))
+        assert fat[c] == s

@@ -97,3 +97,37 @@ extern "C" __global__ void diverge(const int* trips, const float* gin, float* ou
   out[g] = *p + acc;
   mask[g] = __ballot_sync(0xffffffffu, acc > 10.0f);
 }
+
+// float64 rounding modes, half2 / bf16 arithmetic, 64-bit and funnel-shift integer
+// intrinsics, atomics of other kinds
+#include <cuda_bf16.h>
+extern "C" __global__ void wide(const double* x, const unsigned long long* u, const unsigned* h,
+                                double* d, unsigned long long* q, unsigned* r, int* at,
+                                float* fat) {
+  int t = blockIdx.x * blockDim.x + threadIdx.x;
+  double a = x[2 * t], b = x[2 * t + 1];
+  double* o = d + 6 * t;
+  o[0] = __dadd_rz(a, b); o[1] = __dmul_ru(a, b); o[2] = __fma_rd(a, b, a);
+  o[3] = __ddiv_rn(a, b); o[4] = __dsqrt_rn(fabs(a)); o[5] = (double)__double2float_rz(a);
+  unsigned long long v = u[t], w = u[t ^ 1];
+  unsigned long long* p = q + 4 * t;
+  p[0] = __umul64hi(v, w); p[1] = v / (w | 1); p[2] = __popcll(v) + 100ull * __clzll(w);
+  p[3] = (unsigned long long)__double2ll_rn(a * 1e6);
+  __half2 hv = *reinterpret_cast<const __half2*>(&h[t]);
+  __half2 hw = *reinterpret_cast<const __half2*>(&h[t ^ 1]);
+  __half2 hs = __hfma2(hv, hw, hv);
+  __nv_bfloat162 bv = *reinterpret_cast<const __nv_bfloat162*>(&h[t]);
+  __nv_bfloat162 bw = *reinterpret_cast<const __nv_bfloat162*>(&h[t ^ 1]);
+  __nv_bfloat162 bs = __hmul2(bv, bw);
+  unsigned* s = r + 4 * t;
+  s[0] = *reinterpret_cast<unsigned*>(&hs); s[1] = *reinterpret_cast<unsigned*>(&bs);
+  s[2] = __funnelshift_l(h[t], h[t ^ 1], t) ^ __funnelshift_rc(h[t], h[t ^ 1], t + 20);
+  s[3] = __sad(h[t] & 0xffff, h[t] >> 16, 7u) + __mul24(h[t], 3);
+  atomicMax(at, (int)h[t]); atomicCAS(at + 1, t, t + 1); atomicExch(at + 2, t);
+  __shared__ float sh;
+  if (threadIdx.x == 0) sh = 0.0f;
+  __syncthreads();
+  atomicAdd(&sh, (float)a);
+  __syncthreads();
+  if (threadIdx.x == 0) fat[blockIdx.x] = sh;
+}
