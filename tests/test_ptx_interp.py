@@ -293,3 +293,42 @@ def test_wide_f64_modes_half2_bf16x2_int64_funnel_atomics(mod):
         for t in range(c * blk, (c + 1) * blk):
             s = np.float32(s + np.float32(x[2 * t]))
         assert fat[c] == s
+
+
+MUFU = """
+.version 9.0
+.target sm_90
+.address_size 64
+.visible .entry mufu(.param .u64 x, .param .u64 y)
+{
+  .reg .b32 %r<3>;
+  .reg .f32 %f<9>;
+  .reg .b64 %rd<5>;
+  ld.param.u64 %rd1, [x];
+  ld.param.u64 %rd2, [y];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd3, %r1, 4;
+  add.s64 %rd1, %rd1, %rd3;
+  mul.wide.u32 %rd3, %r1, 16;
+  add.s64 %rd2, %rd2, %rd3;
+  ld.global.f32 %f1, [%rd1];
+  ex2.approx.f32 %f2, %f1;
+  div.full.f32 %f3, %f2, %f1;
+  rcp.approx.ftz.f32 %f4, %f1;
+  sin.approx.f32 %f5, %f1;
+  st.global.v4.f32 [%rd2], {%f2, %f3, %f4, %f5};
+  ret;
+}
+"""
+
+
+def test_mufu_instructions_use_gpu_math_models():
+    from torch_mma_emu import gpu_math
+    x = np.random.default_rng(9).standard_normal(64).astype(np.float32) * 8
+    y = np.zeros((64, 4), np.float32)
+    st = ptx.Module(MUFU).launch("mufu", 1, 64, [x, y])
+    e = gpu_math.evaluate("ex2.approx.f32", x)
+    want = [e, gpu_math.evaluate("div.full.f32", e, x),
+            gpu_math.evaluate("rcp.approx.ftz.f32", x), gpu_math.evaluate("sin.approx.f32", x)]
+    assert np.array_equal(y.view(np.uint32), np.stack(want, 1).view(np.uint32))
+    assert st.approximate == ("sin.approx.f32",)      # named: its model is not bit-exact

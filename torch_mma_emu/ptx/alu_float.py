@@ -2,13 +2,14 @@
 is the exact value (a float64 plus its exact error, or a rational where float64 cannot
 carry it) rounded once in the instruction's mode (``.rn/.rz/.rm/.rp``), with ``.ftz``
 (fp32 subnormal inputs and results to signed zero), ``.sat`` ([0, 1], NaN to +0) and
-NVIDIA's canonical NaN.  ``*.approx.ftz.f32`` MUFU instructions use ``gpu_math.mufu``."""
+NVIDIA's canonical NaN.  The ``.approx`` / ``div.full`` instructions use ``gpu_math``."""
 from __future__ import annotations
 
 from fractions import Fraction
 
 import numpy as np
 
+from .. import gpu_math
 from ..gpu_math import ieee, mufu
 from . import fround as fr
 from .errors import Unsupported
@@ -125,30 +126,27 @@ def fr_mask(w):
     return U64((1 << w) - 1) if w < 64 else U64(0xFFFFFFFFFFFFFFFF)
 
 
-_MUFU = {"ex2": mufu.ex2, "lg2": mufu.lg2, "rsqrt": mufu.rsqrt, "rcp": mufu.rcp,
-         "sqrt": mufu.sqrt, "tanh": mufu.tanh}
-
-
-def _approx(name):
-    exact = _arith(name, 1) if name in ("rcp", "sqrt") else None
+def _gpu_math(name):
+    """``ex2/lg2/rcp/rsqrt/sqrt/sin/cos/tanh.approx``, ``div.full/approx`` (f32, with or
+    without ``.ftz``) by ``gpu_math``'s models of the SASS ptxas emits; a model that is not
+    bit-exact is recorded in the launch's ``approximate`` set."""
+    exact = _arith(name, 1 if name != "div" else 2) if name in ("rcp", "sqrt", "div") else None
 
     def h(m, parts, o, act):
-        if "approx" not in parts:
+        key = ".".join(parts)
+        if len(parts) < 2 or parts[1] not in ("approx", "full"):
             if exact is None:
-                raise Unsupported(".".join(parts))
+                raise Unsupported(key)
             return exact(m, parts, o, act)
-        if parts[-1] != "f32" or ("ftz" not in parts and name != "tanh"):
-            raise Unsupported(".".join(parts) + " (only the .ftz.f32 MUFU forms are modelled)")
-        x = fr.from_bits(m.val(o[1]), "f32").astype(np.float32)
-        r = _MUFU[name](x)
+        rec = gpu_math.FUNCTIONS.get(key)
+        if rec is None:
+            raise Unsupported(key + " (no gpu_math model)")
+        xs = [fr.from_bits(m.val(x), "f32").astype(np.float32) for x in o[1:1 + rec.arity]]
+        r = gpu_math.evaluate(key, *xs)
+        if not rec.exact:
+            m.L.approximate.add(key)
         m.put(o[0], mufu.bits(np.asarray(r, np.float32)).astype(U64), act)
     return h
-
-
-def _div(m, parts, o, act):
-    if "approx" in parts or "full" in parts:
-        raise Unsupported(".".join(parts) + " (div.approx / div.full are not modelled yet)")
-    return _arith("div", 2)(m, parts, o, act)
 
 
 def _sign(op):
@@ -281,8 +279,8 @@ def _ints(v, t):
 
 
 FLOAT = {"add": _arith("add", 2), "sub": _arith("sub", 2), "mul": _arith("mul", 2),
-         "fma": _arith("fma", 3), "div": _div, "abs": _sign("abs"), "neg": _sign("neg"),
+         "fma": _arith("fma", 3), "abs": _sign("abs"), "neg": _sign("neg"),
          "min": _minmax("min"), "max": _minmax("max"), "testp": _testp,
-         "copysign": _copysign, "cvt": i_cvt, "rcp": _approx("rcp"),
-         "sqrt": _approx("sqrt"), "rsqrt": _approx("rsqrt"), "ex2": _approx("ex2"),
-         "lg2": _approx("lg2"), "tanh": _approx("tanh")}
+         "copysign": _copysign, "cvt": i_cvt,
+         **{k: _gpu_math(k) for k in ("rcp", "sqrt", "rsqrt", "ex2", "lg2", "tanh", "sin",
+                                      "cos", "div")}}

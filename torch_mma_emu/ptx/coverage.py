@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from .. import gpu_math
 from . import alu, alu_float
 from .machine import NOOPS
 from .warp import WARP
@@ -20,10 +21,7 @@ def _missing(parts) -> bool:
     q = set(parts[1:])
     if head in ("addc", "subc", "madc") or "cc" in q:
         return True
-    if head == "div" and q & {"approx", "full"}:
-        return True
-    if head in ("ex2", "lg2", "rsqrt", "tanh", "sin", "cos") and "approx" in q and \
-            "ftz" not in q and head != "tanh":
+    if q & {"approx", "full"} and ".".join(parts) not in gpu_math.FUNCTIONS:
         return True
     if head == "cvt" and q & {"e4m3x2", "e5m2x2", "e2m1x2", "tf32", "relu", "satfinite",
                               "e2m3x2", "e3m2x2", "ue8m0x2"}:

@@ -22,6 +22,7 @@ class Stats:
     steps: int                  # scheduler steps (instructions issued for a set of threads)
     thread_instructions: int    # instructions times the threads that executed them
     seconds: float
+    approximate: tuple = ()     # instructions run whose gpu_math model is not bit-exact
 
     @property
     def rate(self) -> float:
@@ -41,6 +42,7 @@ class Launch:
             raise PTXError(f"{kernel.name} takes {len(kernel.params)} arguments "
                            f"({', '.join(p.name for p in kernel.params)}), {len(args)} given")
         self.dynamic_smem, self.order, self.max_steps = int(dynamic_smem), order, max_steps
+        self.approximate = set()
         blob = np.zeros(max(kernel.param_size, 1), np.uint8)
         buffers, names = [], []
         mem = Memory(buffers, names, kernel.name)
@@ -101,7 +103,8 @@ class Launch:
                     before = budget[0]
                     count += run_cta(cta, budget)
                     steps += before - budget[0]
-        return Stats(gx * gy * gz, steps, count, time.perf_counter() - t0)
+        return Stats(gx * gy * gz, steps, count, time.perf_counter() - t0,
+                     tuple(sorted(self.approximate)))
 
 
 def _dim3(d, what):
