@@ -2,12 +2,11 @@
 CTA's threads: each handler reads operands through the machine (``m.val``: uint64 arrays of
 register bits), computes, and writes through ``m.put`` where the thread executes.  Floating
 point is bit-exact in every rounding mode (``fround``); the approximate MUFU instructions
-use ``gpu_math.mufu``'s models."""
+use the models of ``gpu_math`` (alu_float)."""
 from __future__ import annotations
 
 import numpy as np
 
-from ..gpu_math import mufu
 from . import fround as fr
 from .errors import Unsupported
 

@@ -13,13 +13,12 @@ try others); CTAs never overlap, so memory fences are no-ops."""
 from __future__ import annotations
 
 import re
-import time
 
 import numpy as np
 
 from . import alu, alu_float as af, fround as fr
 from .errors import PTXError, StepBudget, Unsupported
-from .memory import LOCAL_WIN, SHARED_WIN, Memory
+from .memory import LOCAL_WIN, SHARED_WIN
 from .warp import WARP
 
 U64 = np.uint64
