@@ -23,11 +23,11 @@ LAYERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
      ("spec", "registry", "inputs", "reference", "exact_gemm", "gpu_math", "order")),
     ("engine", "runs products: the C++ ops and their parameters, schedules, packed operands, "
                "the native GPU backends and their Triton kernels; models of PyTorch's own "
-               "CUDA kernels (aten_cuda)",
+               "CUDA kernels (aten_cuda); the SIMT PTX interpreter (ptx)",
      ("cpp", "cuda_archs", "ops", "ops_spec", "ops_kernel", "ops_autograd", "ops_round", "schedule", "schedule_fields", "schedule_presets", "schedule_tree",
       "schedule_run", "schedule_split", "schedule_partials", "schedule_search", "cublaslt",
       "packed_layouts", "sharding", "native",
-      "triton_kernels", "aten_cuda")),
+      "triton_kernels", "aten_cuda", "ptx")),
     ("tools", "built on the engine: FPRev, probing and fitting, hardware checks, Triton "
               "emulation, model preview, the compare tables, the README's tables",
      ("fprev", "probe", "hw", "triton", "preview", "compare", "registry_doc")),

@@ -1,0 +1,33 @@
+"""Speed of the PTX interpreter (torch_mma_emu.ptx) in thread-instructions per second, on
+the test kernels (tests/data/ptx_kernels), with NumPy's own a + b as the same-run baseline.
+
+    python scripts/bench_ptx.py
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from torch_mma_emu import ptx
+
+ROOT = Path(__file__).resolve().parent.parent
+mod = ptx.Module((ROOT / "tests/data/ptx_kernels/kernels_sm80.ptx").read_text())
+n = 16 * 1024
+rng = np.random.default_rng(0)
+a, b = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
+c = np.zeros(n, np.float32)
+t0 = time.perf_counter()
+for _ in range(100):
+    np.add(a, b, out=c)
+numpy_s = (time.perf_counter() - t0) / 100
+runs = [("vadd 16 x 1024 threads", "vadd", 16, 1024, [a, b, c, np.int32(n)]),
+        ("vadd 512 x 32 threads", "vadd", 512, 32, [a, b, c, np.int32(n)]),
+        ("block_sum 16 x 1024 (an atomic a thread)", "block_sum", 16, 1024,
+         [a, np.zeros(16, np.float32), np.zeros(1, np.int32), np.int32(n)])]
+for what, k, g, blk, args in runs:
+    st = mod.launch(k, g, blk, args)
+    print(f"{what:42s} {st.thread_instructions:8d} thread-instructions, {st.seconds:6.3f} s: "
+          f"{st.rate / 1e6:5.2f} M/s; {st.seconds / numpy_s:8.0f}x NumPy's a + b "
+          f"({numpy_s * 1e6:.1f} us)")
