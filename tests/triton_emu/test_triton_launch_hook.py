@@ -203,3 +203,26 @@ def test_dtype_constexpr_keeps_the_dtypes_methods(block):
     with block():
         _fill_is_float[(1,)](out)
     assert torch.equal(out, torch.ones(4))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the stand-in driver is for a machine "
+                    "without a GPU")
+def test_thread_started_before_the_block_gets_a_clear_error():
+    import threading
+    x, go, seen = torch.ones(100), threading.Event(), {}
+
+    def body():
+        go.wait()
+        try:
+            _double[(2,)](x, 100)
+        except Exception as e:              # noqa: BLE001 - the test reads it
+            seen["err"] = e
+    t = threading.Thread(target=body)
+    t.start()
+    with tmt.emulate("H100"):
+        go.set()
+        t.join()
+    # was: AttributeError 'CpuDriver' object has no attribute 'launcher_cls'
+    assert isinstance(seen.get("err"), RuntimeError), seen
+    assert "no emulate/interpret block open" in str(seen["err"])
+    assert torch.equal(x, torch.ones(100))          # nothing ran

@@ -258,6 +258,16 @@ class CpuDriver:
     def clear_cache(self, cache):
         return None
 
+    @property
+    def launcher_cls(self):
+        """Reached only by a compiled launch: a thread with no block open (a block applies
+        to the thread that opened it and to threads started inside it)."""
+        raise RuntimeError(
+            "torch_mma_emu.triton: this thread has no emulate/interpret block open, and there "
+            "is no GPU to launch the compiled kernel on; a block applies to the thread that "
+            "opened it and to threads started inside it: open a block in this thread too, or "
+            "start the thread inside the block")
+
 
 def install_driver(set_attr, current) -> None:
     """Put a :class:`CpuDriver` in place where Triton finds no active driver (none; or
