@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 import torch_mma_emu as tme
+from torch_mma_emu.preview.nccl_emu import NcclCollectives
 
 init, rank, ws, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=ws)
@@ -37,5 +38,10 @@ res["gloo"], _ = step(torch.nn.parallel.DistributedDataParallel(copy.deepcopy(mo
 # a DDP model built outside the block is routed when called inside it
 res["outside"], _ = step(torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model)),
                          collectives="nccl-ring")
+# built inside a block (hook registered), stepped after it: DDP's default all-reduce bits
+with NcclCollectives():
+    ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model))
+res["after"], _ = step(ddp)
+res["hooked"] = bool(ddp._comm_hooks)
 torch.save(res, os.path.join(out, f"rank{rank}.pt"))
 dist.destroy_process_group()

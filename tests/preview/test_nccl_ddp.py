@@ -40,6 +40,7 @@ def check(ws):
         assert torch.equal(r["outside"], want)
         assert torch.equal(r["tree"], tree)
         assert torch.equal(r["gloo"], res[0]["gloo"])
+        assert r["hooked"] and torch.equal(r["after"], r["gloo"])   # the hook outside a block
     assert not torch.equal(want, local.sum(0))          # the order shows in the bits
     assert not torch.equal(res[0]["tree"], res[0]["gloo"])   # NCCL's tree is not gloo's
     return res, want
@@ -71,3 +72,25 @@ def test_emulate_collectives_argument():
     assert dist.all_reduce is before
     assert "collectives: NCCL" in em.summary() and "none yet" in em.summary()
     assert tme.emulate("sm90").collectives is None
+
+
+def test_ddp_with_its_own_hook_keeps_it_and_warns(tmp_path):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method="file://" + str(tmp_path / "init"), rank=0,
+                            world_size=1)
+    try:
+        seen = []
+
+        def mine(state, bucket):
+            seen.append(1)
+            fut = torch.futures.Future()
+            fut.set_result(bucket.buffer())
+            return fut
+        ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+        ddp.register_comm_hook(None, mine)
+        with pytest.warns(UserWarning, match="comm hook of its own"):
+            with tme.emulate("sm90", collectives="nccl-ring"):
+                ddp(torch.randn(3, 4)).sum().backward()
+        assert seen == [1] and len(ddp._comm_hooks) == 1
+    finally:
+        dist.destroy_process_group()
