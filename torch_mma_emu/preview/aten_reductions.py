@@ -94,20 +94,21 @@ def _sum_args(args, kwargs):
     return x, dim, keepdim, dtype
 
 
-def handle_sum(mode, func, args, kwargs):
-    if func is torch.ops.aten.sum.default:
-        x, dtype = args[0], (args[1] if len(args) > 1 else kwargs.get("dtype"))
-        return _run(mode, func, "sum", x, None, False, dtype, args, kwargs)
-    x, dim, keepdim, dtype = _sum_args(args, kwargs)
-    return _run(mode, func, "sum", x, dim, keepdim, dtype, args, kwargs)
+def _handler(op: str):
+    """The handler of ``aten.<op>`` (sum, mean): ``.default`` (x, dtype) reduces every
+    element, the dim overload (x, dim, keepdim, dtype) the given dims."""
+    def handle(mode, func, args, kwargs):
+        if func is getattr(torch.ops.aten, op).default:
+            x, dtype = args[0], (args[1] if len(args) > 1 else kwargs.get("dtype"))
+            return _run(mode, func, op, x, None, False, dtype, args, kwargs)
+        x, dim, keepdim, dtype = _sum_args(args, kwargs)
+        return _run(mode, func, op, x, dim, keepdim, dtype, args, kwargs)
+    handle.__name__ = f"handle_{op}"
+    return handle
 
 
-def handle_mean(mode, func, args, kwargs):
-    if func is torch.ops.aten.mean.default:
-        x, dtype = args[0], (args[1] if len(args) > 1 else kwargs.get("dtype"))
-        return _run(mode, func, "mean", x, None, False, dtype, args, kwargs)
-    x, dim, keepdim, dtype = _sum_args(args, kwargs)
-    return _run(mode, func, "mean", x, dim, keepdim, dtype, args, kwargs)
+handle_sum = _handler("sum")
+handle_mean = _handler("mean")
 
 
 def handle_softmax(mode, func, args, kwargs):
