@@ -1,7 +1,8 @@
 #!/bin/bash
 # Regenerate gemm_cuda_sm80.ptx.gz: nvcc's sm_80 PTX of csrc/cuda/gemm_cuda.cu with the
 # build's flags (scripts/check_cuda_compile.sh), gzipped (7 MB of PTX, 1 MB stored).  Needs
-# nvcc; tests/test_ptx_cuda_gemm.py reads the committed file.  Rerun after editing csrc/.
+# nvcc and a Python with torch (PYTHON=..., as for check_cuda_compile.sh); the tests read the
+# committed file.  Rerun after editing csrc/ (the PTX is deterministic: same bytes each run).
 set -e
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=$(mktemp -d)
