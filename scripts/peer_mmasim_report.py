@@ -69,7 +69,7 @@ def _ftz_k(pm, n, seed):
     tot = collections.Counter(dict.fromkeys(
         ("samples", "vs dpa(whole K)", "of which +0 against -0", "vs per instruction"), 0))
     for case in pm.cases():
-        if case.op != "ftz_addmul" or case.fa != "bf16":
+        if not pm.APPLIES["gfx90a_flush"](case) or case.fa != "bf16":   # CDNA2 FTZ-AddMul
             continue
         op = pm.mmasim_op(case)
         P = pm.our_spec(case, None).P
