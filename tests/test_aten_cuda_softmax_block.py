@@ -240,3 +240,28 @@ def test_routed_half_to_float_and_fp64():
     with tme.emulate("sm90") as em:
         y = torch.softmax(torch.ones(2, 3000, dtype=torch.float64), -1)
     assert em.counts[("aten._softmax.default", "forward", "CPU order")] == 1
+
+
+# ---- the GPU step's CPU stand-in -----------------------------------------------------------
+@needs_math
+def test_gpu_step_compare_covers_the_block_kernels(tmp_path):
+    """scripts/gpu/reductions.py --compare now checks every recorded softmax row length and
+    dtype (4099: Reg<5>, 16384 fp32: cunn_SoftMaxForward): a record the model gives matches,
+    the CPU's softmax does not."""
+    from torch_mma_emu.hw import reductions as hw
+    from torch_mma_emu.hw.common import bits
+    arrays = {"device": np.array("NVIDIA H100 80GB HBM3"), "sms": np.array(132),
+              "max_threads_per_sm": np.array(2048)}
+    for key, n, dt in (("fp16_spread_n4099", 4099, torch.float16),
+                       ("fp32_normal_n16384", 16384, torch.float32)):
+        x = hw.inputs(n, key.split("_")[1], dt)
+        arrays["in_" + key] = bits(x).numpy()
+        arrays["softmax_" + key] = bits(hs.softmax(x, -1)[0]).numpy()
+    arrays["in_bf16_normal_n4099"] = bits(hw.inputs(4099, "normal", torch.bfloat16)).numpy()
+    arrays["softmax_bf16_normal_n4099"] = bits(torch.softmax(
+        hw.inputs(4099, "normal", torch.bfloat16).float(), -1).bfloat16()).numpy()
+    path = tmp_path / "r.npz"
+    np.savez(path, **arrays)
+    rows = {k: b for k, b, _ in hw.compare(str(path))}
+    assert rows["softmax_fp16_spread_n4099"] == rows["softmax_fp32_normal_n16384"] == 0
+    assert rows["softmax_bf16_normal_n4099"] > 0
