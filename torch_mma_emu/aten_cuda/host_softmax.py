@@ -173,17 +173,27 @@ def block_reduce(s: np.ndarray) -> np.ndarray:
     return _tree(pad)
 
 
+def _fold(G: np.ndarray) -> np.ndarray:
+    """Each thread's ``sum = 0; sum += g`` over the last axis, left to right in float32
+    (``np.add.accumulate`` is sequential; the terms are >= 0 and a missing one is +0, so
+    starting from the first term instead of 0 changes nothing)."""
+    if G.shape[-1] == 0:
+        return np.zeros(G.shape[:-1], np.float32)
+    return np.add.accumulate(G.astype(np.float32, copy=False), axis=-1)[..., -1]
+
+
 def _row_max(X: np.ndarray, axis: int) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         return np.fmax(_LOWEST, np.fmax.reduce(X, axis=axis)).astype(np.float32)
 
 
-def _epilogue(X, mx, s, exp, log, log_softmax):
-    d = (X - mx).astype(np.float32)
+def _epilogue(X, mx, E, s, log, log_softmax):
+    """``E``: ``exp(x - max)``, the same expf the epilogue computes again."""
     if log_softmax:
+        d = (X - mx).astype(np.float32)
         return (d - np.asarray(log(s), np.float32)).astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return (np.asarray(exp(d), np.float32) / s).astype(np.float32)
+        return (E / s).astype(np.float32)
 
 
 def evaluate_rows(X: np.ndarray, L: Launch, exp, log, *, shifts=None,
@@ -201,12 +211,8 @@ def evaluate_rows(X: np.ndarray, L: Launch, exp, log, *, shifts=None,
     for sh in np.unique(shifts):
         rows = np.nonzero(shifts == sh)[0]
         order = thread_order(L, int(sh))                            # [B, K]
-        acc = np.zeros((len(rows), order.shape[0]), np.float32)
-        Er = E[rows]
-        for k in range(order.shape[1]):
-            acc = (acc + Er[:, order[:, k]]).astype(np.float32)     # + 0: exact
-        total[rows] = block_reduce(acc)
-    return _epilogue(X, mx, total[:, None], exp, log, log_softmax)
+        total[rows] = block_reduce(_fold(E[rows][:, order]))       # [R, B, K]
+    return _epilogue(X, mx, E[:, :n], total[:, None], log, log_softmax)
 
 
 def evaluate_spatial(X: np.ndarray, L: Launch, exp, log, *,
@@ -222,15 +228,13 @@ def evaluate_spatial(X: np.ndarray, L: Launch, exp, log, *,
     Ep = np.zeros((O, rounds * bx, I), np.float32)
     Ep[:, :n] = E
     Ep = Ep.reshape(O, rounds, bx, I)                 # d = x + bx * r at [r, x]
-    acc = np.zeros((O, bx, I), np.float32)
-    for r in range(rounds):
-        acc = (acc + Ep[:, r]).astype(np.float32)
+    acc = _fold(np.moveaxis(Ep, 1, -1))              # [O, bx, I]
     w = bx
     while w > 1:                                      # shared[x] = shared[x] + shared[x+h]
         h = w // 2
         acc = (acc[:, :h] + acc[:, h:w]).astype(np.float32)
         w = h
-    return _epilogue(X, mx, acc[:, :1], exp, log, log_softmax)
+    return _epilogue(X, mx, E, acc[:, :1], log, log_softmax)
 
 
 def softmax(x: torch.Tensor, dim: int = -1, *, log_softmax: bool = False,
