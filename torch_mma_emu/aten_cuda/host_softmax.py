@@ -1,7 +1,9 @@
 """softmax / log_softmax forward as torch 2.13's ``host_softmax`` dispatches it
-(``aten/src/ATen/native/cuda/SoftMax.cu``; read from pytorch main of the 2.13 line, the
-persistent threshold 2048 / 8192 bytes, ``cunn_SoftMaxForwardReg`` present), bit for bit,
-in vectorised NumPy.  The input is made contiguous and seen as ``outer x dim x inner``:
+(``aten/src/ATen/native/cuda/SoftMax.cu``), bit for bit, in vectorised NumPy.  The text
+read is a copy of PyTorch's main branch (the ``cyyever/pytorch`` fork at d684b9b) with the
+persistent threshold at 2048 / 8192 bytes and ``cunn_SoftMaxForwardReg``, as 2.13 has them;
+the v2.13.0 tag itself was not available to read (CUDA ``host_softmax`` takes the
+``use_fast_softmax`` = Gmem / Fast kernels on ROCm only).  The input is made contiguous and seen as ``outer x dim x inner``:
 
 * ``inner == 1`` and rows of at most 2048 elements and 8192 bytes: the persistent warp
   kernel (:mod:`.softmax`);
