@@ -3,8 +3,8 @@ size, out dir, "fsdp" or "tp".
 fsdp: one step of an MLP under emulate("sm90") as a local copy (this rank's full gradients),
 FSDP2 (fully_shard) under collectives="nccl-ring" (ReduceOp.AVG reduce-scatter), the same
 with a gradient divide factor 2 (PREMUL_SUM(0.5)), and FSDP2 under plain emulate (gloo).
-tp: a ColwiseParallel / RowwiseParallel MLP's forward under collectives="nccl-ring" and
-under plain emulate, and this rank's own partial product (the all-reduce's input)."""
+tp: a ColwiseParallel / RowwiseParallel MLP's forward under collectives="nccl-ring",
+"nccl-tree" and plain emulate, and this rank's own partial product (the all-reduce's input)."""
 import copy
 import os
 import sys
@@ -66,6 +66,7 @@ else:
 
     res["nccl"], em = run(collectives="nccl-ring")
     res["summary"] = em.summary()
+    res["tree"], _ = run(collectives="nccl-tree")
     res["gloo"], _ = run()
 torch.save(res, os.path.join(out, f"rank{rank}.pt"))
 dist.destroy_process_group()

@@ -187,9 +187,15 @@ class NcclCollectives:
         ws = dist.get_world_size(group)
         flat = x.detach().reshape(-1).contiguous()
         out = torch.empty(ws * flat.numel(), dtype=flat.dtype)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)     # deprecated name, older torch
-            _NATIVE_GATHER(out, flat.cpu(), group=group)
+        # the emulation's own gather: not counted, even where a torch function mode sends
+        # it back through the patched module attribute
+        was, self._gathering = self._gathering, True
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # deprecated name, older torch
+                _NATIVE_GATHER(out, flat.cpu(), group=group)
+        finally:
+            self._gathering = was
         return out.reshape(ws, -1)
 
     def _fold(self, func, stacked: torch.Tensor, op, dtype) -> torch.Tensor:
@@ -231,7 +237,7 @@ class NcclCollectives:
     def _counted(self, native):
         """``native`` (a torch.distributed gather) run as is, counted in the summary."""
         def gather(*args, **kwargs):
-            if self._gathering:                 # a deprecated name calling the new one
+            if self._gathering:       # ours, or a deprecated name calling the new one
                 return native(*args, **kwargs)
             self.calls[_GATHERED] = self.calls.get(_GATHERED, 0) + 1
             self._gathering = True
