@@ -88,3 +88,35 @@ def test_fsdp2_under_emulate_nccl_3_ranks():
 @pytest.mark.slow
 def test_tensor_parallel_under_emulate_nccl_3_ranks():
     check_tp(3)
+
+
+def test_premul_sum_arithmetic_by_hand():
+    """PREMUL_SUM(factor): each input times T(float(factor)), rounded in T, then the sum
+    rounded in T (2 ranks: one addition, so the order cannot hide an error)."""
+    x = torch.tensor([[1.0, 3.0, -7.0, 1000.0], [2.0, 5.0, 0.1, 3.0]]).half()
+    got = nccl.reduce_values(nccl.ring_allreduce(2, 4, "float16"), x, torch.float16,
+                             "premul_sum", factor=0.1)
+    s = torch.tensor(0.1, dtype=torch.float32).half()          # double -> float -> half
+    want = (x[0] * s) + (x[1] * s)                              # torch half ops round each
+    assert torch.equal(torch.from_numpy(got), want)
+    avg = nccl.reduce_values(nccl.ring_allreduce(2, 4, "float16"), x, torch.float16, "avg")
+    assert torch.equal(torch.from_numpy(avg), x[0] * torch.tensor(0.5).half()
+                       + x[1] * torch.tensor(0.5).half())
+    with pytest.raises(ValueError, match="factor"):
+        nccl.reduce_values(nccl.ring_allreduce(2, 4), x.float(), op="premul_sum")
+    with pytest.raises(ValueError, match="factor"):
+        nccl.reduce_values(nccl.ring_allreduce(2, 4), x.float(), op="sum", factor=2.0)
+    with pytest.raises(ValueError, match="floating"):
+        nccl.reduce_values(nccl.ring_allreduce(2, 4), x.int(), torch.int32, "premul_sum",
+                           factor=2.0)
+
+
+def test_reduce_ops_and_groups_refused_clearly():
+    import torch.distributed as dist
+    from torch_mma_emu.preview.nccl_emu import NcclCollectives, reduce_op
+    assert reduce_op(dist.ReduceOp.AVG) == ("avg", None)
+    assert reduce_op(dist.ReduceOp.PREMUL_SUM(0.25)) == ("premul_sum", 0.25)
+    with pytest.raises(ValueError, match="SUM, AVG and PREMUL_SUM"):
+        reduce_op(dist.ReduceOp.MAX)
+    with pytest.raises(ValueError, match="'sum' and 'avg'"):
+        NcclCollectives().functional_all_reduce(torch.ones(2), "max", None)

@@ -252,12 +252,11 @@ class NcclCollectives:
         Replicate, tensor parallel's RowwiseParallel output) in NCCL's order: a new tensor;
         differentiable like the native one (backward: an all-reduce SUM of the gradient, in
         NCCL's order too)."""
-        pg = process_group_of(group, tag)
         op = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG}.get(str(reduceOp).lower())
         if op is None:
             raise ValueError("the emulated NCCL backend models functional all_reduce 'sum' and "
                              f"'avg', got {reduceOp!r}")
-        return _FunctionalAllReduce.apply(tensor, self, op, pg)
+        return _FunctionalAllReduce.apply(tensor, self, op, process_group_of(group, tag))
 
     def ddp_hook(self, state, bucket):
         """A DDP communication hook (``ddp.register_comm_hook(None, nccl.ddp_hook)``): the
