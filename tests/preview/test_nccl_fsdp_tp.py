@@ -120,3 +120,8 @@ def test_reduce_ops_and_groups_refused_clearly():
         reduce_op(dist.ReduceOp.MAX)
     with pytest.raises(ValueError, match="'sum' and 'avg'"):
         NcclCollectives().functional_all_reduce(torch.ones(2), "max", None)
+
+
+@pytest.mark.slow           # 4 gloo ranks, about 90 s on the shared 2-core machine
+def test_tensor_parallel_under_emulate_nccl_4_ranks_ring_is_not_gloo():
+    check_tp(4)
