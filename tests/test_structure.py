@@ -49,6 +49,7 @@ THIRD_PARTY_PRIVATE = frozenset({
     "torch._subclasses.fake_tensor.FakeTensor",
     "torch._subclasses.fake_tensor.FakeTensorMode",
     "torch._subclasses.fake_tensor.is_fake",
+    "torch.distributed._functional_collectives",   # DTensor / TP all-reduce; no public name
     "torch.nn.attention.flex_attention._vmap_for_bhqkv",
     "torch.utils._triton",
     "torch.utils._python_dispatch.TorchDispatchMode",

@@ -49,7 +49,7 @@ from .tree import SumTree
 VERSION = "2.30.7"
 ALGOS = ("ring", "tree")
 PROTOS = ("simple", "ll", "ll128")
-OPS = ("sum", "avg")
+OPS = ("sum", "avg", "premul_sum")
 FUNCS = ("all_reduce", "reduce_scatter", "reduce")
 # NCCL 2.30.7 src/include/device.h: NCCL_STEPS, WARP_SIZE, LL128 line of 16 uint64, 15 data
 _STEPS, _WARP, _LL128_LINE, _LL128_DATA = 8, 32, 16, 15
@@ -412,18 +412,31 @@ def tree_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
 def avg_scalar(nranks: int, fmt: str) -> np.ndarray:
     """PreMulSum's scalar: ``float(1.0 / nRanks)`` converted to the element type (NCCL 2.30.7
     src/enqueue.cc; fp64 keeps the double), on the native carrier of ``fmt``."""
+    return premul_scalar(1.0 / nranks, fmt)
+
+
+def premul_scalar(factor: float, fmt: str) -> np.ndarray:
+    """A PreMulSum scalar ``factor`` (a double) in the element type: to float, then to the
+    type (fp64 keeps the double).  PyTorch's ``ReduceOp.PREMUL_SUM(factor)`` hands NCCL
+    ``static_cast<T>(double_factor)`` (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp
+    ``unpackPreMulSum``; c10's Half / BFloat16 convert through float), AVG
+    ``float(1.0 / nRanks)`` (NCCL src/enqueue.cc): the same double rounding."""
     if fmt == "f64":
-        return np.array(1.0 / nranks)
-    return arith.round_f32(np.array(np.float32(1.0 / nranks)), fmt)
+        return np.array(float(factor))
+    return arith.round_f32(np.array(np.float32(factor)), fmt)
 
 
-def reduce_values(ranges: Ranges, x, dtype=None, op: str = "sum") -> np.ndarray:
+def reduce_values(ranges: Ranges, x, dtype=None, op: str = "sum",
+                  factor: Optional[float] = None) -> np.ndarray:
     """Fold the ranks' values ``x`` (``(nranks, numel)``: row r is rank r's input at the
     positions ``ranges`` covers) in the ranges' orders with NCCL's arithmetic; returns the
     ``(numel,)`` result in ``dtype`` (floats: NumPy float64/32/16 or bf16 as its uint16
     bits, widened to float64 when ``dtype`` is bf16; integers: their NumPy type).
-    ``op``: ``"sum"`` or ``"avg"`` (PreMulSum on floats, SumPostDiv on integers)."""
+    ``op``: ``"sum"``, ``"avg"`` (PreMulSum on floats, SumPostDiv on integers) or
+    ``"premul_sum"`` (floats: every input times ``factor`` in the type, then the sum)."""
     check_choice("op", op, OPS)
+    if (op == "premul_sum") != (factor is not None):
+        raise ValueError("factor goes with op='premul_sum' (and only with it)")
     import torch
     if isinstance(x, torch.Tensor):
         dtype = x.dtype if dtype is None else dtype
@@ -438,6 +451,8 @@ def reduce_values(ranges: Ranges, x, dtype=None, op: str = "sum") -> np.ndarray:
         fmt = arith.fmt_of(dtype)
     except ValueError:
         fmt = None
+    if fmt is None and op == "premul_sum":
+        raise ValueError(f"premul_sum is modelled on floating types, got {dtype}")
     if fmt is None:                                   # integers: wrapping sums, exact
         ints = x.astype(np.dtype(str(dtype).replace("torch.", "")))
         out = ints.sum(axis=0, dtype=ints.dtype)
@@ -446,8 +461,8 @@ def reduce_values(ranges: Ranges, x, dtype=None, op: str = "sum") -> np.ndarray:
             out = np.where(out < 0, -q, q).astype(ints.dtype)
         return out
     xs = arith.narrow(x.astype(np.float64), fmt)
-    if op == "avg":                                   # PreMulSum: x * RN(1/n), rounded
-        s = arith.widen(avg_scalar(n, fmt), fmt)
+    if op != "sum":                                   # PreMulSum: x * RN(1/n), rounded
+        s = arith.widen(avg_scalar(n, fmt) if op == "avg" else premul_scalar(factor, fmt), fmt)
         prod = arith.widen(xs, fmt) * s               # exact in float64 below fp64
         xs = arith.narrow(prod, fmt) if fmt != "f64" else prod
     add = arith.op("add", fmt)

@@ -32,7 +32,16 @@ import torch.distributed as dist
 from ..order import nccl as model
 from ..switches import Patches
 
-_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg"}
+_OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg",
+        dist.ReduceOp.PREMUL_SUM: "premul_sum"}
+# torch.distributed's names patched inside a block: the reductions folded in NCCL's order ...
+_ALL_REDUCE = ("all_reduce",)
+_REDUCE_SCATTER = ("reduce_scatter_tensor", "reduce_scatter_single", "_reduce_scatter_base")
+# ... and the gathers, which have no arithmetic: run natively, counted in the summary
+_ALL_GATHER = ("all_gather_single", "all_gather_into_tensor", "_all_gather_base", "all_gather")
+_GATHERED = "all_gather (native, no arithmetic)"
+# the emulation's own gather, never counted (all_gather_into_tensor is deprecated in 2.13)
+_NATIVE_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 # emulate(collectives=...)'s names: name -> NcclCollectives keyword arguments
 CHOICES = {"nccl-ring": dict(algo="ring"), "nccl-tree": dict(algo="tree")}
@@ -51,6 +60,54 @@ def collectives_of(value) -> Optional["NcclCollectives"]:
         return NcclCollectives(**CHOICES[value])
     raise ValueError(f"collectives must be None, one of {sorted(CHOICES)} or an "
                      f"NcclCollectives(...) instance, got {value!r}")
+
+
+def reduce_op(op) -> tuple:
+    """A ``torch.distributed`` reduce op as ``(order.nccl op name, PreMulSum factor)``:
+    SUM, AVG, ``ReduceOp.PREMUL_SUM(factor)`` with a float factor; others refused."""
+    kind = getattr(op, "op", op)            # ReduceOp(...) objects carry their RedOpType
+    if kind not in _OPS:
+        raise ValueError("the emulated NCCL backend models ReduceOp.SUM, AVG and "
+                         f"PREMUL_SUM(float factor), got {op}")
+    if _OPS[kind] != "premul_sum":
+        return _OPS[kind], None
+    factor = getattr(op, "factor", None)
+    if not isinstance(factor, (int, float)):
+        raise ValueError("the emulated NCCL backend models PREMUL_SUM with a float factor, "
+                         f"got {factor!r}")
+    return "premul_sum", float(factor)
+
+
+def process_group_of(group, tag: str = ""):
+    """The ProcessGroup of a functional collective's ``group`` (a ProcessGroup, a group
+    name, a 1-D DeviceMesh, ``(mesh, dim)``, a list of ranks)."""
+    from torch.distributed import _functional_collectives as funcol
+    if isinstance(group, tuple) and len(group) == 2 and hasattr(group[0], "get_group"):
+        return group[0].get_group(group[1])
+    if hasattr(group, "get_group"):
+        return group.get_group()
+    pg = funcol._resolve_group(group, tag)
+    return dist.distributed_c10d._resolve_process_group(pg) if isinstance(pg, str) else pg
+
+
+class _FunctionalAllReduce(torch.autograd.Function):
+    """Out of place all-reduce in NCCL's order; backward: NCCL's all-reduce SUM of the
+    gradient (what the native functional all_reduce's backward runs)."""
+
+    @staticmethod
+    def forward(ctx, tensor, nccl, op, pg):
+        ctx.nccl, ctx.pg, ctx.op = nccl, pg, op
+        out = tensor.detach().clone(memory_format=torch.contiguous_format)
+        nccl.all_reduce(out, op=op, group=pg)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.op != dist.ReduceOp.SUM:
+            raise RuntimeError("all_reduce backward only supports 'sum' reduction")
+        g = grad.detach().clone(memory_format=torch.contiguous_format)
+        ctx.nccl.all_reduce(g, group=ctx.pg)
+        return g, None, None, None
 
 
 def routed_hook(state, bucket):
@@ -100,6 +157,7 @@ class NcclCollectives:
         self.rings, self.trees, self.nnodes = rings, trees, nnodes
         self._patches = Patches()
         self.calls: dict = {}
+        self._gathering = False
 
     def summary_line(self) -> str:
         """The line ``em.summary()`` adds: the model and the collectives it folded."""
@@ -129,17 +187,24 @@ class NcclCollectives:
         ws = dist.get_world_size(group)
         flat = x.detach().reshape(-1).contiguous()
         out = torch.empty(ws * flat.numel(), dtype=flat.dtype)
-        dist.all_gather_into_tensor(out, flat.cpu(), group=group)
+        # the emulation's own gather: not counted, even where a torch function mode sends
+        # it back through the patched module attribute
+        was, self._gathering = self._gathering, True
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # deprecated name, older torch
+                _NATIVE_GATHER(out, flat.cpu(), group=group)
+        finally:
+            self._gathering = was
         return out.reshape(ws, -1)
 
     def _fold(self, func, stacked: torch.Tensor, op, dtype) -> torch.Tensor:
-        if op not in _OPS:
-            raise ValueError(f"the emulated NCCL backend models ReduceOp.SUM and AVG, got {op}")
+        kind, factor = reduce_op(op)
         ws, count = stacked.shape
         if func == "reduce_scatter":
             count //= ws
         ranges = self.ranges(func, ws, count, _np_dtype(stacked))
-        got = model.reduce_values(ranges, stacked, _np_dtype(stacked), _OPS[op])
+        got = model.reduce_values(ranges, stacked, _np_dtype(stacked), kind, factor=factor)
         self.calls[func] = self.calls.get(func, 0) + 1
         return torch.from_numpy(np.ascontiguousarray(got)).to(dtype)
 
@@ -163,6 +228,36 @@ class NcclCollectives:
             output.copy_(res[r * n:(r + 1) * n].reshape(output.shape))
         return _Done(output) if async_op else None
 
+    reduce_scatter_single = reduce_scatter_tensor       # FSDP2's call (torch >= 2.13)
+
+    def _reduce_scatter_base(self, output, input, op=dist.ReduceOp.SUM, group=None,
+                             async_op: bool = False):
+        return self.reduce_scatter_tensor(output, input, op=op, group=group, async_op=async_op)
+
+    def _counted(self, native):
+        """``native`` (a torch.distributed gather) run as is, counted in the summary."""
+        def gather(*args, **kwargs):
+            if self._gathering:       # ours, or a deprecated name calling the new one
+                return native(*args, **kwargs)
+            self.calls[_GATHERED] = self.calls.get(_GATHERED, 0) + 1
+            self._gathering = True
+            try:
+                return native(*args, **kwargs)
+            finally:
+                self._gathering = False
+        return gather
+
+    def functional_all_reduce(self, tensor: torch.Tensor, reduceOp: str, group, tag: str = ""):
+        """``torch.distributed._functional_collectives.all_reduce`` (DTensor's Partial ->
+        Replicate, tensor parallel's RowwiseParallel output) in NCCL's order: a new tensor;
+        differentiable like the native one (backward: an all-reduce SUM of the gradient, in
+        NCCL's order too)."""
+        op = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG}.get(str(reduceOp).lower())
+        if op is None:
+            raise ValueError("the emulated NCCL backend models functional all_reduce 'sum' and "
+                             f"'avg', got {reduceOp!r}")
+        return _FunctionalAllReduce.apply(tensor, self, op, process_group_of(group, tag))
+
     def ddp_hook(self, state, bucket):
         """A DDP communication hook (``ddp.register_comm_hook(None, nccl.ddp_hook)``): the
         bucket times 1/world_size (as DDP's own allreduce does), then NCCL's allreduce SUM
@@ -179,8 +274,15 @@ class NcclCollectives:
     def __enter__(self):
         ar, rs = self.all_reduce, self.reduce_scatter_tensor     # one bound method each
         for mod in (dist, dist.distributed_c10d):
-            self._patches.set(mod, "all_reduce", ar)
-            self._patches.set(mod, "reduce_scatter_tensor", rs)
+            for name in _ALL_REDUCE + _REDUCE_SCATTER + _ALL_GATHER:
+                if not hasattr(mod, name):
+                    continue
+                if name in _ALL_GATHER:
+                    self._patches.set(mod, name, self._counted(getattr(mod, name)))
+                else:
+                    self._patches.set(mod, name, ar if name in _ALL_REDUCE else rs)
+        from torch.distributed import _functional_collectives as funcol
+        self._patches.set(funcol, "all_reduce", self.functional_all_reduce)
         ddp = torch.nn.parallel.DistributedDataParallel
 
         def init(orig):
