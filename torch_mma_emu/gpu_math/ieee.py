@@ -69,17 +69,46 @@ def mul_rz(a, b) -> np.ndarray:
 
 
 def fma(a, b, c, ftz: bool = False) -> np.ndarray:
-    """``fma.rn.f32``: a*b + c rounded once."""
+    """``fma.rn.f32``: a*b + c rounded once.  Fast path: the float64 sum ``s = RN53(a*b + c)``
+    (the product is exact) rounded to float32.  Rounding twice is wrong only where ``s`` lies
+    exactly on a float32 midpoint (the float32 midpoints are float64 numbers and RN53 is
+    monotone, so any other ``s`` is on the same side of every midpoint as the exact value);
+    those elements, and the rare ones below 2^-126 where midpoints have no fixed bit pattern,
+    go through :func:`fma_odd`."""
     a, b, c = _f64(_in(a, ftz), _in(b, ftz), _in(c, ftz))
     with np.errstate(all="ignore"):
-        p = a * b                                   # exact
-        s = p + c
-        bp = s - c                                  # TwoSum: s + err == p + c exactly
-        err = (p - bp) + (c - (s - bp))
-        fin = np.isfinite(s) & np.isfinite(err)
-        even = (s.view(np.int64) & 1) == 0
-        fix = fin & (err != 0) & even               # round to odd: step towards err
-        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        s = np.asarray(a * b + c)
+        low = s.view(np.int64) & _LOW29
+        odd = (low == _MID29) | ((low != 0) & (np.abs(s) < _TINY))
+        if odd.any():
+            a, b, c = np.broadcast_arrays(a, b, c)
+            s[odd] = _odd_sum(a[odd], b[odd], c[odd])
+    return _out(s, ftz)
+
+
+_LOW29 = np.int64((1 << 29) - 1)      # the float64 fraction bits below float32's 23
+_MID29 = np.int64(1 << 28)            # ... of a float32 midpoint (normal range)
+_TINY = 2.0 ** -126
+
+
+def _odd_sum(a, b, c):
+    """a*b + c (float64 operands from float32) rounded to float64 with round-to-odd."""
+    p = a * b                                       # exact
+    s = p + c
+    bp = s - c                                      # TwoSum: s + err == p + c exactly
+    err = (p - bp) + (c - (s - bp))
+    fin = np.isfinite(s) & np.isfinite(err)
+    even = (s.view(np.int64) & 1) == 0
+    fix = fin & (err != 0) & even                   # round to odd: step towards err
+    return np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+
+
+def fma_odd(a, b, c, ftz: bool = False) -> np.ndarray:
+    """``fma.rn.f32`` on every element through round-to-odd (the slow form :func:`fma`
+    falls back to; kept as its reference)."""
+    a, b, c = _f64(_in(a, ftz), _in(b, ftz), _in(c, ftz))
+    with np.errstate(all="ignore"):
+        s = _odd_sum(a, b, c)
     return _out(s, ftz)
 
 
