@@ -73,22 +73,42 @@ def fma(a, b, c, ftz: bool = False) -> np.ndarray:
     (the product is exact) rounded to float32.  Rounding twice is wrong only where ``s`` lies
     exactly on a float32 midpoint (the float32 midpoints are float64 numbers and RN53 is
     monotone, so any other ``s`` is on the same side of every midpoint as the exact value);
-    those elements, and the rare ones below 2^-126 where midpoints have no fixed bit pattern,
-    go through :func:`fma_odd`."""
-    a, b, c = _f64(_in(a, ftz), _in(b, ftz), _in(c, ftz))
+    those elements (float32 bits 24.. of the float64 fraction 1000...0), and the rare nonzero
+    ones rounding to at most 2^-126 (float32's grid there is 2^-149: no fixed pattern), go
+    through round-to-odd as :func:`fma_odd` does."""
+    a, b, c = np.broadcast_arrays(_in(a, ftz), _in(b, ftz), _in(c, ftz))
+    if a.ndim == 0:
+        r = _fma_rn(a.reshape(1), b.reshape(1), c.reshape(1)).reshape(())
+    elif a.size <= _CHUNK:
+        r = _fma_rn(a, b, c)
+    else:                                           # blocks that stay in cache
+        r = np.empty(a.shape, np.float32)
+        step = max(1, _CHUNK * a.shape[0] // a.size)
+        for i in range(0, a.shape[0], step):
+            r[i:i + step] = _fma_rn(a[i:i + step], b[i:i + step], c[i:i + step])
+    return flush(r) if ftz else r
+
+
+def _fma_rn(a, b, c):
+    a, b, c = _f64(a, b, c)
     with np.errstate(all="ignore"):
-        s = np.asarray(a * b + c)
+        s = a * b
+        s += c
+        r = s.astype(np.float32)
         low = s.view(np.int64) & _LOW29
-        odd = (low == _MID29) | ((low != 0) & (np.abs(s) < _TINY))
+        odd = low == _MID29
+        odd |= (np.abs(r) <= _TINY) & (s != 0)
         if odd.any():
-            a, b, c = np.broadcast_arrays(a, b, c)
-            s[odd] = _odd_sum(a[odd], b[odd], c[odd])
-    return _out(s, ftz)
+            r[odd] = _odd_sum(a[odd], b[odd], c[odd]).astype(np.float32)
+        if np.isnan(r).any():
+            r = canon_nan(r)
+    return r
 
 
+_CHUNK = 1 << 15
 _LOW29 = np.int64((1 << 29) - 1)      # the float64 fraction bits below float32's 23
 _MID29 = np.int64(1 << 28)            # ... of a float32 midpoint (normal range)
-_TINY = 2.0 ** -126
+_TINY = np.float32(2.0 ** -126)   # |s| below: float32's grid is 2^-149, no fixed pattern
 
 
 def _odd_sum(a, b, c):
