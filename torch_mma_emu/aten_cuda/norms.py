@@ -85,19 +85,14 @@ def _combine(own, other, rms: bool):
 def _halve(state, axis_len: int, rms: bool):
     """Halving over the last axis (``shfl_down`` / the shared-memory tree): step ``h``
     combines slot i with slot i + h; slot 0 ends with the result."""
-    w = axis_len
-    while w > 1:
-        h = w // 2
-        state = _combine(tuple(s[..., :h] for s in state),
-                         tuple(s[..., h:w] for s in state), rms)
-        w = h
-    return tuple(s[..., 0] for s in state)
+    return _halve_with(state, axis_len, lambda own, other: _combine(own, other, rms))
 
 
-def stats(X: np.ndarray, *, rms: bool = False):
-    """``compute_stats`` for rows of ``X`` (float32, [rows, N], N % 4 == 0): per row the
-    Welford mean (0 for rms_norm) and m2 / N (the variance, or the mean square)."""
-    X = np.asarray(X, _F)
+def _block(X: np.ndarray, update, init, combine):
+    """The vectorised kernel's order on rows of ``X`` (float32, [rows, N], N % 4 == 0):
+    thread t updates its state with the 4-vectors t, t + 128, ... element by element
+    (``update(state, x) -> state``), then ``combine`` halves over the 32 lanes of each warp
+    (shfl_down) and over the 4 warps (shared memory).  Returns the block's state."""
     R, N = X.shape
     nv = N // VEC
     K = -(-nv // THREADS)
@@ -105,31 +100,84 @@ def stats(X: np.ndarray, *, rms: bool = False):
     V[:, :nv] = X.reshape(R, nv, VEC)
     V = V.reshape(R, K, THREADS, VEC)
     live = (np.arange(K * THREADS) < nv).reshape(K, THREADS)
-    mean = np.zeros((R, THREADS), _F)
-    m2 = np.zeros((R, THREADS), _F)
-    cnt = np.zeros((R, THREADS), _F)
+    state = tuple(np.full((R, THREADS), v, _F) for v in init)
     with np.errstate(over="ignore", invalid="ignore"):
         for k in range(K):
             on = live[k][None, :]
             for ii in range(VEC):
-                x = V[:, k, :, ii]
-                if rms:
-                    m2 = np.where(on, ieee.fma(x, x, m2), m2)
-                    continue
-                delta = (x - mean).astype(_F)
-                nc = (cnt + _F(1)).astype(_F)
-                coef = (_F(1) / nc).astype(_F)
-                nm = ieee.fma(delta, coef, mean)
-                ns = ieee.fma(delta, (x - nm).astype(_F), m2)
-                mean = np.where(on, nm, mean)
-                m2 = np.where(on, ns, m2)
-                cnt = np.where(on, nc, cnt)
-    state = tuple(s.reshape(R, THREADS // WARP, WARP) for s in (mean, m2, cnt))
-    state = _halve(state, WARP, rms)                     # lane 0 of each warp
-    mean, m2, _ = _halve(state, THREADS // WARP, rms)    # warp 0
+                new = update(state, V[:, k, :, ii])
+                state = tuple(np.where(on, a, b) for a, b in zip(new, state))
+    state = tuple(s.reshape(R, THREADS // WARP, WARP) for s in state)
+    state = _halve_with(state, WARP, combine)                 # lane 0 of each warp
+    return _halve_with(state, THREADS // WARP, combine)      # warp 0
+
+
+def _welford(state, x):
+    mean, m2, cnt = state
+    delta = (x - mean).astype(_F)
+    nc = (cnt + _F(1)).astype(_F)
+    coef = (_F(1) / nc).astype(_F)
+    nm = ieee.fma(delta, coef, mean)
+    return nm, ieee.fma(delta, (x - nm).astype(_F), m2), nc
+
+
+def stats(X: np.ndarray, *, rms: bool = False):
+    """``compute_stats`` for rows of ``X`` (float32, [rows, N], N % 4 == 0): per row the
+    Welford mean (0 for rms_norm) and m2 / N (the variance, or the mean square)."""
+    X = np.asarray(X, _F)
+    N = X.shape[1]
+    if rms:
+        mean, m2, _ = _block(X, lambda st, x: (st[0], ieee.fma(x, x, st[1]), st[2]),
+                             (0, 0, 0), lambda own, other: _combine(own, other, True))
+    else:
+        mean, m2, _ = _block(X, _welford, (0, 0, 0),
+                             lambda own, other: _combine(own, other, False))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         var = (m2 / _F(N)).astype(_F)
     return mean.astype(_F), var
+
+
+def block_sum(X: np.ndarray) -> np.ndarray:
+    """The vectorised kernel's reduction order as a plain float32 sum of each row: the
+    per-thread loop and the lane / warp halving of :func:`stats` (the same code), with
+    ``m2 + x`` in place of rms_norm's ``fma(x, x, m2)`` and ``own + other`` as the combine
+    (rms_norm's combine; layer_norm's ``cuWelfordCombine`` pairs the same states).  What
+    FPRev reveals (its probes need signed summands, which ``x * x`` cannot give)."""
+    add = lambda own, other: ((own[0] + other[0]).astype(_F),)   # noqa: E731
+    return _block(np.asarray(X, _F), lambda st, x: ((st[0] + x).astype(_F),), (0,), add)[0]
+
+
+def tree(n: int):
+    """The ``SumTree`` of the vectorised kernel's reduction over a row of ``n`` (n % 4 == 0),
+    written from the kernel's order (not by running :func:`block_sum`): thread t takes
+    elements ``4 (t + 128 k) + i`` in (k, i) order, lane i of each warp then adds lane
+    i + h for h = 16 .. 1, warp w adds warp w + h for h = 2, 1."""
+    from ..order.tree import SumTree
+    if n < VEC or n % VEC:
+        raise ValueError(f"the vectorised kernel takes rows of a multiple of {VEC}, got {n}")
+    nodes: list = []
+
+    def add(a, b):
+        if a is None or b is None:
+            return b if a is None else a
+        nodes.append(("add", (a, b)))
+        return n + len(nodes) - 1
+    acc = [None] * THREADS
+    for i in range(n):
+        t = (i // VEC) % THREADS
+        acc[t] = add(acc[t], i)
+    for base in range(0, THREADS, WARP):
+        h = WARP // 2
+        while h:
+            for lane in range(h):
+                acc[base + lane] = add(acc[base + lane], acc[base + lane + h])
+            h //= 2
+    h = THREADS // WARP // 2
+    while h:
+        for w in range(h):
+            acc[w * WARP] = add(acc[w * WARP], acc[(w + h) * WARP])
+        h //= 2
+    return SumTree(n, nodes, root=acc[0]) if n > 1 else SumTree(1, [], root=0)
 
 
 def evaluate(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool = False):

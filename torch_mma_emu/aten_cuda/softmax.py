@@ -44,26 +44,59 @@ def _lanes(n: int):
     return W, P // W
 
 
+def lanes(X: np.ndarray, fill) -> np.ndarray:
+    """Rows of ``X`` [rows, n] as the warp holds them: ``[rows, it, lane]``, element
+    ``l + W * it`` at ``[it, l]``, missing ones ``fill``."""
+    R, n = X.shape
+    W, IT = _lanes(n)
+    E = np.full((R, IT * W), fill, X.dtype)
+    E[:, :n] = X
+    return E.reshape(R, IT, W)
+
+
+def _add32(a, b):
+    return (a + b).astype(np.float32)
+
+
+def row_sum(e: np.ndarray, add=_add32) -> np.ndarray:
+    """The denominator: per lane ``sum += e[it]`` from ``it = 0``, then the XOR butterflies
+    ``W/2 .. 1`` (lane 0's value, the halving tree).  ``e``: ``[rows, it, lane]``;
+    ``add``: float32 addition (a symbolic one builds :func:`tree`)."""
+    s = e[:, 0]                           # 0 + e[0]: exact (e >= 0 or NaN)
+    for it in range(1, e.shape[1]):
+        s = add(s, e[:, it])
+    w = e.shape[2]
+    while w > 1:
+        h = w // 2
+        s = add(s[:, :h], s[:, h:w])
+        w = h
+    return s[:, 0]
+
+
+def tree(n: int):
+    """The ``SumTree`` of the denominator of a row of ``n`` (:func:`row_sum` on symbols)."""
+    from ..order.tree import SumTree
+    nodes: list = []
+
+    def node(a, b):
+        nodes.append(("add", (a, b)))
+        return n + len(nodes) - 1
+    ids = lanes(np.arange(n, dtype=object)[None], -1)
+    root = row_sum(ids, lambda a, b: np.frompyfunc(
+        lambda u, v: v if u == -1 else u if v == -1 else node(u, v), 2, 1)(a, b))[0]
+    return SumTree(n, nodes, root=root) if n > 1 else SumTree(1, [], root=0)
+
+
 def evaluate(X: np.ndarray, exp, log, *, log_softmax: bool = False) -> np.ndarray:
     """Rows of ``X`` (float32, [rows, n]) through the persistent kernel."""
     X = np.asarray(X, np.float32)
     R, n = X.shape
     W, IT = _lanes(n)
-    E = np.full((R, IT * W), -np.inf, np.float32)
-    E[:, :n] = X
-    E = E.reshape(R, IT, W)               # element l + W * it at [it, l]
+    E = lanes(X, -np.inf)
     mx = X.max(axis=1)[:, None, None]
     d = (E - mx).astype(np.float32)
     e = np.asarray(exp(d), np.float32)
-    s = np.zeros((R, W), np.float32)
-    for it in range(IT):
-        s = (s + e[:, it]).astype(np.float32)
-    w = W
-    while w > 1:
-        h = w // 2
-        s = (s[:, :h] + s[:, h:w]).astype(np.float32)
-        w = h
-    s = s[:, 0][:, None, None]
+    s = row_sum(e)[:, None, None]
     if log_softmax:
         out = (d - np.asarray(log(s), np.float32)).astype(np.float32)
     else:
