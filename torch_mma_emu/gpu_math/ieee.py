@@ -95,20 +95,24 @@ def _fma_rn(a, b, c):
         s = a * b
         s += c
         r = s.astype(np.float32)
-        low = s.view(np.int64) & _LOW29
-        odd = low == _MID29
-        odd |= (np.abs(r) <= _TINY) & (s != 0)
+        odd = (s.view(np.int64) & _LOW29) == _MID29
+        ab = r.view(np.int32) & np.int32(0x7FFFFFFF)
+        tiny = ab <= _TINY_BITS
+        if tiny.any():
+            odd[tiny] |= s[tiny] != 0
         if odd.any():
             r[odd] = _odd_sum(a[odd], b[odd], c[odd]).astype(np.float32)
-        if np.isnan(r).any():
+            ab = r.view(np.int32) & np.int32(0x7FFFFFFF)
+        if ab.size and ab.max() > _INF_BITS:
             r = canon_nan(r)
     return r
 
 
-_CHUNK = 1 << 15
+_CHUNK = 1 << 16
 _LOW29 = np.int64((1 << 29) - 1)      # the float64 fraction bits below float32's 23
 _MID29 = np.int64(1 << 28)            # ... of a float32 midpoint (normal range)
-_TINY = np.float32(2.0 ** -126)   # |s| below: float32's grid is 2^-149, no fixed pattern
+_TINY_BITS = np.int32(0x00800000)   # |r| <= 2^-126: float32's grid is 2^-149, no fixed pattern
+_INF_BITS = np.int32(0x7F800000)
 
 
 def _odd_sum(a, b, c):
