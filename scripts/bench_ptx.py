@@ -31,3 +31,18 @@ for what, k, g, blk, args in runs:
     print(f"{what:42s} {st.thread_instructions:8d} thread-instructions, {st.seconds:6.3f} s: "
           f"{st.rate / 1e6:5.2f} M/s; {st.seconds / numpy_s:8.0f}x NumPy's a + b "
           f"({numpy_s * 1e6:.1f} us)")
+
+# our CUDA GEMM (csrc/cuda/gemm_cuda.cu's committed sm_80 PTX) at the test's shape, one
+# registry spec per kernel it launches (decode kernels included), against the CPU kernel
+import sys  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests"))
+import test_ptx_cuda_gemm as T  # noqa: E402
+
+gm = T.R.load_module()
+for spec in T.FAST:
+    t0 = time.perf_counter()
+    suffix, bad, nout, stats = T.check(gm, spec)
+    ti, sec = sum(s.thread_instructions for s in stats), sum(s.seconds for s in stats)
+    print(f"gemm {T._spec_id(spec)[:58]:58s} {suffix[:34]:34s} {ti:8d} thread-instructions, "
+          f"{sec:6.3f} s: {ti / sec / 1e6:5.2f} M/s; {bad} of {nout} differ from the CPU kernel")

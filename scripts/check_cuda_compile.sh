@@ -6,6 +6,7 @@
 #   bash scripts/check_cuda_compile.sh               # sm_80 and sm_90a (the default)
 #   MMA_EMU_CHECK_ARCHS="80 89 90a" bash scripts/check_cuda_compile.sh
 #   MMA_EMU_CHECK_VERBOSE=1 ...                      # ptxas register / spill report
+#   MMA_EMU_CHECK_PTX=DIR MMA_EMU_CHECK_ARCHS=80 ... # keep each source's PTX in DIR (one arch)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -55,7 +56,7 @@ if [ ! -f "${INC[0]}/c10/cuda/impl/cuda_cmake_macros.h" ]; then
 #define C10_CUDA_BUILD_SHARED_LIBS' >"$TMP/stub/c10/cuda/impl/cuda_cmake_macros.h"
   incflags+=("-isystem" "$TMP/stub")
 fi
-mapfile -t SRCS < <(ls csrc/cuda/*.cu csrc/native/*.cu 2>/dev/null || true)
+mapfile -t SRCS < <(ls ${MMA_EMU_CHECK_SOURCES:-csrc/cuda/*.cu csrc/native/*.cu} 2>/dev/null || true)
 if [ ${#SRCS[@]} -eq 0 ]; then
   echo "[check_cuda_compile] no CUDA sources"
   exit 0
@@ -64,8 +65,13 @@ fi
 jobs=${MMA_EMU_CHECK_JOBS:-1}
 check_one() {
   local src=$1 obj="$TMP/$(basename "$1").o" start
+  local mode=(-c "${gencode[@]}")
+  if [ -n "${MMA_EMU_CHECK_PTX:-}" ]; then
+    mode=(-ptx "-arch=sm_${ARCHS%% *}")
+    obj="$MMA_EMU_CHECK_PTX/$(basename "$1" .cu)_sm${ARCHS%% *}.ptx"
+  fi
   start=$(date +%s)
-  if "$NVCC" "${flags[@]}" "${gencode[@]}" "${incflags[@]}" -c "$src" -o "$obj" >"$obj.log" 2>&1; then
+  if "$NVCC" "${flags[@]}" "${mode[@]}" "${incflags[@]}" "$src" -o "$obj" >"$obj.log" 2>&1; then
     cat "$obj.log"
     echo "[check_cuda_compile] ok   $src (archs: $ARCHS, $(( $(date +%s) - start )) s)"
   else

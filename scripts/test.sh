@@ -51,18 +51,18 @@ PY
   fi
 fi
 # timm pulls PyPI's torchvision, a CUDA build whose C extension cannot load beside a CPU torch:
-# then `import torchvision` fails and, with it, `from transformers import LlamaConfig` for a
-# user of this venv (the tests guard it; a user is not).  Pin torchvision to the CPU build of
-# the matching release (torch 2.N.P <-> torchvision 0.(N+15).P); where that cannot be had, remove
-# the broken one (transformers works without it; timm's tests skip).
+# then `import torchvision` fails and, with it, `from transformers import LlamaConfig` and
+# `import timm` for a user of this venv.  scripts/torchvision_guard.py, installed into the venv
+# with a .pth line that imports it, lets torchvision's Python part import (its C ops stay
+# unusable, as they are beside a CPU torch); where even that fails, the broken one goes.
 if "$VPY" -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('torchvision') is None)" \
     && ! "$VPY" -c "import torchvision" 2>/dev/null; then
-  TV_PIN=$("$VPY" -c 'import torch; v, _, loc = torch.__version__.partition("+"); _, m, p = v.split(".")[:3]; print(f"torchvision==0.{int(m) + 15}.{p}" + (f"+{loc}" if loc else ""))')
-  echo "[test] torchvision does not import beside $TORCH_PIN: installing $TV_PIN"
-  if ! { online && timeout "$NET_TIMEOUT" "$VPY" -m pip install -q --no-deps \
-           --index-url https://download.pytorch.org/whl/cpu "$TV_PIN" "$TORCH_PIN" \
-         && "$VPY" -c "import torchvision" 2>/dev/null; }; then
-    echo "[test] warning: no torchvision that imports here; removing it (timm's tests skip)"
+  echo "[test] torchvision does not import beside $TORCH_PIN: installing scripts/torchvision_guard.py"
+  cp scripts/torchvision_guard.py "$SITE/_mma_emu_torchvision_guard.py"
+  echo "import _mma_emu_torchvision_guard" >"$SITE/_mma_emu_torchvision_guard.pth"
+  if ! "$VPY" -c "import torchvision" 2>/dev/null; then
+    echo "[test] warning: torchvision still does not import; removing it (timm's tests skip)"
+    rm -f "$SITE/_mma_emu_torchvision_guard.py" "$SITE/_mma_emu_torchvision_guard.pth"
     "$VPY" -m pip uninstall -q -y torchvision
   fi
 fi

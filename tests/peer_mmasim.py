@@ -484,3 +484,42 @@ def classify(r: Result) -> dict:
     if len(left):
         counts["unexplained"] += len(left)
     return {k: v for k, v in counts.items() if v}
+
+
+# --------------------------------------------------------------------------------------
+# A K other than the instruction's (docs/model.md 6.8): mmasim's ``dpa`` takes any length,
+# the hardware only its instruction's K; a GEMM runs ceil(K / k) instructions on operands
+# zero padded to a multiple of k, each one's D the next one's C
+# --------------------------------------------------------------------------------------
+
+def mmasim_per_instruction(op, A, B, C):
+    """mmasim's result for (N, K) operands as a GEMM runs them: K zero padded (+0) to a
+    multiple of the instruction's ``op.k``, one ``dpa`` per instruction, chained through C."""
+    K, k = A.shape[-1], op.k
+    pad = -K % k
+    if pad:
+        A = torch.cat([A, torch.zeros(*A.shape[:-1], pad, dtype=A.dtype)], -1)
+        B = torch.cat([B, torch.zeros(*B.shape[:-1], pad, dtype=B.dtype)], -1)
+    for k0 in range(0, K + pad, k):
+        C = op.dpa(A[..., k0:k0 + k], B[..., k0:k0 + k], C)
+    return C
+
+
+def tiny_bf16_ftz_samples(n: int, K: int, g: torch.Generator):
+    """bf16 operands whose products lie near fp32's least normal (2^-128 .. 2^-122: some
+    flushed, some not), random signs, half of a and a tenth of b signed zeros; an fp32 c of
+    either sign, normal below 2^-122 or subnormal, a fifth of them signed zeros.  Sums there
+    cancel into the subnormal range and flush to zeros of either sign: FTZ-AddMul's
+    sign-of-zero corners."""
+    ri = lambda lo, hi, shape: torch.randint(lo, hi, shape, generator=g)  # noqa: E731
+    ea = ri(57, 71, (n, K))
+    eb = 254 - ea - ri(123, 129, (n, K))     # product exponent -128 .. -123 (and a carry)
+    sa, sb = ri(0, 2, (n, K)) << 15, ri(0, 2, (n, K)) << 15
+    a = sa | (ea << 7) | ri(0, 128, (n, K))
+    b = sb | (eb << 7) | ri(0, 128, (n, K))
+    a = torch.where(torch.rand(n, K, generator=g) < 0.5, sa, a)
+    b = torch.where(torch.rand(n, K, generator=g) < 0.1, sb, b)
+    sc = ri(0, 2, (n,)) << 31
+    c = sc | (ri(0, 5, (n,)) << 23) | ri(0, 1 << 23, (n,))
+    c = torch.where(torch.rand(n, generator=g) < 0.2, sc, c)
+    return _tensor("bf16", a), _tensor("bf16", b), _tensor("fp32", c)

@@ -306,10 +306,10 @@ def test_softmax_dispatch_rule_and_route():
     from torch_mma_emu.aten_cuda import softmax as sm
     assert sm.persistent(2048, torch.float32) and not sm.persistent(2049, torch.float32)
     assert sm.persistent(2048, torch.float16) and not sm.persistent(1025, torch.float64)
-    x = torch.randn(4, 3000)
+    x = torch.randn(4, 3000, dtype=torch.float64)
     with tme.emulate("sm90") as em:
         y = torch.softmax(x, -1)
-    assert torch.equal(y, torch.softmax(x, -1))            # block kernels: native, recorded
+    assert torch.equal(y, torch.softmax(x, -1))            # fp64: native, recorded
     assert em.counts[("aten._softmax.default", "forward", "CPU order")] == 1
     x = torch.randn(4, 100)
     with tme.emulate("sm90") as em:

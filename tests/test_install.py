@@ -192,3 +192,31 @@ def test_the_arch_list_travels_as_one_token(monkeypatch):
     from torch_mma_emu import _C, cuda_archs
     monkeypatch.setattr(_C, "_cuda_archs", lambda: token)
     assert cuda_archs.built() == ("8.0", "9.0a", "10.0a", "12.0a+PTX")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is None,
+                    reason="no torchvision in this venv")
+def test_the_venv_imports_torchvision_and_transformers_as_a_user_would():
+    """A user's ``import torchvision`` (and transformers' imports that pull it) works in the
+    venv scripts/test.sh made, without the tests' own guard (issue 42: PyPI's CUDA
+    torchvision beside a CPU torch; scripts/torchvision_guard.py)."""
+    code = "import torchvision\nimport importlib.util, sys\n" \
+           "if importlib.util.find_spec('transformers'):\n" \
+           "    from transformers import LlamaConfig\n"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=str(ROOT), timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def test_the_torchvision_guard_serves_only_when_the_c_ops_are_missing():
+    spec = importlib.util.spec_from_file_location("tv_guard", ROOT / "scripts" /
+                                                  "torchvision_guard.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    finder = mod._Finder()
+    assert finder.find_spec("torchvision.ops", None) is None          # other names: untouched
+    has_ops = hasattr(torch.ops.torchvision, "nms")      # the C ops registered
+    got = finder.find_spec("torchvision._meta_registrations", None)
+    assert (got is None) == has_ops                       # serves only while they are missing
+    if got is not None:
+        assert finder.create_module(got).__name__ == "torchvision._meta_registrations"

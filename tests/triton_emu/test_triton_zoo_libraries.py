@@ -197,8 +197,6 @@ def test_torchao_fp8_blockwise_quant(key, record_property):
     bq = need("torchao.kernel.blockwise_quantization")
     x = torch.randn(4, 128, generator=_gen(15))
     w = torch.randn(128, 128, generator=_gen(16))
-    if key == "gfx942":
-        pytest.xfail("issue 37 item 2: fp32 -> fp8 casts on gfx942 (another helper's fix)")
     (y, s, yw, sw), em = zoo(key, lambda: (*bq.fp8_blockwise_act_quant(x, 128),
                                            *bq.fp8_blockwise_weight_quant(w, 128)),
                              record_property, available=True)

@@ -89,7 +89,9 @@ def _props(device: str) -> dict:
 
 def compare(path: str, gpu=None) -> list[tuple[str, int, int]]:
     """The CPU stand-in: each recorded CUDA sum / mean against torch_mma_emu.aten_cuda's
-    model on the recorded device's SM count (or ``gpu``): ``[(key, differing, total)]``."""
+    model on the recorded device's SM count (or ``gpu``), and each recorded softmax (every
+    dtype and row length: persistent and block kernels) against aten_cuda.host_softmax:
+    ``[(key, differing, total)]``."""
     from ..aten_cuda import reduce
     from ..registry import Gpu, gpu as find_gpu
     z = np.load(path)
@@ -115,9 +117,11 @@ def compare(path: str, gpu=None) -> list[tuple[str, int, int]]:
             y = reduce(f32(z[f"in_off_k{k}"])[k:k + OFFSET_N], gpu=gpu)
         elif key.startswith("sum_fp32_"):
             y = reduce(f32(z["in_" + key[4:]]), -1, gpu=gpu)
-        elif key.startswith("softmax_fp32_") and _persistent_model(key):
-            from ..aten_cuda.softmax import softmax
-            y = softmax(f32(z["in_" + key[8:]]), -1)
+        elif key.startswith("softmax_") and _softmax_model():
+            from ..aten_cuda import host_softmax
+            dt = DTYPES[key.split("_")[1]]
+            ints = np.ascontiguousarray(z["in_" + key[8:]])        # the input's bits
+            y, _ = host_softmax.softmax(torch.from_numpy(ints).view(dt), -1)
         else:
             continue
         want = z[key].astype(np.int32).reshape(-1)
@@ -126,11 +130,12 @@ def compare(path: str, gpu=None) -> list[tuple[str, int, int]]:
     return rows
 
 
-def _persistent_model(key: str) -> bool:
-    """Whether the persistent softmax model covers the recorded ``key`` here (rows of at
-    most 2048 and the CUDA expf / logf models present)."""
+def _softmax_model() -> bool:
+    """Whether the softmax models can run here (the CUDA expf / logf models present):
+    every recorded row length, the persistent warp kernel and the block kernels
+    (aten_cuda/host_softmax.py)."""
     from ..aten_cuda import softmax as sm
-    return int(key.rsplit("_n", 1)[1]) <= sm.MAX_ELEMENTS and sm.device_math() is not None
+    return sm.device_math() is not None
 
 
 def record(device: str, log=print) -> dict:

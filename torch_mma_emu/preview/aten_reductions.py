@@ -94,26 +94,30 @@ def _sum_args(args, kwargs):
     return x, dim, keepdim, dtype
 
 
-def handle_sum(mode, func, args, kwargs):
-    if func is torch.ops.aten.sum.default:
-        x, dtype = args[0], (args[1] if len(args) > 1 else kwargs.get("dtype"))
-        return _run(mode, func, "sum", x, None, False, dtype, args, kwargs)
-    x, dim, keepdim, dtype = _sum_args(args, kwargs)
-    return _run(mode, func, "sum", x, dim, keepdim, dtype, args, kwargs)
+def _handler(op: str):
+    """The handler of ``aten.<op>`` (sum, mean): ``.default`` (x, dtype) reduces every
+    element, the dim overload (x, dim, keepdim, dtype) the given dims."""
+    def handle(mode, func, args, kwargs):
+        if func is getattr(torch.ops.aten, op).default:
+            x, dtype = args[0], (args[1] if len(args) > 1 else kwargs.get("dtype"))
+            return _run(mode, func, op, x, None, False, dtype, args, kwargs)
+        x, dim, keepdim, dtype = _sum_args(args, kwargs)
+        return _run(mode, func, op, x, dim, keepdim, dtype, args, kwargs)
+    handle.__name__ = f"handle_{op}"
+    return handle
 
 
-def handle_mean(mode, func, args, kwargs):
-    if func is torch.ops.aten.mean.default:
-        x, dtype = args[0], (args[1] if len(args) > 1 else kwargs.get("dtype"))
-        return _run(mode, func, "mean", x, None, False, dtype, args, kwargs)
-    x, dim, keepdim, dtype = _sum_args(args, kwargs)
-    return _run(mode, func, "mean", x, dim, keepdim, dtype, args, kwargs)
+handle_sum = _handler("sum")
+handle_mean = _handler("mean")
 
 
 def handle_softmax(mode, func, args, kwargs):
-    """``aten._softmax`` / ``_log_softmax`` (x, dim, half_to_float): the persistent warp
-    kernel's bits (aten_cuda/softmax.py) where it runs on the GPU and this checkout has the
+    """``aten._softmax`` / ``_log_softmax`` (x, dim, half_to_float): the bits of the kernel
+    torch 2.13's ``host_softmax`` picks (aten_cuda/host_softmax.py: the persistent warp
+    kernel, ``cunn_SoftMaxForwardReg`` / ``Smem`` / ``cunn_SoftMaxForward`` for longer rows,
+    ``cunn_SpatialSoftMaxForward`` for a dim that is not last) where this checkout has the
     CUDA expf / logf models; otherwise native, recorded with the reason."""
+    from ..aten_cuda import host_softmax as hs
     from ..aten_cuda import softmax as sm
     x, dim, half_to_float = args[0], args[1], args[2] if len(args) > 2 else False
     if getattr(_PARTS, "depth", 0):
@@ -122,12 +126,10 @@ def handle_softmax(mode, func, args, kwargs):
     if why is None:
         return func(*args, **kwargs)
     if not why:
-        if x.dtype == torch.float64:
-            why = "float64: no model"
-        elif dim % max(x.dim(), 1) != x.dim() - 1:
-            why = "not the last dimension: the spatial kernel (not modelled)"
-        elif not sm.persistent(x.shape[-1], x.dtype):
-            why = f"rows of {x.shape[-1]}: the block kernels (not modelled)"
+        if x.dtype not in hs.FLOATS:
+            why = f"{x.dtype}: no model"
+        elif half_to_float and x.dtype != torch.float16:
+            return func(*args, **kwargs)          # torch's own error
         elif sm.device_math() is None:
             why = "no CUDA expf / logf model in this checkout"
     if why:
@@ -137,16 +139,6 @@ def handle_softmax(mode, func, args, kwargs):
     if msg:
         mode.warn_once("aten_cuda.version", f"emulate: {msg}", stacklevel=4)
     log = "log" in func.overloadpacket.__name__
-    out = sm.softmax(x, -1, log_softmax=log)
-    if half_to_float:
-        out = sm.softmax(x.float(), -1, log_softmax=log) if x.dtype == torch.float32 else \
-            _half_to_float(sm, x, log)
-    mode.record(func, KIND, _LABEL, [x.shape], "persistent warp softmax")
+    out, launch = hs.softmax(x, dim, log_softmax=log, half_to_float=bool(half_to_float))
+    mode.record(func, KIND, _LABEL, [x.shape], launch.describe())
     return out
-
-
-def _half_to_float(sm, x, log):
-    """A 16-bit input read as float, the result stored as float (one rounding)."""
-    dm = sm.device_math()
-    X = x.detach().reshape(-1, x.shape[-1]).float().numpy()
-    return torch.from_numpy(sm.evaluate(X, dm[0], dm[1], log_softmax=log)).reshape(x.shape)

@@ -126,6 +126,7 @@ class EmulateMode(TorchDispatchMode):
     # Higher-order operators reach the mode: flex attention is emulated (flex.py), others
     # run natively and are recorded instead of raising.
     supports_higher_order_operators = True
+    collectives = None      # an nccl_emu.NcclCollectives entered with the block (emulate())
 
     def __init__(self, policy: Policy, *, record: bool = False,
                  fp8_promotion: Optional[int] = 128, options: Optional[dict] = None):
@@ -162,6 +163,8 @@ class EmulateMode(TorchDispatchMode):
                 entered.append(self.layer_tracker)
             self._router.__enter__()
             entered.append(self._router)
+            if self.collectives is not None:
+                entered.append(self.collectives.__enter__())
             out = super().__enter__()
             _OPEN.stack = getattr(_OPEN, "stack", []) + [self]
             return out
@@ -180,10 +183,12 @@ class EmulateMode(TorchDispatchMode):
         try:
             return super().__exit__(exc_type, exc_val, exc_tb)
         finally:
-            self._leave([_THREADS, self.layer_tracker, self._router])
+            self._leave([_THREADS, self.layer_tracker, self._router, self.collectives])
 
     def _leave(self, entered):
         try:
+            if self.collectives is not None and self.collectives in entered:
+                self.collectives.__exit__(None, None, None)
             if self._router in entered:
                 self._router.__exit__(None, None, None)
             if self.layer_tracker is not None and self.layer_tracker in entered:
@@ -218,7 +223,8 @@ class EmulateMode(TorchDispatchMode):
         return self.recorder.counts
 
     def summary(self) -> str:
-        return self.recorder.summary()
+        text = self.recorder.summary()
+        return text if self.collectives is None else f"{text}\n{self.collectives.summary_line()}"
 
     # -- the handler API (what the op families' handlers call) ------------------------
     def plan(self, kind: str, a, b, phase: str) -> Plan:
@@ -410,7 +416,7 @@ ROUTED_OPS = tuple(sorted(str(f) for f in _HANDLERS))
 def emulate(arch, *, formats=None, fp32_format: str = "auto", bias: str = "epilogue",
             fp16_accumulation: Optional[bool] = None, fp16_alt_impl: str = "off",
             fp8_promotion: Optional[int] = 128, record: bool = False,
-            schedule=None) -> EmulateMode:
+            schedule=None, collectives=None) -> EmulateMode:
     """Run the matrix products inside the ``with`` block as ``arch``'s matrix units do.
 
     ::
@@ -442,11 +448,21 @@ def emulate(arch, *, formats=None, fp32_format: str = "auto", bias: str = "epilo
 
     PyTorch's TF32 / fp16-accumulation settings are read when ``emulate`` is called.
     Run ``.backward()`` inside the block to emulate the backward products.
+
+    ``collectives``: ``"nccl-ring"`` / ``"nccl-tree"`` or a
+    :class:`~torch_mma_emu.preview.nccl_emu.NcclCollectives`: ``torch.distributed``'s
+    all_reduce / reduce_scatter_tensor and DDP's gradient all-reduce inside the block fold
+    in NCCL's order (over the process group's all_gather; docs/preview.md).
     """
+    if collectives is not None:
+        from .nccl_emu import collectives_of
+        collectives = collectives_of(collectives)
     policy = Policy(arch, formats=formats, fp32_format=fp32_format, bias=bias,
                     fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl,
                     schedule=schedule)
     options = dict(formats=formats, fp32_format=fp32_format, bias=bias,
                    fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl,
                    fp8_promotion=fp8_promotion, schedule=schedule)
-    return EmulateMode(policy, record=record, fp8_promotion=fp8_promotion, options=options)
+    mode = EmulateMode(policy, record=record, fp8_promotion=fp8_promotion, options=options)
+    mode.collectives = collectives
+    return mode

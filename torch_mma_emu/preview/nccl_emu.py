@@ -10,10 +10,19 @@ would give.  Costs one all_gather of the tensor per collective.
 >>> nccl = NcclCollectives(algo="ring", nchannels=2)      # doctest: +SKIP
 >>> with nccl:                                             # doctest: +SKIP
 ...     dist.all_reduce(x)           # torch.distributed.all_reduce / reduce_scatter_tensor
->>> ddp.register_comm_hook(None, nccl.ddp_hook)           # doctest: +SKIP
+>>> with tme.emulate("sm90", collectives="nccl-ring"):     # doctest: +SKIP
+...     ddp(x).sum().backward()      # DDP's gradient all-reduce in NCCL's order too
+
+DDP: its C++ reducer calls the process group's allreduce directly, past
+``torch.distributed``; its public seam is a comm hook.  Inside the block a DDP model built
+there, or called there, gets :func:`routed_hook` registered (unless it has a hook of its
+own, which is left alone and warned about): NCCL's order while a block is open, the
+default all-reduce (bucket times 1/world_size, then ``dist.all_reduce``) outside.
+``nccl.ddp_hook`` is the hook itself, for registering by hand.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -25,9 +34,51 @@ from ..switches import Patches
 
 _OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg"}
 
+# emulate(collectives=...)'s names: name -> NcclCollectives keyword arguments
+CHOICES = {"nccl-ring": dict(algo="ring"), "nccl-tree": dict(algo="tree")}
+_ACTIVE: list = []          # the open NcclCollectives blocks, innermost last (process-wide)
+
 
 def _np_dtype(t: torch.Tensor):
     return t.dtype if t.is_floating_point() else str(t.dtype).replace("torch.", "")
+
+
+def collectives_of(value) -> Optional["NcclCollectives"]:
+    """``emulate(collectives=...)``'s value as an :class:`NcclCollectives` (None: none)."""
+    if value is None or isinstance(value, NcclCollectives):
+        return value
+    if isinstance(value, str) and value in CHOICES:
+        return NcclCollectives(**CHOICES[value])
+    raise ValueError(f"collectives must be None, one of {sorted(CHOICES)} or an "
+                     f"NcclCollectives(...) instance, got {value!r}")
+
+
+def routed_hook(state, bucket):
+    """The DDP comm hook registered inside a block: NCCL's order (:meth:`NcclCollectives.
+    ddp_hook` of the innermost open block) while one is open, else DDP's default
+    all-reduce (bucket times 1/world_size in the bucket's dtype, ``dist.all_reduce``)."""
+    if _ACTIVE:
+        return _ACTIVE[-1].ddp_hook(state, bucket)
+    t = bucket.buffer()
+    t.mul_(1.0 / dist.get_world_size(state))
+    return dist.all_reduce(t, group=state, async_op=True).get_future().then(
+        lambda fut: fut.value()[0])
+
+
+def _route_ddp(ddp) -> None:
+    """Register :func:`routed_hook` on ``ddp`` once; a model with a hook of its own (Python
+    or builtin) keeps it, with a warning."""
+    if getattr(ddp, "_tme_routed", False) or not hasattr(ddp, "_comm_hooks"):
+        return
+    ddp._tme_routed = True
+    try:
+        if ddp._comm_hooks:
+            raise RuntimeError("has a hook")
+        ddp.register_comm_hook(ddp.process_group, routed_hook)
+    except RuntimeError:       # the reducer takes one hook (register_builtin_comm_hook too)
+        warnings.warn("emulated NCCL collectives: this DDP model has a comm hook of its own; "
+                      "its gradient all-reduce is left to that hook (call nccl.ddp_hook in "
+                      "it for NCCL's order)", stacklevel=3)
 
 
 class NcclCollectives:
@@ -49,6 +100,11 @@ class NcclCollectives:
         self.rings, self.trees, self.nnodes = rings, trees, nnodes
         self._patches = Patches()
         self.calls: dict = {}
+
+    def summary_line(self) -> str:
+        """The line ``em.summary()`` adds: the model and the collectives it folded."""
+        done = ", ".join(f"{k} x{n}" for k, n in sorted(self.calls.items())) or "none yet"
+        return f"collectives: {self.describe()}: {done}"
 
     def describe(self) -> str:
         return (f"NCCL {model.VERSION} {self.algo}/{self.proto}, {self.nchannels} channel(s)"
@@ -112,7 +168,7 @@ class NcclCollectives:
         bucket times 1/world_size (as DDP's own allreduce does), then NCCL's allreduce SUM
         over the bucket's positions."""
         t = bucket.buffer()
-        group = state if state is not None else None
+        group = state
         t.mul_(1.0 / dist.get_world_size(group))
         self.all_reduce(t, group=group)
         fut = torch.futures.Future()
@@ -125,9 +181,27 @@ class NcclCollectives:
         for mod in (dist, dist.distributed_c10d):
             self._patches.set(mod, "all_reduce", ar)
             self._patches.set(mod, "reduce_scatter_tensor", rs)
+        ddp = torch.nn.parallel.DistributedDataParallel
+
+        def init(orig):
+            def __init__(module, *args, **kwargs):
+                orig(module, *args, **kwargs)
+                _route_ddp(module)
+            return __init__
+
+        def forward(orig):
+            def fwd(module, *args, **kwargs):
+                _route_ddp(module)
+                return orig(module, *args, **kwargs)
+            return fwd
+        self._patches.wrap(ddp, "__init__", init)
+        self._patches.wrap(ddp, "forward", forward)
+        _ACTIVE.append(self)
         return self
 
     def __exit__(self, *exc):
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
         self._patches.undo()
 
 

@@ -6,15 +6,18 @@ over a whole grid, bit-exact, with every global access checked against the argum
 
 Arrays given for pointer parameters are the kernel's global memory (read and written in
 place); numbers fill scalar parameters; ``bytes`` fill ``.b8`` arrays (structs by value).
+``buffers`` (name -> array) are global memory that the kernel reaches through pointers
+inside its struct arguments: buffer i lies at ``buffer_address(i)``.
 See ``machine`` for the scheduling (minimum PC) and the atomics' order."""
 from __future__ import annotations
 
 from .errors import MemoryFault, PTXError, StepBudget, Unsupported
 from .launch import Launch, Stats
+from .memory import buffer_address
 from .parser import Kernel, parse
 
 __all__ = ["Module", "Launch", "Stats", "Kernel", "parse", "PTXError", "Unsupported",
-           "MemoryFault", "StepBudget"]
+           "MemoryFault", "StepBudget", "buffer_address"]
 
 
 class Module:
@@ -24,11 +27,12 @@ class Module:
         self.kernels = parse(text)
 
     def launch(self, name: str, grid, block, args, dynamic_smem: int = 0,
-               order="thread", max_steps: int = 10_000_000) -> Stats:
+               order="thread", max_steps: int = 10_000_000, buffers=None) -> Stats:
         """Run kernel ``name`` over ``grid`` x ``block`` (ints or up to 3 sizes).
         ``order``: the order of one instruction's atomics over its threads ("thread",
-        "reverse" or an int seed).  ``max_steps``: scheduler steps over the whole grid."""
+        "reverse" or an int seed).  ``max_steps``: scheduler steps over the whole grid.
+        ``buffers``: {name: array} placed in global memory first (see ``buffer_address``)."""
         if name not in self.kernels:
             raise PTXError(f"no kernel {name!r} in the module (has: {', '.join(self.kernels)})")
         return Launch(self.kernels[name], grid, block, args, dynamic_smem, order,
-                      max_steps).run()
+                      max_steps, buffers).run()

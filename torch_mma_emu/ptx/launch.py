@@ -32,7 +32,7 @@ class Stats:
 
 class Launch:
     def __init__(self, kernel, grid, block, args, dynamic_smem=0, order="thread",
-                 max_steps=10_000_000):
+                 max_steps=10_000_000, buffers=None):
         self.kernel = kernel
         self.grid = _dim3(grid, "grid")
         self.block = _dim3(block, "block")
@@ -44,8 +44,14 @@ class Launch:
         self.dynamic_smem, self.order, self.max_steps = int(dynamic_smem), order, max_steps
         self.approximate = set()
         blob = np.zeros(max(kernel.param_size, 1), np.uint8)
-        buffers, names = [], []
+        buffers_in, buffers, names = buffers, [], []
         mem = Memory(buffers, names, kernel.name)
+        for name, a in (buffers_in := dict(buffers_in or {})).items():
+            # global memory reached through pointers inside structs: buffer i at base(i)
+            if not isinstance(a, np.ndarray) or not a.flags.c_contiguous:
+                raise PTXError(f"{kernel.name}: buffer {name} must be a C-contiguous array")
+            buffers.append(a.reshape(-1).view(np.uint8))
+            names.append(name)
         self.symbols = {}
         for p, a in zip(kernel.params, args):
             self.symbols[p.name] = ("param", p.offset)
@@ -77,9 +83,14 @@ class Launch:
                 local = (local + v.align - 1) // v.align * v.align
                 self.symbols[v.name] = ("local", local)
                 local += v.size
+            elif v.space == "global" and not v.init:
+                # a module variable without initializer (libcu++'s empty objects): zeros
+                buffers.append(np.zeros(max(v.size, 1), np.uint8))
+                names.append(v.name)
+                self.symbols[v.name] = ("global", mem.base(len(buffers) - 1))
             else:
                 raise PTXError(f"{kernel.name}: module .{v.space} variable {v.name} "
-                               "is not modelled")
+                               "is not modelled" + (" (initialised)" if v.init else ""))
         self.smem_size, self.local_size, self.mem = smem, local, mem
 
     def atomic_order(self, threads):

@@ -15,6 +15,12 @@ LOCAL_WIN = 2 << 56               # generic address of local offset 0
 WINDOW = 1 << 56
 
 
+def buffer_address(i: int) -> int:
+    """The global address of byte 0 of buffer ``i`` of a launch: the ``buffers`` given to
+    ``Module.launch`` first (in their order), then the pointer arguments."""
+    return (i + 1) * STRIDE
+
+
 def gather(buf2d_rows, cols: np.ndarray, w: int) -> np.ndarray:
     """Little-endian values of ``w`` bytes at ``cols`` of each row (rows, k) -> uint64."""
     out = np.zeros(len(cols), U64)
@@ -32,7 +38,7 @@ class Memory:
         self.local = np.zeros((0, 0), np.uint8)
 
     def base(self, i: int) -> int:
-        return (i + 1) * STRIDE
+        return buffer_address(i)
 
     def _fault(self, what, addr, thread, why):
         raise MemoryFault(f"{self.kernel}: {what} of address {int(addr):#x} by thread "

@@ -44,6 +44,7 @@ class Var:
     name: str
     size: int               # bytes; 0 for extern (dynamic) shared memory
     align: int
+    init: bool = False      # has an initializer (= {...})
 
 
 @dataclass
@@ -70,7 +71,8 @@ def _var(stmt: str):
         return None
     space, align, ty, name, count = m.groups()
     n = 1 if count is None else (int(count) if count else 0)
-    return Var(space, name, _SIZES.get(ty, 1) * n, int(align or _SIZES.get(ty, 1)))
+    return Var(space, name, _SIZES.get(ty, 1) * n, int(align or _SIZES.get(ty, 1)),
+               "=" in stmt)
 
 
 def _params(text: str) -> list:
