@@ -6,9 +6,8 @@ native CPU op, in one run; prints the ratio (issue 39 asks for within 10x at 409
     .venv/bin/python scripts/bench_reductions.py --n 1024   # smaller, seconds
     .venv/bin/python scripts/bench_reductions.py --ops layer_norm softmax2048
 
-``softmax`` of 4096-element rows runs torch's block kernel, which is not modelled (it runs
-natively, recorded as ``CPU order``); ``softmax2048`` views the same tensor as rows of 2048
-(the persistent warp kernel, modelled).  ``layer_norm`` has a random weight and bias.
+``softmax`` of 4096-element rows runs torch's block kernel (``aten_cuda.host_softmax``);
+``softmax2048`` views the same tensor as rows of 2048 (the persistent warp kernel).  ``layer_norm`` has a random weight and bias.
 """
 from __future__ import annotations
 
