@@ -4,18 +4,26 @@ native CPU op, in one run; prints the ratio (issue 39 asks for within 10x at 409
 
     .venv/bin/python scripts/bench_reductions.py            # 4096 x 4096 fp32
     .venv/bin/python scripts/bench_reductions.py --n 1024   # smaller, seconds
+    .venv/bin/python scripts/bench_reductions.py --ops layer_norm softmax2048
+
+``softmax`` of 4096-element rows runs torch's block kernel (``aten_cuda.host_softmax``);
+``softmax2048`` views the same tensor as rows of 2048 (the persistent warp kernel).  ``layer_norm`` has a random weight and bias.
 """
 from __future__ import annotations
 
 import argparse
 
 import torch
+import torch.nn.functional as F
 
 import torch_mma_emu as tme
 from torch_mma_emu.timing import best_of
 
-CASES = (("sum", lambda x: x.sum()), ("sum(dim=-1)", lambda x: x.sum(-1)),
-         ("sum(dim=0)", lambda x: x.sum(0)), ("mean", lambda x: x.mean()))
+CASES = (("sum", lambda x, w, b: x.sum()), ("sum(dim=-1)", lambda x, w, b: x.sum(-1)),
+         ("sum(dim=0)", lambda x, w, b: x.sum(0)), ("mean", lambda x, w, b: x.mean()),
+         ("softmax", lambda x, w, b: torch.softmax(x, -1)),
+         ("softmax2048", lambda x, w, b: torch.softmax(x.view(-1, 2048), -1)),
+         ("layer_norm", lambda x, w, b: F.layer_norm(x, w.shape, w, b)))
 
 
 def main(argv=None) -> int:
@@ -23,18 +31,26 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=4096, help="rows and columns (default 4096)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--gpu", default="H100", help="the GPU emulated (registry.GPUS)")
+    p.add_argument("--ops", nargs="+", choices=[c[0] for c in CASES],
+                   help="run only these cases (default: all)")
     a = p.parse_args(argv)
     if a.n < 1 or a.repeat < 1:
         p.error("--n and --repeat must be positive")
-    x = torch.randn(a.n, a.n, generator=torch.Generator().manual_seed(0))
+    if a.n * a.n % 2048 and (a.ops is None or "softmax2048" in a.ops):
+        p.error("softmax2048 needs n * n to be a multiple of 2048")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(a.n, a.n, generator=g)
+    w, b = torch.randn(a.n, generator=g), torch.randn(a.n, generator=g)
     print(f"{a.n} x {a.n} fp32, {torch.get_num_threads()} CPU thread(s), emulating {a.gpu}")
     print(f"{'op':<12} {'native ms':>10} {'emulated ms':>12} {'ratio':>7}")
     for name, fn in CASES:
-        t_nat = best_of(lambda: fn(x), a.repeat, warm_up=True)
+        if a.ops and name not in a.ops:
+            continue
+        t_nat = best_of(lambda: fn(x, w, b), a.repeat, warm_up=True)
 
         def emu():
             with tme.emulate(a.gpu):
-                fn(x)
+                fn(x, w, b)
         t_emu = best_of(emu, a.repeat, warm_up=True)
         print(f"{name:<12} {t_nat * 1e3:>10.2f} {t_emu * 1e3:>12.2f} {t_emu / t_nat:>7.1f}")
     return 0

@@ -67,69 +67,121 @@ def _combine(own, other, rms: bool):
     m_b, s_b, c_b = own
     m_a, s_a, c_a = other
     if rms:
-        return m_b, (s_b + s_a).astype(_F), c_b
-    count = (c_a + c_b).astype(_F)
+        return m_b, (s_b + s_a).astype(_F, copy=False), c_b
+    count = (c_a + c_b).astype(_F, copy=False)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        coef = (_F(1) / count).astype(_F)
-        w_a = (c_a * coef).astype(_F)
-        w_b = (c_b * coef).astype(_F)
-        delta = (m_b - m_a).astype(_F)
-        mean = ieee.fma(m_a, w_a, (m_b * w_b).astype(_F))
-        dd = (c_a * (delta * delta).astype(_F)).astype(_F)
-        m2 = ieee.fma(dd, w_b, (s_b + s_a).astype(_F))
+        coef = (_F(1) / count).astype(_F, copy=False)
+        w_a = (c_a * coef).astype(_F, copy=False)
+        w_b = (c_b * coef).astype(_F, copy=False)
+        delta = (m_b - m_a).astype(_F, copy=False)
+        mean = ieee.fma(m_a, w_a, (m_b * w_b).astype(_F, copy=False))
+        dd = (c_a * (delta * delta).astype(_F, copy=False)).astype(_F, copy=False)
+        m2 = ieee.fma(dd, w_b, (s_b + s_a).astype(_F, copy=False))
     pos = count > 0
-    return (np.where(pos, mean, _F(0)).astype(_F), np.where(pos, m2, _F(0)).astype(_F),
+    return (np.where(pos, mean, _F(0)).astype(_F, copy=False),
+            np.where(pos, m2, _F(0)).astype(_F, copy=False),
             count)
 
 
 def _halve(state, axis_len: int, rms: bool):
     """Halving over the last axis (``shfl_down`` / the shared-memory tree): step ``h``
     combines slot i with slot i + h; slot 0 ends with the result."""
-    w = axis_len
-    while w > 1:
-        h = w // 2
-        state = _combine(tuple(s[..., :h] for s in state),
-                         tuple(s[..., h:w] for s in state), rms)
-        w = h
-    return tuple(s[..., 0] for s in state)
+    return _halve_with(state, axis_len, lambda own, other: _combine(own, other, rms))
+
+
+def _block(X: np.ndarray, update, init, combine):
+    """The vectorised kernel's order on rows of ``X`` (float32, [rows, N], N % 4 == 0):
+    thread t updates its state with the 4-vectors t, t + 128, ... element by element
+    (``update(state, x) -> state``), then ``combine`` halves over the 32 lanes of each warp
+    (shfl_down) and over the 4 warps (shared memory).  Returns the block's state."""
+    R, N = X.shape
+    nv = N // VEC
+    K = -(-nv // THREADS)
+    V = np.zeros((R, K * THREADS, VEC), _F)
+    V[:, :nv] = X.reshape(R, nv, VEC)
+    V = np.ascontiguousarray(V.reshape(R, K, THREADS, VEC).transpose(1, 3, 0, 2))
+    live = (np.arange(K * THREADS) < nv).reshape(K, THREADS)
+    state = tuple(np.full((R, THREADS), v, _F) for v in init)
+    full = live.all(axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for k in range(K):
+            on = live[k][None, :]
+            for ii in range(VEC):
+                new = update(state, V[k, ii])
+                state = new if full[k] else tuple(np.where(on, a, b)
+                                                  for a, b in zip(new, state))
+    state = tuple(s.reshape(R, THREADS // WARP, WARP) for s in state)
+    state = _halve_with(state, WARP, combine)                 # lane 0 of each warp
+    return _halve_with(state, THREADS // WARP, combine)      # warp 0
+
+
+def _welford(state, x):
+    mean, m2, cnt = state
+    delta = (x - mean).astype(_F, copy=False)
+    nc = (cnt + _F(1)).astype(_F, copy=False)
+    coef = (_F(1) / nc).astype(_F, copy=False)
+    nm = ieee.fma(delta, coef, mean)
+    return nm, ieee.fma(delta, (x - nm).astype(_F, copy=False), m2), nc
 
 
 def stats(X: np.ndarray, *, rms: bool = False):
     """``compute_stats`` for rows of ``X`` (float32, [rows, N], N % 4 == 0): per row the
     Welford mean (0 for rms_norm) and m2 / N (the variance, or the mean square)."""
     X = np.asarray(X, _F)
-    R, N = X.shape
-    nv = N // VEC
-    K = -(-nv // THREADS)
-    V = np.zeros((R, K * THREADS, VEC), _F)
-    V[:, :nv] = X.reshape(R, nv, VEC)
-    V = V.reshape(R, K, THREADS, VEC)
-    live = (np.arange(K * THREADS) < nv).reshape(K, THREADS)
-    mean = np.zeros((R, THREADS), _F)
-    m2 = np.zeros((R, THREADS), _F)
-    cnt = np.zeros((R, THREADS), _F)
-    with np.errstate(over="ignore", invalid="ignore"):
-        for k in range(K):
-            on = live[k][None, :]
-            for ii in range(VEC):
-                x = V[:, k, :, ii]
-                if rms:
-                    m2 = np.where(on, ieee.fma(x, x, m2), m2)
-                    continue
-                delta = (x - mean).astype(_F)
-                nc = (cnt + _F(1)).astype(_F)
-                coef = (_F(1) / nc).astype(_F)
-                nm = ieee.fma(delta, coef, mean)
-                ns = ieee.fma(delta, (x - nm).astype(_F), m2)
-                mean = np.where(on, nm, mean)
-                m2 = np.where(on, ns, m2)
-                cnt = np.where(on, nc, cnt)
-    state = tuple(s.reshape(R, THREADS // WARP, WARP) for s in (mean, m2, cnt))
-    state = _halve(state, WARP, rms)                     # lane 0 of each warp
-    mean, m2, _ = _halve(state, THREADS // WARP, rms)    # warp 0
+    N = X.shape[1]
+    if rms:
+        mean, m2, _ = _block(X, lambda st, x: (st[0], ieee.fma(x, x, st[1]), st[2]),
+                             (0, 0, 0), lambda own, other: _combine(own, other, True))
+    else:
+        mean, m2, _ = _block(X, _welford, (0, 0, 0),
+                             lambda own, other: _combine(own, other, False))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        var = (m2 / _F(N)).astype(_F)
-    return mean.astype(_F), var
+        var = (m2 / _F(N)).astype(_F, copy=False)
+    return mean.astype(_F, copy=False), var
+
+
+def block_sum(X: np.ndarray) -> np.ndarray:
+    """The vectorised kernel's reduction order as a plain float32 sum of each row: the
+    per-thread loop and the lane / warp halving of :func:`stats` (the same code), with
+    ``m2 + x`` in place of rms_norm's ``fma(x, x, m2)`` and ``own + other`` as the combine
+    (rms_norm's combine; layer_norm's ``cuWelfordCombine`` pairs the same states).  What
+    FPRev reveals (its probes need signed summands, which ``x * x`` cannot give)."""
+    add = lambda own, other: ((own[0] + other[0]).astype(_F, copy=False),)   # noqa: E731
+    return _block(np.asarray(X, _F), lambda st, x: ((st[0] + x).astype(_F, copy=False),),
+                  (0,), add)[0]
+
+
+def tree(n: int):
+    """The ``SumTree`` of the vectorised kernel's reduction over a row of ``n`` (n % 4 == 0),
+    written from the kernel's order (not by running :func:`block_sum`): thread t takes
+    elements ``4 (t + 128 k) + i`` in (k, i) order, lane i of each warp then adds lane
+    i + h for h = 16 .. 1, warp w adds warp w + h for h = 2, 1."""
+    from ..order.tree import SumTree
+    if n < VEC or n % VEC:
+        raise ValueError(f"the vectorised kernel takes rows of a multiple of {VEC}, got {n}")
+    nodes: list = []
+
+    def add(a, b):
+        if a is None or b is None:
+            return b if a is None else a
+        nodes.append(("add", (a, b)))
+        return n + len(nodes) - 1
+    acc = [None] * THREADS
+    for i in range(n):
+        t = (i // VEC) % THREADS
+        acc[t] = add(acc[t], i)
+    for base in range(0, THREADS, WARP):
+        h = WARP // 2
+        while h:
+            for lane in range(h):
+                acc[base + lane] = add(acc[base + lane], acc[base + lane + h])
+            h //= 2
+    h = THREADS // WARP // 2
+    while h:
+        for w in range(h):
+            acc[w * WARP] = add(acc[w * WARP], acc[(w + h) * WARP])
+        h //= 2
+    return SumTree(n, nodes, root=acc[0]) if n > 1 else SumTree(1, [], root=0)
 
 
 def evaluate(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool = False):
@@ -139,22 +191,22 @@ def evaluate(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool = False):
     mean, var = stats(X, rms=rms)
     e = np.float32(eps)
     with np.errstate(over="ignore", invalid="ignore"):
-        rstd = gpu_math.evaluate("rsqrt.approx.f32", (var + e).astype(_F))
+        rstd = gpu_math.evaluate("rsqrt.approx.f32", (var + e).astype(_F, copy=False))
         r = rstd[:, None]
         if rms:
-            p = (r * X).astype(_F)
-            y = p if gamma is None else (np.asarray(gamma, _F)[None] * p).astype(_F)
+            p = (r * X).astype(_F, copy=False)
+            y = p if gamma is None else (np.asarray(gamma, _F)[None] * p).astype(_F, copy=False)
             return y, np.zeros_like(mean), rstd
-        d = (X - mean[:, None]).astype(_F)
+        d = (X - mean[:, None]).astype(_F, copy=False)
         g = None if gamma is None else np.asarray(gamma, _F)[None]
         b = None if beta is None else np.asarray(beta, _F)[None]
         if g is not None:
-            p = (r * d).astype(_F)
-            y = ieee.fma(g, p, b) if b is not None else (g * p).astype(_F)
+            p = (r * d).astype(_F, copy=False)
+            y = ieee.fma(g, p, b) if b is not None else (g * p).astype(_F, copy=False)
         elif b is not None:
             y = ieee.fma(d, r, b)
         else:
-            y = (r * d).astype(_F)
+            y = (r * d).astype(_F, copy=False)
     return np.asarray(y, _F), mean, rstd
 
 
@@ -167,14 +219,15 @@ def _welford_combine(a, b):
     m_a, s_a, n_a = a
     m_b, s_b, n_b = b
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        delta = (m_b - m_a).astype(_F)
-        count = (n_a + n_b).astype(_F)
-        w = (n_b / count).astype(_F)
+        delta = (m_b - m_a).astype(_F, copy=False)
+        count = (n_a + n_b).astype(_F, copy=False)
+        w = (n_b / count).astype(_F, copy=False)
         mean = ieee.fma(delta, w, m_a)
-        dd = ((delta * delta).astype(_F) * n_a).astype(_F)
-        m2 = ieee.fma(dd, w, (s_a + s_b).astype(_F))
+        dd = ((delta * delta).astype(_F, copy=False) * n_a).astype(_F, copy=False)
+        m2 = ieee.fma(dd, w, (s_a + s_b).astype(_F, copy=False))
     a0, b0 = n_a == 0, n_b == 0
-    pick = lambda va, vb, v: np.where(a0, vb, np.where(b0, va, v)).astype(_F)  # noqa: E731
+    pick = lambda va, vb, v: (                                          # noqa: E731
+        np.where(a0, vb, np.where(b0, va, v)).astype(_F, copy=False))
     return pick(m_a, m_b, mean), pick(s_a, s_b, m2), pick(n_a, n_b, count)
 
 
@@ -199,9 +252,9 @@ def moments(X: np.ndarray):
             on = live[k][None, :]
             x = P[:, k]
             nf = _F(k + 1)                  # every live thread has seen k + 1 elements
-            delta = (x - mean).astype(_F)
-            nm = (mean + (delta / nf).astype(_F)).astype(_F)
-            ns = ieee.fma(delta, (x - nm).astype(_F), m2)
+            delta = (x - mean).astype(_F, copy=False)
+            nm = (mean + (delta / nf).astype(_F, copy=False)).astype(_F, copy=False)
+            ns = ieee.fma(delta, (x - nm).astype(_F, copy=False), m2)
             mean, m2 = np.where(on, nm, mean), np.where(on, ns, m2)
             cnt = np.where(on, nf, cnt)
     state = tuple(s.reshape(R, T // WARP, WARP) for s in (mean, m2, cnt))
@@ -209,8 +262,8 @@ def moments(X: np.ndarray):
     state = _halve_with(state, T // WARP, _welford_combine)   # warp 0 (identity lanes pass)
     mean, m2, n = state
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        var = (m2 / n).astype(_F)
-    return mean.astype(_F), var
+        var = (m2 / n).astype(_F, copy=False)
+    return mean.astype(_F, copy=False), var
 
 
 def _halve_with(state, w, combine):
@@ -232,12 +285,12 @@ def evaluate_rowwise(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool =
     with np.errstate(over="ignore", invalid="ignore"):
         if rms:
             rstd = gpu_math.evaluate("rsqrt.approx.f32",
-                                     (ieee.fma(mean, mean, var) + e).astype(_F))
-            y = ((X * rstd[:, None]).astype(_F) * g).astype(_F)
+                                     (ieee.fma(mean, mean, var) + e).astype(_F, copy=False))
+            y = ((X * rstd[:, None]).astype(_F, copy=False) * g).astype(_F, copy=False)
             return y, np.zeros_like(mean), rstd
-        rstd = gpu_math.evaluate("rsqrt.approx.f32", (var + e).astype(_F))
+        rstd = gpu_math.evaluate("rsqrt.approx.f32", (var + e).astype(_F, copy=False))
         b = _F(0) if beta is None else np.asarray(beta, _F)[None]
-        p = ((X - mean[:, None]).astype(_F) * rstd[:, None]).astype(_F)
+        p = ((X - mean[:, None]).astype(_F, copy=False) * rstd[:, None]).astype(_F, copy=False)
         y = ieee.fma(p, np.broadcast_to(g, X.shape), np.broadcast_to(b, X.shape))
     return np.asarray(y, _F), mean, rstd
 

@@ -44,26 +44,71 @@ def _lanes(n: int):
     return W, P // W
 
 
+def lanes(X: np.ndarray, fill) -> np.ndarray:
+    """Rows of ``X`` [rows, n] as the warp holds them: ``[rows, it, lane]``, element
+    ``l + W * it`` at ``[it, l]``, missing ones ``fill``."""
+    R, n = X.shape
+    W, IT = _lanes(n)
+    E = np.full((R, IT * W), fill, X.dtype)
+    E[:, :n] = X
+    return E.reshape(R, IT, W)
+
+
+def _add32(a, b):
+    return (a + b).astype(np.float32)
+
+
+def row_sum(e: np.ndarray, add=_add32) -> np.ndarray:
+    """The denominator: per lane ``sum += e[it]`` from ``it = 0``, then the XOR butterflies
+    ``W/2 .. 1`` (lane 0's value, the halving tree).  ``e``: ``[rows, it, lane]``;
+    ``add``: float32 addition (a symbolic one builds :func:`tree`)."""
+    s = e[:, 0]                           # 0 + e[0]: exact (e >= 0 or NaN)
+    for it in range(1, e.shape[1]):
+        s = add(s, e[:, it])
+    w = e.shape[2]
+    while w > 1:
+        h = w // 2
+        s = add(s[:, :h], s[:, h:w])
+        w = h
+    return s[:, 0]
+
+
+def tree(n: int):
+    """The ``SumTree`` of the denominator of a row of ``n``, written from the kernel's order
+    (not by running :func:`row_sum`): lane l adds ``l, l + W, l + 2W, ...`` in turn, then
+    lane i takes lane i + h for h = W/2 .. 1 (the XOR butterfly as lane 0 sees it)."""
+    from ..order.tree import SumTree
+    if n < 1:
+        raise ValueError(f"a softmax row needs n >= 1 elements, got {n}")
+    W, _ = _lanes(n)
+    nodes: list = []
+
+    def add(a, b):
+        if a is None or b is None:
+            return b if a is None else a
+        nodes.append(("add", (a, b)))
+        return n + len(nodes) - 1
+    acc = [None] * W
+    for i in range(n):
+        acc[i % W] = add(acc[i % W], i)
+    h = W // 2
+    while h:
+        for lane in range(h):
+            acc[lane] = add(acc[lane], acc[lane + h])
+        h //= 2
+    return SumTree(n, nodes, root=acc[0]) if n > 1 else SumTree(1, [], root=0)
+
+
 def evaluate(X: np.ndarray, exp, log, *, log_softmax: bool = False) -> np.ndarray:
     """Rows of ``X`` (float32, [rows, n]) through the persistent kernel."""
     X = np.asarray(X, np.float32)
     R, n = X.shape
     W, IT = _lanes(n)
-    E = np.full((R, IT * W), -np.inf, np.float32)
-    E[:, :n] = X
-    E = E.reshape(R, IT, W)               # element l + W * it at [it, l]
+    E = lanes(X, -np.inf)
     mx = X.max(axis=1)[:, None, None]
     d = (E - mx).astype(np.float32)
     e = np.asarray(exp(d), np.float32)
-    s = np.zeros((R, W), np.float32)
-    for it in range(IT):
-        s = (s + e[:, it]).astype(np.float32)
-    w = W
-    while w > 1:
-        h = w // 2
-        s = (s[:, :h] + s[:, h:w]).astype(np.float32)
-        w = h
-    s = s[:, 0][:, None, None]
+    s = row_sum(e)[:, None, None]
     if log_softmax:
         out = (d - np.asarray(log(s), np.float32)).astype(np.float32)
     else:

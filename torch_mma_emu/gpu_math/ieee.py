@@ -69,17 +69,70 @@ def mul_rz(a, b) -> np.ndarray:
 
 
 def fma(a, b, c, ftz: bool = False) -> np.ndarray:
-    """``fma.rn.f32``: a*b + c rounded once."""
+    """``fma.rn.f32``: a*b + c rounded once.  Fast path: the float64 sum ``s = RN53(a*b + c)``
+    (the product is exact) rounded to float32.  Rounding twice is wrong only where ``s`` lies
+    exactly on a float32 midpoint (the float32 midpoints are float64 numbers and RN53 is
+    monotone, so any other ``s`` is on the same side of every midpoint as the exact value);
+    those elements (float32 bits 24.. of the float64 fraction 1000...0), and the rare nonzero
+    ones rounding to at most 2^-126 (float32's grid there is 2^-149: no fixed pattern), go
+    through round-to-odd as :func:`fma_odd` does."""
+    a, b, c = np.broadcast_arrays(_in(a, ftz), _in(b, ftz), _in(c, ftz))
+    if a.ndim == 0:
+        r = _fma_rn(a.reshape(1), b.reshape(1), c.reshape(1)).reshape(())
+    elif a.size <= _CHUNK:
+        r = _fma_rn(a, b, c)
+    else:                                           # blocks that stay in cache
+        r = np.empty(a.shape, np.float32)
+        step = max(1, _CHUNK * a.shape[0] // a.size)
+        for i in range(0, a.shape[0], step):
+            r[i:i + step] = _fma_rn(a[i:i + step], b[i:i + step], c[i:i + step])
+    return flush(r) if ftz else r
+
+
+def _fma_rn(a, b, c):
+    a, b, c = _f64(a, b, c)
+    with np.errstate(all="ignore"):
+        s = a * b
+        s += c
+        r = s.astype(np.float32)
+        odd = (s.view(np.int64) & _LOW29) == _MID29
+        ab = r.view(np.int32) & np.int32(0x7FFFFFFF)
+        tiny = ab <= _TINY_BITS
+        if tiny.any():
+            odd[tiny] |= s[tiny] != 0
+        if odd.any():
+            r[odd] = _odd_sum(a[odd], b[odd], c[odd]).astype(np.float32)
+            ab = r.view(np.int32) & np.int32(0x7FFFFFFF)
+        if ab.size and ab.max() > _INF_BITS:
+            r = canon_nan(r)
+    return r
+
+
+_CHUNK = 1 << 16
+_LOW29 = np.int64((1 << 29) - 1)      # the float64 fraction bits below float32's 23
+_MID29 = np.int64(1 << 28)            # ... of a float32 midpoint (normal range)
+_TINY_BITS = np.int32(0x00800000)   # |r| <= 2^-126: float32's grid is 2^-149, no fixed pattern
+_INF_BITS = np.int32(0x7F800000)
+
+
+def _odd_sum(a, b, c):
+    """a*b + c (float64 operands from float32) rounded to float64 with round-to-odd."""
+    p = a * b                                       # exact
+    s = p + c
+    bp = s - c                                      # TwoSum: s + err == p + c exactly
+    err = (p - bp) + (c - (s - bp))
+    fin = np.isfinite(s) & np.isfinite(err)
+    even = (s.view(np.int64) & 1) == 0
+    fix = fin & (err != 0) & even                   # round to odd: step towards err
+    return np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+
+
+def fma_odd(a, b, c, ftz: bool = False) -> np.ndarray:
+    """``fma.rn.f32`` on every element through round-to-odd (the slow form :func:`fma`
+    falls back to; kept as its reference)."""
     a, b, c = _f64(_in(a, ftz), _in(b, ftz), _in(c, ftz))
     with np.errstate(all="ignore"):
-        p = a * b                                   # exact
-        s = p + c
-        bp = s - c                                  # TwoSum: s + err == p + c exactly
-        err = (p - bp) + (c - (s - bp))
-        fin = np.isfinite(s) & np.isfinite(err)
-        even = (s.view(np.int64) & 1) == 0
-        fix = fin & (err != 0) & even               # round to odd: step towards err
-        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        s = _odd_sum(a, b, c)
     return _out(s, ftz)
 
 
