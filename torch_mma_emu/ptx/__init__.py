@@ -24,11 +24,12 @@ class Module:
         self.kernels = parse(text)
 
     def launch(self, name: str, grid, block, args, dynamic_smem: int = 0,
-               order="thread", max_steps: int = 10_000_000) -> Stats:
+               order="thread", max_steps: int = 10_000_000, arch=None) -> Stats:
         """Run kernel ``name`` over ``grid`` x ``block`` (ints or up to 3 sizes).
         ``order``: the order of one instruction's atomics over its threads ("thread",
-        "reverse" or an int seed).  ``max_steps``: scheduler steps over the whole grid."""
+        "reverse" or an int seed).  ``max_steps``: scheduler steps over the whole grid.
+        ``arch``: whose matrix unit computes ``mma.sync`` (an arch name, ``tme.archs()``)."""
         if name not in self.kernels:
             raise PTXError(f"no kernel {name!r} in the module (has: {', '.join(self.kernels)})")
         return Launch(self.kernels[name], grid, block, args, dynamic_smem, order,
-                      max_steps).run()
+                      max_steps, arch).run()

@@ -8,6 +8,7 @@ from collections import Counter
 from .. import gpu_math
 from . import alu, alu_float
 from .machine import NOOPS
+from .tensor_core import TENSOR
 from .warp import WARP
 
 CONTROL = {"bra", "ret", "exit", "bar", "barrier", "ld", "ldu", "st", "atom", "red", "cvta",
@@ -16,7 +17,7 @@ CONTROL = {"bra", "ret", "exit", "bar", "barrier", "ld", "ldu", "st", "atom", "r
 
 def _missing(parts) -> bool:
     head = parts[0]
-    if head not in CONTROL | NOOPS | set(WARP) | set(alu.HANDLERS) | set(alu_float.FLOAT):
+    if head not in CONTROL | NOOPS | set(WARP) | set(alu.HANDLERS) | set(alu_float.FLOAT) | set(TENSOR):
         return True
     q = set(parts[1:])
     if head in ("addc", "subc", "madc") or "cc" in q:

@@ -32,8 +32,9 @@ class Stats:
 
 class Launch:
     def __init__(self, kernel, grid, block, args, dynamic_smem=0, order="thread",
-                 max_steps=10_000_000):
+                 max_steps=10_000_000, arch=None, wgmma=None):
         self.kernel = kernel
+        self.arch, self.wgmma = arch, wgmma     # the matrix unit's arch; a given wgmma result
         self.grid = _dim3(grid, "grid")
         self.block = _dim3(block, "block")
         if np.prod(self.block) > 1024:

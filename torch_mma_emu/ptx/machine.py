@@ -19,6 +19,7 @@ import numpy as np
 from . import alu, alu_float as af, fround as fr
 from .errors import PTXError, StepBudget, Unsupported
 from .memory import LOCAL_WIN, SHARED_WIN
+from .tensor_core import TENSOR
 from .warp import WARP
 
 U64 = np.uint64
@@ -282,7 +283,7 @@ def execute(cta, ins, act):
         return None
     if head == "cp":
         return _cp_async(cta, parts, o, act)
-    h = WARP.get(head) or alu.HANDLERS.get(head) or af.FLOAT.get(head)
+    h = WARP.get(head) or alu.HANDLERS.get(head) or af.FLOAT.get(head) or TENSOR.get(head)
     if h is None:
         raise Unsupported(f"PTX instruction {ins.op} (not modelled)")
     h(cta, parts, o, act)

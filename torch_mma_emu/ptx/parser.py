@@ -120,7 +120,7 @@ def _body(text: str, kname: str):
             continue
         stmt = raw.strip().strip("{}").strip()
         while True:                                     # labels before a statement
-            m = re.match(r"^([\w$.]+):\s*(.*)$", stmt, re.S)
+            m = re.match(r"^([\w$.]+):(?!:)\s*(.*)$", stmt, re.S)
             if not m or m.group(1).startswith("%"):
                 break
             labels[m.group(1)] = len(body)
