@@ -296,7 +296,7 @@ def _cp_async(cta, parts, o, act):
         raise Unsupported(".".join(parts))
     if any(p in ("commit_group", "wait_group", "wait_all") for p in parts):
         return
-    size = int(o[2])
+    size = int(o[2], 0)
     src_size = cta.val(o[3]) if len(o) > 3 else np.full(cta.n, size, U64)
     _, dst = cta.address(o[0])
     _, src = cta.address(o[1])
