@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import PTXError
+from .errors import PTXError, Unsupported
 from .machine import CTA, run_cta
 from .memory import Memory
 
@@ -78,9 +78,10 @@ class Launch:
                 local = (local + v.align - 1) // v.align * v.align
                 self.symbols[v.name] = ("local", local)
                 local += v.size
-            else:
-                raise PTXError(f"{kernel.name}: module .{v.space} variable {v.name} "
-                               "is not modelled")
+            elif any(v.name in op for ins in kernel.body for op in ins.ops):
+                raise Unsupported(f"{kernel.name}: module .{v.space} variable {v.name} "
+                                  "is not modelled")
+            # else: declared for code the kernel does not contain (Triton's assert strings)
         self.smem_size, self.local_size, self.mem = smem, local, mem
 
     def atomic_order(self, threads):

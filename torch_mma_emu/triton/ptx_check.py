@@ -1,17 +1,15 @@
-"""A checker that needs no GPU: run the PTX Triton compiles for a launch, instruction by
-instruction, on the CPU, and compare its bits with the emulation's.
+"""A checker that needs no GPU: run the PTX Triton compiles for a launch on the CPU and
+compare its bits with the emulation's.
 
-The PTX is evaluated for all threads of a CTA at once (every register is a NumPy array over
-the threads; predicated instructions act where their predicate holds), one program id after
-another: ``ld.global`` / ``st.global`` on host copies of the arguments, ``st.shared`` /
-``ld.shared`` on a shared-memory array, ``bar.sync`` as a no-op (the threads run in
-lockstep), ``shfl.sync.bfly`` as the lane exchange, and the floating-point instructions with
-one rounding each (``add.f32``, ``add.f16``/``f16x2``, ``add.bf16``/``bf16x2``, ``max.f32``,
-``min.f32``, ``fma.rn.f32`` (rounded once, exactly), ``mul``, conversions).  So the order of every floating-point
-operation is the compiled code's own, derived from nothing but the PTX: an independent
-evaluation to hold the emulated reduction trees (reduce.py) against.  Instructions outside
-this subset (branches, atomics, tensor cores, approximate math) raise
-:class:`Unsupported`, never a silent guess.
+The PTX runs on the SIMT interpreter :mod:`torch_mma_emu.ptx` (every thread of every CTA:
+loops, branches, masks, ``bar.sync``, shuffles, atomics, bit-exact rounding, ``ldmatrix``
+and ``mma.sync`` with the arch's instruction model) under Triton's launch conventions
+(``num_warps`` * 32 threads, the metadata's dynamic shared memory, the two trailing scratch
+pointers).  So the order of every floating-point operation is the compiled code's own,
+derived from nothing but the PTX: an independent evaluation to hold the emulation against.
+A kernel with an instruction the interpreter lacks, if it is straight-line code, is evaluated
+by the older one-CTA evaluator ``ptx_eval`` (fp8 ``cvt.rn.satfinite``, a given ``wgmma``
+result); otherwise :class:`Unsupported` names what is missing, never a silent guess.
 """
 from __future__ import annotations
 
@@ -53,18 +51,20 @@ def parse(ptx: str):
 
 
 def run_ptx(ptx: str, args: list, grid=1, num_warps: int = 4, wgmma=None, *,
-            shared: int = 0, scratch=(0, 0), arch=None) -> list:
+            shared=None, scratch=(0, 0), arch=None) -> list:
     """Run the kernel's PTX on ``args`` (tensors, ints, floats: the launch's non-constexpr
     arguments, in order) over ``grid`` (an int or a 1- to 3-tuple, x fastest) with the
     SIMT interpreter ``torch_mma_emu.ptx`` (loops, branches, masks, barriers, atomics,
     ``mma.sync`` on ``arch``'s matrix unit): ``num_warps`` * 32 threads per CTA, ``shared``
-    bytes of dynamic shared memory, Triton's trailing global / profile scratch pointers
+    bytes of dynamic shared memory (None: unknown, so the most a CTA may have, 232,448
+    bytes), Triton's trailing global / profile scratch pointers
     given ``scratch`` bytes per CTA.  Returns the tensors as the PTX leaves them (copies).
     A kernel the interpreter cannot run (``ptx.Unsupported``) and that is straight-line
     code goes to the older one-CTA evaluator ``ptx_eval`` (it has the fp8 ``cvt``s)."""
     import torch
 
     from .. import ptx as P
+    from ..ptx import coverage
     g = tuple(grid) if isinstance(grid, (tuple, list)) else (int(grid),)
     nctas = int(np.prod(g))
     arrays, outs = [], []
@@ -78,11 +78,17 @@ def run_ptx(ptx: str, args: list, grid=1, num_warps: int = 4, wgmma=None, *,
         else:
             arrays.append(int(a) if not isinstance(a, np.ndarray) else a)
     try:
-        kern = next(iter(P.Module(ptx).kernels.values()))
+        mod = P.Module(ptx)
+        gaps = coverage.missing(mod)
+        if gaps:
+            raise P.Unsupported("PTX instructions the SIMT interpreter lacks: "
+                                + ", ".join(sorted(set().union(*gaps.values()))))
+        kern = next(iter(mod.kernels.values()))
         for i, p in enumerate(kern.params[len(args):]):   # Triton's scratch pointers
             size = scratch[i] if i < len(scratch) else 0
             arrays.append(np.zeros(max(16, size * nctas), np.uint8))
-        launch = P.Launch(kern, g, 32 * num_warps, arrays, dynamic_smem=shared,
+        launch = P.Launch(kern, g, 32 * num_warps, arrays,
+                          dynamic_smem=232448 if shared is None else shared,
                           arch=arch, wgmma=wgmma)
         launch.run()
     except P.Unsupported as e:
