@@ -130,3 +130,51 @@ def test_while_loop_scan_equals_emulation(n):
                         grid=1, arch="H100")
     assert _refused_by_straight_line(r["ptx"])
     assert r["equal"], r["mismatches"]
+
+
+CARRY = """
+.version 8.0
+.target sm_80
+.address_size 64
+.visible .entry chain(.param .u64 p)
+{
+  .reg .b32 %r<16>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [p];
+  mov.u32 %r1, %tid.x;
+  mul.wide.u32 %rd2, %r1, 32;
+  add.s64 %rd3, %rd1, %rd2;
+  ld.global.v4.u32 {%r2, %r3, %r4, %r5}, [%rd3];
+  ld.global.v4.u32 {%r6, %r7, %r8, %r9}, [%rd3+16];
+  add.cc.u32 %r10, %r2, %r4;
+  addc.cc.u32 %r11, %r3, %r5;
+  addc.u32 %r12, 0, 0;
+  mad.lo.cc.u32 %r13, %r6, %r7, %r8;
+  madc.hi.u32 %r14, %r6, %r7, %r9;
+  sub.cc.u32 %r15, %r2, %r4;
+  subc.u32 %r2, %r3, %r5;
+  st.global.v4.u32 [%rd3], {%r10, %r11, %r12, %r13};
+  st.global.v4.u32 [%rd3+16], {%r14, %r15, %r2, %r2};
+  ret;
+}
+"""
+
+
+def test_carry_chains_equal_big_integer_arithmetic():
+    """add.cc / addc / mad.lo.cc / madc.hi / sub.cc / subc (libdevice's sin / cos argument
+    reduction uses them) against Python integers."""
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 2**32, (64, 8), dtype=np.uint64).astype(np.uint32)
+    x[:8, :4] = 0xFFFFFFFF                              # carries all the way
+    buf = x.copy()
+    ptx.Module(CARRY).launch("chain", 1, 64, [buf])
+    for row, out in zip(x.astype(object), buf.astype(object)):
+        a = row[0] + (row[1] << 32)
+        b = row[2] + (row[3] << 32)
+        s = a + b
+        assert (out[0], out[1], out[2]) == (s & 0xFFFFFFFF, (s >> 32) & 0xFFFFFFFF, s >> 64)
+        lo = (row[4] * row[5] & 0xFFFFFFFF) + row[6]      # the carry out of the low word
+        assert out[3] == lo & 0xFFFFFFFF
+        assert out[4] == (((row[4] * row[5]) >> 32) + row[7] + (lo >> 32)) & 0xFFFFFFFF
+        d = (a - b) % 2**64
+        assert (out[5], out[6]) == (d & 0xFFFFFFFF, d >> 32)

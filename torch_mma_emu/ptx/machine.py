@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from . import alu, alu_float as af, fround as fr
+from . import alu, alu_float as af, carry, fround as fr
 from .errors import PTXError, StepBudget, Unsupported
 from .memory import LOCAL_WIN, SHARED_WIN
 from .tensor_core import TENSOR
@@ -283,7 +283,8 @@ def execute(cta, ins, act):
         return None
     if head == "cp":
         return _cp_async(cta, parts, o, act)
-    h = WARP.get(head) or alu.HANDLERS.get(head) or af.FLOAT.get(head) or TENSOR.get(head)
+    h = (carry.handler(parts) or WARP.get(head) or alu.HANDLERS.get(head) or af.FLOAT.get(head)
+         or TENSOR.get(head))
     if h is None:
         raise Unsupported(f"PTX instruction {ins.op} (not modelled)")
     h(cta, parts, o, act)
