@@ -178,3 +178,27 @@ def test_carry_chains_equal_big_integer_arithmetic():
         assert out[4] == (((row[4] * row[5]) >> 32) + row[7] + (lo >> 32)) & 0xFFFFFFFF
         d = (a - b) % 2**64
         assert (out[5], out[6]) == (d & 0xFFFFFFFF, d >> 32)
+
+
+@triton.jit
+def sin_k(x_ptr, o_ptr, n, B: tl.constexpr):
+    offs = tl.program_id(0) * B + tl.arange(0, B)
+    tl.store(o_ptr + offs, tl.sin(tl.load(x_ptr + offs, mask=offs < n)), mask=offs < n)
+
+
+def test_sin_with_payne_hanek_reduction():
+    """tl.sin's libdevice code: below 1e5 the checker equals the emulation; beyond, its
+    Payne-Hanek branch (the module's .global table __cudart_i2opi_f, mad.lo.cc / madc carry
+    chains) runs in the interpreter and lands within 2 ulp of the true sine."""
+    g = torch.Generator().manual_seed(3)
+    small = (torch.rand(200, generator=g) - 0.5) * 2e4
+    r = ptx_check.check(sin_k, (small, torch.zeros(200), 200), {"B": 128}, grid=2,
+                        arch="H100")
+    assert r["equal"], r["mismatches"]
+    assert "__cudart_i2opi_f" in r["ptx"] and "madc.hi" in r["ptx"]
+    big = torch.cat([torch.tensor([1e5 + 17, 3.0e6, -7.5e8, 1.0e30, 3.4e38]),
+                     torch.exp2(torch.rand(123, generator=g) * 100 + 17)])
+    out = ptx_check.run_ptx(r["ptx"], [big, torch.zeros(128), 128], 1, 4)[1]
+    true = np.sin(big.double().numpy())
+    ulp = np.spacing(np.abs(true).astype(np.float32)).astype(np.float64)
+    assert np.all(np.abs(out.double().numpy() - true) <= 2 * ulp)

@@ -78,6 +78,13 @@ class Launch:
                 local = (local + v.align - 1) // v.align * v.align
                 self.symbols[v.name] = ("local", local)
                 local += v.size
+            elif v.space == "global" and any(v.name in op for ins in kernel.body
+                                             for op in ins.ops):
+                buf = np.zeros(max(v.size, len(v.init), 1), np.uint8)
+                buf[:len(v.init)] = np.frombuffer(v.init, np.uint8)
+                buffers.append(buf)          # its address: a global buffer of its own
+                names.append(v.name)
+                self.symbols[v.name] = ("global", mem.base(len(buffers) - 1))
             elif any(v.name in op for ins in kernel.body for op in ins.ops):
                 raise Unsupported(f"{kernel.name}: module .{v.space} variable {v.name} "
                                   "is not modelled")

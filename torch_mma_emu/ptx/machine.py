@@ -127,6 +127,8 @@ class CTA:
             return
         if space == "const":
             raise Unsupported("ld.const (module .const variables)")
+        if space in ("shared", "local"):         # window offsets: 32-bit arithmetic wraps
+            a = a & U64(0xFFFFFFFF)
         where = [(space, a, act)] if space else self.mem.split_generic(a, act)
         for sp, addr, msk in where:
             for k, d in enumerate(regs):
