@@ -170,7 +170,7 @@ $L_top:
   add.s32 %r1, %r1, 1;
   setp.ne.s32 %p1, %r1, 0;
   @%p1 bra $L_top;
-  mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%r1,%r1,%r1,%r1}, {%r1,%r1,%r1,%r1}, {%r1,%r1}, {%r1,%r1,%r1,%r1};
+  stmatrix.sync.aligned.m8n8.x1.shared.b16 [%r1], {%r1};
   ret;
 }
 """
@@ -180,7 +180,7 @@ def test_step_budget_and_unsupported_instruction():
     m = ptx.Module(BAD)
     with pytest.raises(ptx.StepBudget, match="spin"):
         m.launch("spin", 1, 32, [np.uint32(0)], max_steps=1000)
-    with pytest.raises(ptx.Unsupported, match=r"spin line \d+ .*mma\.sync.*not modelled"):
+    with pytest.raises(ptx.Unsupported, match=r"spin line \d+ .*stmatrix\.sync.*not modelled"):
         m.launch("spin", 1, 32, [np.uint32(0xFFFFFFF0)])
     with pytest.raises(ptx.PTXError, match="takes 1 arguments"):
         m.launch("spin", 1, 32, [])
@@ -190,7 +190,7 @@ def test_static_coverage_names_missing_opcodes(mod):
     from torch_mma_emu.ptx import coverage
     assert coverage.missing(mod) == {}
     miss = coverage.missing(ptx.Module(BAD))
-    assert list(miss) == ["spin"] and any(op.startswith("mma.sync") for op in miss["spin"])
+    assert list(miss) == ["spin"] and any(op.startswith("stmatrix") for op in miss["spin"])
 
 
 @pytest.mark.parametrize("fmt,spec", [("f32", (24, -126, 127)), ("f16", (11, -14, 15)),

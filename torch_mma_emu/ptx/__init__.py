@@ -27,12 +27,14 @@ class Module:
         self.kernels = parse(text)
 
     def launch(self, name: str, grid, block, args, dynamic_smem: int = 0,
-               order="thread", max_steps: int = 10_000_000, buffers=None) -> Stats:
+               order="thread", max_steps: int = 10_000_000, buffers=None,
+               arch=None) -> Stats:
         """Run kernel ``name`` over ``grid`` x ``block`` (ints or up to 3 sizes).
         ``order``: the order of one instruction's atomics over its threads ("thread",
         "reverse" or an int seed).  ``max_steps``: scheduler steps over the whole grid.
-        ``buffers``: {name: array} placed in global memory first (see ``buffer_address``)."""
+        ``buffers``: {name: array} placed in global memory first (see ``buffer_address``).
+        ``arch``: whose matrix unit computes ``mma.sync`` (an arch name, ``tme.archs()``)."""
         if name not in self.kernels:
             raise PTXError(f"no kernel {name!r} in the module (has: {', '.join(self.kernels)})")
         return Launch(self.kernels[name], grid, block, args, dynamic_smem, order,
-                      max_steps, buffers).run()
+                      max_steps, buffers, arch).run()

@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections import Counter
 
 from .. import gpu_math
-from . import alu, alu_float
+from . import alu, alu_float, carry
 from .machine import NOOPS
+from .tensor_core import TENSOR
 from .warp import WARP
 
 CONTROL = {"bra", "ret", "exit", "bar", "barrier", "ld", "ldu", "st", "atom", "red", "cvta",
@@ -16,10 +17,11 @@ CONTROL = {"bra", "ret", "exit", "bar", "barrier", "ld", "ldu", "st", "atom", "r
 
 def _missing(parts) -> bool:
     head = parts[0]
-    if head not in CONTROL | NOOPS | set(WARP) | set(alu.HANDLERS) | set(alu_float.FLOAT):
-        return True
     q = set(parts[1:])
-    if head in ("addc", "subc", "madc") or "cc" in q:
+    if carry.handler(parts) is not None:
+        return parts[-1] not in ("u32", "s32", "b32") or "wide" in q
+    if head not in CONTROL | NOOPS | set(WARP) | set(alu.HANDLERS) | set(alu_float.FLOAT) \
+            | set(TENSOR):
         return True
     if q & {"approx", "full"} and ".".join(parts) not in gpu_math.FUNCTIONS:
         return True

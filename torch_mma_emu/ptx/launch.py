@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import PTXError
+from .errors import PTXError, Unsupported
 from .machine import CTA, run_cta
 from .memory import Memory
 
@@ -32,8 +32,9 @@ class Stats:
 
 class Launch:
     def __init__(self, kernel, grid, block, args, dynamic_smem=0, order="thread",
-                 max_steps=10_000_000, buffers=None):
+                 max_steps=10_000_000, buffers=None, arch=None, wgmma=None):
         self.kernel = kernel
+        self.arch, self.wgmma = arch, wgmma     # the matrix unit's arch; a given wgmma result
         self.grid = _dim3(grid, "grid")
         self.block = _dim3(block, "block")
         if np.prod(self.block) > 1024:
@@ -83,14 +84,17 @@ class Launch:
                 local = (local + v.align - 1) // v.align * v.align
                 self.symbols[v.name] = ("local", local)
                 local += v.size
-            elif v.space == "global" and not v.init:
-                # a module variable without initializer (libcu++'s empty objects): zeros
-                buffers.append(np.zeros(max(v.size, 1), np.uint8))
+            elif v.space == "global" and any(v.name in op for ins in kernel.body
+                                             for op in ins.ops):
+                buf = np.zeros(max(v.size, len(v.init), 1), np.uint8)
+                buf[:len(v.init)] = np.frombuffer(v.init, np.uint8)
+                buffers.append(buf)          # its address: a global buffer of its own
                 names.append(v.name)
                 self.symbols[v.name] = ("global", mem.base(len(buffers) - 1))
-            else:
-                raise PTXError(f"{kernel.name}: module .{v.space} variable {v.name} "
-                               "is not modelled" + (" (initialised)" if v.init else ""))
+            elif any(v.name in op for ins in kernel.body for op in ins.ops):
+                raise Unsupported(f"{kernel.name}: module .{v.space} variable {v.name} "
+                                  "is not modelled")
+            # else: declared for code the kernel does not contain (Triton's assert strings)
         self.smem_size, self.local_size, self.mem = smem, local, mem
 
     def atomic_order(self, threads):

@@ -16,9 +16,10 @@ import re
 
 import numpy as np
 
-from . import alu, alu_float as af, fround as fr
+from . import alu, alu_float as af, carry, fround as fr
 from .errors import PTXError, StepBudget, Unsupported
 from .memory import LOCAL_WIN, SHARED_WIN
+from .tensor_core import TENSOR
 from .warp import WARP
 
 U64 = np.uint64
@@ -126,6 +127,8 @@ class CTA:
             return
         if space == "const":
             raise Unsupported("ld.const (module .const variables)")
+        if space in ("shared", "local"):         # window offsets: 32-bit arithmetic wraps
+            a = a & U64(0xFFFFFFFF)
         where = [(space, a, act)] if space else self.mem.split_generic(a, act)
         for sp, addr, msk in where:
             for k, d in enumerate(regs):
@@ -282,7 +285,8 @@ def execute(cta, ins, act):
         return None
     if head == "cp":
         return _cp_async(cta, parts, o, act)
-    h = WARP.get(head) or alu.HANDLERS.get(head) or af.FLOAT.get(head)
+    h = (carry.handler(parts) or WARP.get(head) or alu.HANDLERS.get(head) or af.FLOAT.get(head)
+         or TENSOR.get(head))
     if h is None:
         raise Unsupported(f"PTX instruction {ins.op} (not modelled)")
     h(cta, parts, o, act)
@@ -295,7 +299,7 @@ def _cp_async(cta, parts, o, act):
         raise Unsupported(".".join(parts))
     if any(p in ("commit_group", "wait_group", "wait_all") for p in parts):
         return
-    size = int(o[2])
+    size = int(o[2], 0)
     src_size = cta.val(o[3]) if len(o) > 3 else np.full(cta.n, size, U64)
     _, dst = cta.address(o[0])
     _, src = cta.address(o[1])

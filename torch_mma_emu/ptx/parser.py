@@ -44,7 +44,7 @@ class Var:
     name: str
     size: int               # bytes; 0 for extern (dynamic) shared memory
     align: int
-    init: bool = False      # has an initializer (= {...})
+    init: bytes = b""       # a module .global / .const variable's initializer
 
 
 @dataclass
@@ -71,8 +71,15 @@ def _var(stmt: str):
         return None
     space, align, ty, name, count = m.groups()
     n = 1 if count is None else (int(count) if count else 0)
-    return Var(space, name, _SIZES.get(ty, 1) * n, int(align or _SIZES.get(ty, 1)),
-               "=" in stmt)
+    w = _SIZES.get(ty, 1)
+    init = b""
+    if "=" in stmt:                      # = {1, 2, ...} or = 5: little-endian elements
+        vals = [v for v in re.split(r"[{},\s]+", stmt.split("=", 1)[1]) if v and v != ";"]
+        try:
+            init = b"".join((int(v, 0) & ((1 << 8 * w) - 1)).to_bytes(w, "little") for v in vals)
+        except ValueError:
+            raise Unsupported(f"PTX initializer of {name} ({stmt[:80]!r})") from None
+    return Var(space, name, w * n, int(align or w), init)
 
 
 def _params(text: str) -> list:
@@ -122,7 +129,7 @@ def _body(text: str, kname: str):
             continue
         stmt = raw.strip().strip("{}").strip()
         while True:                                     # labels before a statement
-            m = re.match(r"^([\w$.]+):\s*(.*)$", stmt, re.S)
+            m = re.match(r"^([\w$.]+):(?!:)\s*(.*)$", stmt, re.S)
             if not m or m.group(1).startswith("%"):
                 break
             labels[m.group(1)] = len(body)

@@ -63,6 +63,8 @@ class Compiled:
     attrs: dict = field(default_factory=dict)
     runtime_args: tuple = ()     # names of the parameters the compiled kernel takes
     target: str = ""             # "cuda:90", "hip:gfx942", ...
+    shared: int = 0              # dynamic shared memory bytes (the compiled metadata's)
+    scratch: tuple = (0, 0)      # global / profile scratch bytes per CTA (metadata)
 
 
 def target_of(arch: str):
@@ -159,7 +161,10 @@ def compile_launch(fn, args, kwargs, target, *, ptx: bool = False) -> Compiled:
     out = Compiled(texts["ttgir"], texts.get("ptx", ""), texts.get("llir", ""),
                    num_warps=options.num_warps, attrs=attrs,
                    runtime_args=tuple(k for k, v in signature.items() if v != "constexpr"),
-                   target=f"{target.backend}:{target.arch}")
+                   target=f"{target.backend}:{target.arch}",
+                   shared=int(meta.get("shared", 0) or 0),
+                   scratch=(int(meta.get("global_scratch_size", 0) or 0),
+                            int(meta.get("profile_scratch_size", 0) or 0)))
     out.reduces = parse_reduces(out.ttgir, out.num_warps)
     with _LOCK:
         _CACHE[key] = out

@@ -107,7 +107,8 @@ def check_program(fn, *args, arch: str = "H100", **kwargs) -> ProgramReport:
                 remember(self)
                 comp = compile_launch(self.fn, a, kw, target, ptx=True)
                 rt = [bound.arguments[k] for k in comp.runtime_args]
-                outs = run_ptx(comp.ptx, rt, g, comp.num_warps)
+                outs = run_ptx(comp.ptx, rt, g, comp.num_warps, shared=comp.shared,
+                               scratch=comp.scratch, arch=arch)
             except Unsupported as e:
                 rec["why"] = str(e)[:300]
                 return emulated_run(self, *a, grid=grid, warmup=warmup, **kw)

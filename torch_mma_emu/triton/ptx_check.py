@@ -1,17 +1,15 @@
-"""A checker that needs no GPU: run the PTX Triton compiles for a launch, instruction by
-instruction, on the CPU, and compare its bits with the emulation's.
+"""A checker that needs no GPU: run the PTX Triton compiles for a launch on the CPU and
+compare its bits with the emulation's.
 
-The PTX is evaluated for all threads of a CTA at once (every register is a NumPy array over
-the threads; predicated instructions act where their predicate holds), one program id after
-another: ``ld.global`` / ``st.global`` on host copies of the arguments, ``st.shared`` /
-``ld.shared`` on a shared-memory array, ``bar.sync`` as a no-op (the threads run in
-lockstep), ``shfl.sync.bfly`` as the lane exchange, and the floating-point instructions with
-one rounding each (``add.f32``, ``add.f16``/``f16x2``, ``add.bf16``/``bf16x2``, ``max.f32``,
-``min.f32``, ``fma.rn.f32`` (rounded once, exactly), ``mul``, conversions).  So the order of every floating-point
-operation is the compiled code's own, derived from nothing but the PTX: an independent
-evaluation to hold the emulated reduction trees (reduce.py) against.  Instructions outside
-this subset (branches, atomics, tensor cores, approximate math) raise
-:class:`Unsupported`, never a silent guess.
+The PTX runs on the SIMT interpreter :mod:`torch_mma_emu.ptx` (every thread of every CTA:
+loops, branches, masks, ``bar.sync``, shuffles, atomics, bit-exact rounding, ``ldmatrix``
+and ``mma.sync`` with the arch's instruction model) under Triton's launch conventions
+(``num_warps`` * 32 threads, the metadata's dynamic shared memory, the two trailing scratch
+pointers).  So the order of every floating-point operation is the compiled code's own,
+derived from nothing but the PTX: an independent evaluation to hold the emulation against.
+A kernel with an instruction the interpreter lacks, if it is straight-line code, is evaluated
+by the older one-CTA evaluator ``ptx_eval`` (fp8 ``cvt.rn.satfinite``, a given ``wgmma``
+result); otherwise :class:`Unsupported` names what is missing, never a silent guess.
 """
 from __future__ import annotations
 
@@ -52,10 +50,57 @@ def parse(ptx: str):
     return m.group(1), params, body, int(m.group(3) or 0)
 
 
-def run_ptx(ptx: str, args: list, grid=1, num_warps: int = 4, wgmma=None) -> list:
-    """Evaluate the kernel's PTX on ``args`` (tensors, ints, floats: the launch's
-    non-constexpr arguments, in order) for ``grid`` programs (an int or a 1- to 3-tuple,
-    x fastest); returns the tensors as the PTX leaves them (copies)."""
+def run_ptx(ptx: str, args: list, grid=1, num_warps: int = 4, wgmma=None, *,
+            shared=None, scratch=(0, 0), arch=None) -> list:
+    """Run the kernel's PTX on ``args`` (tensors, ints, floats: the launch's non-constexpr
+    arguments, in order) over ``grid`` (an int or a 1- to 3-tuple, x fastest) with the
+    SIMT interpreter ``torch_mma_emu.ptx`` (loops, branches, masks, barriers, atomics,
+    ``mma.sync`` on ``arch``'s matrix unit): ``num_warps`` * 32 threads per CTA, ``shared``
+    bytes of dynamic shared memory (None: unknown, so the most a CTA may have, 232,448
+    bytes), Triton's trailing global / profile scratch pointers
+    given ``scratch`` bytes per CTA.  Returns the tensors as the PTX leaves them (copies).
+    A kernel the interpreter cannot run (``ptx.Unsupported``) and that is straight-line
+    code goes to the older one-CTA evaluator ``ptx_eval`` (it has the fp8 ``cvt``s)."""
+    import torch
+
+    from .. import ptx as P
+    from ..ptx import coverage
+    g = tuple(grid) if isinstance(grid, (tuple, list)) else (int(grid),)
+    nctas = int(np.prod(g))
+    arrays, outs = [], []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            buf = _region(a).clone().view(-1)
+            arrays.append(buf.view(torch.uint8).numpy())
+            outs.append((a, buf))
+        elif isinstance(a, float):
+            arrays.append(np.float32(a))
+        else:
+            arrays.append(int(a) if not isinstance(a, np.ndarray) else a)
+    try:
+        mod = P.Module(ptx)
+        gaps = coverage.missing(mod)
+        if gaps:
+            raise P.Unsupported("PTX instructions the SIMT interpreter lacks: "
+                                + ", ".join(sorted(set().union(*gaps.values()))))
+        kern = next(iter(mod.kernels.values()))
+        for i, p in enumerate(kern.params[len(args):]):   # Triton's scratch pointers
+            size = scratch[i] if i < len(scratch) else 0
+            arrays.append(np.zeros(max(16, size * nctas), np.uint8))
+        launch = P.Launch(kern, g, 32 * num_warps, arrays,
+                          dynamic_smem=232448 if shared is None else shared,
+                          arch=arch, wgmma=wgmma)
+        launch.run()
+    except P.Unsupported as e:
+        try:
+            return _straight_line(ptx, args, g, num_warps, wgmma)
+        except Unsupported as old:
+            raise Unsupported(f"{e} (and the straight-line evaluator: {old})") from None
+    return [buf.as_strided(a.shape, a.stride()) for a, buf in outs]
+
+
+def _straight_line(ptx: str, args: list, g: tuple, num_warps: int, wgmma) -> list:
+    """The older evaluator (ptx_eval): straight-line code of one CTA at a time."""
     import itertools
     import torch
     name, pnames, body, n = parse(ptx)
@@ -75,7 +120,6 @@ def run_ptx(ptx: str, args: list, grid=1, num_warps: int = 4, wgmma=None) -> lis
             params[pnames[i]] = v & 0xFFFFFFFFFFFFFFFF
     for extra in pnames[len(args):]:
         params[extra] = 0
-    g = tuple(grid) if isinstance(grid, (tuple, list)) else (int(grid),)
     g = g + (1,) * (3 - len(g))
     for z, y, x in itertools.product(range(g[2]), range(g[1]), range(g[0])):
         CTA(body, params, mem, n, (x, y, z), wgmma, g).run()
@@ -190,7 +234,8 @@ def check(kernel, args: tuple, kwargs: dict, *, grid=1, arch: str = "H100",
     meta = dict(bound.arguments, **{k: v for k, v in launch_kw.items() if k not in params})
     g = grid_of(pre_kw.get("grid", grid), meta)
     rt = [bound.arguments[k] for k in comp.runtime_args]
-    ptx_out = run_ptx(comp.ptx, rt, g, comp.num_warps, wgmma)
+    ptx_out = run_ptx(comp.ptx, rt, g, comp.num_warps, wgmma, shared=comp.shared,
+                      scratch=comp.scratch, arch=arch)
     tensors = [k for k in comp.runtime_args if isinstance(bound.arguments[k], torch.Tensor)]
     mism = []
     for name, got in zip(tensors, ptx_out):
