@@ -146,14 +146,16 @@ def collect(k: Kernels) -> dict:
     facts: dict = {"reduce": {}, "softmax_persistent": {}, "softmax_block_ilp": {}}
     for op in ("sum", "mean"):
         for dt, cname in DTYPES.items():
-            pairs, example = set(), None
+            pairs, bounds, example = set(), set(), None
             for _, _, d in k.rows:
                 r = reduce_op(d)
                 if r and r["op"] == op and r["scalar"] == cname:
                     pairs.add((r["vt0"], r["input_vec_size"]))
+                    bounds.add(tuple(r["launch_bounds"]))
                     example = example or _short(d)
             facts["reduce"][f"{op}/{dt}"] = {
-                "vt0_input_vec_size": sorted([list(p) for p in pairs]), "kernel": example}
+                "vt0_input_vec_size": sorted([list(p) for p in pairs]),
+                "launch_bounds": sorted([list(b) for b in bounds]), "kernel": example}
     for dt, cname in DTYPES.items():
         l2, example = [], None
         for _, _, d in k.rows:
