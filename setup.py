@@ -179,7 +179,7 @@ SETUP = dict(
     description="Bit-accurate emulation of GPU matrix units (Tensor Cores, Matrix Cores) for PyTorch",
     packages=PACKAGES,
     package_dir={"torch_mma_emu.triton_kernels": "triton_kernels"},
-    package_data={"torch_mma_emu": ["py.typed", "data/*.npz", "data/*.md"]},
+    package_data={"torch_mma_emu": ["py.typed", "data/*.npz", "data/*.md", "aten_cuda/*.json"]},
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=f">={PY_MIN[0]}.{PY_MIN[1]}",
     options={"bdist_wheel": {"py_limited_api": f"cp{PY_MIN[0]}{PY_MIN[1]}"}},   # abi3

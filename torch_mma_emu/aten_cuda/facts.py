@@ -3,11 +3,16 @@ of the reduction kernels, ``gpu_reduce_kernel<scalar_t, out_t, vt0, input_vec_si
 sums and means of 16-bit floats ``<4, 8>`` (float accumulator), of fp32 and fp64 the
 defaults ``<4, 4>`` (``input_vec_size = vt0``).
 
-Open question: later ATen sources (seen in a vendor's copy of ``ReduceSumProdKernel.cu`` /
-``ReduceMomentKernel.cu``) run fp32 sums and means whose reduced size is a multiple of 1024
-with ``<8, 8>``.  Issue 39 read ``<4, 4>`` from 2.13.0's kernel names; whether 2.13.0 also
-holds the ``<8, 8>`` instantiation is not confirmed (``FP32_VT0_8_AT_1024`` switches the
-model; the GPU step ``scripts/gpu/reductions.py`` records sums of 2^20..2^24 that decide it).
+The evidence is the wheel's sm_90 SASS, read by ``scripts/regen_aten_cuda_facts.py`` into
+``sass_facts.json`` (next to this file; tests/test_aten_cuda_facts.py checks the models'
+constants against it).  It settles the question later ATen sources raised (fp32 sums and
+means whose reduced size is a multiple of 1024 run with ``<8, 8>``): torch 2.13.0 has no
+such instantiation.  Its fp32 ``sum_functor`` and ``MeanOps`` ``reduce_kernel`` exist only
+as ``ReduceOp<float, ..., 4, 4>``, so ``FP32_VT0_8_AT_1024`` stays off (the model still
+takes both settings, for a later torch).
+
+``SHUFFLES``: the warp shuffle each modelled kernel's SASS uses (``SHFL.DOWN``: a halving
+where lane ``l`` adds lane ``l + d``; ``SHFL.BFLY``: an XOR butterfly).
 """
 from __future__ import annotations
 
@@ -15,7 +20,9 @@ import torch
 
 TORCH_VERSION = "2.13.0"
 CUDA_VERSION = "13.0"
-FP32_VT0_8_AT_1024 = False
+FP32_VT0_8_AT_1024 = False        # sass_facts.json: no fp32 <8, 8> reduce_kernel in 2.13.0
+SHUFFLES = {"reduce_kernel": "DOWN", "softmax_warp_forward": "BFLY",
+            "vectorized_layer_norm_kernel": "DOWN"}
 
 _16BIT = (torch.float16, torch.bfloat16)
 
