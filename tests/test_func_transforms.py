@@ -137,7 +137,7 @@ def test_torch_func_through_a_model_under_emulate():
         g = grad(lambda z: lin(z).float().sum())(x)
     ones = torch.ones(3, 6, dtype=torch.bfloat16)
     assert same(g, tme.emulated_mm(ones, W, arch=ARCH).to(torch.bfloat16))
-    assert [r.phase for r in em.records] == ["forward", "backward"]
+    assert [r.phase for r in em.records if r.product] == ["forward", "backward"]
     with tme.emulate(ARCH, record=True) as em:
         v = vmap(lin)(x.unsqueeze(1))
     assert v.shape == (3, 1, 6) and em.recorder.native_count == 0
