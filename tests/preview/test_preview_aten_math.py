@@ -80,8 +80,8 @@ def test_out_inplace_and_strided_forms():
     assert same(y, want) and same(out, want) and same(z, want)
     assert y.stride() == x.stride()                        # laid out as the input
     assert same(s, _want("sigmoid", torch.arange(5).float()))
-    assert [r.op for r in em.records] == ["aten.tanh.default", "aten.tanh.out",
-                                          "aten.tanh_.default", "aten.sigmoid.default"]
+    assert [r.op for r in em.records if r.op != "aten.arange.default"] == [
+        "aten.tanh.default", "aten.tanh.out", "aten.tanh_.default", "aten.sigmoid.default"]
 
 
 def test_amd_targets_and_float64_stay_native_and_are_named():

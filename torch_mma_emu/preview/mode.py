@@ -48,8 +48,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import switches
 from ..triton import context as _triton
-from . import (aten_math, aten_norms, aten_reductions, attention, census, conv, custom_ops,
-               flex, gemm, grouped, patches, scaled, sdpa_route)
+from . import (aten_math, aten_norms, aten_pointwise, aten_reductions, attention, census, conv,
+               custom_ops, flex, gemm, grouped, patches, scaled, sdpa_route)
 from .attribution import LayerTracker
 from .dispatch_args import phase
 from .functions import FunctionRouter
@@ -406,6 +406,17 @@ _ROUTES = [
     # PyTorch's own CUDA elementwise math (torch 2.13's kernels, aten_math.py)
     (tuple(aten_math.OPS), ("default", "out"), aten_math.handle),
     (tuple(n + "_" for n in aten_math.OPS), ("default",), aten_math.handle),
+    # PyTorch's own CUDA pointwise arithmetic (aten_pointwise.py)
+    (aten_pointwise.BINARY, ("Tensor", "Scalar", "out", "Scalar_out", "Tensor_out",
+                             "Tensor_mode", "Scalar_mode", "out_mode", "Scalar_mode_out"),
+     aten_pointwise.handle_binary),
+    (tuple(n + "_" for n in aten_pointwise.BINARY), ("Tensor", "Scalar", "Tensor_mode",
+                                                     "Scalar_mode"),
+     aten_pointwise.handle_binary),
+    (aten_pointwise.UNARY, ("default", "out"), aten_pointwise.handle_unary),
+    (tuple(n + "_" for n in aten_pointwise.UNARY), ("default",), aten_pointwise.handle_unary),
+    (("arange",), ("default", "start", "start_step", "start_out", "out"),
+     aten_pointwise.handle_arange),
 ]
 _HANDLERS: dict[Any, Any] = {f: handler for names, which, handler in _ROUTES
                              for name in names for f in _overloads(name, which)}
