@@ -48,8 +48,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import switches
 from ..triton import context as _triton
-from . import (aten_math, aten_norms, aten_reductions, attention, census, conv, custom_ops,
-               flex, gemm, grouped, patches, scaled, sdpa_route)
+from . import (aten_math, aten_moments, aten_norms, aten_reductions, attention, census, conv,
+               custom_ops, flex, gemm, grouped, patches, scaled, sdpa_route)
 from .attribution import LayerTracker
 from .dispatch_args import phase
 from .functions import FunctionRouter
@@ -401,6 +401,7 @@ _ROUTES = [
     (("sum",), ("default", "dim_IntList"), aten_reductions.handle_sum),
     (("mean",), ("default", "dim"), aten_reductions.handle_mean),
     (("_softmax", "_log_softmax"), ("default",), aten_reductions.handle_softmax),
+    (aten_moments.OPS, ("correction",), aten_moments.handle),
     (("native_layer_norm",), ("default",), aten_norms.handle_layer_norm),
     (("native_layer_norm_backward",), ("default",), aten_norms.handle_layer_norm_backward),
     # PyTorch's own CUDA elementwise math (torch 2.13's kernels, aten_math.py)
