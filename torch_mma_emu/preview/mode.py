@@ -48,8 +48,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import switches
 from ..triton import context as _triton
-from . import (aten_math, aten_moments, aten_norms, aten_reductions, attention, census, conv,
-               custom_ops, flex, gemm, grouped, patches, scaled, sdpa_route)
+from . import (aten_backward, aten_math, aten_moments, aten_norms, aten_reductions, attention,
+               census, conv, custom_ops, flex, gemm, grouped, patches, scaled, sdpa_route)
 from .attribution import LayerTracker
 from .dispatch_args import phase
 from .functions import FunctionRouter
@@ -407,6 +407,7 @@ _ROUTES = [
     # PyTorch's own CUDA elementwise math (torch 2.13's kernels, aten_math.py)
     (tuple(aten_math.OPS), ("default", "out"), aten_math.handle),
     (tuple(n + "_" for n in aten_math.OPS), ("default",), aten_math.handle),
+    (aten_backward.OPS, ("default", "grad_input"), aten_backward.handle),
 ]
 _HANDLERS: dict[Any, Any] = {f: handler for names, which, handler in _ROUTES
                              for name in names for f in _overloads(name, which)}
