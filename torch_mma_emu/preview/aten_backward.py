@@ -16,8 +16,9 @@ import torch
 from .. import registry
 from ..aten_cuda import backward as bw
 from ..aten_cuda import elementwise as ew
+from .records import KERNEL_NATIVE
 
-__all__ = ["handle", "OPS", "KIND", "LABEL"]
+__all__ = ["handle", "handle_softmax", "OPS", "SOFTMAX_OPS", "KIND", "LABEL"]
 
 KIND = "elementwise"
 LABEL = f"torch {ew.TORCH_VERSION} CUDA kernel"
@@ -54,6 +55,35 @@ def handle(mode, func, args, kwargs):
     res = bw.apply(name, g, o)
     mode.record(func, KIND, LABEL, [g.shape, o.shape], f"{ew.MODELS}: {bw.OPS[name][2]}")
     out = kwargs.get("grad_input")
+    if out is not None:
+        out.resize_(res.shape)
+        return out.copy_(res)
+    return res
+
+
+SOFTMAX_OPS = ("_softmax_backward_data", "_log_softmax_backward_data")
+
+
+def handle_softmax(mode, func, args, kwargs):
+    """``aten._softmax_backward_data`` / ``_log_softmax_backward_data`` (grad_output,
+    output, dim, input_dtype; ``out=``): the kernel torch 2.13's ``host_softmax_backward``
+    picks (aten_cuda/softmax_backward.py), with the CUDA expf model for log_softmax."""
+    from ..aten_cuda import softmax_backward as sb
+    g, y, dim = args[0], args[1], args[2]
+    input_dtype = args[3] if len(args) > 3 else kwargs.get("input_dtype")
+    why = _why_native(mode, g, y)
+    if not why and input_dtype not in sb.FLOATS:
+        why = f"{input_dtype}: no model"
+    if not why and g.dtype != input_dtype and not (g.dtype == torch.float32 and
+                                                   input_dtype == torch.float16):
+        return func(*args, **kwargs)                # torch's own error
+    if why:
+        mode.record(func, "reduction", KERNEL_NATIVE, [g.shape], why)
+        return func(*args, **kwargs)
+    log = func.overloadpacket.__name__.startswith("_log")
+    res, launch = sb.softmax_backward(g, y, dim, input_dtype, log_softmax=log)
+    mode.record(func, "reduction", LABEL, [g.shape], launch.describe())
+    out = kwargs.get("out")
     if out is not None:
         out.resize_(res.shape)
         return out.copy_(res)

@@ -408,6 +408,7 @@ _ROUTES = [
     (tuple(aten_math.OPS), ("default", "out"), aten_math.handle),
     (tuple(n + "_" for n in aten_math.OPS), ("default",), aten_math.handle),
     (aten_backward.OPS, ("default", "grad_input"), aten_backward.handle),
+    (aten_backward.SOFTMAX_OPS, ("default", "out"), aten_backward.handle_softmax),
 ]
 _HANDLERS: dict[Any, Any] = {f: handler for names, which, handler in _ROUTES
                              for name in names for f in _overloads(name, which)}
