@@ -95,3 +95,25 @@ def test_bad_input():
         bw.evaluate("relu_backward", np.zeros(1, np.float32), np.zeros(1, np.float32))
     with pytest.raises(TypeError):
         bw.apply("tanh_backward", torch.zeros(2), torch.zeros(2, dtype=torch.float16))
+
+
+def test_tiny_gpt_training_step_models_the_backward_kernels():
+    """A training step of the project's TinyGPT under emulate: GELU's and log_softmax's
+    backward kernels are modelled; what still runs natively in backward is named
+    (layer_norm's backward as a CPU-order record, the rest in the census)."""
+    from torch_mma_emu.preview.tiny_gpt import tiny_gpt
+    torch.manual_seed(0)
+    model = tiny_gpt()
+    tokens = model.example_inputs(2)
+    with tme.emulate("sm90", record=True) as em:
+        out = model(tokens)
+        F.cross_entropy(out.flatten(0, 1), tokens.flatten()).backward()
+    fmt = {(r.op, r.phase): r.format for r in em.records}
+    label = "torch 2.13.0 CUDA kernel"
+    assert fmt[("aten.gelu_backward.default", "backward")] == label
+    assert fmt[("aten._log_softmax_backward_data.default", "backward")] == label
+    assert fmt[("aten.native_layer_norm_backward.default", "backward")] == "CPU order"
+    assert set(em.recorder.natives) <= {"aten.add", "aten.embedding_dense_backward",
+                                        "aten.arange", "aten.nll_loss_forward",
+                                        "aten.nll_loss_backward"}
+    assert "aten.native_layer_norm_backward" in em.summary()
