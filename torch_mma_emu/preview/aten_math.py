@@ -6,7 +6,7 @@ forms) computed with the bits of torch 2.13.0's CUDA 13.0 kernels
 Calls the models do not cover run natively and are counted in the summary's "ran natively"
 line (the mode's census): AMD targets and Specs without an NVIDIA arch, float64 and complex
 tensors, tensors not on the CPU.  The backward ops (``gelu_backward``, ``silu_backward``,
-``sigmoid_backward``, ``tanh_backward``) have no model and are named there too.
+``sigmoid_backward``, ``tanh_backward``) are modelled in preview/aten_backward.py.
 """
 from __future__ import annotations
 

@@ -48,8 +48,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import switches
 from ..triton import context as _triton
-from . import (aten_math, aten_norms, aten_pointwise, aten_reductions, attention, census, conv,
-               custom_ops, flex, gemm, grouped, patches, scaled, sdpa_route)
+from . import (aten_backward, aten_math, aten_moments, aten_norms, aten_pointwise,
+               aten_reductions, attention, census, conv, custom_ops, flex, gemm, grouped,
+               patches, scaled, sdpa_route)
 from .attribution import LayerTracker
 from .dispatch_args import phase
 from .functions import FunctionRouter
@@ -401,11 +402,14 @@ _ROUTES = [
     (("sum",), ("default", "dim_IntList"), aten_reductions.handle_sum),
     (("mean",), ("default", "dim"), aten_reductions.handle_mean),
     (("_softmax", "_log_softmax"), ("default",), aten_reductions.handle_softmax),
+    (aten_moments.OPS, ("correction",), aten_moments.handle),
     (("native_layer_norm",), ("default",), aten_norms.handle_layer_norm),
     (("native_layer_norm_backward",), ("default",), aten_norms.handle_layer_norm_backward),
     # PyTorch's own CUDA elementwise math (torch 2.13's kernels, aten_math.py)
     (tuple(aten_math.OPS), ("default", "out"), aten_math.handle),
     (tuple(n + "_" for n in aten_math.OPS), ("default",), aten_math.handle),
+    (aten_backward.OPS, ("default", "grad_input"), aten_backward.handle),
+    (aten_backward.SOFTMAX_OPS, ("default", "out"), aten_backward.handle_softmax),
     # PyTorch's own CUDA pointwise arithmetic (aten_pointwise.py)
     (aten_pointwise.BINARY, ("Tensor", "Scalar", "out", "Scalar_out", "Tensor_out",
                              "Tensor_mode", "Scalar_mode", "out_mode", "Scalar_mode_out"),
