@@ -17,7 +17,8 @@ RCCL's (cited as "RCCL 2.21.5 src/..."):
   ``min(alignUp(divUp(maxBytesPerChannel, sizeof(T)), alignCount), remaining)`` elements
   (line 507).  With a tuner plugin that fixes nChannels (``userTuned``, line 1650) it goes
   through addTunedCollToPlan (376-479): ``countPerChannels = alignUp(divUp(count,
-  nChannels), alignCount)`` on channels 0, 1, ... (lines 398-436).
+  nChannels), alignCount)`` on channels 0, 1, ... (lines 398-436), the same split for one
+  collective (alignCount * sizeof(T) is a multiple of 16 bytes).
 * alignCount (computeCollAlignCount, lines 265-275): Simple ``NCCL_SIMPLE_ALIGNMENT /
   sizeof(T)`` with ``NCCL_SIMPLE_ALIGNMENT = WARP_SIZE * 8 * 16`` bytes
   (src/include/enqueue.h 17; WARP_SIZE 64 on CDNA: 8192 B); LL and LL128
@@ -59,7 +60,6 @@ from .ranges import Ranges
 VERSION = "2.21.5"
 ALGOS = nccl.ALGOS
 PROTOS = nccl.PROTOS
-SPLITS = ("cbd", "tuned")
 _STEPS = 8                                  # src/include/device.h:32 NCCL_STEPS
 WARP_SIZE = 64                              # CDNA wavefront (device.h:63 warpSize)
 SIMPLE_ALIGNMENT = WARP_SIZE * 8 * 16       # src/include/enqueue.h:17, bytes
@@ -106,29 +106,23 @@ def element_size(dtype) -> int:
 
 
 def channel_parts(count: int, dtype, nranks: int, proto: str = "simple", nchannels: int = 1,
-                  *, algo: str = "ring", split: str = "cbd",
-                  nthreads: int = NTHREADS) -> list:
+                  *, algo: str = "ring", nthreads: int = NTHREADS) -> list:
     """RCCL's channel split of one allreduce alone in its plan: ``[(channel, offset,
-    count, chunk_count, last_chunk_count), ...]`` in elements (``split="cbd"``:
-    addCBDCollToPlan; ``"tuned"``: addTunedCollToPlan, a tuner plugin's nChannels).
+    count, chunk_count, last_chunk_count), ...]`` in elements (addCBDCollToPlan).
     ``nchannels``: the collective's channels (``NCCL_MIN_NCHANNELS`` =
     ``NCCL_MAX_NCHANNELS`` pins them)."""
     nccl.check_positive("count", count)
     nccl.check_positive("nranks", nranks, 2)
     nccl.check_positive("nchannels", nchannels)
     nccl.check_choice("algorithm", algo, ALGOS)
-    nccl.check_choice("channel split", split, SPLITS)
     if nchannels > MAX_CHANNELS:
         raise ValueError(f"RCCL has at most {MAX_CHANNELS} channels (MAXCHANNELS), "
                          f"nchannels = {nchannels}")
     esize = element_size(dtype)
     align = align_count(proto, esize, nthreads)
     chunk = chunk_count(proto, esize)
-    if split == "cbd":
-        max_bytes = _align_up(-(-count * esize // nchannels), BYTES_ALIGNMENT)
-        per = _align_up(-(-max_bytes // esize), align)
-    else:
-        per = _align_up(-(-count // nchannels), align)
+    max_bytes = _align_up(-(-count * esize // nchannels), BYTES_ALIGNMENT)
+    per = _align_up(-(-max_bytes // esize), align)
     out, at, ch = [], 0, 0
     while at < count:
         n = min(per, count - at)
@@ -140,13 +134,11 @@ def channel_parts(count: int, dtype, nranks: int, proto: str = "simple", nchanne
 
 
 def ring_allreduce(nranks: int, count: int, dtype="float32", *, proto: str = "simple",
-                   nchannels: int = 1, rings=None, split: str = "cbd",
-                   nthreads: int = NTHREADS) -> Ranges:
+                   nchannels: int = 1, rings=None, nthreads: int = NTHREADS) -> Ranges:
     """The per-position trees of RCCL's ring allreduce (module docstring): NCCL's ring
     chains over RCCL's channel split and last-chunk alignment."""
     esize = element_size(dtype)
-    parts = channel_parts(count, dtype, nranks, proto, nchannels, split=split,
-                          nthreads=nthreads)
+    parts = channel_parts(count, dtype, nranks, proto, nchannels, nthreads=nthreads)
     return nccl.ring_allreduce(nranks, count, _size_alias(esize), proto=proto,
                                nchannels=nchannels, rings=rings,
                                parts=[p[:4] for p in parts],
@@ -155,12 +147,12 @@ def ring_allreduce(nranks: int, count: int, dtype="float32", *, proto: str = "si
 
 def tree_allreduce(nranks: int, count: int, dtype="float32", *, proto: str = "simple",
                    nchannels: int = 2, trees=None, nnodes: Optional[int] = None,
-                   split: str = "cbd", nthreads: int = NTHREADS) -> Ranges:
+                   nthreads: int = NTHREADS) -> Ranges:
     """The per-position trees of RCCL's tree allreduce: NCCL's double binary tree (or the
     given ``trees``, e.g. :func:`.nccl.parse_trees` of RCCL's ``Trees`` log lines) over
     RCCL's channel split."""
     esize = element_size(dtype)
-    parts = channel_parts(count, dtype, nranks, proto, nchannels, algo="tree", split=split,
+    parts = channel_parts(count, dtype, nranks, proto, nchannels, algo="tree",
                           nthreads=nthreads)
     return nccl.tree_allreduce(nranks, count, _size_alias(esize), proto=proto,
                                nchannels=nchannels, trees=trees, nnodes=nnodes,
