@@ -43,6 +43,10 @@ def test_rccl_allpairs_in_place():
     assert len(set(trees)) == 7         # 8 owners; owners 0 and 1 give the same tree
     op = MscclAlgorithm(DATA / "allreduce-allpairs-8n-ll-32tb-op.xml.gz")
     assert op.outofplace and op.chunk_trees() == trees
+    with pytest.raises(MscclError, match="out-of-place only"):
+        op.chunk_trees(inplace=True)
+    with pytest.raises(MscclError, match="in-place only"):
+        alg.chunk_trees(inplace=False)
     assert alg.applies(8, 256 * 16, 256 * 16 * 4) is None
     assert "outside" in alg.applies(8, 256 * 128, 256 * 128 * 4)
     assert "multiple" in alg.applies(8, 100, 400)
@@ -58,6 +62,7 @@ def test_rccl_ring_sixteen_gpus():
     assert trees[0] == T("(1+(9+(8+(12+(13+(15+(14+(10+(11+(3+(2+(6+(7+(5+(4+0)))))))))))))))",
                          16)
     assert all(t.depth() == 15 for t in trees)         # chains over 16 ranks
+    assert alg.chunk_trees(inplace=False) == trees      # both modes, the same sums
     r = alg.ranges(384 * 3)
     assert r.numel == 1152
 

@@ -25,7 +25,7 @@ The schema and its meaning, read from RCCL 2.21.5 (cited as "src/..."):
 
 :class:`MscclAlgorithm` runs the steps symbolically (any order the dependencies and the
 connections allow: the XML is meant to be race-free) and reads each chunk's expression in
-the result buffer (``o`` for an out-of-place algorithm, else ``i``); every rank must end
+the result buffer (``i`` run in place, ``o`` out of place); every rank must end
 with the same expression, a sum of every rank's copy of that chunk.  Each addition is one
 hop of RCCL's arithmetic (:func:`.rccl.reduce_values`).  Assumed, not verified on AMD
 hardware: a chunk's elements all follow the chunk's tree (exact for ``cnt="1"`` steps and
@@ -136,7 +136,7 @@ class MscclAlgorithm:
         if self.ngpus < 2 or self.nchunks < 1:
             raise MscclError(f"MSCCL XML: ngpus={self.ngpus}, nchunksperloop={self.nchunks}")
         self._gpus = self._read_gpus(root)
-        self._trees: Optional[list] = None
+        self._trees: dict = {}
 
     def __repr__(self) -> str:
         return (f"MscclAlgorithm({self.name!r}: {self.ngpus} GPUs, {self.nchunks} chunks, "
@@ -189,14 +189,15 @@ class MscclAlgorithm:
         return gpus
 
     # -- symbolic execution --------------------------------------------------------------
-    def _run(self) -> dict:
-        """Run every step on symbols: returns ``{gpu: {buffer: [expr per chunk]}}``;
-        an expression is ``("x", rank, chunk)`` or ``("+", a, b)``."""
+    def _run(self, inplace: bool) -> dict:
+        """Run every step on symbols (``inplace``: the output buffer is the input):
+        returns ``{gpu: {buffer: [expr per chunk]}}``; an expression is ``("x", rank,
+        chunk)`` or ``("+", a, b)``."""
         bufs = {}
         for g, (chunks, _) in self._gpus.items():
             b = {"i": [("x", g, k) for k in range(self.nchunks)],
                  "s": [None] * chunks["s"]}
-            b["o"] = b["i"] if not self.outofplace else [None] * chunks["o"]
+            b["o"] = b["i"] if inplace else [None] * chunks["o"]
             bufs[g] = b
         fifo: dict = {}                      # (sender, receiver, channel) -> [messages]
         done = {(g, t): 0 for g, (_, tbs) in self._gpus.items() for t in tbs}
@@ -257,11 +258,22 @@ class MscclAlgorithm:
         if st.type in _SENDS:
             fifo.setdefault((g, send, chan), []).append(got)
 
-    def chunk_trees(self) -> list:
-        """One :class:`SumTree` over the ranks per chunk (leaf r: rank r's copy)."""
-        if self._trees is None:
-            bufs = self._run()
-            out_buf = "o" if self.outofplace else "i"
+    def _mode(self, inplace: Optional[bool]) -> bool:
+        inplace = self.inplace if inplace is None else bool(inplace)
+        if inplace and not self.inplace:
+            raise MscclError(f"MSCCL algorithm {self.name!r} is out-of-place only (inplace=0)")
+        if not inplace and not self.outofplace:
+            raise MscclError(f"MSCCL algorithm {self.name!r} is in-place only (outofplace=0)")
+        return inplace
+
+    def chunk_trees(self, inplace: Optional[bool] = None) -> list:
+        """One :class:`SumTree` over the ranks per chunk (leaf r: rank r's copy), run in
+        place (``inplace=True``, what ``torch.distributed.all_reduce`` does; the default
+        where the XML allows it) or out of place (the result in ``o``)."""
+        inplace = self._mode(inplace)
+        if inplace not in self._trees:
+            bufs = self._run(inplace)
+            out_buf = "i" if inplace else "o"
             trees = []
             for k in range(self.nchunks):
                 exprs = {g: bufs[g][out_buf][k] for g in range(self.ngpus)}
@@ -271,8 +283,8 @@ class MscclAlgorithm:
                         raise MscclError(f"MSCCL XML: ranks 0 and {g} end with different sums "
                                          f"for chunk {k} (not modelled)")
                 trees.append(self._tree(first, k))
-            self._trees = trees
-        return list(self._trees)
+            self._trees[inplace] = trees
+        return list(self._trees[inplace])
 
     def _tree(self, expr, k: int) -> SumTree:
         n = self.ngpus
@@ -308,7 +320,7 @@ class MscclAlgorithm:
             return f"{nbytes} bytes lie outside [{self.min_bytes}, {self.max_bytes}]"
         return None
 
-    def ranges(self, count: int) -> Ranges:
+    def ranges(self, count: int, inplace: Optional[bool] = None) -> Ranges:
         """The per-position trees of an allreduce of ``count`` elements per rank (a
         multiple of ``nchunks``): chunk k covers ``k*count/nchunks ...``."""
         if isinstance(count, bool) or not isinstance(count, int) or count < 1 \
@@ -317,7 +329,7 @@ class MscclAlgorithm:
                              f"({self.nchunks}), got {count!r}")
         size = count // self.nchunks
         out: list = []
-        for k, t in enumerate(self.chunk_trees()):
+        for k, t in enumerate(self.chunk_trees(inplace)):
             if out and out[-1][2] == t:
                 out[-1][1] = (k + 1) * size
             else:

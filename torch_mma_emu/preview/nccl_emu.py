@@ -58,8 +58,13 @@ def collectives_of(value) -> Optional["NcclCollectives"]:
         return value
     if isinstance(value, str) and value in CHOICES:
         return NcclCollectives(**CHOICES[value])
-    raise ValueError(f"collectives must be None, one of {sorted(CHOICES)} or an "
-                     f"NcclCollectives(...) instance, got {value!r}")
+    from . import rccl_emu           # RCCL's names and MSCCL algorithms (preview/rccl_emu.py)
+    got = rccl_emu.collectives_of(value)
+    if got is not None:
+        return got
+    raise ValueError(f"collectives must be None, one of {sorted(CHOICES)}, "
+                     f"{sorted(rccl_emu.CHOICES)}, an NcclCollectives(...) / "
+                     f"RcclCollectives(...) instance or an MscclAlgorithm, got {value!r}")
 
 
 def reduce_op(op) -> tuple:
@@ -147,6 +152,8 @@ class NcclCollectives:
     ``{rank: (up, [downs])}`` (``order.nccl.parse_trees`` of the ``Trees`` lines; default
     NCCL's double binary tree over ``nnodes`` nodes, one GPU each unless given)."""
 
+    fold_values = staticmethod(model.reduce_values)     # the library's arithmetic
+
     def __init__(self, algo: str = "ring", proto: str = "simple", nchannels: Optional[int] = None,
                  rings=None, trees=None, nnodes: Optional[int] = None):
         model.check_choice("algorithm", algo, model.ALGOS)
@@ -204,7 +211,7 @@ class NcclCollectives:
         if func == "reduce_scatter":
             count //= ws
         ranges = self.ranges(func, ws, count, _np_dtype(stacked))
-        got = model.reduce_values(ranges, stacked, _np_dtype(stacked), kind, factor=factor)
+        got = self.fold_values(ranges, stacked, _np_dtype(stacked), kind, factor=factor)
         self.calls[func] = self.calls.get(func, 0) + 1
         return torch.from_numpy(np.ascontiguousarray(got)).to(dtype)
 

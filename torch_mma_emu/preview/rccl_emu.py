@@ -1,0 +1,87 @@
+"""An emulated RCCL backend for the distributed preview: :class:`NcclCollectives`'
+machinery (gloo's all_gather, then one fold per collective; DDP's hook, the functional
+all_reduce) with RCCL 2.21.5's orders (:mod:`torch_mma_emu.order.rccl`: NCCL's ring and
+tree with RCCL's channel split and chunking) or an MSCCL XML algorithm
+(:mod:`torch_mma_emu.order.msccl`).
+
+>>> with tme.emulate("sm90", collectives="rccl-ring"):          # doctest: +SKIP
+...     ddp(x).sum().backward()
+>>> alg = MscclAlgorithm("allreduce-ring.xml")                     # doctest: +SKIP
+>>> with tme.emulate("sm90", collectives=alg):                     # doctest: +SKIP
+...     dist.all_reduce(t)     # MSCCL's per-chunk trees where RCCL would run the XML
+
+An MSCCL algorithm runs where RCCL 2.21.5 would run it: all_reduce, in place (torch's
+all_reduce is), on ``ngpus`` ranks, a count that is a multiple of ``nchunksperloop`` and a
+byte size in [minBytes, maxBytes] (src/misc/msccl/msccl_lifecycle.cc 333-334); other
+calls fall back to RCCL's ``algo`` (ring unless given) and are counted in the summary.
+reduce_scatter runs RCCL's ring.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from ..order import nccl as nccl_model
+from ..order import rccl as model
+from ..order.msccl import MscclAlgorithm
+from .nccl_emu import NcclCollectives
+
+# emulate(collectives=...)'s RCCL names: name -> RcclCollectives keyword arguments
+CHOICES = {"rccl-ring": dict(algo="ring"), "rccl-tree": dict(algo="tree")}
+
+
+def collectives_of(value) -> Optional["RcclCollectives"]:
+    """``emulate(collectives=...)``'s RCCL values as an :class:`RcclCollectives`; None for
+    anything else."""
+    if isinstance(value, str) and value in CHOICES:
+        return RcclCollectives(**CHOICES[value])
+    if isinstance(value, MscclAlgorithm):
+        return RcclCollectives(msccl=value)
+    return None
+
+
+class RcclCollectives(NcclCollectives):
+    """RCCL's reduction orders for ``torch.distributed`` collectives.  ``algo``,
+    ``proto``, ``nchannels``, ``rings``, ``trees``, ``nnodes``: as
+    :class:`NcclCollectives` (RCCL's split and chunking); ``nthreads``: the kernel's
+    threads (``NCCL_NTHREADS``; sets LL / LL128's alignment, default 256); ``msccl``: an
+    :class:`MscclAlgorithm` or the path of its XML, run where RCCL would run it."""
+
+    fold_values = staticmethod(model.reduce_values)
+
+    def __init__(self, algo: str = "ring", proto: str = "simple",
+                 nchannels: Optional[int] = None, rings=None, trees=None,
+                 nnodes: Optional[int] = None, nthreads: int = model.NTHREADS, msccl=None):
+        super().__init__(algo, proto, nchannels, rings, trees, nnodes)
+        nccl_model.check_positive("nthreads", nthreads)
+        self.nthreads = nthreads
+        if msccl is not None and not isinstance(msccl, MscclAlgorithm):
+            msccl = MscclAlgorithm(msccl)
+        self.msccl = msccl
+
+    def describe(self) -> str:
+        own = (f"RCCL {model.VERSION} {self.algo}/{self.proto}, {self.nchannels} channel(s)")
+        if self.msccl is not None:
+            own = f"MSCCL {self.msccl.name!r} ({self.msccl.proto}) else {own}"
+        return own + " (emulated over the process group's all_gather)"
+
+    def ranges(self, func: str, nranks: int, count: int, dtype):
+        """The per-position trees of ``func`` (``"all_reduce"``, ``"reduce_scatter"``)."""
+        if func == "reduce_scatter":
+            if self.algo != "ring":
+                raise ValueError("RCCL reduce_scatter has no tree algorithm (ring here)")
+            return model.ring_reduce_scatter(nranks, count, rings=self.rings)
+        if self.msccl is not None:
+            why = self.msccl.applies(nranks, count, count * model.element_size(dtype))
+            if why is None and not self.msccl.inplace:
+                why = "the algorithm is out-of-place only (inplace=0)"
+            if why is None:
+                return self.msccl.ranges(count)
+            key = f"MSCCL not run ({why}): RCCL {self.algo}"
+            self.calls[key] = self.calls.get(key, 0) + 1
+        if self.algo == "ring":
+            return model.ring_allreduce(nranks, count, dtype, proto=self.proto,
+                                        nchannels=self.nchannels, rings=self.rings,
+                                        nthreads=self.nthreads)
+        return model.tree_allreduce(nranks, count, dtype, proto=self.proto,
+                                    nchannels=self.nchannels, trees=self.trees,
+                                    nnodes=self.nnodes, nthreads=self.nthreads)
