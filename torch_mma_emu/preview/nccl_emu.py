@@ -58,13 +58,8 @@ def collectives_of(value) -> Optional["NcclCollectives"]:
         return value
     if isinstance(value, str) and value in CHOICES:
         return NcclCollectives(**CHOICES[value])
-    from . import rccl_emu           # RCCL's names and MSCCL algorithms (preview/rccl_emu.py)
-    got = rccl_emu.collectives_of(value)
-    if got is not None:
-        return got
-    raise ValueError(f"collectives must be None, one of {sorted(CHOICES)}, "
-                     f"{sorted(rccl_emu.CHOICES)}, an NcclCollectives(...) / "
-                     f"RcclCollectives(...) instance or an MscclAlgorithm, got {value!r}")
+    raise ValueError(f"collectives must be None, one of {sorted(CHOICES)} or an "
+                     f"NcclCollectives(...) instance, got {value!r}")
 
 
 def reduce_op(op) -> tuple:

@@ -23,20 +23,27 @@ from typing import Optional
 from ..order import nccl as nccl_model
 from ..order import rccl as model
 from ..order.msccl import MscclAlgorithm
+from . import nccl_emu
 from .nccl_emu import NcclCollectives
 
 # emulate(collectives=...)'s RCCL names: name -> RcclCollectives keyword arguments
 CHOICES = {"rccl-ring": dict(algo="ring"), "rccl-tree": dict(algo="tree")}
 
 
-def collectives_of(value) -> Optional["RcclCollectives"]:
-    """``emulate(collectives=...)``'s RCCL values as an :class:`RcclCollectives`; None for
-    anything else."""
+def collectives_of(value) -> Optional[NcclCollectives]:
+    """``emulate(collectives=...)``'s value: None; ``"nccl-ring"`` / ``"nccl-tree"`` / an
+    :class:`NcclCollectives` (:func:`.nccl_emu.collectives_of`); ``"rccl-ring"`` /
+    ``"rccl-tree"`` or an :class:`MscclAlgorithm` as an :class:`RcclCollectives`."""
     if isinstance(value, str) and value in CHOICES:
         return RcclCollectives(**CHOICES[value])
     if isinstance(value, MscclAlgorithm):
         return RcclCollectives(msccl=value)
-    return None
+    if value is None or isinstance(value, NcclCollectives) or (
+            isinstance(value, str) and value in nccl_emu.CHOICES):
+        return nccl_emu.collectives_of(value)
+    raise ValueError(f"collectives must be None, one of {sorted(nccl_emu.CHOICES)}, "
+                     f"{sorted(CHOICES)}, an NcclCollectives(...) / RcclCollectives(...) "
+                     f"instance or an MscclAlgorithm, got {value!r}")
 
 
 class RcclCollectives(NcclCollectives):
