@@ -84,6 +84,22 @@ def test_tree_three_nodes_shift():
     assert _texts(got) == [(0, 2048, T("(0+(2+1))", 3)), (2048, 3000, T("(1+(0+2))", 3))]
 
 
+def test_small_messages_use_fewer_channels():
+    # getChannnelThreadInfo: drop a channel while bytes < nc * 256 threads * threshold
+    # (Simple 64; ring LL 8 * nranks): 20000 fp32 = 80000 B < 5 * 16384 -> 4 of 16 ...
+    assert rccl.collective_channels(20000, "float32", 4, "ring", "simple", 16) == 4
+    # ... and < 10 * 256 * 32 = 81920 -> 9 for LL on 4 ranks; tiny messages keep one
+    assert rccl.collective_channels(20000, "float32", 4, "ring", "ll", 16) == 9
+    assert rccl.collective_channels(1000, "float32", 4, "tree", "simple", 16) == 1
+    assert rccl.collective_channels(10**6, "float32", 4, "ring", "simple", 16) == 16
+    # 3 channels of a 4-channel communicator: 8192, 8192, 3616; tree 1 starts at channel 2
+    got = rccl.tree_allreduce(4, 20000, nchannels=3, comm_channels=4)
+    assert _texts(got) == [(0, 16384, T("(0+((2+1)+3))", 4)),
+                           (16384, 20000, T("(3+((1+2)+0))", 4))]
+    with pytest.raises(ValueError, match="even"):
+        rccl.tree_allreduce(4, 20000, nchannels=3, comm_channels=5)
+
+
 def test_reduce_values_differs_from_nccl_on_some_seed():
     # same arithmetic, RCCL's one chunk against NCCL's three: some fp32 bits differ
     rng = np.random.default_rng(0)

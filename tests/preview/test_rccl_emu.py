@@ -102,3 +102,14 @@ def test_emulate_collectives_rccl_names():
     # a count MSCCL cannot run falls back to RCCL's ring, and says so
     assert own.ranges("all_reduce", 3, 7, torch.float32) == rccl.ring_allreduce(3, 7)
     assert "not a multiple" in own.summary_line()
+    # the communicator's channels: each collective uses collective_channels() of them
+    cc = RcclCollectives(algo="tree", comm_channels=4)
+    # 16000 B < 2 * 256 * 64: one channel (tree 0); 80000 B keeps all 4
+    got = cc.ranges("all_reduce", 4, 4000, torch.float32)
+    assert got == rccl.tree_allreduce(4, 4000, nchannels=1, comm_channels=4)
+    assert len(got) == 1 and got[0][:2] == (0, 4000)
+    assert cc.ranges("all_reduce", 4, 20000, torch.float32) == \
+        rccl.tree_allreduce(4, 20000, nchannels=4)
+    assert "up to 4 channel(s)" in cc.describe()
+    with pytest.raises(ValueError, match="not both"):
+        RcclCollectives(nchannels=2, comm_channels=4)

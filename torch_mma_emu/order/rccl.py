@@ -70,6 +70,9 @@ NTHREADS = 256                              # device.h:68-87 NCCL_*_MAX_NTHREADS
 BUFFSIZE = {"ll": 8 * 256 * _STEPS * 16, "ll128": 28 * 256 * _STEPS * 8, "simple": 1 << 22}
 ALLREDUCE_CHUNKSTEPS = _STEPS // 2          # src/include/collectives.h:16
 MAX_CHANNELS = 128                          # device.h:65 MAXCHANNELS
+# src/include/comm.h 40-42 NCCL_{LL,LL128,SIMPLE}_THREAD_THRESHOLD (tuning.cc 589-595: the
+# ring's LL one times nRanks)
+THREAD_THRESHOLD = {"ll": 8, "ll128": 8, "simple": 64}
 # RCCL's fp8 (rccl_float8 / rccl_bfloat8): the FNUZ formats, largest finite value
 FP8 = {"float8_e4m3fnuz": 240.0, "float8_e5m2fnuz": 57344.0}
 
@@ -103,6 +106,30 @@ def element_size(dtype) -> int:
     """Bytes of an element: :func:`.nccl.element_size`, plus RCCL's two fp8 formats."""
     name = str(dtype).replace("torch.", "")
     return 1 if name in FP8 else nccl.element_size(dtype)
+
+
+def collective_channels(count: int, dtype, nranks: int, algo: str = "ring",
+                        proto: str = "simple", comm_channels: int = 1,
+                        nthreads: int = NTHREADS) -> int:
+    """The channels one collective uses out of the communicator's ``comm_channels``
+    (``NCCL_MIN_NCHANNELS`` = ``NCCL_MAX_NCHANNELS``): getChannnelThreadInfo (RCCL 2.21.5
+    src/enqueue.cc 1657-1686) drops one channel while ``bytes < nc * nThreads *
+    threadThreshold`` (AMD keeps the threads).  Not modelled: the MI300 override to
+    Tree / LL below 2.2 MB without NCCL_ALGO / NCCL_PROTO (lines 1697-1712)."""
+    nccl.check_positive("comm_channels", comm_channels)
+    nccl.check_choice("algorithm", algo, ALGOS)
+    nccl.check_choice("protocol", proto, PROTOS)
+    nbytes = count * element_size(dtype)
+    threshold = threshold_of(algo, proto, nranks)
+    nc = comm_channels
+    while nc >= 2 and nbytes < nc * nthreads * threshold:
+        nc -= 1
+    return nc
+
+
+def threshold_of(algo: str, proto: str, nranks: int) -> int:
+    """threadThresholds[algo][proto] (src/graph/tuning.cc 589-595)."""
+    return THREAD_THRESHOLD[proto] * (nranks if (algo, proto) == ("ring", "ll") else 1)
 
 
 def channel_parts(count: int, dtype, nranks: int, proto: str = "simple", nchannels: int = 1,
@@ -147,11 +174,23 @@ def ring_allreduce(nranks: int, count: int, dtype="float32", *, proto: str = "si
 
 def tree_allreduce(nranks: int, count: int, dtype="float32", *, proto: str = "simple",
                    nchannels: int = 2, trees=None, nnodes: Optional[int] = None,
-                   nthreads: int = NTHREADS) -> Ranges:
+                   nthreads: int = NTHREADS, comm_channels: Optional[int] = None) -> Ranges:
     """The per-position trees of RCCL's tree allreduce: NCCL's double binary tree (or the
     given ``trees``, e.g. :func:`.nccl.parse_trees` of RCCL's ``Trees`` log lines) over
-    RCCL's channel split."""
+    RCCL's channel split.  ``comm_channels``: the communicator's channels when the
+    collective uses fewer (:func:`collective_channels`): tree 0 on the first half of the
+    communicator's channels, tree 1 on the rest (src/graph/connect.cc 284-368)."""
     esize = element_size(dtype)
+    if trees is None and comm_channels is not None:
+        nccl.check_positive("comm_channels", comm_channels, max(2, nchannels))
+        nodes = nranks if nnodes is None else nnodes
+        if nranks % nodes:
+            raise ValueError(f"nranks ({nranks}) must be a multiple of nnodes ({nodes})")
+        if comm_channels % 2:
+            raise ValueError("RCCL's tree channels come in pairs: comm_channels must be "
+                             f"even, got {comm_channels}")
+        pair = nccl.default_trees(nodes, nranks // nodes)
+        trees = {c: pair[c >= comm_channels // 2] for c in range(comm_channels)}
     parts = channel_parts(count, dtype, nranks, proto, nchannels, algo="tree",
                           nthreads=nthreads)
     return nccl.tree_allreduce(nranks, count, _size_alias(esize), proto=proto,

@@ -49,24 +49,36 @@ def collectives_of(value) -> Optional[NcclCollectives]:
 class RcclCollectives(NcclCollectives):
     """RCCL's reduction orders for ``torch.distributed`` collectives.  ``algo``,
     ``proto``, ``nchannels``, ``rings``, ``trees``, ``nnodes``: as
-    :class:`NcclCollectives` (RCCL's split and chunking); ``nthreads``: the kernel's
-    threads (``NCCL_NTHREADS``; sets LL / LL128's alignment, default 256); ``msccl``: an
-    :class:`MscclAlgorithm` or the path of its XML, run where RCCL would run it."""
+    :class:`NcclCollectives` (RCCL's split and chunking); ``comm_channels``: the
+    communicator's channels in place of ``nchannels`` (``NCCL_MIN_NCHANNELS`` =
+    ``NCCL_MAX_NCHANNELS``): each collective then uses
+    :func:`~torch_mma_emu.order.rccl.collective_channels` of them, as RCCL drops channels
+    for small messages; ``nthreads``: the kernel's threads (``NCCL_NTHREADS``; sets LL /
+    LL128's alignment, default 256); ``msccl``: an :class:`MscclAlgorithm` or the path of
+    its XML, run where RCCL would run it."""
 
     fold_values = staticmethod(model.reduce_values)
 
     def __init__(self, algo: str = "ring", proto: str = "simple",
                  nchannels: Optional[int] = None, rings=None, trees=None,
-                 nnodes: Optional[int] = None, nthreads: int = model.NTHREADS, msccl=None):
+                 nnodes: Optional[int] = None, nthreads: int = model.NTHREADS, msccl=None,
+                 comm_channels: Optional[int] = None):
         super().__init__(algo, proto, nchannels, rings, trees, nnodes)
         nccl_model.check_positive("nthreads", nthreads)
-        self.nthreads = nthreads
+        if comm_channels is not None:
+            if nchannels is not None:
+                raise ValueError("give nchannels (the collective's) or comm_channels (the "
+                                 "communicator's), not both")
+            nccl_model.check_positive("comm_channels", comm_channels)
+        self.nthreads, self.comm_channels = nthreads, comm_channels
         if msccl is not None and not isinstance(msccl, MscclAlgorithm):
             msccl = MscclAlgorithm(msccl)
         self.msccl = msccl
 
     def describe(self) -> str:
-        own = (f"RCCL {model.VERSION} {self.algo}/{self.proto}, {self.nchannels} channel(s)")
+        chans = (f"{self.nchannels} channel(s)" if self.comm_channels is None else
+                 f"up to {self.comm_channels} channel(s)")
+        own = f"RCCL {model.VERSION} {self.algo}/{self.proto}, {chans}"
         if self.msccl is not None:
             own = f"MSCCL {self.msccl.name!r} ({self.msccl.proto}) else {own}"
         return own + " (emulated over the process group's all_gather)"
@@ -85,10 +97,12 @@ class RcclCollectives(NcclCollectives):
                 return self.msccl.ranges(count)
             key = f"MSCCL not run ({why}): RCCL {self.algo}"
             self.calls[key] = self.calls.get(key, 0) + 1
+        nch = self.nchannels if self.comm_channels is None else model.collective_channels(
+            count, dtype, nranks, self.algo, self.proto, self.comm_channels, self.nthreads)
         if self.algo == "ring":
             return model.ring_allreduce(nranks, count, dtype, proto=self.proto,
-                                        nchannels=self.nchannels, rings=self.rings,
+                                        nchannels=nch, rings=self.rings,
                                         nthreads=self.nthreads)
         return model.tree_allreduce(nranks, count, dtype, proto=self.proto,
-                                    nchannels=self.nchannels, trees=self.trees,
-                                    nnodes=self.nnodes, nthreads=self.nthreads)
+                                    nchannels=nch, trees=self.trees, nnodes=self.nnodes,
+                                    nthreads=self.nthreads, comm_channels=self.comm_channels)
