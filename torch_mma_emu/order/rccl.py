@@ -10,7 +10,9 @@ RCCL's (cited as "RCCL 2.21.5 src/..."):
   finished by position c, as in NCCL; in the last loop of a channel the chunk is
   ``args->lastChunkCount`` (line 75).  Reduce-scatter (src/device/reduce_scatter.h 40-56)
   and the tree (all_reduce.h runTreeUpDown / runTreeSplit, src/graph/trees.cc 31-113,
-  src/graph/connect.cc connectTrees 284-368: tree 1 on channels c + nChannels) are NCCL's.
+  src/graph/connect.cc connectTrees 284-368: tree 1 on channels c + nChannels) are NCCL's,
+  and so is a step's fold: own value first, then the peers in order
+  (src/device/common_kernel.h reduceCopyPacks 97-131).
 * Channel split (src/enqueue.cc scheduleCollTasksToPlan 812-938): a collective alone in
   its plan goes through addCBDCollToPlan (lines 483-564): ``maxBytesPerChannel =
   alignUp(divUp(bytes, nChannels), 16)`` (line 903), and channel c, in order, takes
