@@ -152,3 +152,14 @@ def test_bad_input(kw, msg):
         rccl.ring_allreduce(4, 0)
     with pytest.raises(ValueError, match="dtype"):
         rccl.ring_allreduce(4, 10, "complex64")
+
+
+def test_rccl_trees_log_lines_parse():
+    # RCCL 2.21.5 src/init.cc 1644-1652 prints NCCL's "Trees [c] d0/d1/d2->r->up" line,
+    # followed by "comm %p nRanks %02d busId %lx"; 3 ranks, 2 channels (tree 0, tree 1)
+    lines = ["NCCL INFO Trees [0] 2/-1/-1->0->-1 [1] 2/-1/-1->0->1 comm 0x5 nRanks 03 busId c1000",
+             "NCCL INFO Trees [0] -1/-1/-1->1->2 [1] 0/-1/-1->1->-1 comm 0x6 nRanks 03 busId c2000",
+             "NCCL INFO Trees [0] 1/-1/-1->2->0 [1] -1/-1/-1->2->0 comm 0x7 nRanks 03 busId c3000"]
+    trees = nccl.parse_trees(lines)
+    assert rccl.tree_allreduce(3, 3000, nchannels=2, trees=trees) == \
+        rccl.tree_allreduce(3, 3000, nchannels=2)
