@@ -1,6 +1,6 @@
 """Worker of tests/preview/test_rccl_emu.py: one gloo rank.  argv: init file, rank, world
 size, out dir.  Saves its inputs, plain gloo's all_reduce, the emulated RCCL backend's
-(ring 1 and 2 channels LL, tree, the hand-written 3-rank MSCCL ring) and one training step
+(ring 1 and 2 channels LL, tree, the hand-written 3-rank MSCCL ring / 4-rank all-pairs) and one training step
 of a small MLP: local gradients, DDP under emulate(collectives="rccl-ring") and under an
 MscclAlgorithm, and under plain emulate (gloo)."""
 import copy
@@ -17,7 +17,7 @@ from torch_mma_emu.preview.rccl_emu import RcclCollectives
 init, rank, ws, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=ws)
 HAND = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "msccl",
-                    "ring-3n-hand.xml")
+                    "ring-3n-hand.xml" if ws == 3 else "allpairs-4n-hand.xml")
 N = 3000
 g = torch.Generator().manual_seed(200 + rank)
 x = (torch.randn(N, generator=g) * torch.logspace(-2, 2, N)).to(torch.float16)

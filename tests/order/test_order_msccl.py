@@ -30,6 +30,22 @@ def test_hand_ring_three_ranks():
     assert alg.ranges(6)[1][2] == T("((2+0)+1)", 3)
 
 
+def test_hand_allpairs_four_ranks():
+    # GPU g adds its own chunk g, then the other ranks' copies in ascending order ('re'
+    # steps fused after three waits); 'r' into scratch, 's' back, 'nop' dependencies
+    alg = MscclAlgorithm(DATA / "allpairs-4n-hand.xml")
+    assert alg.chunk_trees() == [T("(((0+1)+2)+3)", 4), T("(((1+0)+2)+3)", 4),
+                                 T("(((2+0)+1)+3)", 4), T("(((3+0)+1)+2)", 4)]
+    # RCCL refuses nop waits followed by an instruction that waits on nothing
+    text = (DATA / "allpairs-4n-hand.xml").read_text()
+    gpu2 = text.index('<gpu id="2"')
+    cut = text.index('type="re" srcbuf="s" srcoff="0" dstbuf="i" dstoff="2" cnt="1" '
+                     'depid="2" deps="1"', gpu2)
+    bad = text[:cut] + text[cut:].replace('depid="2" deps="1"', 'depid="-1" deps="-1"', 1)
+    with pytest.raises(MscclError, match="without a wait of its own"):
+        MscclAlgorithm(bad)
+
+
 def test_rccl_allpairs_in_place():
     # tools/msccl-algorithms/allreduce-allpairs-8n-ll-32tb.xml: GPU g owns chunks
     # 32g'..: it adds its own copy, then the scratch copies of the other GPUs in
@@ -104,6 +120,7 @@ def _edit(old, new):
      "reaches chunks"),
     ('<step s="4" type="r"', '<step s="5" type="r"', "numbers its steps"),
     ('depid="1" deps="0"', 'depid="3" deps="0"', "does not have"),
+    ('depid="1" deps="0" hasdep="0"', 'depid="1" deps="0" hasdep="2"', "hasdep"),
     ('<tb id="0" send="1" recv="2"', '<tb id="0" send="-1" recv="2"', "send=-1"),
     # GPU 2 never sends its first message: the ring stalls
     ('<step s="0" type="s" srcbuf="i" srcoff="1"', '<step s="0" type="nop" srcbuf="i" srcoff="1"',

@@ -17,6 +17,7 @@ from torch_mma_emu.preview.rccl_emu import RcclCollectives
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HAND = os.path.join(ROOT, "tests", "data", "msccl", "ring-3n-hand.xml")
+HAND4 = os.path.join(ROOT, "tests", "data", "msccl", "allpairs-4n-hand.xml")
 
 
 def run_ranks(ws):
@@ -43,18 +44,15 @@ def check(ws):
     want = {"ring1": rccl.ring_allreduce(ws, N, "float16"),
             "ring2": rccl.ring_allreduce(ws, N, "float16", proto="ll", nchannels=2),
             "tree": rccl.tree_allreduce(ws, N, "float16", nchannels=2)}
-    alg = MscclAlgorithm(HAND)
-    want["msccl"] = alg.ranges(N) if ws == 3 else want["ring1"]     # else: RCCL's ring
+    alg = MscclAlgorithm(HAND if ws == 3 else HAND4)
+    want["msccl"] = alg.ranges(N)
     for name, ranges in want.items():
         w = fold(ranges, x).half()
         for r in res:
             assert torch.equal(r[name], w), (name, ws)
-    if ws == 3:
-        assert "MSCCL 'ring_3n_hand'" in res[0]["msccl_summary"]
-        assert "not run" not in res[0]["msccl_summary"]
-    else:
-        assert "MSCCL not run (the algorithm is for 3 ranks, not 4): RCCL ring x1" in \
-            res[0]["msccl_summary"]
+    assert f"MSCCL '{alg.name}'" in res[0]["msccl_summary"]
+    assert "not run" not in res[0]["msccl_summary"]
+    assert any(not torch.equal(r["msccl"], r["gloo"]) for r in res)
     # RCCL's orders with fp16 rounding at every hop are not gloo's
     assert any(not torch.equal(r["ring1"], r["gloo"]) for r in res)
     assert not torch.equal(res[0]["ring1"], res[0]["ring2"])
@@ -65,11 +63,12 @@ def check(ws):
         assert torch.equal(r["ddp_ring"], ring)
     assert "collectives: RCCL 2.21.5 ring" in res[0]["ddp_summary"]
     assert "all_reduce x1" in res[0]["ddp_summary"]
-    if ws == 3:                 # 1608 parameters: a multiple of the XML's 3 chunks
-        ms = fold(alg.ranges(local.shape[1]), local)
-        for r in res:
-            assert torch.equal(r["ddp_msccl"], ms)
-        assert not torch.equal(ms, ring)
+    ms = fold(alg.ranges(local.shape[1]), local)    # 1608 parameters: 3 and 4 chunks divide
+    for r in res:
+        assert torch.equal(r["ddp_msccl"], ms)
+    assert not torch.equal(ms, ring)
+    assert "MSCCL" in res[0]["ddp_msccl_summary"] and "not run" not in \
+        res[0]["ddp_msccl_summary"]
     assert not torch.equal(res[0]["ddp_ring"], res[0]["ddp_gloo"])
     return res
 
@@ -102,6 +101,9 @@ def test_emulate_collectives_rccl_names():
     # a count MSCCL cannot run falls back to RCCL's ring, and says so
     assert own.ranges("all_reduce", 3, 7, torch.float32) == rccl.ring_allreduce(3, 7)
     assert "not a multiple" in own.summary_line()
+    assert own.ranges("all_reduce", 4, 6, torch.float32) == rccl.ring_allreduce(4, 6)
+    assert "MSCCL not run (the algorithm is for 3 ranks, not 4): RCCL ring x1" in \
+        own.summary_line()
     # the communicator's channels: each collective uses collective_channels() of them
     cc = RcclCollectives(algo="tree", comm_channels=4)
     # 16000 B < 2 * 256 * 64: one channel (tree 0); 80000 B keeps all 4

@@ -65,7 +65,7 @@ def _int(node, name: str, where: str) -> int:
 
 class _Step:
     __slots__ = ("s", "type", "srcbuf", "srcoff", "dstbuf", "dstoff", "cnt", "depid", "deps",
-                 "where")
+                 "hasdep", "where")
 
     def __init__(self, node, where: str, chunks: dict):
         self.where = where
@@ -76,6 +76,9 @@ class _Step:
                              f"{', '.join(TYPES)}")
         self.cnt = _int(node, "cnt", where)
         self.depid, self.deps = _int(node, "depid", where), _int(node, "deps", where)
+        self.hasdep = _int(node, "hasdep", where)
+        if self.hasdep not in (0, 1):
+            raise MscclError(f"MSCCL XML: {where} has hasdep={self.hasdep} (0 or 1)")
         self.srcoff, self.dstoff = _int(node, "srcoff", where), _int(node, "dstoff", where)
         self.srcbuf, self.dstbuf = node.get("srcbuf"), node.get("dstbuf")
         if self.type == "nop":
@@ -93,6 +96,26 @@ class _Step:
             if off < 0 or off + self.cnt > chunks[buf]:
                 raise MscclError(f"MSCCL XML: {where} reaches chunks {off}..{off + self.cnt - 1}"
                                  f" of buffer {buf!r}, which has {chunks[buf]}")
+
+
+def _check_waits(steps) -> None:
+    """RCCL's parser rule (src/misc/msccl/msccl_parser.cc 545-549, 612-620): the waits of
+    ``nop`` steps attach to the next instruction, which must wait on something itself
+    (a ``re`` continuing the previous ``re`` into the same ``dst`` fuses with it)."""
+    pending, last_re = False, None
+    for st in steps:
+        if st.type == "nop":
+            pending = pending or st.depid >= 0
+            continue
+        key = (st.dstbuf, st.dstoff, st.srcbuf)
+        if st.type == "re" and last_re == key and st.depid < 0:
+            continue                                   # fused into the previous re
+        if pending and st.depid < 0:
+            raise MscclError(f"MSCCL XML: {st.where} follows nop waits without a wait of its "
+                             "own (RCCL: 'the last reduction must be a part of the first "
+                             "immediate instruction')")
+        pending = False
+        last_re = key if st.type == "re" and not st.hasdep else None
 
 
 class MscclAlgorithm:
@@ -170,6 +193,7 @@ class MscclAlgorithm:
                 if [st.s for st in steps] != list(range(len(steps))):
                     raise MscclError(f"MSCCL XML: {where} numbers its steps "
                                      f"{[st.s for st in steps][:8]}..., not 0, 1, 2, ...")
+                _check_waits(steps)
                 for st in steps:
                     if st.type in _SENDS and send < 0:
                         raise MscclError(f"MSCCL XML: {st.where} sends, its tb has send=-1")
