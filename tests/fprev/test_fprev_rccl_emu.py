@@ -17,7 +17,7 @@ def same(revealed, modelled):
     return [(s, e, t) for s, e, t in revealed] == [(s, e, t) for s, e, t in modelled]
 
 
-@pytest.mark.slow     # about 2 minutes: 6 worker processes
+@pytest.mark.slow     # about 3 minutes: 10 worker processes
 def test_reveal_finds_the_modelled_rccl_and_msccl_trees():
     # LL, 2 channels, 1200 fp32 on 3 ranks: alignCount 512, channel 0 holds 1024 (chunks of
     # 512), channel 1 the other 176 in chunk 0; NCCL cuts the same call elsewhere
@@ -30,6 +30,12 @@ def test_reveal_finds_the_modelled_rccl_and_msccl_trees():
     res = fprev.reveal_allreduce(3, backend="rccl-emu", numel=6, checks=2,
                                  nccl_emu=dict(msccl=MscclAlgorithm(HAND)))
     assert same(res.ranges, MscclAlgorithm(HAND).ranges(6))
+    # tree, 4 ranks, 2 channels: 2048 (a multiple of alignCount) on tree 0, 52 on tree 1
+    res = fprev.reveal_allreduce(4, backend="rccl-emu", numel=2100, checks=2,
+                                 nccl_emu=dict(algo="tree", nchannels=2))
+    want = rccl.tree_allreduce(4, 2100, nchannels=2)
+    assert [(s, e) for s, e, _ in want] == [(0, 2048), (2048, 2100)]
+    assert same(res.ranges, want)
 
 
 def _cli(capsys, *args):

@@ -52,7 +52,8 @@ def check(ws):
             assert torch.equal(r[name], w), (name, ws)
     assert f"MSCCL '{alg.name}'" in res[0]["msccl_summary"]
     assert "not run" not in res[0]["msccl_summary"]
-    assert any(not torch.equal(r["msccl"], r["gloo"]) for r in res)
+    if ws == 4:     # gloo's 3-rank ring cuts the same 3 chunks with the same chains
+        assert any(not torch.equal(r["msccl"], r["gloo"]) for r in res)
     # RCCL's orders with fp16 rounding at every hop are not gloo's
     assert any(not torch.equal(r["ring1"], r["gloo"]) for r in res)
     assert not torch.equal(res[0]["ring1"], res[0]["ring2"])
