@@ -48,6 +48,12 @@ def test_cli_msccl_errors(tmp_path, capsys):
     bad.write_text("<algo")
     code, err = _cli(capsys, "--msccl", str(bad))
     assert code == 2 and "does not parse" in err and len(err.strip().splitlines()) == 1
+    stuck = tmp_path / "stuck.xml"      # parses, but GPU 2 never sends: it deadlocks
+    with open(HAND) as f:
+        stuck.write_text(f.read().replace('<step s="0" type="s" srcbuf="i" srcoff="1"',
+                                          '<step s="0" type="nop" srcbuf="i" srcoff="1"'))
+    code, err = _cli(capsys, "--msccl", str(stuck))
+    assert code == 2 and "deadlocks" in err and len(err.strip().splitlines()) == 1
     code, err = _cli(capsys, "--msccl", HAND, "--backend", "gloo")
     assert code == 2 and "rccl-emu" in err
     code, err = _cli(capsys, "--backend", "gloo", "--nchannels", "2")

@@ -73,6 +73,8 @@ class RcclCollectives(NcclCollectives):
         self.nthreads, self.comm_channels = nthreads, comm_channels
         if msccl is not None and not isinstance(msccl, MscclAlgorithm):
             msccl = MscclAlgorithm(msccl)
+        if msccl is not None:
+            msccl.chunk_trees()       # a schedule that cannot run fails here, not mid-step
         self.msccl = msccl
 
     def describe(self) -> str:
