@@ -18,6 +18,7 @@ from torch_mma_emu.preview.rccl_emu import RcclCollectives
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HAND = os.path.join(ROOT, "tests", "data", "msccl", "ring-3n-hand.xml")
 HAND4 = os.path.join(ROOT, "tests", "data", "msccl", "allpairs-4n-hand.xml")
+RING16 = os.path.join(ROOT, "tests", "data", "msccl", "all-reduce-ring-ll.xml.gz")
 
 
 def run_ranks(ws):
@@ -105,6 +106,15 @@ def test_emulate_collectives_rccl_names():
     assert own.ranges("all_reduce", 4, 6, torch.float32) == rccl.ring_allreduce(4, 6)
     assert "MSCCL not run (the algorithm is for 3 ranks, not 4): RCCL ring x1" in \
         own.summary_line()
+    assert own.ranges("all_reduce", 3, 6, torch.float32, "avg") == rccl.ring_allreduce(3, 6)
+    assert "op avg: MSCCL runs no pre/post op" in own.summary_line()
+    few = RcclCollectives(msccl=MscclAlgorithm(HAND4), comm_channels=1)
+    assert few.ranges("all_reduce", 4, 8, torch.float32) == \
+        MscclAlgorithm(HAND4).ranges(8)                       # 1 channel: enough
+    wide = RcclCollectives(msccl=RING16, comm_channels=16)
+    assert wide.ranges("all_reduce", 16, 384, torch.float32) == \
+        rccl.ring_allreduce(16, 384, nchannels=1)
+    assert "NCCL_MAX_NCHANNELS 16 < the algorithm's 24 channels" in wide.summary_line()
     # the communicator's channels: each collective uses collective_channels() of them
     cc = RcclCollectives(algo="tree", comm_channels=4)
     # 16000 B < 2 * 256 * 64: one channel (tree 0); 80000 B keeps all 4

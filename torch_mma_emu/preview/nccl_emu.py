@@ -171,8 +171,9 @@ class NcclCollectives:
                 " (emulated over the process group's all_gather)")
 
     # -- orders ------------------------------------------------------------------------
-    def ranges(self, func: str, nranks: int, count: int, dtype):
-        """The per-position trees of ``func`` (``"all_reduce"``, ``"reduce_scatter"``)."""
+    def ranges(self, func: str, nranks: int, count: int, dtype, op: str = "sum"):
+        """The per-position trees of ``func`` (``"all_reduce"``, ``"reduce_scatter"``) with
+        ``op`` (``order.nccl.OPS``; NCCL's orders do not depend on it)."""
         if func == "reduce_scatter":
             if self.algo != "ring":
                 raise ValueError("NCCL reduce_scatter has no tree algorithm (ring here; PAT, "
@@ -205,7 +206,7 @@ class NcclCollectives:
         ws, count = stacked.shape
         if func == "reduce_scatter":
             count //= ws
-        ranges = self.ranges(func, ws, count, _np_dtype(stacked))
+        ranges = self.ranges(func, ws, count, _np_dtype(stacked), kind)
         got = self.fold_values(ranges, stacked, _np_dtype(stacked), kind, factor=factor)
         self.calls[func] = self.calls.get(func, 0) + 1
         return torch.from_numpy(np.ascontiguousarray(got)).to(dtype)

@@ -10,10 +10,12 @@ tree with RCCL's channel split and chunking) or an MSCCL XML algorithm
 >>> with tme.emulate("sm90", collectives=alg):                     # doctest: +SKIP
 ...     dist.all_reduce(t)     # MSCCL's per-chunk trees where RCCL would run the XML
 
-An MSCCL algorithm runs where RCCL 2.21.5 would run it: all_reduce, in place (torch's
-all_reduce is), on ``ngpus`` ranks, a count that is a multiple of ``nchunksperloop`` and a
-byte size in [minBytes, maxBytes] (src/misc/msccl/msccl_lifecycle.cc 333-334); other
-calls fall back to RCCL's ``algo`` (ring unless given) and are counted in the summary.
+An MSCCL algorithm runs where RCCL 2.21.5 would run it: all_reduce SUM (no AVG /
+PREMUL_SUM), in place (torch's all_reduce is), on ``ngpus`` ranks, a count that is a
+multiple of ``nchunksperloop``, a byte size in [minBytes, maxBytes], and no more channels
+than ``comm_channels`` if given (src/misc/msccl/msccl_lifecycle.cc 128-133, 307-310,
+333-337); other calls fall back to RCCL's ``algo`` (ring unless given) and are counted in
+the summary.
 reduce_scatter runs RCCL's ring.
 """
 from __future__ import annotations
@@ -85,8 +87,9 @@ class RcclCollectives(NcclCollectives):
             own = f"MSCCL {self.msccl.name!r} ({self.msccl.proto}) else {own}"
         return own + " (emulated over the process group's all_gather)"
 
-    def ranges(self, func: str, nranks: int, count: int, dtype):
-        """The per-position trees of ``func`` (``"all_reduce"``, ``"reduce_scatter"``)."""
+    def ranges(self, func: str, nranks: int, count: int, dtype, op: str = "sum"):
+        """The per-position trees of ``func`` (``"all_reduce"``, ``"reduce_scatter"``) with
+        ``op`` (MSCCL runs SUM only)."""
         if func == "reduce_scatter":
             if self.algo != "ring":
                 raise ValueError("RCCL reduce_scatter has no tree algorithm (ring here)")
@@ -95,6 +98,12 @@ class RcclCollectives(NcclCollectives):
             why = self.msccl.applies(nranks, count, count * model.element_size(dtype))
             if why is None and not self.msccl.inplace:
                 why = "the algorithm is out-of-place only (inplace=0)"
+            if why is None and op != "sum":     # msccl_lifecycle.cc 307-310: no pre/post op
+                why = f"op {op}: MSCCL runs no pre/post op"
+            if why is None and self.comm_channels is not None and \
+                    self.comm_channels < self.msccl.nchannels:     # msccl_lifecycle.cc 128-133
+                why = (f"NCCL_MAX_NCHANNELS {self.comm_channels} < the algorithm's "
+                       f"{self.msccl.nchannels} channels")
             if why is None:
                 return self.msccl.ranges(count)
             key = f"MSCCL not run ({why}): RCCL {self.algo}"
