@@ -75,12 +75,12 @@ def check(ws):
     return res
 
 
-@pytest.mark.slow       # about 40 s on the shared 2-core machine
+@pytest.mark.slow       # about 70 s on the shared 2-core machine
 def test_emulated_rccl_3_ranks():
     check(3)
 
 
-@pytest.mark.slow       # about 50 s
+@pytest.mark.slow       # about 90 s
 def test_emulated_rccl_4_ranks():
     check(4)
 

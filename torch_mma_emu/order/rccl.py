@@ -35,8 +35,9 @@ RCCL's (cited as "RCCL 2.21.5 src/..."):
   alignCount: with Simple, a small message lies in chunk 0 whole (``ring_allreduce`` of
   10 fp32 on 3 ranks: one chain x1 + x2 + x0, where NCCL has three).
 * Arithmetic (src/device/reduce_kernel.h): fp16 ``__hadd``; bf16 on AMD
-  ``(hip_bfloat16)((float)x + (float)y)`` (line 260; hip_bfloat16 rounds to nearest
-  even); fp8 ``rccl_float8(float(x) + float(y))`` / ``rccl_bfloat8`` (lines 267-272): the
+  ``(hip_bfloat16)((float)x + (float)y)`` (line 260; HIP's hip_bfloat16(float), ROCm/clr
+  amd_hip_bfloat16.h float_to_bfloat16, rounds to nearest even; a NaN keeps its payload
+  there, the model gives the canonical NaN); fp8 ``rccl_float8(float(x) + float(y))`` / ``rccl_bfloat8`` (lines 267-272): the
   float sum clipped to the format's largest finite value (``rccl_float8_downcast_clipping``,
   src/include/rccl_float8.h 47-48, 364-366) and rounded to nearest even into the FNUZ
   formats (e4m3 bias 8, max 240; e5m2 bias 16, max 57344; no infinities, NaN 0x80).
