@@ -208,24 +208,32 @@ def _rings(rings, nranks: int, nchannels: int) -> list:
 
 
 def ring_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
-                   nchannels: int = 1, rings=None, comm_channels: Optional[int] = None) -> Ranges:
-    """The per-position trees of NCCL's ring allreduce (see the module docstring)."""
+                   nchannels: int = 1, rings=None, comm_channels: Optional[int] = None,
+                   parts=None, last_align: Optional[int] = None) -> Ranges:
+    """The per-position trees of NCCL's ring allreduce (see the module docstring).
+    ``parts`` / ``last_align`` serve other libraries with the same ring kernel (RCCL,
+    :mod:`.rccl`): a channel split ``[(channel, offset, count, chunk_count), ...]`` in
+    place of :func:`channel_parts`, and the last loop's chunk alignment in elements in
+    place of NCCL's ``16 / sizeof(T)``."""
     check_positive("nranks", nranks, 2)
     check_positive("count", count)
     check_positive("nchannels", nchannels)
     check_choice("protocol", proto, PROTOS)
     esize = element_size(dtype)
-    rs = _rings(rings, nranks, nchannels + 1)
+    align = 16 // esize if last_align is None else last_align
+    check_positive("last_align", align)
+    if parts is None:
+        parts = channel_parts("all_reduce", count, dtype, nranks, proto, nchannels,
+                              comm_channels=comm_channels)
+    rs = _rings(rings, nranks, max([nchannels] + [p[0] for p in parts]) + 1)
     chains: dict = {}
     pieces = []                       # (start, stop, tree), empty chunks left out
-    for ch, off, n, chunk in channel_parts("all_reduce", count, dtype, nranks, proto,
-                                           nchannels, comm_channels=comm_channels):
+    for ch, off, n, chunk in parts:
         ring = rs[ch]
         loop = nranks * chunk
         for start in range(0, n, loop):
             rem = n - start
-            cc = chunk if rem >= loop else \
-                _div_up(_div_up(rem, nranks), 16 // esize) * (16 // esize)
+            cc = chunk if rem >= loop else _div_up(_div_up(rem, nranks), align) * align
             for c in range(nranks):
                 lo, hi = start + c * cc, min(start + (c + 1) * cc, rem + start)
                 if lo >= hi:
@@ -381,11 +389,13 @@ def _tree_sum(tree: dict, nranks: int) -> SumTree:
 
 def tree_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
                    nchannels: int = 2, trees=None, nnodes: Optional[int] = None,
-                   comm_channels: Optional[int] = None) -> Ranges:
+                   comm_channels: Optional[int] = None, parts=None) -> Ranges:
     """The per-position trees of NCCL's tree allreduce: channel c's part reduced up the
     tree of channel c (``trees``: channel -> ``{rank: (up, [downs])}``, e.g. from
     :func:`parse_trees`; default :func:`default_trees` of ``nnodes`` nodes (default: one
-    GPU each), tree 0 on the first half of the channels, tree 1 on the second)."""
+    GPU each), tree 0 on the first half of the channels, tree 1 on the second).
+    ``parts``: a channel split in place of :func:`channel_parts` (as for
+    :func:`ring_allreduce`)."""
     check_positive("nranks", nranks, 2)
     check_positive("count", count)
     check_positive("nchannels", nchannels)
@@ -401,8 +411,10 @@ def tree_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
         trees = {c: pair[c >= nchannels // 2] for c in range(nchannels)}
     sums = {c: _tree_sum(t, nranks) for c, t in trees.items()}
     pieces = []
-    for ch, off, n, _ in channel_parts("all_reduce", count, dtype, nranks, proto, nchannels,
-                                       "tree", nnodes, comm_channels):
+    if parts is None:
+        parts = channel_parts("all_reduce", count, dtype, nranks, proto, nchannels, "tree",
+                              nnodes, comm_channels)
+    for ch, off, n, _ in parts:
         if ch not in sums:
             raise ValueError(f"no tree given for channel {ch}")
         pieces.append((off, off + n, sums[ch]))

@@ -467,10 +467,12 @@ def emulate(arch, *, formats=None, fp32_format: str = "auto", bias: str = "epilo
     ``collectives``: ``"nccl-ring"`` / ``"nccl-tree"`` or a
     :class:`~torch_mma_emu.preview.nccl_emu.NcclCollectives`: ``torch.distributed``'s
     all_reduce / reduce_scatter_tensor and DDP's gradient all-reduce inside the block fold
-    in NCCL's order (over the process group's all_gather; docs/preview.md).
+    in NCCL's order (over the process group's all_gather; docs/preview.md);
+    ``"rccl-ring"`` / ``"rccl-tree"``, an :class:`~torch_mma_emu.order.msccl.MscclAlgorithm`
+    or a :class:`~torch_mma_emu.preview.rccl_emu.RcclCollectives`: RCCL's.
     """
     if collectives is not None:
-        from .nccl_emu import collectives_of
+        from .rccl_emu import collectives_of      # NCCL's and RCCL's names
         collectives = collectives_of(collectives)
     policy = Policy(arch, formats=formats, fp32_format=fp32_format, bias=bias,
                     fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl,

@@ -147,6 +147,8 @@ class NcclCollectives:
     ``{rank: (up, [downs])}`` (``order.nccl.parse_trees`` of the ``Trees`` lines; default
     NCCL's double binary tree over ``nnodes`` nodes, one GPU each unless given)."""
 
+    fold_values = staticmethod(model.reduce_values)     # the library's arithmetic
+
     def __init__(self, algo: str = "ring", proto: str = "simple", nchannels: Optional[int] = None,
                  rings=None, trees=None, nnodes: Optional[int] = None):
         model.check_choice("algorithm", algo, model.ALGOS)
@@ -169,8 +171,9 @@ class NcclCollectives:
                 " (emulated over the process group's all_gather)")
 
     # -- orders ------------------------------------------------------------------------
-    def ranges(self, func: str, nranks: int, count: int, dtype):
-        """The per-position trees of ``func`` (``"all_reduce"``, ``"reduce_scatter"``)."""
+    def ranges(self, func: str, nranks: int, count: int, dtype, op: str = "sum"):
+        """The per-position trees of ``func`` (``"all_reduce"``, ``"reduce_scatter"``) with
+        ``op`` (``order.nccl.OPS``; NCCL's orders do not depend on it)."""
         if func == "reduce_scatter":
             if self.algo != "ring":
                 raise ValueError("NCCL reduce_scatter has no tree algorithm (ring here; PAT, "
@@ -203,8 +206,8 @@ class NcclCollectives:
         ws, count = stacked.shape
         if func == "reduce_scatter":
             count //= ws
-        ranges = self.ranges(func, ws, count, _np_dtype(stacked))
-        got = model.reduce_values(ranges, stacked, _np_dtype(stacked), kind, factor=factor)
+        ranges = self.ranges(func, ws, count, _np_dtype(stacked), kind)
+        got = self.fold_values(ranges, stacked, _np_dtype(stacked), kind, factor=factor)
         self.calls[func] = self.calls.get(func, 0) + 1
         return torch.from_numpy(np.ascontiguousarray(got)).to(dtype)
 
