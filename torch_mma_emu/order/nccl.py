@@ -94,7 +94,7 @@ def element_size(dtype) -> int:
 
 def chunk_size(func: str, algo: str, proto: str, nbytes: int, nranks: int,
                nnodes: int = 1) -> int:
-    """calcCollChunking (NCCL 2.30.7 src/enqueue.cc) for Ring and Tree, one channel, the
+    """calcCollChunking (NCCL 2.30.7 src/enqueue.cc) for Ring, Tree and PAT, one channel, the
     default buffer sizes: the chunk in bytes, a multiple of the protocol grain."""
     step = BUFFSIZE[proto] // _STEPS
     steps = CHUNK_STEPS[func] if (proto == "simple" and algo == "ring") else 1
@@ -103,6 +103,9 @@ def chunk_size(func: str, algo: str, proto: str, nbytes: int, nranks: int,
         size //= 2
     if proto == "ll128":
         size = size // _LL128_LINE * _LL128_DATA
+    if algo == "pat" and func == "reduce_scatter":       # one channel's global bytes
+        while size * 16 > nbytes and size > 65536:
+            size //= 2
     if algo == "tree" and proto == "ll128":
         ppn = nranks / nnodes
         nsteps = 1 + (nnodes.bit_length() - 1) + 0.1 * ppn
@@ -235,10 +238,11 @@ def ring_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
                     chains[key] = _chain(nranks, [ring[(c + 1 + k) % nranks]
                                                   for k in range(nranks)])
                 pieces.append((off + lo, off + hi, chains[key]))
-    return _merged(pieces)
+    return merged(pieces)
 
 
-def _merged(pieces) -> Ranges:
+def merged(pieces) -> Ranges:
+    """``[(start, stop, tree), ...]`` in order as Ranges, neighbours with one tree joined."""
     out: list = []
     for s, e, t in pieces:
         if out and out[-1][2] == t and out[-1][1] == s:
@@ -406,7 +410,7 @@ def tree_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
         if ch not in sums:
             raise ValueError(f"no tree given for channel {ch}")
         pieces.append((off, off + n, sums[ch]))
-    return _merged(pieces)
+    return merged(pieces)
 
 
 def avg_scalar(nranks: int, fmt: str) -> np.ndarray:
