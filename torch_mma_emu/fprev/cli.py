@@ -114,8 +114,9 @@ def register(subparsers) -> None:
     a.add_argument("--backend", default="gloo", choices=BACKENDS,
                    help="torch.distributed backend (checked for this machine before starting);"
                         " nccl-emu: gloo processes summing in NCCL's modelled order")
-    a.add_argument("--algo", choices=("ring", "tree"), default=None,
-                   help="--backend nccl-emu: NCCL's algorithm (default ring)")
+    a.add_argument("--algo", choices=("ring", "tree", "pat", "symmetric"), default=None,
+                   help="--backend nccl-emu: NCCL's algorithm (default ring; pat: "
+                        "reduce_scatter only; symmetric: unverified)")
     a.add_argument("--proto", choices=("simple", "ll", "ll128"), default=None,
                    help="--backend nccl-emu: NCCL's protocol (default simple)")
     a.add_argument("--nchannels", type=positive_int, default=None,
@@ -211,6 +212,9 @@ def handler(args) -> int:
                    if getattr(args, k) is not None}
             if emu and args.backend != "nccl-emu":
                 raise ValueError(f"--{'/--'.join(emu)} only apply to --backend nccl-emu")
+            if emu.get("algo") == "pat" and args.op != "reduce_scatter":
+                raise ValueError("--algo pat is NCCL's reduce-scatter algorithm (NCCL has no "
+                                 "PAT all-reduce): add --op reduce_scatter")
             res = reveal_allreduce(args.world_size, backend=args.backend, numel=args.numel,
                                    op=args.op, dtype=_dt(args.dtype), verify=args.verify,
                                    progress=not args.no_progress and sys.stderr.isatty(),
