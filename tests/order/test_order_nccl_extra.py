@@ -67,6 +67,9 @@ def test_exact_node_rounds_once():
     # fp32 with cancellation: exact, not float64-then-float32 (1e30 - 1e30 + 1 = 1)
     got = fold(nccl_extra.exact_node(3, 1), [[1e30], [1.0], [-1e30]], torch.float32)
     assert got.tolist() == [1.0]
+    got = fold(nccl_extra.exact_node(3, 1), [[2.0 ** 100], [2.0 ** -40], [-2.0 ** 100]],
+               torch.bfloat16)
+    assert got.tolist() == [2.0 ** -40]
     assert nccl_extra.exact_node(2, 3).tree_at(0) == SumTree.parse("(0+1)")
 
 

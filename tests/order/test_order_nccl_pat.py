@@ -81,6 +81,22 @@ def test_pat_is_not_the_ring_and_ignores_size_and_channels(n):
             assert other.tree_at(d * count + count - 1) == pat.tree_at(4 * d)
 
 
+def test_simulation_places_every_step_for_2_to_16_ranks():
+    # the symbolic run refuses a read of an unwritten region, a region of other positions,
+    # a deadlock, an output not summing every rank once: it must get through all of these
+    for n in range(2, 17):
+        # (count, channels, dtype): the last runs several chunks per channel, the last one
+        # short (4 ranks: 4.8 MB halves the 512 KiB chunk once, 65536 floats, 5 chunks)
+        for count, ch, dt in ((1, 1, "float16"), (37, 2, "float16"), (5000, 1, "float16"),
+                              (70000, 3, "float16"), (300001, 1, "float32")):
+            r = nccl_pat.pat_reduce_scatter(n, count, dt, nchannels=ch)
+            assert r.numel == n * count
+            assert all(sorted(t.leaves()) == list(range(n)) for t in r.trees())
+            assert r.trees() == nccl_pat.pat_reduce_scatter(n, 1).trees()
+    parts = nccl.channel_parts("reduce_scatter", 300001, "float32", 4, "simple", 1, "pat")
+    assert parts == [(0, 0, 300001, 65536)]
+
+
 def test_pat_fold_fp16_by_hand():
     # block 0 on 3 ranks: x2 + (x1 + x0); 1 + 2^-11 ties to 1, so PAT gives 1 where the
     # ring's (x1 + x2) + x0 = 2^-10 + 1 keeps it
