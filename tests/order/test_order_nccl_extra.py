@@ -1,6 +1,8 @@
 """fp8 hops (through half and back), the exact node of NVLS / CollNet and the symmetric
 kernels' float32-accumulated chains (order/nccl.py, order/nccl_extra.py): hand-derived
 cases."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -49,6 +51,26 @@ def test_fp8_premul_sum_scalar_in_fp8_and_half():
                              .to(E4), E4, "avg")
     third = float(torch.tensor(1 / 3).to(E4).float())
     assert third == 0.34375 and got.tolist() == [3.0]
+
+
+FP8_TABLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
+                         "nccl", "fp8_hops.npz")
+
+
+@pytest.mark.parametrize("name,dt", [("e4m3", E4), ("e5m2", E5)])
+def test_fp8_hops_equal_cudas_own_code_for_every_pair(name, dt):
+    """Every pair of fp8 codes (NaN, infinities, subnormals, saturation) and AVG's pre-op
+    for 2-16 ranks, against cuda_fp16.h / cuda_fp8.h compiled on the host
+    (scripts/regen_nccl_fp8.py)."""
+    t = np.load(FP8_TABLE)
+    codes = torch.arange(256, dtype=torch.uint8).view(dt).to(torch.float64).numpy()
+
+    def enc(v):
+        return torch.from_numpy(np.ascontiguousarray(v)).to(dt).view(torch.uint8).numpy()
+    got = enc(nccl.fp8_add(np.repeat(codes, 256), np.tile(codes, 256), name))
+    assert np.array_equal(got.reshape(256, 256), t["add_" + name])
+    for k, n in enumerate(t["ranks"]):
+        assert np.array_equal(enc(nccl.fp8_premul(codes, 1.0 / n, name)), t["avg_" + name][k])
 
 
 def test_exact_node_rounds_once():
@@ -113,3 +135,22 @@ def test_symmetric_chain_and_float32_accumulator():
 def test_acc_refused_when_unknown():
     with pytest.raises(ValueError, match="acc"):
         nccl.reduce_values(nccl.ring_allreduce(2, 1), np.ones((2, 1)), np.float32, acc="f16")
+
+
+@pytest.mark.slow
+def test_regen_fp8_script_reproduces_the_table(tmp_path):
+    """Needs the CUDA headers (cuda_fp8.h) and g++."""
+    import importlib.util
+    import shutil
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location(
+        "regen_nccl_fp8", os.path.join(root, "scripts", "regen_nccl_fp8.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    if not mod.cuda_include() or not shutil.which("g++"):
+        pytest.skip("no CUDA headers / g++ here")
+    out = tmp_path / "fp8.npz"
+    assert mod.main(["--out", str(out)]) == 0
+    new, old = np.load(out), np.load(FP8_TABLE)
+    for k in ("add_e4m3", "add_e5m2", "avg_e4m3", "avg_e5m2", "ranks"):
+        assert np.array_equal(new[k], old[k])

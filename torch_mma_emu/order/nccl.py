@@ -446,13 +446,15 @@ def fp8_format(dtype) -> Optional[str]:
 
 def fp8_round(x, fmt8: str) -> np.ndarray:
     """float64 values rounded to nearest even into e4m3 / e5m2 with saturation to the
-    largest finite value (infinities too; NaN stays): the ``__nv_fp8_*`` constructors'
-    ``__NV_SATFINITE`` conversion; returned as float64."""
+    largest finite value (infinities too; any NaN becomes the positive NaN, code 0x7F): the
+    ``__nv_fp8_*`` constructors' ``__NV_SATFINITE`` conversion (cuda_fp8.hpp; checked
+    against it for every hop, scripts/regen_nccl_fp8.py); returned as float64."""
     import torch
     dt = torch.float8_e4m3fn if fmt8 == "e4m3" else torch.float8_e5m2
     big = torch.finfo(dt).max
     t = torch.from_numpy(np.asarray(x, np.float64).copy()).clamp(-big, big)
-    return t.to(dt).to(torch.float64).numpy()
+    out = t.to(dt).to(torch.float64).numpy()
+    return np.where(np.isnan(out), np.nan, out)    # NaN: the positive one, code 0x7F
 
 
 def fp8_add(a, b, fmt8: str) -> np.ndarray:
@@ -462,6 +464,17 @@ def fp8_add(a, b, fmt8: str) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         h = np.asarray(a).astype(np.float16) + np.asarray(b).astype(np.float16)
     return fp8_round(h.astype(np.float64), fmt8)
+
+
+def fp8_premul(x, factor: float, fmt8: str) -> np.ndarray:
+    """PreMulSum's pre-op on fp8 (sm90+): the scalar ``float(factor)`` converted to the fp8
+    type (src/enqueue.cc ``__nv_cvt_float_to_fp8(..., __NV_SATFINITE, ...)``), widened to
+    half; each input times it in half (``__hmul``), rounded to the fp8 type
+    (src/device/reduce_kernel.h Apply_PreOp of FuncPreMulSum)."""
+    s = fp8_round(np.float64(np.float32(factor)), fmt8)
+    with np.errstate(over="ignore", invalid="ignore"):
+        prod = np.asarray(x).astype(np.float16) * np.float16(s)
+    return fp8_round(prod.astype(np.float64), fmt8)
 
 
 def exact_round(cols, fmt: str) -> np.ndarray:
@@ -534,11 +547,8 @@ def reduce_values(ranges: Ranges, x, dtype=None, op: str = "sum",
         return out
     if fmt8:
         xs = fp8_round(x.astype(np.float64), fmt8)
-        if op != "sum":         # the scalar: float -> fp8 -> half; x * s in half, to fp8
-            s = fp8_round(np.float64(np.float32(1.0 / n if op == "avg" else factor)), fmt8)
-            with np.errstate(over="ignore", invalid="ignore"):
-                prod = xs.astype(np.float16) * np.float16(s)
-            xs = fp8_round(prod.astype(np.float64), fmt8)
+        if op != "sum":
+            xs = fp8_premul(xs, 1.0 / n if op == "avg" else factor, fmt8)
         add = (lambda a, b: fp8_add(a, b, fmt8)) if acc is None else arith.op("add", "f32")
     else:
         xs = arith.narrow(x.astype(np.float64), fmt)
