@@ -115,8 +115,9 @@ def register(subparsers) -> None:
                    help="torch.distributed backend (checked for this machine before starting;"
                         " default gloo); nccl-emu / rccl-emu: gloo processes summing in "
                         "NCCL's / RCCL 2.21.5's modelled order")
-    a.add_argument("--algo", choices=("ring", "tree"), default=None,
-                   help="--backend nccl-emu / rccl-emu: the algorithm (default ring)")
+    a.add_argument("--algo", choices=("ring", "tree", "pat", "symmetric"), default=None,
+                   help="--backend nccl-emu / rccl-emu: the algorithm (default ring; pat: "
+                        "NCCL's reduce_scatter only; symmetric: NCCL, unverified)")
     a.add_argument("--proto", choices=("simple", "ll", "ll128"), default=None,
                    help="--backend nccl-emu / rccl-emu: the protocol (default simple)")
     a.add_argument("--nchannels", type=positive_int, default=None,
@@ -217,6 +218,12 @@ def handler(args) -> int:
             if emu and backend not in ("nccl-emu", "rccl-emu"):
                 raise ValueError(f"--{'/--'.join(emu)} only apply to --backend nccl-emu or "
                                  "rccl-emu")
+            if emu.get("algo") in ("pat", "symmetric") and backend != "nccl-emu":
+                raise ValueError(f"--algo {emu['algo']} is an NCCL algorithm: use --backend "
+                                 "nccl-emu")
+            if emu.get("algo") == "pat" and args.op != "reduce_scatter":
+                raise ValueError("--algo pat is NCCL's reduce-scatter algorithm (NCCL has no "
+                                 "PAT all-reduce): add --op reduce_scatter")
             if args.msccl and backend != "rccl-emu":
                 raise ValueError("--msccl applies to --backend rccl-emu")
             if args.msccl:                        # a bad file costs no process start

@@ -464,7 +464,8 @@ def emulate(arch, *, formats=None, fp32_format: str = "auto", bias: str = "epilo
     PyTorch's TF32 / fp16-accumulation settings are read when ``emulate`` is called.
     Run ``.backward()`` inside the block to emulate the backward products.
 
-    ``collectives``: ``"nccl-ring"`` / ``"nccl-tree"`` or a
+    ``collectives``: ``"nccl-ring"`` / ``"nccl-tree"`` / ``"nccl-pat"`` (or the unverified
+    ``"nccl-symmetric"``, ``"nccl-nvls"``, ``"nccl-nvls-tree"``, ``"nccl-collnet"``) or a
     :class:`~torch_mma_emu.preview.nccl_emu.NcclCollectives`: ``torch.distributed``'s
     all_reduce / reduce_scatter_tensor and DDP's gradient all-reduce inside the block fold
     in NCCL's order (over the process group's all_gather; docs/preview.md);
