@@ -80,6 +80,8 @@ class Launch:
                 smem = (smem + v.align - 1) // v.align * v.align
                 self.symbols[v.name] = ("shared", smem)
                 smem += v.size if v.size else self.dynamic_smem
+            elif v.space == "callparam":         # a call's argument slot (see machine.call)
+                self.symbols[v.name] = ("callparam", 0)
             elif v.space == "local":
                 local = (local + v.align - 1) // v.align * v.align
                 self.symbols[v.name] = ("local", local)
