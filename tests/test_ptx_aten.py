@@ -66,3 +66,189 @@ def test_call_sequence_parses_and_assert_fires_naming_the_thread():
     with pytest.raises(ptx.PTXError, match=r"guarded: device assertion failed "
                        r"\(__assertfail called\) in thread tid \(5, 0, 0\)"):
         mod.launch("guarded", 1, 8, [out, np.uint32(5)])
+
+
+# -- ATen's kernels ------------------------------------------------------------------------
+torch = pytest.importorskip("torch")
+import aten_kernels_ptx as ak  # noqa: E402  (tests/ helper)
+from torch_mma_emu.aten_cuda import softmax as persistent  # noqa: E402
+from torch_mma_emu.aten_cuda import sums  # noqa: E402
+from torch_mma_emu.registry import gpu as find_gpu  # noqa: E402
+
+H100 = find_gpu("H100")                      # 132 SMs x 2048 threads
+FEW_SMS = find_gpu("T4")                     # 40 SMs x 1024 threads: another CTA split
+
+
+def wide(n, seed, dtype=torch.float32):
+    """Finite values over a wide exponent range (every order of summation differs)."""
+    r = np.random.default_rng(seed)
+    v = r.standard_normal(n) * np.exp2(r.integers(-14, 12, n))
+    return torch.from_numpy(v.astype(np.float32)).to(dtype)
+
+
+def special_rows(n, dtype=torch.float32):
+    """Rows of ``n`` with NaN, infinities, signed zeros, subnormals, overflow."""
+    tiny = float(torch.finfo(dtype).tiny)
+    big = float(torch.finfo(dtype).max)
+    rows = wide(10 * n, 7, dtype).reshape(10, n).clone()
+    rows[0, n // 2] = float("nan")
+    rows[1, 1] = float("inf")
+    rows[2, 0], rows[2, -1] = float("inf"), float("-inf")
+    rows[3] = -0.0
+    rows[4] = torch.from_numpy(np.random.default_rng(3).uniform(-1, 1, n)).to(dtype) * tiny
+    rows[5, ::3] = tiny / 4                  # subnormals among normal values
+    rows[6] = big / 2                        # the sum overflows
+    rows[7] = float("-inf")
+    rows[8, ::2] = -0.0
+    return rows
+
+
+def same_bits(got, want):
+    """Bit-equal, NaNs of any payload agreeing; returns the count of differing elements."""
+    g, w = got.float().reshape(-1).numpy(), want.float().reshape(-1).numpy()
+    ok = (g.view(np.uint32) == w.view(np.uint32)) | (np.isnan(g) & np.isnan(w))
+    if got.dtype != torch.float32:           # compare the 16-bit patterns themselves
+        gi = got.reshape(-1).view(torch.int16).numpy()
+        wi = want.reshape(-1).to(got.dtype).view(torch.int16).numpy()
+        ok = (gi == wi) | (np.isnan(g) & np.isnan(w))
+    return int((~ok).sum())
+
+
+def check_reduce(x, dim, op="sum", gpu=H100, expect=None):
+    got, cfg, st, kept = ak.launch_reduce(x, dim, op, gpu)
+    want = sums.reduce(x, dim, op=op, gpu=gpu)
+    assert st.ctas == cfg.grid[0] * cfg.grid[1]
+    if expect is not None:
+        assert expect in cfg.describe(), cfg.describe()
+    assert same_bits(got, want) == 0, cfg.describe()
+    return cfg
+
+
+BASE = wide(600_000, 0)
+
+
+def _v(offset, shape, dtype=torch.float32, base=None):
+    b = (BASE if base is None else base).to(dtype)
+    n = int(np.prod(shape))
+    return b[offset:offset + n].reshape(shape)
+
+
+# (case, tensor builder, dim, a fragment of the launch's description)
+REDUCE_CASES = [
+    ("vec_1d_shift0", lambda d: _v(0, (1000,), d), None, "vectorised"),
+    ("vec_1d_shift1", lambda d: _v(1, (1000,), d), None, "block 128x1, vectorised"),
+    ("vec_1d_shift2", lambda d: _v(2, (999,), d), None, "vectorised"),
+    ("vec_1d_shift3", lambda d: _v(3, (1001,), d), None, "vectorised"),
+    ("vec_rows_all_shifts", lambda d: _v(0, (8, 301), d), 1, "block 64x8, vectorised"),
+    ("plain_contiguous", lambda d: _v(5, (5, 100), d), 1, "not vectorised, lanes"),
+    ("plain_strided", lambda d: _v(0, (5, 200), d)[:, ::2], 1, "not vectorised, lanes"),
+    ("plain_two_dims", lambda d: _v(0, (4, 6, 50), d).permute(1, 0, 2), (1, 2),
+     "not vectorised, lanes"),
+    ("block_x_256_rows", lambda d: _v(0, (2, 4000), d), 1, "block 256x2"),
+    ("warps_split_input", lambda d: _v(0, (4, 9000), d), 1, "warps too"),
+    ("output_vec4", lambda d: _v(0, (300, 8), d), 0, "output vec 4"),
+    ("output_vec2", lambda d: _v(0, (300, 6), d), 0, "output vec 2"),
+    ("outputs_not_vectorised", lambda d: _v(0, (300, 5), d), 0, "not vectorised, warps"),
+    ("outputs_strided", lambda d: _v(0, (300, 10), d)[:, ::2], 0, "not vectorised, warps"),
+    ("ctas_fold_lanes", lambda d: _v(3, (131_077,), d), None, "grid 1x17"),
+    ("ctas_fold_warps", lambda d: _v(0, (32_768, 4), d), 0, "grid 1x16"),
+]
+FAST = {"vec_1d_shift1", "vec_rows_all_shifts", "plain_strided", "plain_two_dims",
+        "warps_split_input", "output_vec4", "output_vec2", "outputs_not_vectorised",
+        "ctas_fold_lanes", "ctas_fold_warps"}
+
+
+def _cases(fast):
+    return [pytest.param(build, dim, frag, id=name) for name, build, dim, frag in REDUCE_CASES
+            if (name in FAST) == fast]
+
+
+@pytest.mark.parametrize("build,dim,frag", list(_cases(True)))
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_reduce_kernel_fp32_equals_model(build, dim, frag, op):
+    check_reduce(build(torch.float32), dim, op, expect=frag)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build,dim,frag", list(_cases(False)))
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_reduce_kernel_fp32_more_shapes(build, dim, frag, op):
+    check_reduce(build(torch.float32), dim, op, expect=frag)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_reduce_kernel_16bit_vectors_of_8_every_shift(dtype, op):
+    """Rows of 301 halves: the 16-byte alignment shift runs through 0..7 row by row."""
+    x = (_v(0, (8, 301)) * 1e-2).to(dtype)
+    check_reduce(x, 1, op, expect="vectorised x8")
+    check_reduce(_v(0, (300, 8)).to(dtype), 0, op, expect="output vec 4")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_reduce_kernel_special_values(dtype):
+    rows = special_rows(301, dtype)
+    check_reduce(rows, 1, "sum", expect="vectorised")          # one row per output
+    check_reduce(rows.t(), 0, "sum", expect="lanes")          # the same, strided input
+    check_reduce(rows[:, :100], 1, "mean", expect="not vectorised")
+
+
+def test_reduce_kernel_another_device_splits_otherwise():
+    """The CTA split depends on the device (SMs x threads per SM): the same sum on a 40-SM
+    part with 1024 threads per SM, grid 2 x CTAs with one semaphore per output."""
+    x = _v(0, (1024, 256))
+    cfg = check_reduce(x, 0, "sum", gpu=FEW_SMS, expect="output vec 4")
+    assert cfg.ctas_per_output > 1 and cfg.grid[0] == 2
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_reduce_kernel_multi_cta_16bit_and_fp32_more(dtype):
+    check_reduce(_v(5, (2, 131_072 + 9), dtype), 1, "sum", expect="warps too")
+    check_reduce(_v(0, (1024, 256), dtype), 0, "mean", expect="output vec 4")
+    check_reduce(_v(0, (1024, 256), dtype), 0, "sum", gpu=FEW_SMS)
+
+
+# -- the persistent warp softmax --------------------------------------------------------------
+SOFTMAX_N = [1, 2, 3, 5, 17, 33, 100, 129, 700, 1000, 1500, 2048]
+
+
+def check_softmax(x, log_softmax=False):
+    got, st = ak.launch_softmax(x, log_softmax)
+    want = persistent.softmax(x, log_softmax=log_softmax)
+    assert same_bits(got, want) == 0
+    return st
+
+
+@pytest.mark.parametrize("n", [3, 33, 100, 700, 2048])
+def test_softmax_warp_forward_fp32(n):
+    """7 rows (an odd count: the last warp holds one row where a warp takes two)."""
+    check_softmax(wide(7 * n, n).reshape(7, n) * 1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [n for n in SOFTMAX_N if n not in (3, 33, 100, 700, 2048)])
+def test_softmax_warp_forward_fp32_more_lengths(n):
+    check_softmax(wide(5 * n, n).reshape(5, n) * 1e-3)
+
+
+@pytest.mark.parametrize("n,log", [(5, True), (100, True), (1000, True)])
+def test_log_softmax_warp_forward_fp32(n, log):
+    check_softmax(wide(3 * n, n).reshape(3, n) * 1e-3, log)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n", [6, 100, 1000])
+def test_softmax_warp_forward_16bit(dtype, n):
+    check_softmax((wide(3 * n, n) * 1e-3).to(dtype).reshape(3, n))
+
+
+def test_log_softmax_warp_forward_fp16():
+    check_softmax((wide(3 * 60, 1) * 1e-3).half().reshape(3, 60), True)
+
+
+@pytest.mark.parametrize("dtype,n,log", [(torch.float32, 8, False), (torch.float32, 100, True),
+                                         (torch.float16, 100, False),
+                                         (torch.bfloat16, 1000, False)])
+def test_softmax_warp_forward_special_values(dtype, n, log):
+    check_softmax(special_rows(n, dtype), log)

@@ -75,6 +75,7 @@ class Launch:
             blob[p.offset:p.offset + p.size] = np.frombuffer(raw, np.uint8)
         self.param_blob = blob
         smem = local = 0
+        used = _operand_text(kernel)
         for v in kernel.variables:
             if v.space == "shared":
                 smem = (smem + v.align - 1) // v.align * v.align
@@ -86,14 +87,13 @@ class Launch:
                 local = (local + v.align - 1) // v.align * v.align
                 self.symbols[v.name] = ("local", local)
                 local += v.size
-            elif v.space == "global" and any(v.name in op for ins in kernel.body
-                                             for op in ins.ops):
+            elif v.space == "global" and v.name in used:
                 buf = np.zeros(max(v.size, len(v.init), 1), np.uint8)
                 buf[:len(v.init)] = np.frombuffer(v.init, np.uint8)
                 buffers.append(buf)          # its address: a global buffer of its own
                 names.append(v.name)
                 self.symbols[v.name] = ("global", mem.base(len(buffers) - 1))
-            elif any(v.name in op for ins in kernel.body for op in ins.ops):
+            elif v.name in used:
                 raise Unsupported(f"{kernel.name}: module .{v.space} variable {v.name} "
                                   "is not modelled")
             # else: declared for code the kernel does not contain (Triton's assert strings)
@@ -122,6 +122,16 @@ class Launch:
                     steps += before - budget[0]
         return Stats(gx * gy * gz, steps, count, time.perf_counter() - t0,
                      tuple(sorted(self.approximate)))
+
+
+def _operand_text(kernel) -> str:
+    """All operands of ``kernel``'s instructions as one string (computed once per kernel):
+    which module variables the code names."""
+    text = getattr(kernel, "_operand_text", None)
+    if text is None:
+        text = "\n".join(op for ins in kernel.body for op in ins.ops)
+        kernel._operand_text = text
+    return text
 
 
 def _dim3(d, what):
