@@ -202,3 +202,24 @@ def launch_softmax(x: torch.Tensor, log_softmax: bool = False):
                           np.int32(-1), np.uint8(0)])
     out = torch.from_numpy(dst)
     return (out if x.dtype == torch.float32 else out.view(x.dtype)), st
+
+
+def launch_welford(x: torch.Tensor, threads: int = 512):
+    """Per-row (mean, var) of the 2-d contiguous fp32 / fp16 ``x`` by ``welford_rows`` (the
+    header's WelfordOps and BlockReduce, aten_kernels.cu)."""
+    rows, n = x.shape
+    name = "_Z12welford_rowsIfEvlPKT_PfS3_" if x.dtype == torch.float32 else \
+        "_Z12welford_rowsIN3c104HalfEEvlPKT_PfS5_"
+    src = x.contiguous().numpy() if x.dtype == torch.float32 else \
+        x.contiguous().view(torch.int16).numpy()
+    mean, var = np.zeros(rows, np.float32), np.zeros(rows, np.float32)
+    st = module().launch(name, rows, threads, [np.int64(n), src.copy(), mean, var])
+    return mean, var, st
+
+
+def launch_block_reduce(s: np.ndarray):
+    """``cuda_utils::BlockReduce`` sums of the rows of ``s`` ([R, B], one value a thread)."""
+    rows, b = s.shape
+    out = np.zeros(rows, np.float32)
+    st = module().launch("block_reduce_sum", rows, b, [np.ascontiguousarray(s, np.float32), out])
+    return out, st

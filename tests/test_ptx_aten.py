@@ -71,6 +71,7 @@ def test_call_sequence_parses_and_assert_fires_naming_the_thread():
 # -- ATen's kernels ------------------------------------------------------------------------
 torch = pytest.importorskip("torch")
 import aten_kernels_ptx as ak  # noqa: E402  (tests/ helper)
+from torch_mma_emu.aten_cuda import host_softmax, norms  # noqa: E402
 from torch_mma_emu.aten_cuda import softmax as persistent  # noqa: E402
 from torch_mma_emu.aten_cuda import sums  # noqa: E402
 from torch_mma_emu.registry import gpu as find_gpu  # noqa: E402
@@ -252,3 +253,53 @@ def test_log_softmax_warp_forward_fp16():
                                          (torch.bfloat16, 1000, False)])
 def test_softmax_warp_forward_special_values(dtype, n, log):
     check_softmax(special_rows(n, dtype), log)
+
+
+# -- WelfordOps + BlockReduce (the header pieces of layer_norm's RowwiseMoments kernel) -----
+@pytest.mark.parametrize("n", [5, 100, 513, 3000])
+def test_welford_block_reduce_equals_norms_moments(n):
+    x = (wide(6 * n, n) + 3).reshape(6, n)
+    x[1, 3], x[2, 0], x[3] = float("nan"), float("inf"), -0.0
+    mean, var, _ = ak.launch_welford(x)
+    want_mean, want_var = norms.moments(x.numpy())
+    assert same_bits(torch.from_numpy(mean), torch.from_numpy(want_mean)) == 0
+    assert same_bits(torch.from_numpy(var), torch.from_numpy(want_var)) == 0
+
+
+def test_welford_fp16_rows():
+    x = (wide(4 * 700, 4) * 1e-2 + 1).half().reshape(4, 700)
+    mean, var, _ = ak.launch_welford(x)
+    want_mean, want_var = norms.moments(x.float().numpy())
+    assert np.array_equal(mean.view(np.uint32), want_mean.view(np.uint32))
+    assert np.array_equal(var.view(np.uint32), want_var.view(np.uint32))
+
+
+@pytest.mark.parametrize("threads", [32, 128, 512, 1024])
+def test_block_reduce_equals_host_softmax_block_reduce(threads):
+    s = wide(4 * threads, threads).reshape(4, threads).numpy().copy()
+    s[1] = -0.0
+    got, _ = ak.launch_block_reduce(s)
+    assert same_bits(torch.from_numpy(got), torch.from_numpy(host_softmax.block_reduce(s))) == 0
+
+
+# -- coverage ---------------------------------------------------------------------------------
+def test_aten_module_has_no_missing_instruction():
+    from torch_mma_emu.ptx import coverage
+    assert coverage.missing(ak.module()) == {}
+
+
+def test_aten_kernels_execute_the_instructions_that_matter():
+    """The launches reach the semaphore, the fences, both shuffles, the vector loads, the
+    correctly rounded division, expf's ex2 and the 16-bit conversions."""
+    ran = {}
+    for st in (ak.launch_reduce(_v(3, (131_077,)), None, "sum", H100)[2],
+               ak.launch_reduce(_v(0, (8, 301)).half(), 1, "mean", H100)[2],
+               ak.launch_softmax((wide(300, 1) * 1e-3).half().reshape(3, 100))[1],
+               ak.launch_welford(wide(2 * 600, 2).reshape(2, 600))[2]):
+        for op, n in st.executed.items():
+            ran[op] = ran.get(op, 0) + n
+    for op in ("atom.global.add.u32", "membar.gl", "bar.sync", "shfl.sync.down.b32",
+               "shfl.sync.bfly.b32", "ld.global.v4.f32", "ld.global.v4.u32", "div.rn.f32",
+               "ex2.approx.ftz.f32", "fma.rn.f32", "cvt.rn.f16.f32", "cvt.f32.f16",
+               "st.shared.f32", "ld.shared.f32"):
+        assert ran.get(op, 0) > 0, op

@@ -3,7 +3,8 @@ local memories laid out, every CTA of the grid run (:func:`launch`)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,6 +24,7 @@ class Stats:
     thread_instructions: int    # instructions times the threads that executed them
     seconds: float
     approximate: tuple = ()     # instructions run whose gpu_math model is not bit-exact
+    executed: dict = field(default_factory=dict)   # opcode -> thread-instructions run
 
     @property
     def rate(self) -> float:
@@ -44,6 +46,7 @@ class Launch:
                            f"({', '.join(p.name for p in kernel.params)}), {len(args)} given")
         self.dynamic_smem, self.order, self.max_steps = int(dynamic_smem), order, max_steps
         self.approximate = set()
+        self.executed = Counter()
         blob = np.zeros(max(kernel.param_size, 1), np.uint8)
         buffers_in, buffers, names = buffers, [], []
         mem = Memory(buffers, names, kernel.name)
@@ -121,7 +124,7 @@ class Launch:
                     count += run_cta(cta, budget)
                     steps += before - budget[0]
         return Stats(gx * gy * gz, steps, count, time.perf_counter() - t0,
-                     tuple(sorted(self.approximate)))
+                     tuple(sorted(self.approximate)), dict(self.executed))
 
 
 def _operand_text(kernel) -> str:

@@ -241,7 +241,10 @@ def run_cta(cta: CTA, budget: list) -> int:
         if ins.guard is not None:
             g = (cta.val(ins.guard) & U64(1)).astype(bool)
             act = mask & (~g if ins.neg else g)
-        count += int(act.sum())
+        k_act = int(act.sum())
+        count += k_act
+        if k_act:
+            cta.L.executed[ins.op] += k_act
         head = ins.parts[0]
         try:
             if head == "bra":

@@ -82,3 +82,47 @@ SOFTMAX(float, 3, true) SOFTMAX(float, 7, true) SOFTMAX(float, 10, true)
 SOFTMAX(c10::Half, 3, false) SOFTMAX(c10::Half, 7, false) SOFTMAX(c10::Half, 10, false)
 SOFTMAX(c10::BFloat16, 3, false) SOFTMAX(c10::BFloat16, 7, false)
 SOFTMAX(c10::BFloat16, 10, false) SOFTMAX(c10::Half, 6, true)
+
+// ---- reconstructed (layer_norm_kernel.cu and SoftMax.cu are not in the wheel) -------------
+// RowwiseMomentsCUDAKernel's structure as torch_mma_emu.aten_cuda.norms.moments states it
+// (one block of cuda_utils::kCUDABlockReduceNumThreads threads per row, thread j folding
+// elements j, j + blockDim.x, ... with WelfordOps::reduce, then cuda_utils::BlockReduce with
+// WelfordOps, then WelfordOps::project with correction 0), around the header's own
+// WelfordOps (SharedReduceOps.h) and BlockReduce (block_reduce.cuh): what the compiled code
+// settles is their arithmetic (divisions, nvcc's contractions, shuffle order, identities).
+#include <ATen/native/cuda/block_reduce.cuh>
+#include <thrust/pair.h>
+
+template <typename T>
+__global__ void welford_rows(int64_t N, const T* X, float* mean, float* var) {
+  using WelfordType = WelfordData<float, int64_t>;
+  using WelfordOp = WelfordOps<float, float, int64_t, thrust::pair<float, float>>;
+  __shared__ WelfordType shared[C10_WARP_SIZE];
+  const int64_t i = blockIdx.x;
+  WelfordOp op(/*correction=*/0, /*take_sqrt=*/false);
+  WelfordType val(0, 0, 0, 0);
+  for (int64_t j = threadIdx.x; j < N; j += blockDim.x) {
+    val = op.reduce(val, static_cast<float>(X[i * N + j]), i * N + j);
+  }
+  val = cuda_utils::BlockReduce(val, op, WelfordType(0, 0, 0, 0), shared);
+  if (threadIdx.x == 0) {
+    thrust::pair<float, float> r = op.project(val);
+    var[i] = r.first;
+    mean[i] = r.second;
+  }
+}
+template __global__ void welford_rows<float>(int64_t, const float*, float*, float*);
+template __global__ void welford_rows<c10::Half>(int64_t, const c10::Half*, float*, float*);
+
+// cuda_utils::BlockReduce of one float a thread with an addition (the block reduce that
+// host_softmax's cunn_SoftMaxForward kernels end with, as aten_cuda.host_softmax states)
+struct AddOp {
+  __device__ float combine(float a, float b) const { return a + b; }
+  __device__ float warp_shfl_down(float v, int offset) const { return WARP_SHFL_DOWN(v, offset); }
+};
+extern "C" __global__ void block_reduce_sum(const float* x, float* out) {
+  __shared__ float shared[C10_WARP_SIZE];
+  float v = x[blockIdx.x * blockDim.x + threadIdx.x];
+  v = cuda_utils::BlockReduce(v, AddOp(), 0.0f, shared);
+  if (threadIdx.x == 0) out[blockIdx.x] = v;
+}
