@@ -303,3 +303,15 @@ def test_aten_kernels_execute_the_instructions_that_matter():
                "ex2.approx.ftz.f32", "fma.rn.f32", "cvt.rn.f16.f32", "cvt.f32.f16",
                "st.shared.f32", "ld.shared.f32"):
         assert ran.get(op, 0) > 0, op
+
+
+def test_the_comparison_tells_orders_apart():
+    """The data separates summation orders: the same rows summed as if aligned, or left to
+    right, differ from the kernel's bits, so the equalities above are not vacuous."""
+    from torch_mma_emu.aten_cuda import evaluate
+    x = _v(0, (8, 301))
+    got, cfg, _, _ = ak.launch_reduce(x, 1, "sum", H100)
+    aligned = evaluate(x.numpy(), cfg, np.zeros(8, np.int64))
+    assert same_bits(got, torch.from_numpy(aligned)) >= 4
+    serial = np.add.accumulate(x.numpy(), axis=1)[:, -1]
+    assert same_bits(got, torch.from_numpy(serial)) >= 4
