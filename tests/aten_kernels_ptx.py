@@ -98,7 +98,7 @@ def _mults(cfg):
     return im, om
 
 
-def launch_reduce(x: torch.Tensor, dim, op: str, gpu, order="thread"):
+def launch_reduce(x: torch.Tensor, dim, op: str, gpu, order="thread", cta_order="index"):
     """``torch.sum`` / ``torch.mean`` (``op``) of ``x`` over ``dim`` by ATen's compiled
     ``reduce_kernel`` in the interpreter on ``gpu`` (an object with ``sms`` and
     ``max_threads_per_sm``).  Returns (result tensor of the kept sizes, config, Stats)."""
@@ -150,7 +150,7 @@ def launch_reduce(x: torch.Tensor, dim, op: str, gpu, order="thread"):
     smem = _shared_memory_size(cfg)
     st = module().launch(reduce_entry(op, x.dtype, cfg.output_vec_size), (gx, ctas),
                          (cfg.block_width, cfg.block_height), [bytes(blob)],
-                         dynamic_smem=smem, order=order,
+                         dynamic_smem=smem, order=order, cta_order=cta_order,
                          buffers={"input": inp, "output": out, "cta_buf": cta_buf,
                                   "semaphores": sem})
     res = torch.from_numpy(out.view(np.int16 if es == 2 else np.int32).copy()).view(x.dtype)

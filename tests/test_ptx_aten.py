@@ -151,10 +151,18 @@ REDUCE_CASES = [
     ("output_vec2", lambda d: _v(0, (300, 6), d), 0, "output vec 2"),
     ("outputs_not_vectorised", lambda d: _v(0, (300, 5), d), 0, "not vectorised, warps"),
     ("outputs_strided", lambda d: _v(0, (300, 10), d)[:, ::2], 0, "not vectorised, warps"),
+    ("outputs_two_dims", lambda d: _v(0, (4, 300, 6), d), 1, "output vec 2"),
+    ("inputs_three_dims_permuted", lambda d: _v(0, (3, 5, 7, 11), d).permute(3, 1, 0, 2),
+     (0, 2), "not vectorised, lanes"),
+    ("sliced_rows", lambda d: _v(0, (8, 512), d)[:, 3:303], 1, "vectorised"),
+    ("many_output_rows", lambda d: _v(0, (200, 130), d), 1, "vectorised"),
+    ("outputs_vec4_two_ctas_x", lambda d: _v(0, (1000, 100), d), 0, "output vec 4"),
+    ("one_element", lambda d: _v(7, (1,), d), None, "block 1x1"),
     ("ctas_fold_lanes", lambda d: _v(3, (131_077,), d), None, "grid 1x17"),
     ("ctas_fold_warps", lambda d: _v(0, (32_768, 4), d), 0, "grid 1x16"),
 ]
-FAST = {"vec_1d_shift1", "vec_rows_all_shifts", "plain_strided", "plain_two_dims",
+FAST = {"vec_1d_shift1", "vec_rows_all_shifts", "plain_strided", "outputs_two_dims",
+        "inputs_three_dims_permuted",
         "warps_split_input", "output_vec4", "output_vec2", "outputs_not_vectorised",
         "ctas_fold_lanes", "ctas_fold_warps"}
 
@@ -175,6 +183,14 @@ def test_reduce_kernel_fp32_equals_model(build, dim, frag, op):
 @pytest.mark.parametrize("op", ["sum", "mean"])
 def test_reduce_kernel_fp32_more_shapes(build, dim, frag, op):
     check_reduce(build(torch.float32), dim, op, expect=frag)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("build,dim,frag", [pytest.param(b, d, None, id=n)
+                                            for n, b, d, _ in REDUCE_CASES])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_reduce_kernel_16bit_every_case(build, dim, frag, dtype):
+    check_reduce(build(dtype), dim, "sum")
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -315,3 +331,54 @@ def test_the_comparison_tells_orders_apart():
     assert same_bits(got, torch.from_numpy(aligned)) >= 4
     serial = np.add.accumulate(x.numpy(), axis=1)[:, -1]
     assert same_bits(got, torch.from_numpy(serial)) >= 4
+
+
+_TICKET_PTX = """
+.version 8.0
+.target sm_90
+.address_size 64
+.visible .entry ticket(
+        .param .u64 ticket_param_0,
+        .param .u64 ticket_param_1
+)
+{
+        .reg .b32       %r<3>;
+        .reg .b64       %rd<6>;
+
+        ld.param.u64    %rd1, [ticket_param_0];
+        ld.param.u64    %rd2, [ticket_param_1];
+        cvta.to.global.u64      %rd3, %rd1;
+        cvta.to.global.u64      %rd4, %rd2;
+        atom.global.add.u32     %r1, [%rd4], 1;
+        mov.u32         %r2, %ctaid.x;
+        mul.wide.u32    %rd5, %r2, 4;
+        add.s64         %rd3, %rd3, %rd5;
+        st.global.u32   [%rd3], %r1;
+        ret;
+}
+"""
+
+
+def test_cta_order_decides_who_arrives_first():
+    mod = ptx.Module(_TICKET_PTX)
+    seen = {}
+    for order in ("index", "reverse", 3):
+        out, ctr = np.zeros(6, np.uint32), np.zeros(1, np.uint32)
+        mod.launch("ticket", 6, 1, [out, ctr], cta_order=order)
+        seen[order] = out.tolist()
+    assert seen["index"] == [0, 1, 2, 3, 4, 5] and seen["reverse"] == [5, 4, 3, 2, 1, 0]
+    assert sorted(seen[3]) == list(range(6)) and seen[3] not in (seen["index"], seen["reverse"])
+    with pytest.raises(ptx.PTXError, match="cta_order"):
+        mod.launch("ticket", 6, 1, [out, ctr], cta_order="random")
+
+
+@pytest.mark.parametrize("cta_order", ["reverse", 5])
+def test_reduce_fold_does_not_depend_on_which_cta_is_last(cta_order):
+    """The semaphore picks whichever CTA finishes last to fold the partials; the fold reads
+    them by index, so another CTA order gives the same bits."""
+    for x, dim in ((_v(3, (131_077,)), None), (_v(0, (32_768, 4)), 0)):
+        first, cfg, _, _ = ak.launch_reduce(x, dim, "sum", H100)
+        other, _, _, _ = ak.launch_reduce(x, dim, "sum", H100, cta_order=cta_order)
+        assert cfg.ctas_per_output > 1
+        assert same_bits(first, other) == 0
+        assert same_bits(other, sums.reduce(x, dim, op="sum", gpu=H100)) == 0

@@ -34,8 +34,13 @@ class Stats:
 
 class Launch:
     def __init__(self, kernel, grid, block, args, dynamic_smem=0, order="thread",
-                 max_steps=10_000_000, buffers=None, arch=None, wgmma=None):
+                 max_steps=10_000_000, buffers=None, arch=None, wgmma=None,
+                 cta_order="index"):
         self.kernel = kernel
+        if not (cta_order in ("index", "reverse") or isinstance(cta_order, int)):
+            raise PTXError(f"cta_order must be 'index', 'reverse' or an int seed, got "
+                           f"{cta_order!r}")
+        self.cta_order = cta_order
         self.arch, self.wgmma = arch, wgmma     # the matrix unit's arch; a given wgmma result
         self.grid = _dim3(grid, "grid")
         self.block = _dim3(block, "block")
@@ -114,15 +119,18 @@ class Launch:
         budget = [self.max_steps]
         count = steps = 0
         gx, gy, gz = self.grid
-        for z in range(gz):
-            for y in range(gy):
-                for x in range(gx):
-                    cta = CTA(self, (x, y, z))
-                    self.mem.smem = np.zeros(self.smem_size, np.uint8)
-                    self.mem.local = np.zeros((cta.n, self.local_size), np.uint8)
-                    before = budget[0]
-                    count += run_cta(cta, budget)
-                    steps += before - budget[0]
+        ids = [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]
+        if self.cta_order == "reverse":
+            ids = ids[::-1]
+        elif self.cta_order != "index":
+            ids = [ids[i] for i in np.random.default_rng(self.cta_order).permutation(len(ids))]
+        for ctaid in ids:                       # one CTA after another, each to its end
+            cta = CTA(self, ctaid)
+            self.mem.smem = np.zeros(self.smem_size, np.uint8)
+            self.mem.local = np.zeros((cta.n, self.local_size), np.uint8)
+            before = budget[0]
+            count += run_cta(cta, budget)
+            steps += before - budget[0]
         return Stats(gx * gy * gz, steps, count, time.perf_counter() - t0,
                      tuple(sorted(self.approximate)), dict(self.executed))
 

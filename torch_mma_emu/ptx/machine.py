@@ -1,6 +1,7 @@
-"""SIMT execution of a kernel's grid, one CTA at a time (CTAs in linear order, x fastest),
-all threads of a CTA vectorised with NumPy: every register is a uint64 array over the
-threads, an instruction runs on the threads its mask selects.
+"""SIMT execution of a kernel's grid, one CTA at a time (CTAs in linear order, x fastest,
+or another ``cta_order`` of the launch), all threads of a CTA vectorised with NumPy: every
+register is a uint64 array over the threads, an instruction runs on the threads its mask
+selects.
 
 Scheduling: minimum-PC.  Each thread has its own PC; every step runs the instruction at the
 smallest PC among the CTA's threads that are neither finished nor waiting at a barrier, on

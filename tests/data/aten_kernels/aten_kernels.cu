@@ -26,7 +26,6 @@ using MeanR = ReduceOp<scalar_t, MeanOps<scalar_t, float, float, scalar_t>, uint
                        4, std::is_same_v<scalar_t, float> ? 4 : 8>;
 
 // launch_reduce_kernel<512>: reduce_kernel<512 / ovs, ovs, R> for output_vec_size ovs = 1, 2, 4
-// (a selection, to keep the PTX small: KERNEL(512, 1, R) etc. below)
 #define KERNEL(NT, OVS, R) \
   namespace at::native { template __global__ void reduce_kernel<NT, OVS, R>(R); }
 #define REDUCE(NAME, R)                                                                    \
@@ -59,12 +58,9 @@ REDUCE(sum_bf16, SumR<c10::BFloat16>)
 REDUCE(mean_f32, MeanR<float>)
 REDUCE(mean_f16, MeanR<c10::Half>)
 REDUCE(mean_bf16, MeanR<c10::BFloat16>)
-KERNEL(512, 1, SumR<float>) KERNEL(256, 2, SumR<float>) KERNEL(128, 4, SumR<float>)
-KERNEL(512, 1, SumR<c10::Half>) KERNEL(128, 4, SumR<c10::Half>)
-KERNEL(512, 1, SumR<c10::BFloat16>) KERNEL(128, 4, SumR<c10::BFloat16>)
-KERNEL(512, 1, MeanR<float>) KERNEL(256, 2, MeanR<float>) KERNEL(128, 4, MeanR<float>)
-KERNEL(512, 1, MeanR<c10::Half>) KERNEL(128, 4, MeanR<c10::Half>)
-KERNEL(512, 1, MeanR<c10::BFloat16>) KERNEL(128, 4, MeanR<c10::BFloat16>)
+#define ALL_VECS(R) KERNEL(512, 1, R) KERNEL(256, 2, R) KERNEL(128, 4, R)
+ALL_VECS(SumR<float>) ALL_VECS(SumR<c10::Half>) ALL_VECS(SumR<c10::BFloat16>)
+ALL_VECS(MeanR<float>) ALL_VECS(MeanR<c10::Half>) ALL_VECS(MeanR<c10::BFloat16>)
 
 // host_softmax (SoftMax.cu) for rows of at most 2048 elements and 8192 bytes:
 // dispatch_softmax_forward<scalar_t, scalar_t, float, is_log_softmax, false>, which launches
