@@ -170,9 +170,12 @@ _SOFTMAX_T = {torch.float32: "fff", torch.float16: "N3c104HalfES2_f",
               torch.bfloat16: "N3c108BFloat16ES2_f"}
 
 
-def softmax_entry(dtype: torch.dtype, log2_elements: int, log_softmax: bool) -> str:
-    """The mangled name of ``softmax_warp_forward<T, T, float, L, log, false, 32>``."""
-    head = (f"softmax_warp_forwardI{_SOFTMAX_T[dtype]}Li{log2_elements}ELb{int(log_softmax)}"
+def softmax_entry(dtype: torch.dtype, log2_elements: int, log_softmax: bool,
+                  half_to_float: bool = False) -> str:
+    """The mangled name of ``softmax_warp_forward<T, T, float, L, log, false, 32>`` (with
+    ``half_to_float``: ``<Half, float, float, ...>``)."""
+    types = "N3c104HalfEff" if half_to_float else _SOFTMAX_T[dtype]
+    head = (f"softmax_warp_forwardI{types}Li{log2_elements}ELb{int(log_softmax)}"
             "ELb0ELi32E")
     names = [k for k in module().kernels if head in k]
     if len(names) != 1:
@@ -181,7 +184,7 @@ def softmax_entry(dtype: torch.dtype, log2_elements: int, log_softmax: bool) -> 
     return names[0]
 
 
-def launch_softmax(x: torch.Tensor, log_softmax: bool = False):
+def launch_softmax(x: torch.Tensor, log_softmax: bool = False, half_to_float: bool = False):
     """softmax / log_softmax of the rows of the 2-d contiguous ``x`` by the compiled
     ``softmax_warp_forward`` as ``dispatch_softmax_forward`` launches it (128 threads a
     block: warps of ``min(P, 32)`` lanes, 2 rows a warp where ``P <= 128``).
@@ -196,12 +199,13 @@ def launch_softmax(x: torch.Tensor, log_softmax: bool = False):
     np_t = {torch.float32: np.float32, torch.float16: np.int16, torch.bfloat16: np.int16}
     src = x.contiguous().view(torch.int16 if x.element_size() == 2 else torch.float32)
     src = src.numpy().astype(np_t[x.dtype]).copy()
-    dst = np.zeros_like(src)
-    st = module().launch(softmax_entry(x.dtype, L, log_softmax), blocks, (warp, warps),
+    dst = np.zeros(src.shape, np.float32) if half_to_float else np.zeros_like(src)
+    st = module().launch(softmax_entry(x.dtype, L, log_softmax, half_to_float), blocks,
+                         (warp, warps),
                          [dst, src, np.int32(rows), np.int32(n), np.int32(n), np.uint64(0),
                           np.int32(-1), np.uint8(0)])
     out = torch.from_numpy(dst)
-    return (out if x.dtype == torch.float32 else out.view(x.dtype)), st
+    return (out if dst.dtype == np.float32 else out.view(x.dtype)), st
 
 
 def launch_welford(x: torch.Tensor, threads: int = 512):

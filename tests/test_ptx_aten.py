@@ -260,6 +260,18 @@ def test_softmax_warp_forward_16bit(dtype, n):
     check_softmax((wide(3 * n, n) * 1e-3).to(dtype).reshape(3, n))
 
 
+@pytest.mark.parametrize("n,log", [(20, False), (700, True)])
+def test_softmax_warp_forward_half_to_float(n, log):
+    """fp16 in, float out (``_softmax(x, dim, half_to_float=True)``): host_softmax's model."""
+    x = (wide(3 * n, n) * 1e-3).half().reshape(3, n)
+    x[1, 0] = float("-inf")
+    got, _ = ak.launch_softmax(x, log, half_to_float=True)
+    with np.errstate(all="ignore"):
+        want, launch = host_softmax.softmax(x, log_softmax=log, half_to_float=True)
+    assert launch.kernel == "persistent" and got.dtype == want.dtype == torch.float32
+    assert same_bits(got, want) == 0
+
+
 def test_log_softmax_warp_forward_fp16():
     check_softmax((wide(3 * 60, 1) * 1e-3).half().reshape(3, 60), True)
 

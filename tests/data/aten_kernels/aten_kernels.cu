@@ -78,6 +78,13 @@ SOFTMAX(float, 3, true) SOFTMAX(float, 7, true) SOFTMAX(float, 10, true)
 SOFTMAX(c10::Half, 3, false) SOFTMAX(c10::Half, 7, false) SOFTMAX(c10::Half, 10, false)
 SOFTMAX(c10::BFloat16, 3, false) SOFTMAX(c10::BFloat16, 7, false)
 SOFTMAX(c10::BFloat16, 10, false) SOFTMAX(c10::Half, 6, true)
+// half_to_float: dispatch_softmax_forward<Half, float, float, is_log_softmax, false>
+namespace {
+template __global__ void softmax_warp_forward<c10::Half, float, float, 5, false, false, 32>(
+    float*, const c10::Half*, int, int, int, const bool*, const int, bool);
+template __global__ void softmax_warp_forward<c10::Half, float, float, 10, true, false, 32>(
+    float*, const c10::Half*, int, int, int, const bool*, const int, bool);
+}
 
 // ---- reconstructed (layer_norm_kernel.cu and SoftMax.cu are not in the wheel) -------------
 // RowwiseMomentsCUDAKernel's structure as torch_mma_emu.aten_cuda.norms.moments states it
