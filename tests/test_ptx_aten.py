@@ -232,7 +232,8 @@ SOFTMAX_N = [1, 2, 3, 5, 17, 33, 100, 129, 700, 1000, 1500, 2048]
 
 def check_softmax(x, log_softmax=False):
     got, st = ak.launch_softmax(x, log_softmax)
-    want = persistent.softmax(x, log_softmax=log_softmax)
+    with np.errstate(all="ignore"):      # the model's inf - inf on rows of -inf
+        want = persistent.softmax(x, log_softmax=log_softmax)
     assert same_bits(got, want) == 0
     return st
 
