@@ -117,7 +117,8 @@ def same_bits(got, want):
 
 def check_reduce(x, dim, op="sum", gpu=H100, expect=None):
     got, cfg, st, kept = ak.launch_reduce(x, dim, op, gpu)
-    want = sums.reduce(x, dim, op=op, gpu=gpu)
+    with np.errstate(all="ignore"):      # the model's overflow / inf - inf in special rows
+        want = sums.reduce(x, dim, op=op, gpu=gpu)
     assert st.ctas == cfg.grid[0] * cfg.grid[1]
     if expect is not None:
         assert expect in cfg.describe(), cfg.describe()
