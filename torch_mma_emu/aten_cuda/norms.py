@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .. import gpu_math
-from ..gpu_math import ieee
+from ..gpu_math import fast
 
 __all__ = ["vectorized", "layer_norm", "rms_norm", "evaluate", "evaluate_rowwise", "moments",
            "kernel_name", "THREADS", "VEC", "KERNEL", "BLOCK_REDUCE_THREADS"]
@@ -74,9 +74,9 @@ def _combine(own, other, rms: bool):
         w_a = (c_a * coef).astype(_F, copy=False)
         w_b = (c_b * coef).astype(_F, copy=False)
         delta = (m_b - m_a).astype(_F, copy=False)
-        mean = ieee.fma(m_a, w_a, (m_b * w_b).astype(_F, copy=False))
+        mean = fast.fma(m_a, w_a, (m_b * w_b).astype(_F, copy=False))
         dd = (c_a * (delta * delta).astype(_F, copy=False)).astype(_F, copy=False)
-        m2 = ieee.fma(dd, w_b, (s_b + s_a).astype(_F, copy=False))
+        m2 = fast.fma(dd, w_b, (s_b + s_a).astype(_F, copy=False))
     pos = count > 0
     return (np.where(pos, mean, _F(0)).astype(_F, copy=False),
             np.where(pos, m2, _F(0)).astype(_F, copy=False),
@@ -120,8 +120,8 @@ def _welford(state, x):
     delta = (x - mean).astype(_F, copy=False)
     nc = (cnt + _F(1)).astype(_F, copy=False)
     coef = (_F(1) / nc).astype(_F, copy=False)
-    nm = ieee.fma(delta, coef, mean)
-    return nm, ieee.fma(delta, (x - nm).astype(_F, copy=False), m2), nc
+    nm = fast.fma(delta, coef, mean)
+    return nm, fast.fma(delta, (x - nm).astype(_F, copy=False), m2), nc
 
 
 def stats(X: np.ndarray, *, rms: bool = False):
@@ -130,7 +130,7 @@ def stats(X: np.ndarray, *, rms: bool = False):
     X = np.asarray(X, _F)
     N = X.shape[1]
     if rms:
-        mean, m2, _ = _block(X, lambda st, x: (st[0], ieee.fma(x, x, st[1]), st[2]),
+        mean, m2, _ = _block(X, lambda st, x: (st[0], fast.fma(x, x, st[1]), st[2]),
                              (0, 0, 0), lambda own, other: _combine(own, other, True))
     else:
         mean, m2, _ = _block(X, _welford, (0, 0, 0),
@@ -202,9 +202,9 @@ def evaluate(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool = False):
         b = None if beta is None else np.asarray(beta, _F)[None]
         if g is not None:
             p = (r * d).astype(_F, copy=False)
-            y = ieee.fma(g, p, b) if b is not None else (g * p).astype(_F, copy=False)
+            y = fast.fma(g, p, b) if b is not None else (g * p).astype(_F, copy=False)
         elif b is not None:
-            y = ieee.fma(d, r, b)
+            y = fast.fma(d, r, b)
         else:
             y = (r * d).astype(_F, copy=False)
     return np.asarray(y, _F), mean, rstd
@@ -222,9 +222,9 @@ def _welford_combine(a, b):
         delta = (m_b - m_a).astype(_F, copy=False)
         count = (n_a + n_b).astype(_F, copy=False)
         w = (n_b / count).astype(_F, copy=False)
-        mean = ieee.fma(delta, w, m_a)
+        mean = fast.fma(delta, w, m_a)
         dd = ((delta * delta).astype(_F, copy=False) * n_a).astype(_F, copy=False)
-        m2 = ieee.fma(dd, w, (s_a + s_b).astype(_F, copy=False))
+        m2 = fast.fma(dd, w, (s_a + s_b).astype(_F, copy=False))
     a0, b0 = n_a == 0, n_b == 0
     pick = lambda va, vb, v: (                                          # noqa: E731
         np.where(a0, vb, np.where(b0, va, v)).astype(_F, copy=False))
@@ -254,7 +254,7 @@ def moments(X: np.ndarray):
             nf = _F(k + 1)                  # every live thread has seen k + 1 elements
             delta = (x - mean).astype(_F, copy=False)
             nm = (mean + (delta / nf).astype(_F, copy=False)).astype(_F, copy=False)
-            ns = ieee.fma(delta, (x - nm).astype(_F, copy=False), m2)
+            ns = fast.fma(delta, (x - nm).astype(_F, copy=False), m2)
             mean, m2 = np.where(on, nm, mean), np.where(on, ns, m2)
             cnt = np.where(on, nf, cnt)
     state = tuple(s.reshape(R, T // WARP, WARP) for s in (mean, m2, cnt))
@@ -285,13 +285,13 @@ def evaluate_rowwise(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool =
     with np.errstate(over="ignore", invalid="ignore"):
         if rms:
             rstd = gpu_math.evaluate("rsqrt.approx.f32",
-                                     (ieee.fma(mean, mean, var) + e).astype(_F, copy=False))
+                                     (fast.fma(mean, mean, var) + e).astype(_F, copy=False))
             y = ((X * rstd[:, None]).astype(_F, copy=False) * g).astype(_F, copy=False)
             return y, np.zeros_like(mean), rstd
         rstd = gpu_math.evaluate("rsqrt.approx.f32", (var + e).astype(_F, copy=False))
         b = _F(0) if beta is None else np.asarray(beta, _F)[None]
         p = ((X - mean[:, None]).astype(_F, copy=False) * rstd[:, None]).astype(_F, copy=False)
-        y = ieee.fma(p, np.broadcast_to(g, X.shape), np.broadcast_to(b, X.shape))
+        y = fast.fma(p, np.broadcast_to(g, X.shape), np.broadcast_to(b, X.shape))
     return np.asarray(y, _F), mean, rstd
 
 

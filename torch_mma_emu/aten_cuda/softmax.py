@@ -29,13 +29,14 @@ def persistent(n: int, dtype: torch.dtype) -> bool:
 
 
 def device_math():
-    """``(exp, log)``: the CUDA math models of torch 2.13 (``aten_cuda.elementwise``), or
-    None where this checkout has none."""
+    """``(exp, log)``: the CUDA math models of torch 2.13 (``aten_cuda.elementwise``; their
+    C++ kernels where built, ``elementwise.fast_model``), or None where this checkout has
+    none."""
     try:
         from . import elementwise as ew        # noqa: PLC0415 (optional sibling module)
     except ImportError:
         return None
-    return ew.exp, ew.log
+    return ew.fast_model("exp"), ew.fast_model("log")
 
 
 def _lanes(n: int):
