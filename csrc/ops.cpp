@@ -88,6 +88,7 @@ STABLE_TORCH_LIBRARY(mma_emu, m) {
   // torch 2.13's CUDA float32 math (core/gpu_math.h; CPU kernels: cpu/gpu_math_cpu.cpp)
   m.def("_gpu_math(Tensor x, str op, Tensor tables) -> Tensor");
   m.def("_fma_f32(Tensor a, Tensor b, Tensor c) -> Tensor");
+  m.def("_welford_f32(Tensor x, int threads, int vec, bool rms) -> Tensor");
 #ifdef MMA_EMU_WITH_CUDA
   m.def("_mma_instr(Tensor a, Tensor b, Tensor c, int[] cfg) -> Tensor");
 #endif

@@ -28,6 +28,11 @@ void check_f32(const Tensor& t, const char* op, const char* what) {
   MMA_CHECK_VALUE(t.is_contiguous(), op, ": ", what, " must be contiguous");
 }
 
+struct Strided2 {   // a float32 [R, C] operand: element (r, j) at p[r * s0 + j * s1]
+  const float* p;
+  int64_t s0, s1;
+};
+
 // The element loops, compiled twice on x86: for baseline x86-64 and with FMA (std::fma then
 // is one instruction instead of a libm call); the choice is cpu_isa()'s (MMA_EMU_SCALAR,
 // MMA_EMU_CPU_ISA respected).  The same IEEE operations either way: the bits do not change.
@@ -50,9 +55,18 @@ void check_f32(const Tensor& t, const char* op, const char* what) {
       default: for (int64_t i = lo; i < hi; ++i) o[i] = gm::apply(code, in[i], T); break;   \
     }                                                                                       \
   }                                                                                         \
-  ATTR void fma_##SFX(const float* a, const float* b, const float* c, float* o, int64_t lo, \
-                      int64_t hi) {                                                         \
-    for (int64_t i = lo; i < hi; ++i) o[i] = gm::fma(a[i], b[i], c[i]);                     \
+  ATTR void fma_##SFX(const Strided2* in, float* o, int64_t C, int64_t r0, int64_t r1) {  \
+    const Strided2 a = in[0], b = in[1], c = in[2];                                         \
+    for (int64_t r = r0; r < r1; ++r) {                                                     \
+      const float *pa = a.p + r * a.s0, *pb = b.p + r * b.s0, *pc = c.p + r * c.s0;         \
+      float* po = o + r * C;                                                                \
+      if (a.s1 == 1 && b.s1 == 1 && c.s1 == 1) {   /* rows read in place: a plain loop */  \
+        for (int64_t j = 0; j < C; ++j) po[j] = gm::fma(pa[j], pb[j], pc[j]);               \
+      } else {                                                                              \
+        for (int64_t j = 0; j < C; ++j)                                                     \
+          po[j] = gm::fma(pa[j * a.s1], pb[j * b.s1], pc[j * c.s1]);                        \
+      }                                                                                     \
+    }                                                                                       \
   }
 
 MMA_GM_LOOPS(, base)
@@ -116,26 +130,89 @@ Tensor gpu_math_cpu(const Tensor& x, std::string op, const Tensor& tables) {
   return out;
 }
 
+// fma.rn.f32 over three float32 [R, C] operands with any strides (0: broadcast); the result
+// is a new contiguous [R, C] tensor.
 Tensor fma_f32_cpu(const Tensor& a, const Tensor& b, const Tensor& c) {
-  check_f32(a, "_fma_f32", "a");
-  check_f32(b, "_fma_f32", "b");
-  check_f32(c, "_fma_f32", "c");
-  MMA_CHECK_VALUE(a.numel() == b.numel() && a.numel() == c.numel(),
-                  "_fma_f32: a, b, c must have the same number of elements, got ", shape_of(a),
-                  ", ", shape_of(b), ", ", shape_of(c));
-  Tensor out = torch::stable::empty_like(a);
-  const float* pa = a.const_data_ptr<float>();
-  const float* pb = b.const_data_ptr<float>();
-  const float* pc = c.const_data_ptr<float>();
+  const Tensor* ops[3] = {&a, &b, &c};
+  for (const Tensor* t : ops) {
+    MMA_CHECK_VALUE(t->is_cpu() && t->scalar_type() == ScalarType::Float && t->dim() == 2,
+                    "_fma_f32: a, b, c must be 2-D float32 CPU tensors, got ", shape_of(*t));
+    MMA_CHECK_VALUE(t->size(0) == a.size(0) && t->size(1) == a.size(1),
+                    "_fma_f32: a, b, c must have one shape, got ", shape_of(a), ", ",
+                    shape_of(b), ", ", shape_of(c));
+  }
+  const int64_t R = a.size(0), C = a.size(1);
+  Tensor out = torch::stable::new_empty(a, {R, C});
+  Strided2 in[3];
+  for (int k = 0; k < 3; ++k)
+    in[k] = {ops[k]->const_data_ptr<float>(), ops[k]->stride(0), ops[k]->stride(1)};
   float* o = out.mutable_data_ptr<float>();
   const bool f3 = use_fma3();
-  parallel_for(0, a.numel(), kGrain, [&](int64_t lo, int64_t hi) {
-    FpEnvGuard guard;
+  parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 FpEnvGuard guard;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (f3) return fma_fma3(pa, pb, pc, o, lo, hi);
+                 if (f3) return fma_fma3(in, o, C, r0, r1);
 #endif
-    fma_base(pa, pb, pc, o, lo, hi);
-  });
+                 fma_base(in, o, C, r0, r1);
+               });
+  return out;
+}
+
+// The per-thread loop of vectorized_layer_norm_kernel (torch_mma_emu/aten_cuda/norms.py,
+// _welford): thread t of `threads` folds the `vec`-vectors t, t + threads, ... of each row
+// element by element into (mean, m2, count): delta = x - mean, count += 1,
+// mean = fma(delta, 1/count, mean), m2 = fma(delta, x - mean, m2); rms_norm: m2 = fma(x, x, m2)
+// only.  Returns [3, rows, threads] (mean, m2, count) as float32.
+#define MMA_WELFORD_LOOP(ATTR, SFX)                                                          \
+  ATTR void welford_##SFX(const float* X, float* st, int64_t R, int64_t N, int64_t T,       \
+                          int64_t vec, bool rms, int64_t r0, int64_t r1) {                  \
+    const int64_t nv = N / vec;                                                             \
+    for (int64_t r = r0; r < r1; ++r)                                                       \
+      for (int64_t t = 0; t < T; ++t) {                                                     \
+        float mean = 0.0f, m2 = 0.0f, cnt = 0.0f;                                           \
+        for (int64_t v = t; v < nv; v += T)                                                 \
+          for (int64_t i = 0; i < vec; ++i) {                                               \
+            const float x = X[r * N + v * vec + i];                                         \
+            if (rms) {                                                                      \
+              m2 = gm::fma(x, x, m2);                                                       \
+            } else {                                                                        \
+              const float delta = x - mean;                                                 \
+              cnt = cnt + 1.0f;                                                             \
+              mean = gm::fma(delta, 1.0f / cnt, mean);                                      \
+              m2 = gm::fma(delta, x - mean, m2);                                            \
+            }                                                                               \
+          }                                                                                 \
+        st[r * T + t] = mean;                                                               \
+        st[(R + r) * T + t] = m2;                                                           \
+        st[(2 * R + r) * T + t] = cnt;                                                      \
+      }                                                                                     \
+  }
+
+MMA_WELFORD_LOOP(, base)
+#if defined(__x86_64__) && defined(__GNUC__)
+MMA_WELFORD_LOOP(__attribute__((target("fma"))), fma3)
+#endif
+
+Tensor welford_f32_cpu(const Tensor& x, int64_t threads, int64_t vec, bool rms) {
+  check_f32(x, "_welford_f32", "x");
+  MMA_CHECK_VALUE(x.dim() == 2, "_welford_f32: x must be 2-D (rows, N), got ", shape_of(x));
+  MMA_CHECK_VALUE(threads >= 1 && vec >= 1 && x.size(1) % vec == 0,
+                  "_welford_f32: threads and vec must be positive and divide the row: N = ",
+                  x.size(1), ", vec = ", vec);
+  const int64_t R = x.size(0), N = x.size(1);
+  Tensor out = torch::stable::new_empty(x, {3, R, threads});
+  const float* X = x.const_data_ptr<float>();
+  float* st = out.mutable_data_ptr<float>();
+  const bool f3 = use_fma3();
+  parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(N, 1)),
+               [&](int64_t r0, int64_t r1) {
+                 FpEnvGuard guard;
+#if defined(__x86_64__) && defined(__GNUC__)
+                 if (f3) return welford_fma3(X, st, R, N, threads, vec, rms, r0, r1);
+#endif
+                 welford_base(X, st, R, N, threads, vec, rms, r0, r1);
+               });
   return out;
 }
 
@@ -146,4 +223,5 @@ Tensor fma_f32_cpu(const Tensor& a, const Tensor& b, const Tensor& c) {
 STABLE_TORCH_LIBRARY_IMPL(mma_emu, CPU, m) {
   m.impl("_gpu_math", TORCH_BOX(&mma::gpu_math_cpu));
   m.impl("_fma_f32", TORCH_BOX(&mma::fma_f32_cpu));
+  m.impl("_welford_f32", TORCH_BOX(&mma::welford_f32_cpu));
 }

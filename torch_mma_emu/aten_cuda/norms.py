@@ -89,11 +89,25 @@ def _halve(state, axis_len: int, rms: bool):
     return _halve_with(state, axis_len, lambda own, other: _combine(own, other, rms))
 
 
-def _block(X: np.ndarray, update, init, combine):
+def _block(X: np.ndarray, update, init, combine, kind: str = ""):
     """The vectorised kernel's order on rows of ``X`` (float32, [rows, N], N % 4 == 0):
     thread t updates its state with the 4-vectors t, t + 128, ... element by element
     (``update(state, x) -> state``), then ``combine`` halves over the 32 lanes of each warp
-    (shfl_down) and over the 4 warps (shared memory).  Returns the block's state."""
+    (shfl_down) and over the 4 warps (shared memory).  Returns the block's state.
+    ``kind`` "welford" / "rms" names ``update`` (:func:`_welford`, rms_norm's): the C++
+    kernel of the same loop runs it where built (``gpu_math.fast.welford``)."""
+    R, N = X.shape
+    if kind and X.size >= fast.MIN_SIZE and fast.available():
+        state = fast.welford(X, THREADS, VEC, rms=kind == "rms")
+    else:
+        state = _thread_loop(X, update, init)
+    state = tuple(s.reshape(R, THREADS // WARP, WARP) for s in state)
+    state = _halve_with(state, WARP, combine)                 # lane 0 of each warp
+    return _halve_with(state, THREADS // WARP, combine)      # warp 0
+
+
+def _thread_loop(X: np.ndarray, update, init):
+    """Each thread's state after its elements (:func:`_block`), [rows, THREADS] each."""
     R, N = X.shape
     nv = N // VEC
     K = -(-nv // THREADS)
@@ -110,9 +124,7 @@ def _block(X: np.ndarray, update, init, combine):
                 new = update(state, V[k, ii])
                 state = new if full[k] else tuple(np.where(on, a, b)
                                                   for a, b in zip(new, state))
-    state = tuple(s.reshape(R, THREADS // WARP, WARP) for s in state)
-    state = _halve_with(state, WARP, combine)                 # lane 0 of each warp
-    return _halve_with(state, THREADS // WARP, combine)      # warp 0
+    return state
 
 
 def _welford(state, x):
@@ -131,10 +143,10 @@ def stats(X: np.ndarray, *, rms: bool = False):
     N = X.shape[1]
     if rms:
         mean, m2, _ = _block(X, lambda st, x: (st[0], fast.fma(x, x, st[1]), st[2]),
-                             (0, 0, 0), lambda own, other: _combine(own, other, True))
+                             (0, 0, 0), lambda own, other: _combine(own, other, True), "rms")
     else:
         mean, m2, _ = _block(X, _welford, (0, 0, 0),
-                             lambda own, other: _combine(own, other, False))
+                             lambda own, other: _combine(own, other, False), "welford")
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         var = (m2 / _F(N)).astype(_F, copy=False)
     return mean.astype(_F, copy=False), var
@@ -197,11 +209,11 @@ def evaluate(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool = False):
             p = (r * X).astype(_F, copy=False)
             y = p if gamma is None else (np.asarray(gamma, _F)[None] * p).astype(_F, copy=False)
             return y, np.zeros_like(mean), rstd
-        d = (X - mean[:, None]).astype(_F, copy=False)
+        d = np.subtract(X, mean[:, None], dtype=_F)
         g = None if gamma is None else np.asarray(gamma, _F)[None]
         b = None if beta is None else np.asarray(beta, _F)[None]
         if g is not None:
-            p = (r * d).astype(_F, copy=False)
+            p = np.multiply(r, d, out=d) if b is not None else (r * d).astype(_F, copy=False)
             y = fast.fma(g, p, b) if b is not None else (g * p).astype(_F, copy=False)
         elif b is not None:
             y = fast.fma(d, r, b)

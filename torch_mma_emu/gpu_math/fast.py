@@ -37,7 +37,7 @@ def _has_kernels() -> bool:
         from .. import _C  # noqa: F401  (loading it registers the ops)
     except ImportError:
         return False
-    return hasattr(torch.ops.mma_emu, "_gpu_math") and hasattr(torch.ops.mma_emu, "_fma_f32")
+    return all(hasattr(torch.ops.mma_emu, op) for op in ("_gpu_math", "_fma_f32", "_welford_f32"))
 
 
 def available() -> bool:
@@ -77,14 +77,31 @@ def run(name: str, x) -> np.ndarray:
 
 
 def fma(a, b, c) -> np.ndarray:
-    """``fma.rn.f32`` of float32 arrays (broadcast): the C++ kernel for large arrays, else
-    :func:`ieee.fma` (the same bits)."""
-    a, b, c = np.broadcast_arrays(np.asarray(a, np.float32), np.asarray(b, np.float32),
-                                  np.asarray(c, np.float32))
-    if a.size < MIN_SIZE or not available():
+    """``fma.rn.f32`` of float32 arrays (broadcast): the C++ kernel for large arrays (the
+    broadcast operands read in place, not copied), else :func:`ieee.fma` (the same bits)."""
+    a, b, c = (np.asarray(v, np.float32) for v in (a, b, c))
+    shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
+    size = int(np.prod(shape, dtype=np.int64))
+    if size < MIN_SIZE or not available():
         return ieee.fma(a, b, c)
-    t = [torch.from_numpy(np.ascontiguousarray(v).reshape(-1)) for v in (a, b, c)]
-    return torch.ops.mma_emu._fma_f32(*t).numpy().reshape(a.shape)
+    cols = shape[-1]
+    ts = []
+    for v in (a, b, c):
+        v = np.ascontiguousarray(v) if v.ndim else v.reshape(1)
+        if not v.flags.writeable:
+            v = v.copy()
+        ts.append(torch.from_numpy(v).expand(shape).reshape(size // cols, cols))
+    return torch.ops.mma_emu._fma_f32(*ts).numpy().reshape(shape)
 
 
-__all__ = ["FUNCTIONS", "MIN_SIZE", "available", "reference", "run", "fma"]
+def welford(X, threads: int, vec: int, rms: bool = False):
+    """The per-thread loop of ATen's ``vectorized_layer_norm_kernel`` on float32 rows ``X``
+    ([R, N], N % vec == 0) with the C++ kernel: thread ``t`` folds the ``vec``-vectors
+    ``t, t + threads, ...`` element by element into a Welford state (``aten_cuda.norms``
+    has the NumPy reference); returns ``(mean, m2, count)``, each [R, threads] float32."""
+    x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+    st = torch.ops.mma_emu._welford_f32(x, int(threads), int(vec), bool(rms)).numpy()
+    return st[0], st[1], st[2]
+
+
+__all__ = ["FUNCTIONS", "MIN_SIZE", "available", "reference", "run", "fma", "welford"]
