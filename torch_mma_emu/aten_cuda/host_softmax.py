@@ -232,8 +232,9 @@ def _row_max(X: np.ndarray, axis: int) -> np.ndarray:
 def _epilogue(X, mx, E, s, log, log_softmax):
     """``E``: ``exp(x - max)``, the same expf the epilogue computes again (overwritten)."""
     if log_softmax:
-        d = np.subtract(X, mx, dtype=np.float32)
-        return np.subtract(d, np.asarray(log(s), np.float32), out=d)
+        with np.errstate(invalid="ignore"):             # inf - inf: NaN, as on the GPU
+            d = np.subtract(X, mx, dtype=np.float32)
+            return np.subtract(d, np.asarray(log(s), np.float32), out=d)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.divide(E, s, out=E)
 
