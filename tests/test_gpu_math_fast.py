@@ -213,3 +213,28 @@ def test_under_emulate():
                     F.gelu(x), torch.tanh(x))
     got, want = _both(run)
     _assert_same_tensors(got, want)
+
+
+@pytest.mark.parametrize("n", [5, 33, 100, 1000, 2048])
+def test_persistent_padding_with_zeros(n):
+    """The persistent model pads the lanes after exp with +0 where the kernel reads -inf
+    before it: the same bits, also for rows of -inf, +inf and NaN (the kernel's form here,
+    written with softmax.lanes / row_sum)."""
+    from torch_mma_emu.aten_cuda import softmax as sm
+    X = _rows(12, n, n + 1)
+    X[1, :] = -np.inf
+    X[2, :] = np.inf
+    X[3, :] = np.nan
+    X[4, 0] = np.inf
+    R = X.shape[0]
+    with np.errstate(all="ignore"):
+        E = sm.lanes(X, -np.inf)
+        d = (E - X.max(axis=1)[:, None, None]).astype(F32)
+        e = ew.exp(d)
+        s = sm.row_sum(e)[:, None, None]
+        want = np.where(s == 0, F32(np.nan), (e / s).astype(F32)).reshape(R, -1)[:, :n]
+        want_log = (d - ew.log(s)).astype(F32).reshape(R, -1)[:, :n]
+    assert _same(sm.evaluate(X, ew.exp, ew.log), want) == 0
+    assert _same(sm.evaluate(X, ew.exp, ew.log, log_softmax=True), want_log) == 0
+    exp, log = sm.device_math()
+    assert _same(sm.evaluate(X, exp, log), want) == 0
