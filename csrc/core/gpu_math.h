@@ -12,6 +12,7 @@
 // canonical NaN 0x7fffffff, as in the NumPy models.
 #pragma once
 #include <cmath>
+#include <cstring>
 
 #include "common.h"
 
@@ -277,6 +278,18 @@ enum Op : int {
 #undef MMA_GM_ENUM
   kNumOps
 };
+
+// The code of a function name (host code), -1 if unknown.
+inline constexpr const char* kOpNames[] = {
+#define MMA_GM_NAME(n) #n,
+    MMA_GM_OPS(MMA_GM_NAME)
+#undef MMA_GM_NAME
+};
+inline int op_code(const char* name) {
+  for (int i = 0; i < kNumOps; ++i)
+    if (std::strcmp(name, kOpNames[i]) == 0) return i;
+  return -1;
+}
 
 MMA_HD float apply(int op, float x, const MufuTables& T) {
   switch (op) {

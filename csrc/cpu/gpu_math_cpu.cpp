@@ -5,20 +5,13 @@
 #include <string>
 #include <vector>
 
-#include "../core/gpu_math.h"
-#include "../torch_stable.h"
+#include "../gpu_math_ops.h"
 #include "fast_paths.h"
 #include "fpenv.h"
 
 namespace mma {
 namespace {
 
-constexpr const char* kGmNames[] = {
-#define MMA_GM_NAME(n) #n,
-    MMA_GM_OPS(MMA_GM_NAME)
-#undef MMA_GM_NAME
-};
-constexpr int64_t kTableWords = 3 * (64 + 128 + 128) + 3;   // EX2, RCP, RSQ rows; 3 biases
 constexpr int64_t kGrain = int64_t(1) << 14;
 
 void check_f32(const Tensor& t, const char* op, const char* what) {
@@ -106,22 +99,12 @@ const uint32_t* dropped_table() {
 
 Tensor gpu_math_cpu(const Tensor& x, std::string op, const Tensor& tables) {
   check_f32(x, "_gpu_math", "x");
-  int code = -1;
-  for (int i = 0; i < gm::kNumOps; ++i)
-    if (op == kGmNames[i]) code = i;
-  if (code < 0) {
-    std::string known;
-    for (int i = 0; i < gm::kNumOps; ++i) known += std::string(i ? ", " : "") + kGmNames[i];
-    value_error("_gpu_math: unknown function '", op, "'; known: ", known);
-  }
-  MMA_CHECK_VALUE(tables.is_cpu() && tables.scalar_type() == ScalarType::Long &&
-                      tables.is_contiguous() && tables.numel() == kTableWords,
-                  "_gpu_math: tables must be a contiguous int64 CPU tensor of ", kTableWords,
-                  " words (torch_mma_emu/gpu_math/fast.py builds it)");
+  const int code = gm_code(op);
+  MMA_CHECK_VALUE(tables.is_cpu(), "_gpu_math: tables must be on the CPU with x");
+  check_tables(tables);
   const int64_t* tw = tables.const_data_ptr<int64_t>();
-  const gm::MufuTables T{tw, tw + 3 * 64, tw + 3 * 192, uint64_t(tw[kTableWords - 3]),
-                         uint64_t(tw[kTableWords - 2]), uint64_t(tw[kTableWords - 1]),
-                         dropped_table()};
+  gm::MufuTables T = mufu_tables(tw, tw);
+  T.dropped = dropped_table();
   Tensor out = torch::stable::empty_like(x);
   const float* in = x.const_data_ptr<float>();
   float* o = out.mutable_data_ptr<float>();
