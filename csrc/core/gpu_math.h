@@ -25,7 +25,7 @@ struct MufuTables {
   const int64_t* rcp;  // 128 rows
   const int64_t* rsq;  // 128 rows
   uint64_t ex2_bias, rcp_bias, rsq_bias;
-  // squarer_dropped(x) for x < 2^17 (every index the three units use), or null: computed
+  // squarer_dropped(x) for x < 2^17 (every index the three units use): host code needs it
   const uint32_t* dropped = nullptr;
 };
 
@@ -45,24 +45,19 @@ MMA_HD float fma(float a, float b, float c) {
   return canon(MMA_DEV_OR_HOST(__fmaf_rn(a, b, c), std::fma(a, b, c)));
 }
 
-// fma.rm.f32: a*b + c rounded toward -inf.  Host: the float64 sum s and its exact error
-// (TwoSum; the float64 product of two floats is exact) give the sign of exact - RN32(s); RN32(s)
-// is the float32 below or above the exact value (float32 numbers are float64 numbers and
-// RN64 is monotone), so one step down where it is above.
-MMA_HD float fma_rm(float a, float b, float c) {
+// expf's fma.rm.f32(t, 252, 0x4B400001) for t in [0, 1] (after its cvt.sat): the exact value
+// lies in [2^23 + 1, 2^23 + 253], where the floats are the integers, so rounding toward -inf
+// is floor: 0x4B400001 + floor(252 t) as bits.  t = m 2^(E - 150) (m < 2^24), so
+// floor(252 t) = (252 m) >> (150 - E) in 32-bit integers (252 m < 2^32): exact, no rounding.
+MMA_HD float expf_fma_rm(float t) {
 #if defined(__CUDA_ARCH__)
-  return canon(__fmaf_rd(a, b, c));
+  return __fmaf_rd(t, 252.0f, f32_of(0x4B400001u));
 #else
-  const double p = double(a) * double(b), cd = double(c);
-  const double s = p + cd;
-  float r = float(s);
-  if (!std::isfinite(s)) return canon(r);
-  const double bp = s - cd;
-  const double err = (p - bp) + (cd - (s - bp));
-  const double d = (s - double(r)) + err;
-  if (std::isinf(r)) return r > 0 ? cf(0x7F7FFFFFu) : r;   // past FLT_MAX: the largest float
-  if (d < 0) r = std::nextafter(r, -INFINITY);
-  return r;
+  const uint32_t b = bits_of(t), E = (b >> 23) & 0xFF;     // (masks, not branches: the CPU
+  const uint32_t m = (b & 0x7FFFFFu) | (uint32_t(E != 0) << 23);   // loops vectorise)
+  const uint32_t sh = 150 - E;                                // E <= 127: sh >= 23
+  const uint32_t k = ((252u * m) >> (sh & 31)) & (0u - uint32_t(sh < 32));
+  return f32_of(0x4B400001u + k);
 #endif
 }
 
@@ -89,40 +84,44 @@ MMA_HD uint64_t squarer_dropped(uint64_t x) {
 
 constexpr uint64_t kDroppedSize = uint64_t(1) << 17;
 
-// The squarer of x < 2^17: the exact square less the dropped bits (tabulated where T has them).
-MMA_HD uint64_t approx_square(uint64_t x, const MufuTables& T) {
-  return x * x - (T.dropped ? uint64_t(T.dropped[x]) : squarer_dropped(x));
+// The squarer of x < 2^17: the exact square less the dropped bits (device code computes them;
+// host code reads T.dropped, which the CPU kernel always passes: a lookup the loops vectorise).
+MMA_HD uint64_t approx_square(uint32_t x, const MufuTables& T) {
+#if defined(__CUDA_ARCH__)
+  return uint64_t(x) * x - squarer_dropped(x);
+#else
+  return uint64_t(x) * x - T.dropped[x];
+#endif
 }
 
 // MUFU.EX2 = ex2.approx.ftz.f32 (mufu.py ex2): the fraction as 23 truncated fixed-point bits
 // (negative x: inverted, one more off the integer part) picks the row by its top 6 bits.
+// Written without branches (selects only), so the CPU loops vectorise.
 MMA_HD float ex2_ftz(float x, const MufuTables& T) {
   const uint32_t b = bits_of(x);
-  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return cf(kCanonNan);
-  const bool neg = (b >> 31) != 0;
-  const int32_t E = int32_t((b >> 23) & 0xFF);
-  if (E >= 134) return neg ? 0.0f : cf(0x7F800000u);      // |x| >= 128 or Inf
-  uint64_t fixed = 0;                                       // floor(|x| 2^23)
-  if (E >= 1) {
-    const uint64_t m = (b & kMask23) | (1u << 23);
-    const int32_t sh = E - 127;
-    fixed = sh >= 0 ? (m << sh) : (-sh < 32 ? (m >> -sh) : 0);
-  }
-  int64_t ip = int64_t(fixed >> 23);
-  uint64_t r = fixed & kMask23;
-  int64_t n = neg ? -ip : ip;
-  if (neg && r != 0) {
-    r = kMask23 - r;
-    n -= 1;
-  }
-  const uint64_t xh = r >> 17, xl = r & ((1u << 17) - 1);
-  const uint64_t c0 = uint64_t(T.ex2[3 * xh]), c1 = uint64_t(T.ex2[3 * xh + 1]),
-                 c2 = uint64_t(T.ex2[3 * xh + 2]);
-  const uint64_t s = (c0 << 32) + ((c1 * xl) << 19) + c2 * approx_square(xl, T) +
+  const bool nan = (b & 0x7FFFFFFFu) > 0x7F800000u;
+  const uint32_t neg = b >> 31;
+  const uint32_t E = (b >> 23) & 0xFF;
+  const bool big = E >= 134;                                // |x| >= 128 or Inf
+  const uint32_t m = (b & kMask23) | (E != 0 ? (1u << 23) : 0u);
+  const uint32_t left = E >= 127 ? (E - 127) & 7 : 0;
+  const uint32_t right = E < 127 ? (127 - E < 31 ? 127 - E : 31) : 0;
+  const uint32_t fixed = (m << left) >> right;              // floor(|x| 2^23), |x| < 128
+  const int32_t ip = int32_t(fixed >> 23);
+  uint32_t r = fixed & kMask23;
+  const uint32_t inv = neg & uint32_t(r != 0);
+  r = inv ? kMask23 - r : r;
+  const int32_t n = (neg ? -ip : ip) - int32_t(inv);
+  const uint32_t xh = r >> 17, xl = r & ((1u << 17) - 1);
+  const uint64_t c0 = uint64_t(T.ex2[3 * xh]), c1 = uint32_t(T.ex2[3 * xh + 1]),
+                 c2 = uint32_t(T.ex2[3 * xh + 2]);
+  const uint64_t s = (c0 << 32) + ((c1 * uint64_t(xl)) << 19) + c2 * approx_square(xl, T) +
                      (T.ex2_bias >> 30);
-  const uint32_t frac = uint32_t((s >> 34) & kMask23);
-  const int64_t e = n + 127;
-  return e >= 1 ? f32_of((uint32_t(e < 254 ? e : 254) << 23) | frac) : 0.0f;
+  const uint32_t frac = uint32_t(s >> 34) & kMask23;
+  const int32_t e = n + 127;
+  uint32_t res = e >= 1 ? ((uint32_t(e < 254 ? e : 254) << 23) | frac) : 0u;
+  res = big ? (neg ? 0u : 0x7F800000u) : res;
+  return f32_of(nan ? kCanonNan : res);
 }
 
 // MUFU.RCP = rcp.approx.ftz.f32 (mufu.py rcp).
@@ -183,8 +182,11 @@ MMA_HD float rsqrt_full(float x, const MufuTables& T) {
 // CUDA's expf up to its last product: ex2 of the reduced argument and 2^j.
 MMA_HD void expf_parts(float x, const MufuTables& T, float& e, float& scale) {
   float t = fma(x, cf(0x3BBB989Du), 0.5f);                 // x log2(e) / 256 + 1/2
-  t = isnan_f(t) ? 0.0f : (t < 0.0f ? 0.0f : (t > 1.0f ? 1.0f : t));   // cvt.sat
-  const float j = fma_rm(t, cf(0x437C0000u), cf(0x4B400001u));
+  // cvt.sat: NaN and t <= -0 to +0, above 1 to 1 (on the bits, without branches)
+  const uint32_t tb = bits_of(t);
+  const uint32_t low = uint32_t(tb >> 31) | uint32_t((tb & 0x7FFFFFFFu) > 0x7F800000u);
+  t = f32_of((tb < 0x3F800000u ? tb : 0x3F800000u) & (low - 1u));
+  const float j = expf_fma_rm(t);                           // fma.rm(t, 252, 0x4B400001)
   float r = fma(x, cf(0x3FB8AA3Bu), -add(j, cf(0xCB40007Fu)));
   r = fma(x, cf(0x32A57060u), r);
   scale = f32_of(bits_of(j) << 23);

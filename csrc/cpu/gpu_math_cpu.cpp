@@ -5,9 +5,18 @@
 #include <string>
 #include <vector>
 
-#include "../gpu_math_ops.h"
+#include "../torch_stable.h"
 #include "fast_paths.h"
 #include "fpenv.h"
+
+// The models' loops are written without branches (selects): FP operations may then be
+// speculated, which -ftrapping-math (GCC's default) forbids.  No trap is ever enabled here and
+// the IEEE results do not depend on it (rounding, contraction and fast-math are unchanged);
+// it lets the avx2 clones vectorise.  Before the core header, so its functions get it too.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+#include "../gpu_math_ops.h"
 
 namespace mma {
 namespace {
@@ -29,23 +38,24 @@ struct Strided2 {   // a float32 [R, C] operand: element (r, j) at p[r * s0 + j 
 // The element loops, compiled twice on x86: for baseline x86-64 and with FMA (std::fma then
 // is one instruction instead of a libm call); the choice is cpu_isa()'s (MMA_EMU_SCALAR,
 // MMA_EMU_CPU_ISA respected).  The same IEEE operations either way: the bits do not change.
+#define MMA_GM_MAP(F) \
+  for (int64_t i = lo; i < hi; ++i) o[i] = F;                                               \
+  break;
 #define MMA_GM_LOOPS(ATTR, SFX)                                                              \
-  ATTR void map_##SFX(int code, const float* in, float* o, int64_t lo, int64_t hi,          \
-                      const gm::MufuTables& T) {                                            \
+  ATTR void map_##SFX(int code, const float* __restrict in, float* __restrict o, int64_t lo, \
+                      int64_t hi, const gm::MufuTables& tables) {                           \
+    const gm::MufuTables T = tables;                                                        \
     switch (code) {                                                                         \
-      case gm::k_exp: for (int64_t i = lo; i < hi; ++i) o[i] = gm::expf_(in[i], T); break;  \
-      case gm::k_log: for (int64_t i = lo; i < hi; ++i) o[i] = gm::logf_(in[i]); break;     \
-      case gm::k_tanh: for (int64_t i = lo; i < hi; ++i) o[i] = gm::tanhf_(in[i], T); break; \
-      case gm::k_erf: for (int64_t i = lo; i < hi; ++i) o[i] = gm::erff_(in[i], T); break;  \
-      case gm::k_sigmoid:                                                                   \
-        for (int64_t i = lo; i < hi; ++i) o[i] = gm::sigmoid(in[i], T);                     \
-        break;                                                                              \
-      case gm::k_silu: for (int64_t i = lo; i < hi; ++i) o[i] = gm::silu(in[i], T); break;  \
-      case gm::k_gelu: for (int64_t i = lo; i < hi; ++i) o[i] = gm::gelu(in[i], T); break;  \
-      case gm::k_gelu_tanh:                                                                 \
-        for (int64_t i = lo; i < hi; ++i) o[i] = gm::gelu_tanh(in[i], T);                   \
-        break;                                                                              \
-      default: for (int64_t i = lo; i < hi; ++i) o[i] = gm::apply(code, in[i], T); break;   \
+      case gm::k_exp: MMA_GM_MAP(gm::expf_(in[i], T))                                       \
+      case gm::k_log: MMA_GM_MAP(gm::logf_(in[i]))                                          \
+      case gm::k_tanh: MMA_GM_MAP(gm::tanhf_(in[i], T))                                     \
+      case gm::k_erf: MMA_GM_MAP(gm::erff_(in[i], T))                                       \
+      case gm::k_sigmoid: MMA_GM_MAP(gm::sigmoid(in[i], T))                                 \
+      case gm::k_silu: MMA_GM_MAP(gm::silu(in[i], T))                                       \
+      case gm::k_gelu: MMA_GM_MAP(gm::gelu(in[i], T))                                       \
+      case gm::k_gelu_tanh: MMA_GM_MAP(gm::gelu_tanh(in[i], T))                             \
+      case gm::k_ex2_ftz: MMA_GM_MAP(gm::ex2_ftz(in[i], T))                                 \
+      default: MMA_GM_MAP(gm::apply(code, in[i], T))                                        \
     }                                                                                       \
   }                                                                                         \
   ATTR void fma_##SFX(const Strided2* in, float* o, int64_t C, int64_t r0, int64_t r1) {  \
@@ -65,7 +75,18 @@ struct Strided2 {   // a float32 [R, C] operand: element (r, j) at p[r * s0 + j 
 MMA_GM_LOOPS(, base)
 #if defined(__x86_64__) && defined(__GNUC__)
 MMA_GM_LOOPS(__attribute__((target("fma"))), fma3)
+MMA_GM_LOOPS(__attribute__((target("avx2,fma"))), avx2)
 #endif
+
+bool use_avx2() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool ok = cpu_isa() != Isa::kScalar && __builtin_cpu_supports("avx2") &&
+                         __builtin_cpu_supports("fma");
+  return ok;
+#else
+  return false;
+#endif
+}
 
 bool use_fma3() {
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -77,10 +98,11 @@ bool use_fma3() {
 }
 
 void map_f32(int code, const float* in, float* o, int64_t n, const gm::MufuTables& T) {
-  const bool f3 = use_fma3();
+  const bool f3 = use_fma3(), v8 = use_avx2();
   parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
     FpEnvGuard guard;
 #if defined(__x86_64__) && defined(__GNUC__)
+    if (v8) return map_avx2(code, in, o, lo, hi, T);
     if (f3) return map_fma3(code, in, o, lo, hi, T);
 #endif
     map_base(code, in, o, lo, hi, T);
