@@ -2,6 +2,7 @@
 // models of csrc/core/gpu_math.h over a contiguous float32 tensor, and fma.rn.f32 over three.
 // The fast path of torch_mma_emu.aten_cuda (torch_mma_emu/gpu_math/fast.py); the NumPy models
 // are the reference they are tested against (tests/test_gpu_math_fast.py).
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -152,11 +153,12 @@ Tensor fma_f32_cpu(const Tensor& a, const Tensor& b, const Tensor& c) {
   for (int k = 0; k < 3; ++k)
     in[k] = {ops[k]->const_data_ptr<float>(), ops[k]->stride(0), ops[k]->stride(1)};
   float* o = out.mutable_data_ptr<float>();
-  const bool f3 = use_fma3();
+  const bool f3 = use_fma3(), v8 = use_avx2();
   parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(C, 1)),
                [&](int64_t r0, int64_t r1) {
                  FpEnvGuard guard;
 #if defined(__x86_64__) && defined(__GNUC__)
+                 if (v8) return fma_avx2(in, o, C, r0, r1);
                  if (f3) return fma_fma3(in, o, C, r0, r1);
 #endif
                  fma_base(in, o, C, r0, r1);
@@ -169,34 +171,54 @@ Tensor fma_f32_cpu(const Tensor& a, const Tensor& b, const Tensor& c) {
 // element by element into (mean, m2, count): delta = x - mean, count += 1,
 // mean = fma(delta, 1/count, mean), m2 = fma(delta, x - mean, m2); rms_norm: m2 = fma(x, x, m2)
 // only.  Returns [3, rows, threads] (mean, m2, count) as float32.
+// The threads' chains are independent: the loop runs them side by side (the inner loop over
+// threads vectorises), each thread's own elements still in its order.
 #define MMA_WELFORD_LOOP(ATTR, SFX)                                                          \
-  ATTR void welford_##SFX(const float* X, float* st, int64_t R, int64_t N, int64_t T,       \
-                          int64_t vec, bool rms, int64_t r0, int64_t r1) {                  \
+  ATTR void welford_##SFX(const float* __restrict X, float* __restrict st, int64_t R,       \
+                          int64_t N, int64_t T, int64_t vec, bool rms, int64_t r0,          \
+                          int64_t r1) {                                                     \
     const int64_t nv = N / vec;                                                             \
-    for (int64_t r = r0; r < r1; ++r)                                                       \
-      for (int64_t t = 0; t < T; ++t) {                                                     \
-        float mean = 0.0f, m2 = 0.0f, cnt = 0.0f;                                           \
-        for (int64_t v = t; v < nv; v += T)                                                 \
-          for (int64_t i = 0; i < vec; ++i) {                                               \
-            const float x = X[r * N + v * vec + i];                                         \
-            if (rms) {                                                                      \
-              m2 = gm::fma(x, x, m2);                                                       \
-            } else {                                                                        \
-              const float delta = x - mean;                                                 \
-              cnt = cnt + 1.0f;                                                             \
-              mean = gm::fma(delta, 1.0f / cnt, mean);                                      \
-              m2 = gm::fma(delta, x - mean, m2);                                            \
+    std::vector<float> buf(3 * size_t(T));                                                  \
+    float* __restrict mean = buf.data();                                                    \
+    float* __restrict m2 = mean + T;                                                        \
+    float* __restrict cnt = m2 + T;                                                         \
+    for (int64_t r = r0; r < r1; ++r) {                                                     \
+      std::fill(buf.begin(), buf.end(), 0.0f);                                              \
+      const float* __restrict row = X + r * N;                                              \
+      for (int64_t v0 = 0; v0 < nv; v0 += T) {                                              \
+        const int64_t live = std::min<int64_t>(T, nv - v0);                                 \
+        const float* __restrict blk = row + v0 * vec;                                       \
+        for (int64_t i = 0; i < vec; ++i) {                                                 \
+          if (rms) {                                                                        \
+            for (int64_t t = 0; t < live; ++t) {                                            \
+              const float x = blk[t * vec + i];                                             \
+              m2[t] = gm::fma(x, x, m2[t]);                                                 \
+            }                                                                               \
+          } else {                                                                          \
+            for (int64_t t = 0; t < live; ++t) {                                            \
+              const float x = blk[t * vec + i];                                             \
+              const float delta = x - mean[t];                                              \
+              const float c = cnt[t] + 1.0f;                                                \
+              const float nm = gm::fma(delta, 1.0f / c, mean[t]);                           \
+              m2[t] = gm::fma(delta, x - nm, m2[t]);                                        \
+              mean[t] = nm;                                                                 \
+              cnt[t] = c;                                                                   \
             }                                                                               \
           }                                                                                 \
-        st[r * T + t] = mean;                                                               \
-        st[(R + r) * T + t] = m2;                                                           \
-        st[(2 * R + r) * T + t] = cnt;                                                      \
+        }                                                                                   \
       }                                                                                     \
+      for (int64_t t = 0; t < T; ++t) {                                                     \
+        st[r * T + t] = mean[t];                                                            \
+        st[(R + r) * T + t] = m2[t];                                                        \
+        st[(2 * R + r) * T + t] = cnt[t];                                                   \
+      }                                                                                     \
+    }                                                                                       \
   }
 
 MMA_WELFORD_LOOP(, base)
 #if defined(__x86_64__) && defined(__GNUC__)
 MMA_WELFORD_LOOP(__attribute__((target("fma"))), fma3)
+MMA_WELFORD_LOOP(__attribute__((target("avx2,fma"))), avx2)
 #endif
 
 Tensor welford_f32_cpu(const Tensor& x, int64_t threads, int64_t vec, bool rms) {
@@ -209,11 +231,12 @@ Tensor welford_f32_cpu(const Tensor& x, int64_t threads, int64_t vec, bool rms) 
   Tensor out = torch::stable::new_empty(x, {3, R, threads});
   const float* X = x.const_data_ptr<float>();
   float* st = out.mutable_data_ptr<float>();
-  const bool f3 = use_fma3();
+  const bool f3 = use_fma3(), v8 = use_avx2();
   parallel_for(0, R, std::max<int64_t>(1, kGrain / std::max<int64_t>(N, 1)),
                [&](int64_t r0, int64_t r1) {
                  FpEnvGuard guard;
 #if defined(__x86_64__) && defined(__GNUC__)
+                 if (v8) return welford_avx2(X, st, R, N, threads, vec, rms, r0, r1);
                  if (f3) return welford_fma3(X, st, R, N, threads, vec, rms, r0, r1);
 #endif
                  welford_base(X, st, R, N, threads, vec, rms, r0, r1);
