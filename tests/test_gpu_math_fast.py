@@ -238,3 +238,37 @@ def test_persistent_padding_with_zeros(n):
     assert _same(sm.evaluate(X, ew.exp, ew.log, log_softmax=True), want_log) == 0
     exp, log = sm.device_math()
     assert _same(sm.evaluate(X, exp, log), want) == 0
+
+
+def test_scalar_clones_give_the_same_bits(tmp_path):
+    """MMA_EMU_SCALAR=1 runs the baseline (non-FMA, non-AVX2) clones of the loops: the same
+    bits as the NumPy models (a fresh process: the clone is chosen once)."""
+    import subprocess
+    import sys
+    np.save(tmp_path / "x.npy", X[::7])
+    code = f"""
+import numpy as np
+from torch_mma_emu.gpu_math import fast, mufu, ieee
+from torch_mma_emu.aten_cuda import elementwise as ew, norms
+x = np.load({str(tmp_path / "x.npy")!r})
+ref = {{"ex2_ftz": mufu.ex2, "rcp_ftz": mufu.rcp, "rsqrt_ftz": mufu.rsqrt,
+       **{{n: o.fn for n, o in ew.OPS.items()}}}}
+bad = 0
+with np.errstate(all="ignore"):
+    for name in fast.FUNCTIONS:
+        bad += int((fast.run(name, x).view(np.uint32) != np.asarray(ref[name](x), np.float32)
+                    .view(np.uint32)).sum())
+    a, b = x[:-(x.size % 3) or None].reshape(3, -1)[:2]
+    bad += int((fast.fma(a, b, a).view(np.uint32) != ieee.fma(a, b, a).view(np.uint32)).sum())
+    rows = np.random.default_rng(0).standard_normal((8, 1024)).astype(np.float32)
+    got = norms.evaluate(rows)
+    with fast.reference():
+        want = norms.evaluate(rows)
+    bad += sum(int((g.view(np.uint32) != w.view(np.uint32)).sum()) for g, w in zip(got, want))
+print("BAD", bad)
+"""
+    env = {**__import__("os").environ, "MMA_EMU_SCALAR": "1"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "BAD 0" in out.stdout
