@@ -124,27 +124,27 @@ MMA_HD float ex2_ftz(float x, const MufuTables& T) {
   return f32_of(nan ? kCanonNan : res);
 }
 
-// MUFU.RCP = rcp.approx.ftz.f32 (mufu.py rcp).
+// MUFU.RCP = rcp.approx.ftz.f32 (mufu.py rcp); the special inputs selected at the end
+// (no branches: the CPU loops vectorise).
 MMA_HD float rcp_ftz(float x, const MufuTables& T) {
   const uint32_t b = bits_of(x);
-  if ((b & 0x7FFFFFFFu) > 0x7F800000u) return cf(kCanonNan);
   const uint32_t sign = b & 0x80000000u;
   const int32_t e = int32_t((b >> 23) & 0xFF);
-  if (e == 0) return f32_of(sign | 0x7F800000u);           // zero or subnormal (flushed)
-  if (e == 255) return f32_of(sign);                        // Inf
   const uint32_t m = b & kMask23;
-  const uint64_t xh = m >> 16, xl = m & 0xFFFF;
-  const uint64_t c0 = uint64_t(T.rcp[3 * xh]), c1 = uint64_t(T.rcp[3 * xh + 1]),
-                 c2 = uint64_t(T.rcp[3 * xh + 2]);
-  uint64_t s = (c0 << 30) - ((c1 * xl) << 17) + c2 * (approx_square(xl << 1, T) >> 2) +
+  const uint32_t xh = m >> 16, xl = m & 0xFFFF;
+  const uint64_t c0 = uint64_t(T.rcp[3 * xh]), c1 = uint32_t(T.rcp[3 * xh + 1]),
+                 c2 = uint32_t(T.rcp[3 * xh + 2]);
+  uint64_t s = (c0 << 30) - ((c1 * uint64_t(xl)) << 17) + c2 * (approx_square(xl << 1, T) >> 2) +
                (T.rcp_bias >> 31);
   const bool small = (s >> 56) == 0;
   const int32_t rexp = small ? 126 : 127;
-  if (small) s <<= 1;
-  const uint32_t frac = uint32_t((s >> 33) & kMask23);
+  s = small ? s << 1 : s;
+  const uint32_t frac = uint32_t(s >> 33) & kMask23;
   const int32_t eo = rexp - (e - 127);
-  const uint32_t mag = eo >= 1 ? ((uint32_t(eo < 254 ? eo : 254) << 23) | frac) : 0u;
-  return f32_of(mag | sign);
+  uint32_t res = (eo >= 1 ? ((uint32_t(eo < 254 ? eo : 254) << 23) | frac) : 0u) | sign;
+  res = e == 0 ? (sign | 0x7F800000u) : res;               // zero or subnormal (flushed)
+  res = e == 255 ? sign : res;                              // Inf
+  return f32_of((b & 0x7FFFFFFFu) > 0x7F800000u ? kCanonNan : res);
 }
 
 // MUFU.RSQ = rsqrt.approx.ftz.f32 (mufu.py rsqrt): odd exponents take the second half.
@@ -228,19 +228,20 @@ MMA_HD float logf_(float x) {
   return x1 == 0.0f ? cf(0xFF800000u) : r;
 }
 
+// tanhf and erff compute both branches and select, as the NumPy models do (no branches).
 MMA_HD float tanhf_(float x, const MufuTables& T) {
   const float a = f32_of(bits_of(x) & 0x7FFFFFFFu);
-  if (a >= cf(0x3F19999Au)) {                               // |x| >= 0.6
-    if (a >= cf(0x41102CB4u)) return copysign_bits(x, 1.0f);
-    const float t = add(ex2_ftz(mul(a, cf(0x4038AA3Bu)), T), 1.0f);
-    return copysign_bits(x, fma(rcp_ftz(t, T), -2.0f, 1.0f));
-  }
+  const float t = add(ex2_ftz(mul(a, cf(0x4038AA3Bu)), T), 1.0f);
+  const float q = fma(rcp_ftz(t, T), -2.0f, 1.0f);
+  const uint32_t one = 0u - uint32_t(a >= cf(0x41102CB4u));  // |x| >= 9.01: 1 (mask select)
+  const float big = copysign_bits(x, f32_of((0x3F800000u & one) | (bits_of(q) & ~one)));
   const float x2 = mul(x, x);
   float p = fma(cf(0x3C80F082u), x2, cf(0xBD563CAEu));
   p = fma(p, x2, cf(0x3E085941u));
   p = fma(p, x2, cf(0xBEAAA9EDu));
   p = fma(p, x2, 0.0f);
-  return fma(p, x, x);
+  const float small = fma(p, x, x);
+  return a >= cf(0x3F19999Au) ? big : small;               // |x| >= 0.6
 }
 
 MMA_HD float erff_(float x, const MufuTables& T) {
@@ -250,13 +251,13 @@ MMA_HD float erff_(float x, const MufuTables& T) {
                              0x3DE718AFu, 0xBEC093ACu, 0x3E0375D3u};
   const float a = f32_of(bits_of(x) & 0x7FFFFFFFu);
   const bool big = a >= cf(0x3F8060FEu);
-  const uint32_t* C = big ? B : S;
   const float t = big ? a : mul(x, x);
-  float p = fma(cf(C[0]), t, cf(C[1]));
-  for (int i = 2; i < 7; ++i) p = fma(p, t, cf(C[i]));
+  float p = fma(cf(big ? B[0] : S[0]), t, cf(big ? B[1] : S[1]));
+  for (int i = 2; i < 7; ++i) p = fma(p, t, cf(big ? B[i] : S[i]));
   const float y = big ? -a : x;
   const float r = fma(p, y, y);
-  return big ? copysign_bits(x, sub(1.0f, ex2_ftz(r, T))) : r;
+  const float rb = copysign_bits(x, sub(1.0f, ex2_ftz(r, T)));
+  return big ? rb : r;
 }
 
 MMA_HD float gelu(float x, const MufuTables& T) {

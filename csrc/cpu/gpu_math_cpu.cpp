@@ -81,9 +81,8 @@ MMA_GM_LOOPS(__attribute__((target("avx2,fma"))), avx2)
 
 bool use_avx2() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool ok = cpu_isa() != Isa::kScalar && __builtin_cpu_supports("avx2") &&
-                         __builtin_cpu_supports("fma");
-  return ok;
+  return cpu_isa() != Isa::kScalar && __builtin_cpu_supports("avx2") &&
+         __builtin_cpu_supports("fma");          // read per call, as the GEMM kernels do
 #else
   return false;
 #endif
@@ -91,8 +90,7 @@ bool use_avx2() {
 
 bool use_fma3() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool ok = cpu_isa() != Isa::kScalar && __builtin_cpu_supports("fma");
-  return ok;
+  return cpu_isa() != Isa::kScalar && __builtin_cpu_supports("fma");
 #else
   return false;
 #endif
