@@ -41,8 +41,13 @@ MMA_HD float add(float a, float b) { return canon(MMA_DEV_OR_HOST(__fadd_rn(a, b
 MMA_HD float sub(float a, float b) { return canon(MMA_DEV_OR_HOST(__fsub_rn(a, b), a - b)); }
 MMA_HD float mul(float a, float b) { return canon(MMA_DEV_OR_HOST(__fmul_rn(a, b), a * b)); }
 MMA_HD float div(float a, float b) { return canon(MMA_DEV_OR_HOST(__fdiv_rn(a, b), a / b)); }
+#if defined(__GNUC__)
+#define MMA_GM_HOST_FMA(a, b, c) __builtin_fmaf(a, b, c)   // inlined where the caller's flags differ
+#else
+#define MMA_GM_HOST_FMA(a, b, c) std::fma(a, b, c)
+#endif
 MMA_HD float fma(float a, float b, float c) {
-  return canon(MMA_DEV_OR_HOST(__fmaf_rn(a, b, c), std::fma(a, b, c)));
+  return canon(MMA_DEV_OR_HOST(__fmaf_rn(a, b, c), MMA_GM_HOST_FMA(a, b, c)));
 }
 
 // expf's fma.rm.f32(t, 252, 0x4B400001) for t in [0, 1] (after its cvt.sat): the exact value

@@ -39,25 +39,12 @@ struct Strided2 {   // a float32 [R, C] operand: element (r, j) at p[r * s0 + j 
 // The element loops, compiled twice on x86: for baseline x86-64 and with FMA (std::fma then
 // is one instruction instead of a libm call); the choice is cpu_isa()'s (MMA_EMU_SCALAR,
 // MMA_EMU_CPU_ISA respected).  The same IEEE operations either way: the bits do not change.
-#define MMA_GM_MAP(F) \
-  for (int64_t i = lo; i < hi; ++i) o[i] = F;                                               \
-  break;
 #define MMA_GM_LOOPS(ATTR, SFX)                                                              \
-  ATTR void map_##SFX(int code, const float* __restrict in, float* __restrict o, int64_t lo, \
+  template <int OP>                                                                         \
+  ATTR void map_##SFX(const float* __restrict in, float* __restrict o, int64_t lo,          \
                       int64_t hi, const gm::MufuTables& tables) {                           \
-    const gm::MufuTables T = tables;                                                        \
-    switch (code) {                                                                         \
-      case gm::k_exp: MMA_GM_MAP(gm::expf_(in[i], T))                                       \
-      case gm::k_log: MMA_GM_MAP(gm::logf_(in[i]))                                          \
-      case gm::k_tanh: MMA_GM_MAP(gm::tanhf_(in[i], T))                                     \
-      case gm::k_erf: MMA_GM_MAP(gm::erff_(in[i], T))                                       \
-      case gm::k_sigmoid: MMA_GM_MAP(gm::sigmoid(in[i], T))                                 \
-      case gm::k_silu: MMA_GM_MAP(gm::silu(in[i], T))                                       \
-      case gm::k_gelu: MMA_GM_MAP(gm::gelu(in[i], T))                                       \
-      case gm::k_gelu_tanh: MMA_GM_MAP(gm::gelu_tanh(in[i], T))                             \
-      case gm::k_ex2_ftz: MMA_GM_MAP(gm::ex2_ftz(in[i], T))                                 \
-      default: MMA_GM_MAP(gm::apply(code, in[i], T))                                        \
-    }                                                                                       \
+    const gm::MufuTables T = tables;   /* one loop per function: each vectorises alone */  \
+    for (int64_t i = lo; i < hi; ++i) o[i] = gm::apply(OP, in[i], T);                       \
   }                                                                                         \
   ATTR void fma_##SFX(const Strided2* in, float* o, int64_t C, int64_t r0, int64_t r1) {  \
     const Strided2 a = in[0], b = in[1], c = in[2];                                         \
@@ -96,16 +83,27 @@ bool use_fma3() {
 #endif
 }
 
-void map_f32(int code, const float* in, float* o, int64_t n, const gm::MufuTables& T) {
+template <int OP>
+void map_op(const float* in, float* o, int64_t n, const gm::MufuTables& T) {
   const bool f3 = use_fma3(), v8 = use_avx2();
   parallel_for(0, n, kGrain, [&](int64_t lo, int64_t hi) {
     FpEnvGuard guard;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (v8) return map_avx2(code, in, o, lo, hi, T);
-    if (f3) return map_fma3(code, in, o, lo, hi, T);
+    if (v8) return map_avx2<OP>(in, o, lo, hi, T);
+    if (f3) return map_fma3<OP>(in, o, lo, hi, T);
 #endif
-    map_base(code, in, o, lo, hi, T);
+    map_base<OP>(in, o, lo, hi, T);
   });
+}
+
+void map_f32(int code, const float* in, float* o, int64_t n, const gm::MufuTables& T) {
+  switch (code) {
+#define MMA_GM_CASE(name) \
+    case gm::k_##name: return map_op<gm::k_##name>(in, o, n, T);
+    MMA_GM_OPS(MMA_GM_CASE)
+#undef MMA_GM_CASE
+    default: value_error("_gpu_math: function code ", code, " out of range");
+  }
 }
 
 // gm::squarer_dropped tabulated once (512 KiB, stays in L2): a lookup instead of ~70 ops.
