@@ -272,3 +272,13 @@ print("BAD", bad)
                          timeout=600)
     assert out.returncode == 0, out.stderr
     assert "BAD 0" in out.stdout
+
+
+def test_read_only_and_odd_shapes():
+    ro = np.broadcast_to(F32(0.75), (40, 64))              # read-only, stride 0
+    with np.errstate(all="ignore"):
+        assert _same(fast.run("exp", ro), ew.exp(np.ascontiguousarray(ro))) == 0
+    assert fast.run("log", np.zeros((0, 3), F32)).shape == (0, 3)
+    assert _same(fast.run("tanh", F32(0.3)), ew.tanh(np.float32([0.3]))[0]) == 0
+    st = fast.welford(np.broadcast_to(F32(2), (3, 16)), 4, 4)
+    assert st[0].shape == (3, 4) and np.all(st[0] == 2) and np.all(st[2] == 4)

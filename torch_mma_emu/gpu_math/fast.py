@@ -72,6 +72,8 @@ def run(name: str, x) -> np.ndarray:
         raise ValueError(f"torch_mma_emu.gpu_math.fast: unknown function {name!r}; known: "
                          f"{', '.join(FUNCTIONS)}")
     a = np.ascontiguousarray(x, dtype=np.float32)
+    if not a.flags.writeable:               # torch.from_numpy warns on read-only arrays
+        a = a.copy()
     out = torch.ops.mma_emu._gpu_math(torch.from_numpy(a.reshape(-1)), name, _tables())
     return out.numpy().reshape(a.shape)
 
@@ -99,7 +101,8 @@ def welford(X, threads: int, vec: int, rms: bool = False):
     ([R, N], N % vec == 0) with the C++ kernel: thread ``t`` folds the ``vec``-vectors
     ``t, t + threads, ...`` element by element into a Welford state (``aten_cuda.norms``
     has the NumPy reference); returns ``(mean, m2, count)``, each [R, threads] float32."""
-    x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+    a = np.ascontiguousarray(X, dtype=np.float32)
+    x = torch.from_numpy(a if a.flags.writeable else a.copy())
     st = torch.ops.mma_emu._welford_f32(x, int(threads), int(vec), bool(rms)).numpy()
     return st[0], st[1], st[2]
 
