@@ -41,8 +41,8 @@ MMA_HD float add(float a, float b) { return canon(MMA_DEV_OR_HOST(__fadd_rn(a, b
 MMA_HD float sub(float a, float b) { return canon(MMA_DEV_OR_HOST(__fsub_rn(a, b), a - b)); }
 MMA_HD float mul(float a, float b) { return canon(MMA_DEV_OR_HOST(__fmul_rn(a, b), a * b)); }
 MMA_HD float div(float a, float b) { return canon(MMA_DEV_OR_HOST(__fdiv_rn(a, b), a / b)); }
-#if defined(__GNUC__)
-#define MMA_GM_HOST_FMA(a, b, c) __builtin_fmaf(a, b, c)   // inlined where the caller's flags differ
+#if defined(__GNUC__)   // the builtin: inlined also where the caller has other flags
+#define MMA_GM_HOST_FMA(a, b, c) __builtin_fmaf(a, b, c)
 #else
 #define MMA_GM_HOST_FMA(a, b, c) std::fma(a, b, c)
 #endif
