@@ -85,6 +85,10 @@ STABLE_TORCH_LIBRARY(mma_emu, m) {
   m.def("_sched(Tensor a, Tensor b, Tensor c, Tensor partials, int[] params, int[] program, "
         "float[] consts, Tensor? scale_a=None, Tensor? scale_b=None) -> Tensor");
   m.def("_cpu_fast_path(int[] params) -> str");
+  // torch 2.13's CUDA float32 math (core/gpu_math.h; CPU kernels: cpu/gpu_math_cpu.cpp)
+  m.def("_gpu_math(Tensor x, str op, Tensor tables) -> Tensor");
+  m.def("_fma_f32(Tensor a, Tensor b, Tensor c) -> Tensor");
+  m.def("_welford_f32(Tensor x, int threads, int vec, bool rms) -> Tensor");
 #ifdef MMA_EMU_WITH_CUDA
   m.def("_mma_instr(Tensor a, Tensor b, Tensor c, int[] cfg) -> Tensor");
 #endif

@@ -7,18 +7,24 @@ native CPU op, in one run; prints the ratio (issue 39 asks for within 10x at 409
     .venv/bin/python scripts/bench_reductions.py --ops layer_norm softmax2048
 
 ``softmax`` of 4096-element rows runs torch's block kernel (``aten_cuda.host_softmax``);
-``softmax2048`` views the same tensor as rows of 2048 (the persistent warp kernel).  ``layer_norm`` has a random weight and bias.  ``var`` / ``std_mean``: the Welford
-reduce_kernel (aten_cuda/moments.py); ``softmax_bw`` / ``gelu_bw``: backward kernels
-(the softmax one on rows of 4096: the Smem block kernel).
+``softmax2048`` views the same tensor as rows of 2048 (the persistent warp kernel).
+``layer_norm`` has a random weight and bias, ``rms_norm`` a weight; ``exp`` ... ``gelu_tanh``
+are the elementwise models (``log`` of ``|x|``, whose native ``abs`` is in both timings).
+``var`` / ``std_mean``: the Welford reduce_kernel (aten_cuda/moments.py); ``softmax_bw`` /
+``gelu_bw``: backward kernels (the softmax one on rows of 4096: the Smem block kernel).
+The models run the C++ kernels of ``torch_mma_emu.gpu_math.fast`` where the extension has them;
+``--reference`` times the NumPy models instead (``fast.reference()``).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 import torch
 import torch.nn.functional as F
 
 import torch_mma_emu as tme
+from torch_mma_emu.gpu_math import fast
 from torch_mma_emu.timing import best_of
 
 CASES = (("sum", lambda x, w, b: x.sum()), ("sum(dim=-1)", lambda x, w, b: x.sum(-1)),
@@ -31,7 +37,13 @@ CASES = (("sum", lambda x, w, b: x.sum()), ("sum(dim=-1)", lambda x, w, b: x.sum
          ("std_mean", lambda x, w, b: torch.std_mean(x)),
          ("softmax_bw", lambda x, w, b: torch.ops.aten._softmax_backward_data(
              x, b.expand_as(x), 1, torch.float32)),
-         ("gelu_bw", lambda x, w, b: torch.ops.aten.gelu_backward(x, x)))
+         ("gelu_bw", lambda x, w, b: torch.ops.aten.gelu_backward(x, x)),
+         ("rms_norm", lambda x, w, b: F.rms_norm(x, w.shape, w)),
+         ("exp", lambda x, w, b: torch.exp(x)), ("log", lambda x, w, b: torch.log(x.abs())),
+         ("tanh", lambda x, w, b: torch.tanh(x)), ("erf", lambda x, w, b: torch.erf(x)),
+         ("sigmoid", lambda x, w, b: torch.sigmoid(x)), ("silu", lambda x, w, b: F.silu(x)),
+         ("gelu", lambda x, w, b: F.gelu(x)),
+         ("gelu_tanh", lambda x, w, b: F.gelu(x, approximate="tanh")))
 
 
 def main(argv=None) -> int:
@@ -41,6 +53,8 @@ def main(argv=None) -> int:
     p.add_argument("--gpu", default="H100", help="the GPU emulated (registry.GPUS)")
     p.add_argument("--ops", nargs="+", choices=[c[0] for c in CASES],
                    help="run only these cases (default: all)")
+    p.add_argument("--reference", action="store_true",
+                   help="time the NumPy reference models (no C++ fast path)")
     a = p.parse_args(argv)
     if a.n < 1 or a.repeat < 1:
         p.error("--n and --repeat must be positive")
@@ -49,7 +63,10 @@ def main(argv=None) -> int:
     g = torch.Generator().manual_seed(0)
     x = torch.randn(a.n, a.n, generator=g)
     w, b = torch.randn(a.n, generator=g), torch.randn(a.n, generator=g)
-    print(f"{a.n} x {a.n} fp32, {torch.get_num_threads()} CPU thread(s), emulating {a.gpu}")
+    ctx = fast.reference if a.reference else contextlib.nullcontext
+    path = "NumPy reference models" if a.reference or not fast.available() else "C++ fast path"
+    print(f"{a.n} x {a.n} fp32, {torch.get_num_threads()} CPU thread(s), emulating {a.gpu}, "
+          f"{path}")
     print(f"{'op':<12} {'native ms':>10} {'emulated ms':>12} {'ratio':>7}")
     for name, fn in CASES:
         if a.ops and name not in a.ops:
@@ -57,7 +74,7 @@ def main(argv=None) -> int:
         t_nat = best_of(lambda: fn(x, w, b), a.repeat, warm_up=True)
 
         def emu():
-            with tme.emulate(a.gpu):
+            with ctx(), tme.emulate(a.gpu):
                 fn(x, w, b)
         t_emu = best_of(emu, a.repeat, warm_up=True)
         print(f"{name:<12} {t_nat * 1e3:>10.2f} {t_emu * 1e3:>12.2f} {t_emu / t_nat:>7.1f}")

@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from .. import gpu_math
-from ..gpu_math import ieee
+from ..gpu_math import fast, ieee
 
 from .facts import CUDA_VERSION, TORCH_VERSION   # the ATen sources; the CUDA math library (nvcc)
 MODELS = f"torch {TORCH_VERSION} CUDA {CUDA_VERSION}"
@@ -183,6 +183,21 @@ def gelu_tanh(x):
     return ieee.mul(ieee.mul(x, HALF), ieee.add(tanh(inner), ONE))
 
 
+def fast_model(name: str) -> Callable:
+    """Op ``name``'s model as a float32 -> float32 function that runs the C++ kernel
+    (``gpu_math.fast``) where it is available and ``OPS[name].fn`` otherwise: the same bits."""
+    fn = OPS[name].fn
+
+    def run(x):
+        x = np.asarray(x, np.float32)
+        if x.size >= fast.MIN_SIZE and fast.available():
+            return fast.run(name, x)
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(x), np.float32)
+    run.__name__ = f"fast_{name}"
+    return run
+
+
 # -- the table ---------------------------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class Op:
@@ -231,7 +246,9 @@ def widen(x: np.ndarray, dtype: str) -> np.ndarray:
 
 def evaluate(name: str, x: np.ndarray, dtype: str = "float32") -> np.ndarray:
     """Op ``name`` (a key of :data:`OPS`) on ``x`` of ``dtype`` (``float32`` / ``float16``
-    arrays, ``bfloat16`` as uint16 bit patterns), rounded once to ``dtype``."""
+    arrays, ``bfloat16`` as uint16 bit patterns), rounded once to ``dtype``.  Runs the C++
+    kernel of the same model where the extension has it (``gpu_math.fast``; the functions
+    above are its reference)."""
     op = OPS.get(name)
     if op is None:
         raise ValueError(f"torch_mma_emu.aten_cuda.elementwise: unknown op {name!r}; "
@@ -240,14 +257,17 @@ def evaluate(name: str, x: np.ndarray, dtype: str = "float32") -> np.ndarray:
         raise ValueError(f"torch_mma_emu.aten_cuda.elementwise: dtype {dtype!r} is not "
                          f"modelled; modelled: {', '.join(DTYPES)}")
     f = widen(x, dtype).reshape(-1)
-    out = np.empty(f.size, np.float32)
-    step = 1 << 20                      # the models' temporaries are float64: in chunks
-    with np.errstate(all="ignore"):
-        for i in range(0, f.size, step):
-            out[i:i + step] = op.fn(f[i:i + step])
+    if fast.available() and f.size >= fast.MIN_SIZE:
+        out = fast.run(name, f)          # the C++ kernel: the same bits (gpu_math/fast.py)
+    else:
+        out = np.empty(f.size, np.float32)
+        step = 1 << 20                  # the models' temporaries are float64: in chunks
+        with np.errstate(all="ignore"):
+            for i in range(0, f.size, step):
+                out[i:i + step] = op.fn(f[i:i + step])
     return _round(out, dtype).reshape(np.shape(x))
 
 
 __all__ = ["OPS", "Op", "DTYPES", "MODELS", "TORCH_VERSION", "CUDA_VERSION", "evaluate",
-           "widen", "exp", "log", "tanh", "erf", "rsqrt", "sigmoid", "silu", "gelu",
-           "gelu_tanh"]
+           "widen", "fast_model", "exp", "log", "tanh", "erf", "rsqrt", "sigmoid", "silu",
+           "gelu", "gelu_tanh"]

@@ -184,18 +184,59 @@ def _fold(G: np.ndarray) -> np.ndarray:
     return np.add.accumulate(G.astype(np.float32, copy=False), axis=-1)[..., -1]
 
 
+def _column(E: np.ndarray, col: np.ndarray):
+    """``E[:, col]`` ([R, B]) with ``-1`` reading +0: a strided view where the valid entries
+    are a prefix in arithmetic progression (every kernel's order but the alignment head),
+    else a gather; None where every entry is missing (adding +0 changes no sum)."""
+    R = E.shape[0]
+    valid = col >= 0
+    m = int(valid.sum())
+    if m == 0:
+        return None
+    if valid[:m].all():
+        c = col[:m]
+        d = int(c[1] - c[0]) if m > 1 else 1
+        if d > 0 and (m == 1 or bool(np.all(np.diff(c) == d))):
+            v = E[:, int(c[0]):int(c[-1]) + 1:d]
+            if m == col.size:
+                return v
+            out = np.zeros((R, col.size), np.float32)
+            out[:, :m] = v
+            return out
+    out = np.zeros((R, col.size), np.float32)
+    out[:, valid] = E[:, col[valid]]
+    return out
+
+
+def _fold_columns(E: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """Thread ``t``'s ``sum = 0; sum += E[:, order[t, k]]`` for k = 0, 1, ... (``order``
+    from :func:`thread_order`, -1 reading +0): :func:`_fold` of ``E[:, order]``, one column
+    of threads at a time on strided views instead of a gathered [R, B, K] copy."""
+    acc = None
+    for k in range(order.shape[1]):
+        v = _column(E, order[:, k])
+        if v is None:
+            continue
+        if acc is None:
+            acc = np.array(v, np.float32)
+        else:
+            np.add(acc, v, out=acc)
+    return np.zeros((E.shape[0], order.shape[0]), np.float32) if acc is None else acc
+
+
 def _row_max(X: np.ndarray, axis: int) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         return np.fmax(_LOWEST, np.fmax.reduce(X, axis=axis)).astype(np.float32)
 
 
 def _epilogue(X, mx, E, s, log, log_softmax):
-    """``E``: ``exp(x - max)``, the same expf the epilogue computes again."""
+    """``E``: ``exp(x - max)``, the same expf the epilogue computes again (overwritten)."""
     if log_softmax:
-        d = (X - mx).astype(np.float32)
-        return (d - np.asarray(log(s), np.float32)).astype(np.float32)
+        with np.errstate(invalid="ignore"):             # inf - inf: NaN, as on the GPU
+            d = np.subtract(X, mx, dtype=np.float32)
+            return np.subtract(d, np.asarray(log(s), np.float32), out=d)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return (E / s).astype(np.float32)
+        return np.divide(E, s, out=E)
 
 
 def evaluate_rows(X: np.ndarray, L: Launch, exp, log, *, shifts=None,
@@ -206,15 +247,17 @@ def evaluate_rows(X: np.ndarray, L: Launch, exp, log, *, shifts=None,
     R, n = X.shape
     mx = _row_max(X, 1)[:, None]
     with np.errstate(invalid="ignore"):
-        E = np.asarray(exp((X - mx).astype(np.float32)), np.float32)
-    E = np.concatenate([E, np.zeros((R, 1), np.float32)], axis=1)   # index -1 reads +0
+        E = np.array(exp(np.subtract(X, mx, dtype=np.float32)), np.float32, copy=None)
+    if not E.flags.writeable:
+        E = E.copy()                                                # the epilogue writes E
     shifts = np.zeros(R, np.int64) if shifts is None else np.asarray(shifts, np.int64)
     total = np.empty(R, np.float32)
     for sh in np.unique(shifts):
         rows = np.nonzero(shifts == sh)[0]
         order = thread_order(L, int(sh))                            # [B, K]
-        total[rows] = block_reduce(_fold(E[rows][:, order]))       # [R, B, K]
-    return _epilogue(X, mx, E[:, :n], total[:, None], log, log_softmax)
+        sub = E if rows.size == R else E[rows]
+        total[rows] = block_reduce(_fold_columns(sub, order))
+    return _epilogue(X, mx, E, total[:, None], log, log_softmax)
 
 
 def evaluate_spatial(X: np.ndarray, L: Launch, exp, log, *,

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from .. import gpu_math
-from ..gpu_math import ieee
+from ..gpu_math import fast
 
 __all__ = ["vectorized", "layer_norm", "rms_norm", "evaluate", "evaluate_rowwise", "moments",
            "kernel_name", "THREADS", "VEC", "KERNEL", "BLOCK_REDUCE_THREADS"]
@@ -74,9 +74,9 @@ def _combine(own, other, rms: bool):
         w_a = (c_a * coef).astype(_F, copy=False)
         w_b = (c_b * coef).astype(_F, copy=False)
         delta = (m_b - m_a).astype(_F, copy=False)
-        mean = ieee.fma(m_a, w_a, (m_b * w_b).astype(_F, copy=False))
+        mean = fast.fma(m_a, w_a, (m_b * w_b).astype(_F, copy=False))
         dd = (c_a * (delta * delta).astype(_F, copy=False)).astype(_F, copy=False)
-        m2 = ieee.fma(dd, w_b, (s_b + s_a).astype(_F, copy=False))
+        m2 = fast.fma(dd, w_b, (s_b + s_a).astype(_F, copy=False))
     pos = count > 0
     return (np.where(pos, mean, _F(0)).astype(_F, copy=False),
             np.where(pos, m2, _F(0)).astype(_F, copy=False),
@@ -89,11 +89,25 @@ def _halve(state, axis_len: int, rms: bool):
     return _halve_with(state, axis_len, lambda own, other: _combine(own, other, rms))
 
 
-def _block(X: np.ndarray, update, init, combine):
+def _block(X: np.ndarray, update, init, combine, kind: str = ""):
     """The vectorised kernel's order on rows of ``X`` (float32, [rows, N], N % 4 == 0):
     thread t updates its state with the 4-vectors t, t + 128, ... element by element
     (``update(state, x) -> state``), then ``combine`` halves over the 32 lanes of each warp
-    (shfl_down) and over the 4 warps (shared memory).  Returns the block's state."""
+    (shfl_down) and over the 4 warps (shared memory).  Returns the block's state.
+    ``kind`` "welford" / "rms" names ``update`` (:func:`_welford`, rms_norm's): the C++
+    kernel of the same loop runs it where built (``gpu_math.fast.welford``)."""
+    R, N = X.shape
+    if kind and X.size >= fast.MIN_SIZE and fast.available():
+        state = fast.welford(X, THREADS, VEC, rms=kind == "rms")
+    else:
+        state = _thread_loop(X, update, init)
+    state = tuple(s.reshape(R, THREADS // WARP, WARP) for s in state)
+    state = _halve_with(state, WARP, combine)                 # lane 0 of each warp
+    return _halve_with(state, THREADS // WARP, combine)      # warp 0
+
+
+def _thread_loop(X: np.ndarray, update, init):
+    """Each thread's state after its elements (:func:`_block`), [rows, THREADS] each."""
     R, N = X.shape
     nv = N // VEC
     K = -(-nv // THREADS)
@@ -110,9 +124,7 @@ def _block(X: np.ndarray, update, init, combine):
                 new = update(state, V[k, ii])
                 state = new if full[k] else tuple(np.where(on, a, b)
                                                   for a, b in zip(new, state))
-    state = tuple(s.reshape(R, THREADS // WARP, WARP) for s in state)
-    state = _halve_with(state, WARP, combine)                 # lane 0 of each warp
-    return _halve_with(state, THREADS // WARP, combine)      # warp 0
+    return state
 
 
 def _welford(state, x):
@@ -120,8 +132,8 @@ def _welford(state, x):
     delta = (x - mean).astype(_F, copy=False)
     nc = (cnt + _F(1)).astype(_F, copy=False)
     coef = (_F(1) / nc).astype(_F, copy=False)
-    nm = ieee.fma(delta, coef, mean)
-    return nm, ieee.fma(delta, (x - nm).astype(_F, copy=False), m2), nc
+    nm = fast.fma(delta, coef, mean)
+    return nm, fast.fma(delta, (x - nm).astype(_F, copy=False), m2), nc
 
 
 def stats(X: np.ndarray, *, rms: bool = False):
@@ -130,11 +142,11 @@ def stats(X: np.ndarray, *, rms: bool = False):
     X = np.asarray(X, _F)
     N = X.shape[1]
     if rms:
-        mean, m2, _ = _block(X, lambda st, x: (st[0], ieee.fma(x, x, st[1]), st[2]),
-                             (0, 0, 0), lambda own, other: _combine(own, other, True))
+        mean, m2, _ = _block(X, lambda st, x: (st[0], fast.fma(x, x, st[1]), st[2]),
+                             (0, 0, 0), lambda own, other: _combine(own, other, True), "rms")
     else:
         mean, m2, _ = _block(X, _welford, (0, 0, 0),
-                             lambda own, other: _combine(own, other, False))
+                             lambda own, other: _combine(own, other, False), "welford")
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         var = (m2 / _F(N)).astype(_F, copy=False)
     return mean.astype(_F, copy=False), var
@@ -192,14 +204,14 @@ def evaluate(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool = False):
             p = (r * X).astype(_F, copy=False)
             y = p if gamma is None else (np.asarray(gamma, _F)[None] * p).astype(_F, copy=False)
             return y, np.zeros_like(mean), rstd
-        d = (X - mean[:, None]).astype(_F, copy=False)
+        d = np.subtract(X, mean[:, None], dtype=_F)
         g = None if gamma is None else np.asarray(gamma, _F)[None]
         b = None if beta is None else np.asarray(beta, _F)[None]
         if g is not None:
-            p = (r * d).astype(_F, copy=False)
-            y = ieee.fma(g, p, b) if b is not None else (g * p).astype(_F, copy=False)
+            p = np.multiply(r, d, out=d) if b is not None else (r * d).astype(_F, copy=False)
+            y = fast.fma(g, p, b) if b is not None else (g * p).astype(_F, copy=False)
         elif b is not None:
-            y = ieee.fma(d, r, b)
+            y = fast.fma(d, r, b)
         else:
             y = (r * d).astype(_F, copy=False)
     return np.asarray(y, _F), mean, rstd
@@ -217,9 +229,9 @@ def _welford_combine(a, b):
         delta = (m_b - m_a).astype(_F, copy=False)
         count = (n_a + n_b).astype(_F, copy=False)
         w = (n_b / count).astype(_F, copy=False)
-        mean = ieee.fma(delta, w, m_a)
+        mean = fast.fma(delta, w, m_a)
         dd = ((delta * delta).astype(_F, copy=False) * n_a).astype(_F, copy=False)
-        m2 = ieee.fma(dd, w, (s_a + s_b).astype(_F, copy=False))
+        m2 = fast.fma(dd, w, (s_a + s_b).astype(_F, copy=False))
     a0, b0 = n_a == 0, n_b == 0
     pick = lambda va, vb, v: (                                          # noqa: E731
         np.where(a0, vb, np.where(b0, va, v)).astype(_F, copy=False))
@@ -249,7 +261,7 @@ def moments(X: np.ndarray):
             nf = _F(k + 1)                  # every live thread has seen k + 1 elements
             delta = (x - mean).astype(_F, copy=False)
             nm = (mean + (delta / nf).astype(_F, copy=False)).astype(_F, copy=False)
-            ns = ieee.fma(delta, (x - nm).astype(_F, copy=False), m2)
+            ns = fast.fma(delta, (x - nm).astype(_F, copy=False), m2)
             mean, m2 = np.where(on, nm, mean), np.where(on, ns, m2)
             cnt = np.where(on, nf, cnt)
     state = tuple(s.reshape(R, T // WARP, WARP) for s in (mean, m2, cnt))
@@ -280,13 +292,13 @@ def evaluate_rowwise(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool =
     with np.errstate(over="ignore", invalid="ignore"):
         if rms:
             rstd = gpu_math.evaluate("rsqrt.approx.f32",
-                                     (ieee.fma(mean, mean, var) + e).astype(_F, copy=False))
+                                     (fast.fma(mean, mean, var) + e).astype(_F, copy=False))
             y = ((X * rstd[:, None]).astype(_F, copy=False) * g).astype(_F, copy=False)
             return y, np.zeros_like(mean), rstd
         rstd = gpu_math.evaluate("rsqrt.approx.f32", (var + e).astype(_F, copy=False))
         b = _F(0) if beta is None else np.asarray(beta, _F)[None]
         p = ((X - mean[:, None]).astype(_F, copy=False) * rstd[:, None]).astype(_F, copy=False)
-        y = ieee.fma(p, np.broadcast_to(g, X.shape), np.broadcast_to(b, X.shape))
+        y = fast.fma(p, np.broadcast_to(g, X.shape), np.broadcast_to(b, X.shape))
     return np.asarray(y, _F), mean, rstd
 
 

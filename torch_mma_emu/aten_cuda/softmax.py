@@ -29,13 +29,14 @@ def persistent(n: int, dtype: torch.dtype) -> bool:
 
 
 def device_math():
-    """``(exp, log)``: the CUDA math models of torch 2.13 (``aten_cuda.elementwise``), or
-    None where this checkout has none."""
+    """``(exp, log)``: the CUDA math models of torch 2.13 (``aten_cuda.elementwise``; their
+    C++ kernels where built, ``elementwise.fast_model``), or None where this checkout has
+    none."""
     try:
         from . import elementwise as ew        # noqa: PLC0415 (optional sibling module)
     except ImportError:
         return None
-    return ew.exp, ew.log
+    return ew.fast_model("exp"), ew.fast_model("log")
 
 
 def _lanes(n: int):
@@ -95,21 +96,29 @@ def tree(n: int):
 
 
 def evaluate(X: np.ndarray, exp, log, *, log_softmax: bool = False) -> np.ndarray:
-    """Rows of ``X`` (float32, [rows, n]) through the persistent kernel."""
+    """Rows of ``X`` (float32, [rows, n]) through the persistent kernel.  ``exp`` runs on
+    the n real elements only: a missing one (``-inf``) gives ``exp(-inf - max) = +0``
+    unless max is ``-inf`` or NaN, and then the row's real elements already make every sum
+    NaN, so the lanes are padded with +0 (the same sums)."""
     X = np.asarray(X, np.float32)
     R, n = X.shape
     W, IT = _lanes(n)
-    E = lanes(X, -np.inf)
-    mx = X.max(axis=1)[:, None, None]
-    d = (E - mx).astype(np.float32)
-    e = np.asarray(exp(d), np.float32)
-    s = row_sum(e)[:, None, None]
-    if log_softmax:
-        out = (d - np.asarray(log(s), np.float32)).astype(np.float32)
+    mx = X.max(axis=1)[:, None]
+    with np.errstate(invalid="ignore"):
+        d = np.subtract(X, mx, dtype=np.float32)
+    e = np.array(exp(d), np.float32, copy=None)
+    if n == IT * W:
+        s = row_sum(e.reshape(R, IT, W))[:, None]
     else:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            out = np.where(s == 0, np.float32(np.nan), (e / s).astype(np.float32))
-    return out.reshape(R, IT * W)[:, :n].astype(np.float32)
+        pad = np.zeros((R, IT * W), np.float32)
+        pad[:, :n] = e
+        s = row_sum(pad.reshape(R, IT, W))[:, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if log_softmax:
+            return np.subtract(d, np.asarray(log(s), np.float32), out=d)
+        out = np.divide(e, s, out=e if e.flags.writeable else None)
+        out[(s == 0)[:, 0]] = np.float32(np.nan)
+    return out
 
 
 def softmax(x: torch.Tensor, dim: int = -1, *, log_softmax: bool = False, exp=None,
