@@ -332,3 +332,16 @@ def test_mufu_instructions_use_gpu_math_models():
             gpu_math.evaluate("rcp.approx.ftz.f32", x), gpu_math.evaluate("sin.approx.f32", x)]
     assert np.array_equal(y.view(np.uint32), np.stack(want, 1).view(np.uint32))
     assert st.approximate == ("sin.approx.f32",)      # named: its model is not bit-exact
+
+
+def test_split_top_level_commas():
+    """The one comma splitter (text_table.split_top) the PTX parser, ptx_eval and the TTGIR
+    layout reader share: brackets of the given set nest, others do not."""
+    from torch_mma_emu.text_table import split_top
+    assert split_top("{%r1, %r2}, [%rd3+8], %f4") == ["{%r1, %r2}", "[%rd3+8]", "%f4"]
+    assert split_top("tensor<64x64xf16, #a>, !tt.ptr<f32>", "<>()[]{}") == \
+        ["tensor<64x64xf16, #a>", "!tt.ptr<f32>"]
+    assert split_top("a<b, c>", "{}[]") == ["a<b", "c>"]
+    assert split_top("") == [] and split_top("x, ") == ["x"]
+    with pytest.raises(ValueError, match="pairs"):
+        split_top("x", "{}[")

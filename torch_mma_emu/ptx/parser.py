@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..text_table import split_top
 from .errors import Unsupported
 
 _SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
@@ -100,23 +101,6 @@ def _params(text: str) -> list:
     return out
 
 
-def split_operands(rest: str) -> list:
-    out, depth, cur = [], 0, ""
-    for ch in rest:
-        if ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur.strip())
-    return out
-
-
 _INSTR = re.compile(r"^(?:@(!?)(%[\w.]+)\s+)?([a-z][\w.:]*)\s*(.*)$", re.S)
 
 
@@ -149,7 +133,7 @@ def _body(text: str, kname: str):
         if not m:
             raise Unsupported(f"{kname}: PTX statement {stmt!r} (line {line + 1})")
         neg, guard, op, rest = m.groups()
-        body.append(Instr(guard, bool(neg), op, op.split("."), split_operands(rest), line + 1))
+        body.append(Instr(guard, bool(neg), op, op.split("."), split_top(rest), line + 1))
     return body, labels, variables
 
 
