@@ -345,3 +345,26 @@ def test_split_top_level_commas():
     assert split_top("") == [] and split_top("x, ") == ["x"]
     with pytest.raises(ValueError, match="pairs"):
         split_top("x", "{}[")
+
+
+def test_param_declarations_with_ptr_attributes():
+    """nvcc 13 for sm_100a / sm_120a writes ``.param .u64 .ptr .align 1 name``; the state
+    space after ``.ptr`` is optional and ``.align`` there is the alignment of the data pointed
+    to, not of the parameter (PTX ISA, "Kernel Function Parameter Attributes")."""
+    from torch_mma_emu.ptx import parse
+    text = """
+.version 9.0
+.target sm_100a
+.address_size 64
+.visible .entry k(
+  .param .u64 .ptr .align 1 k_param_0,
+  .param .u64 .ptr .global .align 16 k_param_1,
+  .param .u32 k_param_2
+)
+{
+  ret;
+}
+"""
+    k = parse(text)["k"]
+    assert [(p.name, p.offset, p.align) for p in k.params] == \
+        [("k_param_0", 0, 8), ("k_param_1", 8, 8), ("k_param_2", 16, 4)]

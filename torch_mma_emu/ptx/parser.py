@@ -16,7 +16,8 @@ _SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf
           "pred": 1, "f16x2": 4, "bf16x2": 4}
 _VAR = re.compile(r"^(?:\.?extern\s+)?\.(shared|local|global|const)\s+(?:\.align\s+(\d+)\s+)?"
                   r"\.(\w+)\s+([\w$]+)\s*(?:\[(\d*)\])?")
-_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+(?:\.ptr\s+[^\s]+\s+)?"
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+"
+                    r"(?:(\.ptr)\s+(?:\.(?:global|shared|const|local)\s+)?)?"
                     r"(?:\.align\s+(\d+)\s+)?([\w$]+)\s*(?:\[(\d+)\])?")
 
 
@@ -89,7 +90,9 @@ def _params(text: str) -> list:
         m = _PARAM.match(chunk)
         if not m:
             raise Unsupported(f"PTX parameter declaration {chunk!r}")
-        al1, ty, al2, name, count = m.groups()
+        al1, ty, ptr, al2, name, count = m.groups()
+        if ptr:                 # .ptr [.space] .align N: the alignment of the data pointed to
+            al2 = None
         elt = _SIZES.get(ty)
         if elt is None:
             raise Unsupported(f"PTX parameter type .{ty} ({name})")
