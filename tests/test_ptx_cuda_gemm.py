@@ -17,31 +17,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from torch_mma_emu import cpp, ptx, registry  # noqa: E402
-from torch_mma_emu.formats import INT_OF_SIZE, get_format, storage_dtype, value_table  # noqa: E402
+from torch_mma_emu.formats import storage_dtype, value_table  # noqa: E402
 
 import cuda_gemm_ptx as R  # noqa: E402
 
 VALUES = "values"
 SHAPE = (2, 8, 8, 40)          # batch, M, N, K: K pads to 64 (two K tiles of the fast kernel)
-
-
-def _codes(fmt: str, shape, g, special: str | None):
-    """Random codes of ``fmt`` (finite values; one infinity or NaN planted if asked)."""
-    f = get_format(fmt)
-    sd = storage_dtype(f)
-    if f.bits > 8:                        # fp16, bf16, tf32 / xf32 (fp32 codes), fp32, fp64
-        t = torch.randn(shape, generator=g, dtype=torch.float64).to(sd)
-        if special:
-            t[(0,) * len(shape)] = float("inf") if special == "inf" else float("nan")
-        return t.view(INT_OF_SIZE[t.element_size()])
-    table = value_table(fmt)
-    finite = torch.nonzero(torch.isfinite(table) & (table.abs() < 1e4)).flatten()
-    codes = finite[torch.randint(len(finite), shape, generator=g)]
-    if special:
-        hit = torch.nonzero(torch.isinf(table) if special == "inf" else torch.isnan(table)).flatten()
-        if len(hit):
-            codes[(0, 1) + (3,) * (len(shape) - 2)] = hit[0]
-    return codes.to(INT_OF_SIZE[torch.empty((), dtype=sd).element_size()])
 
 
 def _operands(spec, seed=0):
@@ -55,8 +36,8 @@ def _operands(spec, seed=0):
         b3 = torch.randn(Bt, K, N, generator=g).to(storage_dtype(spec.fmt_b)).to(vdt)
         a3[0, 1, 3], b3[0, 2, 5] = float("inf"), float("nan")
         return a3, b3, c3, None, None
-    a3 = _codes(spec.fmt_a.name, (Bt, M, K), g, "inf")
-    b3 = _codes(spec.fmt_b.name, (Bt, K, N), g, "nan")
+    a3 = R.codes(spec.fmt_a.name, (Bt, M, K), g, "inf")
+    b3 = R.codes(spec.fmt_b.name, (Bt, K, N), g, "nan")
     sa3 = sb3 = None
     if spec.scaled:
         nblk = -(-K // spec.block_size)
