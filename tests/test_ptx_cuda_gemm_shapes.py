@@ -73,7 +73,7 @@ def _layout(t, how):
     return big[::2, :c].transpose(1, 2)          # strides (2 (c + 3) r, 1, r)
 
 
-def _operands(spec, shape, layout, seed=1):
+def operands(spec, shape, layout, seed=1):
     Bt, M, N, K = shape
     g = torch.Generator().manual_seed(seed)
     odt = {"fp32": torch.float32, "fp16": torch.float16, "fp64": torch.float64}[spec.out_format]
@@ -105,7 +105,7 @@ def _operands(spec, shape, layout, seed=1):
 
 
 def _check(mod, spec, layout):
-    a3, b3, c3, sa3, sb3 = _operands(spec, SHAPES[layout], layout)
+    a3, b3, c3, sa3, sb3 = operands(spec, SHAPES[layout], layout)
     if layout == "strided":
         assert not a3.is_contiguous() and not b3.is_contiguous() and not c3.is_contiguous()
     ref = cpp.gemm(spec, a3, b3, c3, sa3, sb3).numpy()
