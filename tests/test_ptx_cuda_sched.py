@@ -70,6 +70,11 @@ def mod():
     return R.load("sm80")
 
 
+@pytest.fixture(scope="module")
+def mod100():
+    return R.load("sm100a")
+
+
 def _run(mod, name, sched, row):
     arch, fa, out = row
     B, M, N, K = SMALL if sched.residue_tile is not None else SHAPE
@@ -127,3 +132,11 @@ def test_schedule_kernel_ptx_equals_cpu_kernel(mod, name):
 @pytest.mark.parametrize("name", list(SCHEDULES))
 def test_schedule_kernel_ptx_every_row(mod, name, row):
     _check(mod, name, row)
+
+
+@pytest.mark.parametrize("name", ["cublas_split_k_4", "pairwise_fp64_ws", "promote_mul_add"])
+def test_schedule_kernel_sm100a_ptx(mod100, name):
+    """sm_100a's PTX of the schedule kernel (other integer forms: abs, mad.lo.s64, selp,
+    st.local.v2) on an sm100 row: equal to the CPU kernel as well."""
+    log = _run(mod100, name, SCHEDULES[name], ("sm100", "fp16", "fp32"))
+    assert log and sum(x[0] for x in log) == 0
