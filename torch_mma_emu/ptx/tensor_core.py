@@ -75,7 +75,7 @@ def _spec(arch, family, k, fa, fb, acc):
     row the instruction kernel's results are compared with on a GPU), cached."""
     key = (arch, family, k, fa, fb, acc)
     if key not in _SPECS:
-        from ..native import instruction_spec
+        from ..registry import instruction_spec
         kern = _KERNEL.get((family, k, fa))
         if kern is None or (family, k, fb) not in _KERNEL:
             raise Unsupported(f"{family} k{k} {fa} x {fb}: no instruction model")
