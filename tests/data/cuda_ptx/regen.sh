@@ -2,7 +2,8 @@
 # Regenerate the committed PTX of csrc/cuda/ (nvcc 13.0, the build's flags through
 # scripts/check_cuda_compile.sh), gzipped; the tests read these files.  Needs nvcc and a
 # Python with torch (PYTHON=..., as for check_cuda_compile.sh).  Rerun after editing csrc/
-# (the PTX is deterministic: same bytes each run).
+# (nvcc makes the same PTX each run but for the names it derives from the build's paths and the
+# target, and the .file paths: tests/test_ptx_cuda_targets.py compares without those).
 #   gemm_cuda_sm80        every kernel (7 MB of PTX, 1 MB stored)
 #   gemm_cuda_sm100a      only the kernels tests/test_ptx_cuda_targets.py launches
 #                         (sm_90a's PTX is sm_80's and sm_120a's is sm_100a's but for the
