@@ -121,7 +121,9 @@ def _check(mod, name, row):
 # residue-tile presets (NODE ops, ~4 s each here) beyond the one that has them all (split,
 # residue, the fp16 serial merge): in the slow run
 SLOW = {"cublas_cutlass_residue_32", "cublas_cutlass_split_k_4_fp32",
-        "cublas_cutlass_split_k_4_fp16_partials"}
+        "cublas_cutlass_split_k_4_fp16_partials",
+        # and custom ones whose programs the presets and the other custom ones already hold
+        "pairwise_3", "split_9_empties", "split_2_epilogue_fma"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
