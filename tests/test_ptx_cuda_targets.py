@@ -94,20 +94,16 @@ def test_committed_ptx_within_interpreter_coverage(name):
 
 def _nohash(text: str) -> str:
     """PTX with the names nvcc derives per build (``_GLOBAL__N__<hash>_..._cu_<hash>..``,
-    the anonymous namespace; ``_INTERNAL_<hash>_..``) replaced, their length prefixes kept:
-    the hash changes with the target and the build's paths; and the source paths of the
+    the anonymous namespace; ``_INTERNAL_<hash>_..``) replaced by placeholders:
+    the hash and a number after it change from run to run; and the source paths of the
     ``.file`` lines (-lineinfo) cut to the repository's; the ``.debug_str`` section (those
     names again, as bytes) left out."""
     text = text.split("\t.section\t.debug_str")[0]
     text = re.sub(r'^(\s*\.file\s+\d+\s+")[^"]*?/(csrc/[^"]*")', r"\1\2", text, flags=re.M)
-    out, pos = [], 0
-    for m in re.finditer(r"(?<=[A-Za-z_])(\d+)_(?:GLOBAL__N__|INTERNAL_)", text):
-        if m.start() < pos:
-            continue
-        n = int(m.group(1))
-        out.append(text[pos:m.start(1)] + m.group(1) + "NS".ljust(n, "_"))
-        pos = m.end(1) + n
-    return "".join(out) + text[pos:]
+    # the name with its length prefix and the digits after it (a per-run number, then the
+    # next name's length): ambiguous to split, equal in both texts where the rest is
+    return re.sub(r"\d*_(GLOBAL__N__|INTERNAL_)[0-9a-f]{8}_\d+_(\w+?)_cu_[0-9a-f]{8}[0-9_]*",
+                  r"<\1\2>", text)
 
 
 def _normal(text: str) -> str:
