@@ -7,7 +7,9 @@ native CPU op, in one run; prints the ratio (issue 39 asks for within 10x at 409
     .venv/bin/python scripts/bench_reductions.py --ops layer_norm softmax2048
 
 ``softmax`` of 4096-element rows runs torch's block kernel (``aten_cuda.host_softmax``);
-``softmax2048`` views the same tensor as rows of 2048 (the persistent warp kernel).  ``layer_norm`` has a random weight and bias.
+``softmax2048`` views the same tensor as rows of 2048 (the persistent warp kernel).  ``layer_norm`` has a random weight and bias.  ``var`` / ``std_mean``: the Welford
+reduce_kernel (aten_cuda/moments.py); ``softmax_bw`` / ``gelu_bw``: backward kernels
+(the softmax one on rows of 4096: the Smem block kernel).
 """
 from __future__ import annotations
 
@@ -23,7 +25,13 @@ CASES = (("sum", lambda x, w, b: x.sum()), ("sum(dim=-1)", lambda x, w, b: x.sum
          ("sum(dim=0)", lambda x, w, b: x.sum(0)), ("mean", lambda x, w, b: x.mean()),
          ("softmax", lambda x, w, b: torch.softmax(x, -1)),
          ("softmax2048", lambda x, w, b: torch.softmax(x.view(-1, 2048), -1)),
-         ("layer_norm", lambda x, w, b: F.layer_norm(x, w.shape, w, b)))
+         ("layer_norm", lambda x, w, b: F.layer_norm(x, w.shape, w, b)),
+         ("var(dim=-1)", lambda x, w, b: torch.var(x, -1)),
+         ("var(dim=0)", lambda x, w, b: torch.var(x, 0)),
+         ("std_mean", lambda x, w, b: torch.std_mean(x)),
+         ("softmax_bw", lambda x, w, b: torch.ops.aten._softmax_backward_data(
+             x, b.expand_as(x), 1, torch.float32)),
+         ("gelu_bw", lambda x, w, b: torch.ops.aten.gelu_backward(x, x)))
 
 
 def main(argv=None) -> int:

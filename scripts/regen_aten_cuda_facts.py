@@ -12,10 +12,13 @@ extracts the sm_90 cubins (``cuobjdump -arch sm_90 -xelf all``), lists their ker
 (``nm``, demangled with ``c++filt``) and reads:
 
 * the template arguments of ``reduce_kernel<..., ReduceOp<scalar_t, ops, index_t, out_t,
-  vt0, input_vec_size>>`` for sum (``sum_functor``) and mean (``MeanOps``) of fp32 / fp16 /
-  bf16, every (vt0, input_vec_size) pair instantiated;
+  vt0, input_vec_size>>`` for sum (``sum_functor``), mean (``MeanOps``) and var / std
+  (``WelfordOps``; added after the committed table was made: its ``var/*`` rows appear
+  when the table is next regenerated) of fp32 / fp16 / bf16, every (vt0, input_vec_size)
+  pair instantiated;
 * the persistent softmax's ``log2_elements`` range (``softmax_warp_forward``) and the block
-  softmax's ILP (``cunn_SoftMaxForward<ILP, ...>``);
+  softmax's ILP (``cunn_SoftMaxForward<ILP, ...>``), and the same of the backward
+  (``softmax_warp_backward``, ``cunn_SoftMaxBackward[Smem]<ILP, ...>``);
 * from the SASS (``cuobjdump -sass -fun``): the shuffle kinds of one sum ``reduce_kernel``,
   of ``softmax_warp_forward`` and of ``vectorized_layer_norm_kernel``, the latter's global
   load width (its vec_size), and whether the fp32 mean kernel multiplies (FMUL, by 1/N).
@@ -46,6 +49,9 @@ _REDUCE = re.compile(r"reduce_kernel<(\d+), (\d+), at::native::ReduceOp<(.+), un
 _SOFTMAX = re.compile(r"softmax_warp_forward<([^,<>]+), ([^,<>]+), ([^,<>]+), (\d+), "
                       r"(true|false), (true|false), (\d+)>")
 _BLOCK = re.compile(r"cunn_SoftMaxForward(Smem)?<(\d+), ([^,<>]+), ([^,<>]+), ([^,<>]+),")
+_SOFTMAX_BW = re.compile(r"softmax_warp_backward<([^,<>]+), ([^,<>]+), ([^,<>]+), (\d+), "
+                         r"(true|false), (true|false), (\d+)>")
+_BLOCK_BW = re.compile(r"cunn_SoftMaxBackward(Smem)?<(\d+), ([^,<>]+), ([^,<>]+), ([^,<>]+),")
 
 
 def reduce_op(name: str) -> dict | None:
@@ -60,6 +66,8 @@ def reduce_op(name: str) -> dict | None:
         op = "sum"
     elif re.match(r"[^,]+, at::native::MeanOps<", body):
         op = "mean"
+    elif re.match(r"[^,]+, at::native::WelfordOps<", body):
+        op = "var"                    # var / std / var_mean / std_mean (std_var_kernel_impl)
     else:
         return None
     return {"op": op, "scalar": scalar, "out": out, "vt0": int(vt0),
@@ -74,6 +82,27 @@ def softmax_warp(name: str) -> dict | None:
     i, o, a, l2, log, masked, _warp = m.groups()
     return {"input": i, "output": o, "acc": a, "log2_elements": int(l2),
             "is_log_softmax": log == "true", "is_masked": masked == "true"}
+
+
+def softmax_warp_backward(name: str) -> dict | None:
+    """``softmax_warp_backward<input, output, acc, log2_elements, is_log, is_masked, 32>``."""
+    m = _SOFTMAX_BW.search(name)
+    if not m:
+        return None
+    i, o, a, l2, log, masked, _warp = m.groups()
+    return {"input": i, "output": o, "acc": a, "log2_elements": int(l2),
+            "is_log_softmax": log == "true", "is_masked": masked == "true"}
+
+
+def softmax_block_backward(name: str) -> dict | None:
+    """``{"kernel", "ilp", "grad_input", "acc", "output"}`` of ``cunn_SoftMaxBackward[Smem]``
+    (template ``<ILP, scalar_t (gI), accscalar_t, outscalar_t (grad, output)>``)."""
+    m = _BLOCK_BW.search(name)
+    if not m:
+        return None
+    smem, ilp, gi, a, o = m.groups()
+    return {"kernel": "cunn_SoftMaxBackward" + (smem or ""), "ilp": int(ilp),
+            "grad_input": gi, "acc": a, "output": o}
 
 
 def softmax_block(name: str) -> dict | None:
@@ -144,7 +173,7 @@ def _short(name: str) -> str:
 
 def collect(k: Kernels) -> dict:
     facts: dict = {"reduce": {}, "softmax_persistent": {}, "softmax_block_ilp": {}}
-    for op in ("sum", "mean"):
+    for op in ("sum", "mean", "var"):
         for dt, cname in DTYPES.items():
             pairs, bounds, example = set(), set(), None
             for _, _, d in k.rows:
@@ -172,6 +201,24 @@ def collect(k: Kernels) -> dict:
                 ilps.add(b["ilp"])
                 example = example or b["kernel"] + f"<{b['ilp']}, {cname}, ...>"
         facts["softmax_block_ilp"][dt] = {"ilp": sorted(ilps), "kernel": example}
+    # the backward (issue 39: aten_cuda/softmax_backward.py)
+    facts["softmax_backward_persistent"], facts["softmax_backward_block_ilp"] = {}, {}
+    for dt, cname in DTYPES.items():
+        l2, example = [], None
+        for _, _, d in k.rows:
+            s = softmax_warp_backward(d)
+            if s and s["input"] == cname and s["output"] == cname and not s["is_masked"]:
+                l2.append(s["log2_elements"])
+                example = example or _short(d)
+        facts["softmax_backward_persistent"][dt] = {
+            "max_log2_elements": max(l2), "min_log2_elements": min(l2), "kernel": example}
+        ilps, example = set(), None
+        for _, _, d in k.rows:
+            b = softmax_block_backward(d)
+            if b and b["grad_input"] == cname and b["output"] == cname:
+                ilps.add(b["ilp"])
+                example = example or b["kernel"] + f"<{b['ilp']}, {cname}, ...>"
+        facts["softmax_backward_block_ilp"][dt] = {"ilp": sorted(ilps), "kernel": example}
 
     sass = {}
     name, ops = k.sass("reduce_kernel<512, 1, at::native::ReduceOp<float, at::native::"

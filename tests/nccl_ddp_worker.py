@@ -3,17 +3,15 @@ size, out dir.  One training step of a small MLP on sm90 three ways: a local cop
 rank's gradients, no DDP), DDP under emulate(collectives="nccl-ring") and "nccl-tree" (no hook
 written by hand) and DDP under plain emulate (gloo's all-reduce)."""
 import copy
-import os
-import sys
 
 import torch
 import torch.distributed as dist
 
 import torch_mma_emu as tme
+from gloo_ranks import init_rank, save_rank
 from torch_mma_emu.preview.nccl_emu import NcclCollectives
 
-init, rank, ws, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=ws)
+rank, ws, _ = init_rank()
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
 g = torch.Generator().manual_seed(1000 + rank)
@@ -43,5 +41,4 @@ with NcclCollectives():
     ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(model))
 res["after"], _ = step(ddp)
 res["hooked"] = bool(ddp._comm_hooks)
-torch.save(res, os.path.join(out, f"rank{rank}.pt"))
-dist.destroy_process_group()
+save_rank(res)

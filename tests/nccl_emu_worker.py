@@ -1,16 +1,14 @@
 """Worker of tests/preview/test_nccl_emu.py: one gloo rank.  argv: init file, rank, world
 size, out dir.  Saves its inputs and the results of plain gloo and of the emulated NCCL
 backend (ring 1 and 2 channels, tree), and a DDP step with the emulated hook."""
-import os
-import sys
 
 import torch
 import torch.distributed as dist
 
+from gloo_ranks import init_rank, save_rank
 from torch_mma_emu.preview.nccl_emu import NcclCollectives
 
-init, rank, ws, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=ws)
+rank, ws, _ = init_rank()
 N = 4096
 g = torch.Generator().manual_seed(100 + rank)
 x = (torch.randn(N, generator=g) * torch.logspace(-2, 2, N)).to(torch.float16)
@@ -54,5 +52,4 @@ inp = torch.randn(5, 8, generator=torch.Generator().manual_seed(rank))
 ddp(inp).square().sum().backward()
 res["bucket"] = seen[0]
 res["grads"] = torch.cat([p.grad.reshape(-1) for p in model.parameters()])   # bucket order
-torch.save(res, os.path.join(out, f"rank{rank}.pt"))
-dist.destroy_process_group()
+save_rank(res)

@@ -6,18 +6,15 @@ with a gradient divide factor 2 (PREMUL_SUM(0.5)), and FSDP2 under plain emulate
 tp: a ColwiseParallel / RowwiseParallel MLP's forward under collectives="nccl-ring",
 "nccl-tree" and plain emulate, and this rank's own partial product (the all-reduce's input)."""
 import copy
-import os
-import sys
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 import torch_mma_emu as tme
+from gloo_ranks import init_rank, save_rank
 
-init, rank, ws, out, what = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], \
-    sys.argv[5]
-dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=ws)
+rank, ws, (what,) = init_rank()
 torch.manual_seed(0)
 res = {}
 if what == "fsdp":
@@ -68,5 +65,4 @@ else:
     res["summary"] = em.summary()
     res["tree"], _ = run(collectives="nccl-tree")
     res["gloo"], _ = run()
-torch.save(res, os.path.join(out, f"rank{rank}.pt"))
-dist.destroy_process_group()
+save_rank(res)

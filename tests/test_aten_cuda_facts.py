@@ -47,6 +47,35 @@ def test_reduce_template_arguments(op, dt):
     assert model == seen, (op, dt, seen, model)
 
 
+@pytest.mark.parametrize("dt", list(DTYPES))
+def test_var_template_arguments(dt):
+    """var / std: gpu_reduce_kernel<scalar_t, out_t, 2> (ReduceMomentKernel.cu), vt0 =
+    input_vec_size = 2 in the model (aten_cuda/moments.py).  The committed table predates the
+    WelfordOps rows of the regeneration script; once regenerated from the wheel, they must
+    agree."""
+    from torch_mma_emu.aten_cuda import moments
+    row = TABLE["reduce"].get(f"var/{dt}")
+    if row is None:
+        pytest.skip("sass_facts.json has no WelfordOps reduce_kernel rows yet (regenerate "
+                    "with scripts/regen_aten_cuda_facts.py WHEEL)")
+    assert {tuple(p) for p in row["vt0_input_vec_size"]} == {(moments.VT0, moments.VT0)}
+
+
+@pytest.mark.parametrize("dt", list(DTYPES))
+def test_softmax_backward_template_arguments(dt):
+    """softmax_warp_backward exists for rows up to 2^10 (the model's 1024-element threshold,
+    half the forward's) and cunn_SoftMaxBackward[Smem] has ILP = 16 bytes / element."""
+    from torch_mma_emu.aten_cuda import softmax_backward as sb
+    if "softmax_backward_persistent" not in TABLE:
+        pytest.skip("sass_facts.json predates the softmax backward rows (regenerate)")
+    row = TABLE["softmax_backward_persistent"][dt]
+    assert (row["min_log2_elements"], 1 << row["max_log2_elements"]) == \
+        (0, sb.PERSISTENT_ELEMENTS)
+    item = torch.empty((), dtype=DTYPES[dt]).element_size()
+    assert TABLE["softmax_backward_block_ilp"][dt]["ilp"] == [16 // item]
+    assert sb.launch((2, 5000), 1, DTYPES[dt], DTYPES[dt]).ilp == 16 // item
+
+
 def test_fp32_vt0_8_switch_follows_the_binary():
     fp32 = {tuple(p) for k in ("sum/float32", "mean/float32")
             for p in TABLE["reduce"][k]["vt0_input_vec_size"]}
@@ -97,6 +126,18 @@ def test_parsers_on_kernel_names():
     mean = ("void at::native::reduce_kernel<128, 4, at::native::ReduceOp<c10::Half, at::native::"
             "MeanOps<c10::Half, float, float, float>, unsigned int, float, 4, 8> >(x)")
     assert regen.reduce_op(mean)["op"] == "mean"
+    var = ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<c10::Half, at::native::"
+           "WelfordOps<c10::Half, float, int, thrust::pair<c10::Half, c10::Half> >, unsigned "
+           "int, c10::Half, 2, 2> >(x)")
+    r = regen.reduce_op(var)
+    assert (r["op"], r["scalar"], r["vt0"], r["input_vec_size"]) == ("var", "c10::Half", 2, 2)
+    bw = regen.softmax_warp_backward("void (anonymous namespace)::softmax_warp_backward<float, "
+                                     "float, float, 10, false, false, 32>(float*)")
+    assert (bw["log2_elements"], bw["is_log_softmax"]) == (10, False)
+    bb = regen.softmax_block_backward("void at::native::(anonymous namespace)::cunn_SoftMax"
+                                      "Backward<8, c10::Half, float, c10::Half, Epi>(x)")
+    assert (bb["kernel"], bb["ilp"], bb["grad_input"]) == ("cunn_SoftMaxBackward", 8,
+                                                           "c10::Half")
     xor = name.replace("sum_functor", "xor_sum_functor")
     assert regen.reduce_op(xor) is None
     sw = regen.softmax_warp("void (anonymous namespace)::softmax_warp_forward<c10::Half, "

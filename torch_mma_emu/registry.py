@@ -139,8 +139,31 @@ GPUS: dict[str, Gpu] = {g.name: g for g in [
     Gpu("B200", "sm100", 148, 2048),
     Gpu("RTX5090", "sm120", 170, 1536),
 ]}
+
+# MIG slices: a GPU instance is a device of its own to CUDA (multiProcessorCount = its SMs),
+# named "<part> MIG <profile>".  SMs per profile as `nvidia-smi mig -lgip` lists them
+# (NVIDIA Multi-Instance GPU User Guide, "Supported MIG Profiles": A100 / A30 slices of 1/7
+# and 1/4 of the SMs, 14 SMs each; GH100 parts (H100 SXM5 80GB, H200 141GB) 16 / 26 / 32 /
+# 60 / 64 / 132 SMs, the -lgip listing quoted in NVIDIA/mig-parted issue #120).  "+me"
+# profiles have the SMs of the profile without it.
+MIG_SLICES: dict[str, dict[str, int]] = {
+    "A100": {"1g.5gb": 14, "2g.10gb": 28, "3g.20gb": 42, "4g.20gb": 56, "7g.40gb": 98,
+             "1g.10gb": 14, "1g.20gb": 14, "2g.20gb": 28, "3g.40gb": 42, "4g.40gb": 56,
+             "7g.80gb": 98},
+    "A30": {"1g.6gb": 14, "2g.12gb": 28, "4g.24gb": 56},
+    "H100": {"1g.10gb": 16, "1g.20gb": 26, "2g.20gb": 32, "3g.40gb": 60, "4g.40gb": 64,
+             "7g.80gb": 132},
+    "H200": {"1g.18gb": 16, "1g.35gb": 26, "2g.35gb": 32, "3g.71gb": 60, "4g.71gb": 64,
+             "7g.141gb": 132},
+}
+for _part, _profiles in MIG_SLICES.items():
+    for _prof, _sms in _profiles.items():
+        _p = GPUS[_part]
+        GPUS[f"{_part} MIG {_prof}"] = Gpu(f"{_part} MIG {_prof}", _p.arch, _sms,
+                                           _p.max_threads_per_sm)
 _GPU_ALIAS = {norm(k): k for k in GPUS}
 _GPU_ALIAS.update({norm("H100 SXM"): "H100", norm("H100 SXM5"): "H100"})
+_GPU_ALIAS.update({norm(f"{k}+me"): k for k in GPUS if " MIG " in k})
 for _g in GPUS.values():
     _ALIAS.setdefault(norm(_g.name), _g.arch)
 _ALIAS.setdefault(norm("H100 SXM"), "sm90")

@@ -33,7 +33,8 @@
 #                         against torch_mma_emu.triton.emulate(this GPU's arch), bit for bit
 #   approx.npz, approx.md scripts/gpu/approx.py: the approximate fp32 instructions recorded,
 #                         the gpu_math models swept against them
-#   reductions.npz        scripts/gpu/reductions.py: CUDA sum / softmax / layer_norm recorded
+#   reductions.npz        scripts/gpu/reductions.py: CUDA sum / softmax / layer_norm recorded,
+#                         issue 39's cases (hw/aten_checks.py; --compare checks the models)
 set -uo pipefail
 # the plans of the 15-minute lease (docs/hardware/RUNBOOK.md): one argument expands to steps
 if [ "$#" = 1 ] && [ "$1" = cmd1 ]; then

@@ -32,3 +32,12 @@ def test_cli_options_belong_to_nccl_emu():
     r = subprocess.run([sys.executable, "-m", "torch_mma_emu", "reveal", "allreduce",
                         "--world-size", "3", "--algo", "tree"], capture_output=True, text=True)
     assert r.returncode == 2 and "--backend nccl-emu" in r.stderr
+
+
+@pytest.mark.slow     # about a minute: 5 worker processes
+def test_reveal_finds_the_pat_trees():
+    from torch_mma_emu.order import nccl_pat
+    res = fprev.reveal_allreduce(5, op="reduce_scatter", backend="nccl-emu", numel=10,
+                                 checks=2, nccl_emu=dict(algo="pat"))
+    assert same(res.ranges, nccl_pat.pat_reduce_scatter(5, 2))
+    assert not same(res.ranges, nccl.ring_reduce_scatter(5, 2))

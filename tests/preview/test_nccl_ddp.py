@@ -1,11 +1,7 @@
 """A DDP model under emulate(arch, collectives="nccl-ring") on gloo ranks: its gradients
 are bit-equal to the single-process fold of the ranks' local gradients in NCCL's ring
 order (order.nccl), and differ from gloo's bits; emulate's collectives argument."""
-import os
-import subprocess
-import sys
-import tempfile
-
+import gloo_ranks
 import pytest
 import torch
 
@@ -13,20 +9,9 @@ import torch_mma_emu as tme
 from torch_mma_emu.order import nccl
 from torch_mma_emu.preview.nccl_emu import NcclCollectives
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 def run_ranks(ws):
-    tmp = tempfile.mkdtemp()
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "nccl_ddp_worker.py"),
-                               os.path.join(tmp, "init"), str(r), str(ws), tmp], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(ws)]
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, out.decode()[-2000:]
-    return [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(ws)]
+    return gloo_ranks.run_ranks("nccl_ddp_worker.py", ws)
 
 
 def check(ws):

@@ -1,30 +1,15 @@
 """The emulated NCCL backend (preview/nccl_emu.py) on 3 and 4 gloo ranks: every rank holds
 the single-process fold in NCCL's order (order.nccl), which differs from gloo's bits."""
-import os
-import subprocess
-import sys
-import tempfile
-
+import gloo_ranks
 import numpy as np
 import pytest
 import torch
 
 from torch_mma_emu.order import nccl
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 def run_ranks(ws):
-    tmp = tempfile.mkdtemp()
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "nccl_emu_worker.py"),
-                               os.path.join(tmp, "init"), str(r), str(ws), tmp], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(ws)]
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, out.decode()[-2000:]
-    return [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(ws)]
+    return gloo_ranks.run_ranks("nccl_emu_worker.py", ws)
 
 
 @pytest.mark.slow     # about 80 s per world size (gloo worker processes)

@@ -2,31 +2,15 @@
 FSDP2's gradient reduce-scatter (ReduceOp.AVG, and PREMUL_SUM with a divide factor) and the
 RowwiseParallel output's functional all-reduce are bit-equal to the single-process NCCL
 fold (order.nccl) of the ranks' local values, and differ from gloo's bits."""
-import os
-import subprocess
-import sys
-import tempfile
-
+import gloo_ranks
 import pytest
 import torch
 
 from torch_mma_emu.order import nccl
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 
 def run_ranks(ws, what):
-    tmp = tempfile.mkdtemp()
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    worker = os.path.join(ROOT, "tests", "nccl_fsdp_tp_worker.py")
-    procs = [subprocess.Popen([sys.executable, worker, os.path.join(tmp, "init"), str(r),
-                               str(ws), tmp, what], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(ws)]
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, out.decode()[-2000:]
-    return [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(ws)]
+    return gloo_ranks.run_ranks("nccl_fsdp_tp_worker.py", ws, what)
 
 
 def fsdp_fold(local, ws, op, factor=None):

@@ -80,8 +80,8 @@ def test_out_inplace_and_strided_forms():
     assert same(y, want) and same(out, want) and same(z, want)
     assert y.stride() == x.stride()                        # laid out as the input
     assert same(s, _want("sigmoid", torch.arange(5).float()))
-    assert [r.op for r in em.records] == ["aten.tanh.default", "aten.tanh.out",
-                                          "aten.tanh_.default", "aten.sigmoid.default"]
+    assert [r.op for r in em.records if r.op != "aten.arange.default"] == [
+        "aten.tanh.default", "aten.tanh.out", "aten.tanh_.default", "aten.sigmoid.default"]
 
 
 def test_amd_targets_and_float64_stay_native_and_are_named():
@@ -152,11 +152,18 @@ def test_the_issue_model_names_every_native_op():
     em = _census_holds(step, "sm90")
     text = em.summary()
     assert "aten.gelu.default" in text and "CUDA kernel" in text        # modelled
-    assert "ran natively, in the CPU's order:" in text
+    # forward and backward are modelled but for layer_norm's backward, which is named as
+    # a CPU-order record; nothing is left for the "ran natively" line (the census)
+    assert "ran natively, in the CPU's order:" not in text and not em.recorder.natives
+    assert ("aten.native_layer_norm_backward.default", "CPU order") in {
+        (r.op, r.format) for r in em.records}
     modelled = {r.op for r in em.records if r.kernel}
     assert {"aten._softmax.default", "aten.native_layer_norm.default"} <= modelled
+    # the backward kernels are modelled too (aten_cuda/backward.py, softmax_backward.py)
+    assert {"aten._softmax_backward_data.default", "aten.gelu_backward.default"} <= {
+        r.op for r in em.records if r.format.startswith("torch ")}
     for op in ("aten._softmax_backward_data", "aten.gelu_backward"):
-        assert op in em.recorder.natives, text
+        assert op not in em.recorder.natives, text
 
 
 def test_cumsum_is_named_with_its_count():

@@ -127,7 +127,7 @@ def test_collectives_and_profiler_ops_pass_silently():
         with emulate("sm90", record=True) as em:
             with torch.profiler.record_function("region"):
                 rnd(2, 2) + 1
-    assert not em.records
+    assert {r.op for r in em.records} <= {"aten.mul.Tensor", "aten.add.Tensor"}   # the arithmetic
 
 
 # -- transformers' MoE fallback (a custom op looping over experts with torch.mm(out=)) -----

@@ -11,6 +11,10 @@ such instantiation.  Its fp32 ``sum_functor`` and ``MeanOps`` ``reduce_kernel`` 
 as ``ReduceOp<float, ..., 4, 4>``, so ``FP32_VT0_8_AT_1024`` stays off (the model still
 takes both settings, for a later torch).
 
+var / std (``WelfordOps``) kernels exist only as ``<2, 2>`` (aten_cuda/moments.py's
+``VT0``); the softmax backward's persistent kernel covers rows up to 2^10 and its block
+kernels have ILP 16 bytes / element (aten_cuda/softmax_backward.py).
+
 ``SHUFFLES``: the warp shuffle each modelled kernel's SASS uses (``SHFL.DOWN``: a halving
 where lane ``l`` adds lane ``l + d``; ``SHFL.BFLY``: an XOR butterfly).
 """

@@ -156,16 +156,11 @@ def tree(n: int):
     written from the kernel's order (not by running :func:`block_sum`): thread t takes
     elements ``4 (t + 128 k) + i`` in (k, i) order, lane i of each warp then adds lane
     i + h for h = 16 .. 1, warp w adds warp w + h for h = 2, 1."""
-    from ..order.tree import SumTree
+    from ..order.builders import TreeBuilder
     if n < VEC or n % VEC:
         raise ValueError(f"the vectorised kernel takes rows of a multiple of {VEC}, got {n}")
-    nodes: list = []
-
-    def add(a, b):
-        if a is None or b is None:
-            return b if a is None else a
-        nodes.append(("add", (a, b)))
-        return n + len(nodes) - 1
+    b = TreeBuilder(n)
+    add = b.add
     acc = [None] * THREADS
     for i in range(n):
         t = (i // VEC) % THREADS
@@ -181,7 +176,7 @@ def tree(n: int):
         for w in range(h):
             acc[w * WARP] = add(acc[w * WARP], acc[(w + h) * WARP])
         h //= 2
-    return SumTree(n, nodes, root=acc[0]) if n > 1 else SumTree(1, [], root=0)
+    return b.tree(acc[0])
 
 
 def evaluate(X, gamma=None, beta=None, eps: float = 1e-5, *, rms: bool = False):

@@ -47,14 +47,25 @@ class _Sym:
         return other.__add__(self)
 
 
-def _zeros(shape, like):
+def _zeros(shape, like, ops=None):
+    """Identity accumulators: zeros of ``like``'s dtype for sums; for another reduction
+    (``ops``, or an accumulator array ``like`` with ``new_zeros``, e.g.
+    ``moments.WelfordState``) that reduction's identity."""
+    if ops is not None:
+        return ops.zeros(shape)
+    if hasattr(like, "new_zeros"):
+        return like.new_zeros(shape)
     return np.zeros(shape, dtype=like.dtype)
+
+
+def _last_axis(v, axis):
+    return v.moveaxis(axis, -1) if hasattr(v, "new_zeros") else np.moveaxis(v, axis, -1)
 
 
 def _halve(v, axis):
     """``v[..., x] += v[..., x + h]`` for h = size/2, ..., 1 along ``axis`` (a power of
     two); returns the array without that axis (lane 0's value)."""
-    v = np.moveaxis(v, axis, -1)
+    v = _last_axis(v, axis)
     w = v.shape[-1]
     while w > 1:
         h = w // 2
@@ -63,10 +74,10 @@ def _halve(v, axis):
     return v[..., 0]
 
 
-def _thread_plain(X, S, vt0):
+def _thread_plain(X, S, vt0, ops=None):
     """Non-vectorised ``thread_reduce_impl``: [M, N] -> [M, S]."""
     M, N = X.shape
-    acc = _zeros((M, vt0, S), X)
+    acc = _zeros((M, vt0, S), X, ops)
     full = N // (vt0 * S)
     if full:
         blk = X[:, :full * vt0 * S].reshape(M, full, vt0, S)
@@ -83,10 +94,10 @@ def _thread_plain(X, S, vt0):
     return out
 
 
-def _thread_vectorised(X, S, V, shift):
+def _thread_vectorised(X, S, V, shift, ops=None):
     """``input_vectorized_thread_reduce_impl`` for rows sharing one ``shift``."""
     M, N = X.shape
-    acc = _zeros((M, S, V), X)
+    acc = _zeros((M, S, V), X, ops)
     start = 0
     if shift:
         head = V - shift
@@ -112,15 +123,15 @@ def _thread_vectorised(X, S, V, shift):
     return out
 
 
-def _threads(X, cfg: ReduceConfig, shifts):
+def _threads(X, cfg: ReduceConfig, shifts, ops=None):
     S = cfg.step_input
     if not cfg.vectorize_input:
-        return _thread_plain(X, S, cfg.vt0)
-    out = _zeros((X.shape[0], S), X)
+        return _thread_plain(X, S, cfg.vt0, ops)
+    out = _zeros((X.shape[0], S), X, ops)
     for s in np.unique(shifts):
         rows = np.nonzero(shifts == s)[0]
         sub = X if len(rows) == X.shape[0] else X[rows]
-        out[rows] = _thread_vectorised(sub, S, cfg.input_vec_size, int(s))
+        out[rows] = _thread_vectorised(sub, S, cfg.input_vec_size, int(s), ops)
     return out
 
 
@@ -154,13 +165,19 @@ def _combine(T, cfg: ReduceConfig):
     return f[:, 0]
 
 
-def evaluate(X: np.ndarray, cfg: ReduceConfig, shifts=None) -> np.ndarray:
+def evaluate(X: np.ndarray, cfg: ReduceConfig, shifts=None, ops=None):
     """The sums of the rows of ``X`` ([num_outputs, num_inputs] in reduction order, already
     in the accumulation dtype) as the kernel computes them.  ``shifts``: each row's
-    misalignment in elements (vectorised input only)."""
+    misalignment in elements (vectorised input only).
+
+    ``ops``: another reduction in the same order (``ReduceOp``'s ``ops_t``): an object
+    whose ``zeros(shape)`` gives identity accumulators - an array-like with ``shape``,
+    indexing, ``reshape``, ``moveaxis`` and ``new_zeros``, where ``acc + data`` is
+    ``ops.reduce`` and ``acc + acc`` is ``ops.combine(left, right)`` (e.g. WelfordOps,
+    aten_cuda/moments.py); the result is such an accumulator per output."""
     if shifts is None:
         shifts = np.zeros(X.shape[0], np.int64)
-    return _combine(_threads(X, cfg, np.asarray(shifts)), cfg)
+    return _combine(_threads(X, cfg, np.asarray(shifts), ops), cfg)
 
 
 def tree(cfg: ReduceConfig, shift: int = 0):

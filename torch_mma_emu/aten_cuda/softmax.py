@@ -77,17 +77,12 @@ def tree(n: int):
     """The ``SumTree`` of the denominator of a row of ``n``, written from the kernel's order
     (not by running :func:`row_sum`): lane l adds ``l, l + W, l + 2W, ...`` in turn, then
     lane i takes lane i + h for h = W/2 .. 1 (the XOR butterfly as lane 0 sees it)."""
-    from ..order.tree import SumTree
+    from ..order.builders import TreeBuilder
     if n < 1:
         raise ValueError(f"a softmax row needs n >= 1 elements, got {n}")
     W, _ = _lanes(n)
-    nodes: list = []
-
-    def add(a, b):
-        if a is None or b is None:
-            return b if a is None else a
-        nodes.append(("add", (a, b)))
-        return n + len(nodes) - 1
+    b = TreeBuilder(n)
+    add = b.add
     acc = [None] * W
     for i in range(n):
         acc[i % W] = add(acc[i % W], i)
@@ -96,7 +91,7 @@ def tree(n: int):
         for lane in range(h):
             acc[lane] = add(acc[lane], acc[lane + h])
         h //= 2
-    return SumTree(n, nodes, root=acc[0]) if n > 1 else SumTree(1, [], root=0)
+    return b.tree(acc[0])
 
 
 def evaluate(X: np.ndarray, exp, log, *, log_softmax: bool = False) -> np.ndarray:

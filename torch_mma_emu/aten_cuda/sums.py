@@ -93,6 +93,8 @@ def _rows(x: torch.Tensor, dim):
     return v.reshape(M, -1), offs
 
 
+rows = _rows            # public: aten_cuda/moments.py reads its rows the same way
+
 _ACC = {torch.float64: np.float64}       # every other input sums in float
 
 
@@ -137,4 +139,4 @@ def describe(x: torch.Tensor, dim=None, op: str = "sum", gpu=None) -> str:
     return config_for(x, dim, op, gpu).describe()
 
 
-__all__ = ["reduce", "layout", "iteration", "config_for", "describe", "FLOATS"]
+__all__ = ["reduce", "layout", "iteration", "rows", "config_for", "describe", "FLOATS"]

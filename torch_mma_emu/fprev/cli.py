@@ -111,15 +111,20 @@ def register(subparsers) -> None:
                         "0.5 GiB of available memory each)")
     a.add_argument("--numel", type=_summands, default=16)
     a.add_argument("--op", default="all_reduce", choices=("all_reduce", "reduce_scatter"))
-    a.add_argument("--backend", default="gloo", choices=BACKENDS,
-                   help="torch.distributed backend (checked for this machine before starting);"
-                        " nccl-emu: gloo processes summing in NCCL's modelled order")
-    a.add_argument("--algo", choices=("ring", "tree"), default=None,
-                   help="--backend nccl-emu: NCCL's algorithm (default ring)")
+    a.add_argument("--backend", default=None, choices=BACKENDS,
+                   help="torch.distributed backend (checked for this machine before starting;"
+                        " default gloo); nccl-emu / rccl-emu: gloo processes summing in "
+                        "NCCL's / RCCL 2.21.5's modelled order")
+    a.add_argument("--algo", choices=("ring", "tree", "pat", "symmetric"), default=None,
+                   help="--backend nccl-emu / rccl-emu: the algorithm (default ring; pat: "
+                        "NCCL's reduce_scatter only; symmetric: NCCL, unverified)")
     a.add_argument("--proto", choices=("simple", "ll", "ll128"), default=None,
-                   help="--backend nccl-emu: NCCL's protocol (default simple)")
+                   help="--backend nccl-emu / rccl-emu: the protocol (default simple)")
     a.add_argument("--nchannels", type=positive_int, default=None,
-                   help="--backend nccl-emu: NCCL's channels (default 1 ring, 2 tree)")
+                   help="--backend nccl-emu / rccl-emu: channels (default 1 ring, 2 tree)")
+    a.add_argument("--msccl", metavar="FILE", default=None,
+                   help="an MSCCL allreduce XML (RCCL's tools/msccl-algorithms/): run where "
+                        "RCCL would run it (implies --backend rccl-emu)")
     a.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     a.add_argument("--verify", action="store_true")
     a.add_argument("--out", help="write the distinct trees (numbered) / JSON")
@@ -207,14 +212,27 @@ def handler(args) -> int:
             return 2
     try:
         if args.target == "allreduce":
-            emu = {k: getattr(args, k) for k in ("algo", "proto", "nchannels")
+            backend = args.backend or ("rccl-emu" if args.msccl else "gloo")
+            emu = {k: getattr(args, k) for k in ("algo", "proto", "nchannels", "msccl")
                    if getattr(args, k) is not None}
-            if emu and args.backend != "nccl-emu":
-                raise ValueError(f"--{'/--'.join(emu)} only apply to --backend nccl-emu")
-            res = reveal_allreduce(args.world_size, backend=args.backend, numel=args.numel,
+            if emu and backend not in ("nccl-emu", "rccl-emu"):
+                raise ValueError(f"--{'/--'.join(emu)} only apply to --backend nccl-emu or "
+                                 "rccl-emu")
+            if emu.get("algo") in ("pat", "symmetric") and backend != "nccl-emu":
+                raise ValueError(f"--algo {emu['algo']} is an NCCL algorithm: use --backend "
+                                 "nccl-emu")
+            if emu.get("algo") == "pat" and args.op != "reduce_scatter":
+                raise ValueError("--algo pat is NCCL's reduce-scatter algorithm (NCCL has no "
+                                 "PAT all-reduce): add --op reduce_scatter")
+            if args.msccl and backend != "rccl-emu":
+                raise ValueError("--msccl applies to --backend rccl-emu")
+            if args.msccl:                        # a bad file costs no process start
+                from ..order.msccl import MscclAlgorithm
+                emu["msccl"] = MscclAlgorithm(args.msccl)
+            res = reveal_allreduce(args.world_size, backend=backend, numel=args.numel,
                                    op=args.op, dtype=_dt(args.dtype), verify=args.verify,
                                    progress=not args.no_progress and sys.stderr.isatty(),
-                                   nccl_emu=emu if args.backend == "nccl-emu" else None)
+                                   nccl_emu=emu if backend.endswith("-emu") else None)
             return _report_collective(res, args)
         vals = dict(dtype=_dt(args.dtype), big=args.big, unit=args.unit)
         if args.target == "sum":

@@ -32,8 +32,10 @@ from .probes import ProbeValues, check_dtype
 from ..order import Ranges, SumTree
 
 OPS = ("all_reduce", "reduce_scatter")
-BACKENDS = ("gloo", "nccl", "ucc", "mpi", "nccl-emu")
-# nccl-emu: gloo processes whose collectives run preview.nccl_emu (NCCL's modelled order)
+BACKENDS = ("gloo", "nccl", "ucc", "mpi", "nccl-emu", "rccl-emu")
+# nccl-emu / rccl-emu: gloo processes whose collectives run preview.nccl_emu / rccl_emu
+# (NCCL's / RCCL's or an MSCCL XML's modelled order)
+EMULATED = {"nccl-emu": "NcclCollectives", "rccl-emu": "RcclCollectives"}
 
 
 def check_backend(backend: str, world_size: int) -> None:
@@ -53,7 +55,7 @@ def check_backend(backend: str, world_size: int) -> None:
                              f"this machine has {n}" + ("" if dist.is_nccl_available() else
                                                         " and torch has no NCCL")
                              + "; use backend='gloo' on the CPU")
-    if backend in ("gloo", "nccl-emu") and not dist.is_gloo_available():
+    if (backend == "gloo" or backend in EMULATED) and not dist.is_gloo_available():
         raise ValueError("backend 'gloo' is not available in this torch build")
     if backend == "ucc" and not dist.is_ucc_available():
         raise ValueError("backend 'ucc' is not available in this torch build; use gloo")
@@ -85,9 +87,10 @@ def run_worker(rank, max_ws, world_sizes, init_file, out_dir, backend, op, numel
         dev = torch.device("cuda", rank)
         torch.cuda.set_device(dev)
     emu = contextlib.nullcontext()
-    if backend == "nccl-emu":
-        from ..preview.nccl_emu import NcclCollectives
-        emu, backend = NcclCollectives(**(nccl_emu or {})), "gloo"
+    if backend in EMULATED:
+        from ..preview import nccl_emu as nmod, rccl_emu as rmod
+        cls = getattr(nmod if backend == "nccl-emu" else rmod, EMULATED[backend])
+        emu, backend = cls(**(nccl_emu or {})), "gloo"
     dist.init_process_group(backend, init_method="file://" + init_file, rank=rank,
                             world_size=max_ws)
     try:
@@ -282,7 +285,8 @@ def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
     ``world_size``: an int, or a list of ints to reveal several sizes with one process
     start (returns a dict size -> result).  ``backend="nccl-emu"``: gloo processes whose
     collectives run in NCCL's modelled order (preview.nccl_emu; ``nccl_emu``: its
-    ``algo`` / ``proto`` / ``nchannels`` / ``rings`` / ``trees``).  ``verify``: run every probe twice.  ``checks``:
+    ``algo`` / ``proto`` / ``nchannels`` / ``rings`` / ``trees``); ``"rccl-emu"``: RCCL's
+    (preview.rccl_emu; ``nccl_emu`` may add ``msccl``: an MSCCL XML path).  ``verify``: run every probe twice.  ``checks``:
     collectives on random data whose results the revealed trees must reproduce by replay.
     Returns a :class:`CollectiveReveal`.
     """
@@ -302,6 +306,14 @@ def reveal_collective(world_size, *, op="all_reduce", backend="gloo", numel=16,
     dtype = check_dtype(dtype)
     values = ProbeValues.for_dtype(dtype)
     check_backend(backend, max_ws)
+    if nccl_emu and backend not in EMULATED:
+        raise ValueError(f"nccl_emu options apply to backend {' or '.join(EMULATED)}")
+    if backend in EMULATED:          # bad options (or MSCCL XML) cost no process start
+        from ..preview import nccl_emu as nmod, rccl_emu as rmod
+        nccl_emu = dict(nccl_emu or {})
+        if not isinstance(nccl_emu.get("msccl", ""), str):     # workers get JSON: the source
+            nccl_emu["msccl"] = nccl_emu["msccl"].source
+        getattr(nmod if backend == "nccl-emu" else rmod, EMULATED[backend])(**nccl_emu)
     repeats = 2 if verify else 1
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "rendezvous")

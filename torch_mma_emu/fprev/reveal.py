@@ -213,7 +213,9 @@ def reveal_allreduce(world_size, backend: str = "gloo", numel: int = 16, *,
     apply to.  A list of world sizes reveals each of them with one process start.
     ``checks`` random-data collectives must be reproduced by replaying the trees.
     ``progress``: a bar of finished worker processes on stderr.  ``backend="nccl-emu"``:
-    NCCL's modelled order over gloo (``nccl_emu``: ``dict(algo=, proto=, nchannels=)``)."""
+    NCCL's modelled order over gloo (``nccl_emu``: ``dict(algo=, proto=, nchannels=)``);
+    ``"rccl-emu"``: RCCL 2.21.5's (``nccl_emu`` may add ``msccl=``: an MSCCL XML path or
+    :class:`~torch_mma_emu.order.msccl.MscclAlgorithm`)."""
     return reveal_collective(world_size, op=op, backend=backend, numel=numel, dtype=dtype,
                              verify=verify, timeout=timeout, checks=checks, progress=progress,
                              nccl_emu=nccl_emu)

@@ -51,13 +51,23 @@ def _parse(lines):
 def routine(ptx: str):
     """(instructions, input register, output register) of the value a one-load, one-store
     kernel computes: from the ``ld.global`` of its input to the ``st.global`` of its result."""
+    prog, srcs, dst = routine_n(ptx)
+    return prog, srcs[0], dst
+
+
+def routine_n(ptx: str):
+    """(instructions, input registers, output register) of a kernel with one or more loads
+    and one store (a binary ATen lambda ``out[i] = f(a[i], b[i])`` has two): the loads'
+    destination registers in program order, and the instructions the stored value depends
+    on between the first load and the store (loads left out)."""
     lines = ptx.splitlines()
     start = next(i for i, l in enumerate(lines) if "ld.global" in l)
     stop = next(i for i, l in enumerate(lines) if "st.global" in l and i > start)
     instrs = _parse(lines[start:stop + 1])
-    load, store = instrs[0], instrs[-1]
-    src, dst = load[1][0], store[1][-1]
-    body = instrs[1:-1]
+    srcs = tuple(ins[1][0] for ins in instrs if ins[0].startswith("ld.global"))
+    rest = [ins for ins in instrs if not ins[0].startswith("ld.global")]
+    store, body = rest[-1], rest[:-1]
+    dst = store[1][-1]
     needed, keep = {dst}, []
     for ins in reversed(body):
         op, ops, guard, _ = ins
@@ -72,7 +82,7 @@ def routine(ptx: str):
             if guard:
                 needed.add(guard[0])
     keep.reverse()
-    return keep, src, dst
+    return keep, srcs, dst
 
 
 def entry(ptx: str, name: str) -> str:
@@ -236,18 +246,23 @@ def run(prog, src: str, dst: str, x: np.ndarray) -> np.ndarray:
 dead_reason: list = []        # why the last run_lanes gave lanes up (the first reason)
 
 
-def run_lanes(prog, src: str, dst: str, x: np.ndarray):
+def run_lanes(prog, src, dst: str, x):
     """(float32 results, lanes given up): a lane that reaches an instruction this does not
     run (local memory, a backward branch: libdevice's slow paths) is given up, the others
     run to the end.  A routine that loads 16-bit values (``ld.global.u16``: an f16 / bf16
     kernel) takes ``x`` as uint16 bit patterns; its 16-bit result comes back in the low half
-    of each float32's bits (``.view(np.uint32) & 0xFFFF``)."""
-    x = np.asarray(x)
-    if x.dtype == np.uint16:
-        x = np.ascontiguousarray(x.reshape(-1).astype(np.uint32)).view(np.float32)
-    x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    of each float32's bits (``.view(np.uint32) & 0xFFFF``).  Several inputs
+    (:func:`routine_n`): ``src`` a tuple of registers and ``x`` a tuple of equal-sized
+    arrays."""
+    srcs, xs = ((src,), (x,)) if isinstance(src, str) else (tuple(src), tuple(x))
+    regs = {}
+    for s_, x in zip(srcs, xs):
+        x = np.asarray(x)
+        if x.dtype == np.uint16:
+            x = np.ascontiguousarray(x.reshape(-1).astype(np.uint32)).view(np.float32)
+        x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+        regs[s_] = x.view(np.uint32).copy()
     n = x.size
-    regs = {src: x.view(np.uint32).copy()}
     preds: dict = {}
     active = np.ones(n, bool)
     dead = np.zeros(n, bool)

@@ -12,7 +12,10 @@ trees of ``torch.sum`` come from ``mma-emu reveal sum`` (step ``fprev``); softma
 layer norm's sums are not plain sums of chosen values (exp, Welford), so their order is
 fitted to these outputs instead.  Input families: ``normal`` (N(0,1)) and ``spread``
 (N(0,1) times 2^U(-20, 20), half of the entries mirrored with the opposite sign, so that the
-order of the additions shows in the result).
+order of the additions shows in the result).  Issue 39's cases (hw/aten_checks.py: softmax
+paths and backward, affine layer_norm, rms_norm, var / std, the elementwise sweeps and their
+backward) are recorded too, and ``--compare`` runs the models of torch_mma_emu.aten_cuda
+against all of them.
 """
 from __future__ import annotations
 
@@ -89,8 +92,10 @@ def _props(device: str) -> dict:
 
 def compare(path: str, gpu=None) -> list[tuple[str, int, int]]:
     """The CPU stand-in: each recorded CUDA sum / mean against torch_mma_emu.aten_cuda's
-    model on the recorded device's SM count (or ``gpu``), and each recorded softmax (every
-    dtype and row length: persistent and block kernels) against aten_cuda.host_softmax:
+    model on the recorded device's SM count (or ``gpu``), each recorded softmax (every
+    dtype and row length: persistent and block kernels) against aten_cuda.host_softmax,
+    and issue 39's cases (hw/aten_checks.py: softmax paths and backward, affine layer_norm,
+    rms_norm, var / std, the elementwise sweeps and their backward):
     ``[(key, differing, total)]``."""
     from ..aten_cuda import reduce
     from ..registry import Gpu, gpu as find_gpu
@@ -127,6 +132,9 @@ def compare(path: str, gpu=None) -> list[tuple[str, int, int]]:
         want = z[key].astype(np.int32).reshape(-1)
         got = bits(y).numpy().astype(np.int32).reshape(-1)
         rows.append((key, int((want != got).sum()), int(want.size)))
+    if _softmax_model():            # issue 39's cases (hw/aten_checks.py) need the math models
+        from . import aten_checks
+        rows += aten_checks.compare(z, gpu)
     return rows
 
 
@@ -139,8 +147,10 @@ def _softmax_model() -> bool:
 
 
 def record(device: str, log=print) -> dict:
+    from . import aten_checks
     arrays = _model_arrays(device)
     arrays.update(_props(device))
+    arrays.update(aten_checks.record(device, log))
     for dname, dt in DTYPES.items():
         for fam in ("normal", "spread"):
             for n in LENGTHS:

@@ -130,3 +130,23 @@ def compose(n: int, groups: Sequence[Sequence[int]], inner="sequential",
     b = _Builder(n)
     inner_f, comb_f = _combiner(inner), _combiner(combine)
     return b.tree(comb_f(b, [inner_f(b, list(g)) for g in groups]))
+
+
+class TreeBuilder:
+    """A ``SumTree`` over ``n`` leaves built add by add, as a kernel's code adds: ``add(a, b)``
+    takes leaf indices or earlier results (``None``: nothing accumulated yet, the other
+    operand passes through) and returns the result's id; ``tree(root)`` the finished tree."""
+
+    def __init__(self, n: int):
+        self.n = _positive("n", n)
+        self.nodes: list = []
+
+    def add(self, a, b):
+        if a is None or b is None:
+            return b if a is None else a
+        self.nodes.append(("add", (a, b)))
+        return self.n + len(self.nodes) - 1
+
+    def tree(self, root) -> SumTree:
+        return SumTree(self.n, self.nodes, root=root) if self.n > 1 else SumTree(1, [], root=0)
+

@@ -28,12 +28,13 @@ sources (cited as "NCCL 2.30.7 src/..."):
   ``__hadd``; bf16 added in float and rounded; fp32 / fp64 plain).  AVG on floats is
   PreMulSum: every input times RN(1/nranks) in the element type (the scalar is
   ``float(1.0 / nRanks)`` converted to the type, src/enqueue.cc), then summed; AVG on
-  integers is SumPostDiv (sum, then divide by nranks).
+  integers is SumPostDiv (sum, then divide by nranks).  fp8 (e4m3 / e5m2, sm90+ only):
+  every hop through half and back (:func:`fp8_add`).
 
-Not modelled: NVLS / NVLS_Tree (in-switch ``multimem.ld_reduce``), CollNet, PAT, the
-symmetric kernels, NCCL's choice of algorithm / protocol / channel count from its cost
-tables (the caller pins them, as ``NCCL_ALGO``, ``NCCL_PROTO``, ``NCCL_MIN_NCHANNELS`` =
-``NCCL_MAX_NCHANNELS`` do on a real run), RCCL and MSCCL.
+PAT is in :mod:`.nccl_pat`; NVLS / NVLS_Tree, CollNet (one exact node, unverified) and the
+symmetric kernels in :mod:`.nccl_extra`.  Not modelled: NCCL's choice of algorithm /
+protocol / channel count from its cost tables (the caller pins them, as ``NCCL_ALGO``,
+``NCCL_PROTO``, ``NCCL_MIN_NCHANNELS`` = ``NCCL_MAX_NCHANNELS`` do on a real run).
 """
 from __future__ import annotations
 
@@ -81,20 +82,24 @@ def check_positive(name, value, least=1):
 
 
 def element_size(dtype) -> int:
-    """Bytes of an element: the float formats of :mod:`.arith`, or a NumPy / torch integer."""
+    """Bytes of an element: the float formats of :mod:`.arith`, fp8, or a NumPy / torch
+    integer."""
+    if fp8_format(dtype) is not None:
+        return 1
     try:
         return _ELEM[arith.fmt_of(dtype)]
     except ValueError:
         name = str(dtype).replace("torch.", "")
         if re.fullmatch(r"u?int(8|16|32|64)", name):
             return int(name.lstrip("uint")) // 8
-        raise ValueError(f"NCCL dtype must be float64/32/16, bfloat16 or an integer type, got "
+        raise ValueError(f"NCCL dtype must be float64/32/16, bfloat16, float8_e4m3fn/e5m2 or "
+                         f"an integer type, got "
                          f"{dtype!r}") from None
 
 
 def chunk_size(func: str, algo: str, proto: str, nbytes: int, nranks: int,
                nnodes: int = 1) -> int:
-    """calcCollChunking (NCCL 2.30.7 src/enqueue.cc) for Ring and Tree, one channel, the
+    """calcCollChunking (NCCL 2.30.7 src/enqueue.cc) for Ring, Tree and PAT, one channel, the
     default buffer sizes: the chunk in bytes, a multiple of the protocol grain."""
     step = BUFFSIZE[proto] // _STEPS
     steps = CHUNK_STEPS[func] if (proto == "simple" and algo == "ring") else 1
@@ -103,6 +108,9 @@ def chunk_size(func: str, algo: str, proto: str, nbytes: int, nranks: int,
         size //= 2
     if proto == "ll128":
         size = size // _LL128_LINE * _LL128_DATA
+    if algo == "pat" and func == "reduce_scatter":       # one channel's global bytes
+        while size * 16 > nbytes and size > 65536:
+            size //= 2
     if algo == "tree" and proto == "ll128":
         ppn = nranks / nnodes
         nsteps = 1 + (nnodes.bit_length() - 1) + 0.1 * ppn
@@ -208,24 +216,32 @@ def _rings(rings, nranks: int, nchannels: int) -> list:
 
 
 def ring_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
-                   nchannels: int = 1, rings=None, comm_channels: Optional[int] = None) -> Ranges:
-    """The per-position trees of NCCL's ring allreduce (see the module docstring)."""
+                   nchannels: int = 1, rings=None, comm_channels: Optional[int] = None,
+                   parts=None, last_align: Optional[int] = None) -> Ranges:
+    """The per-position trees of NCCL's ring allreduce (see the module docstring).
+    ``parts`` / ``last_align`` serve other libraries with the same ring kernel (RCCL,
+    :mod:`.rccl`): a channel split ``[(channel, offset, count, chunk_count), ...]`` in
+    place of :func:`channel_parts`, and the last loop's chunk alignment in elements in
+    place of NCCL's ``16 / sizeof(T)``."""
     check_positive("nranks", nranks, 2)
     check_positive("count", count)
     check_positive("nchannels", nchannels)
     check_choice("protocol", proto, PROTOS)
     esize = element_size(dtype)
-    rs = _rings(rings, nranks, nchannels + 1)
+    align = 16 // esize if last_align is None else last_align
+    check_positive("last_align", align)
+    if parts is None:
+        parts = channel_parts("all_reduce", count, dtype, nranks, proto, nchannels,
+                              comm_channels=comm_channels)
+    rs = _rings(rings, nranks, max([nchannels] + [p[0] for p in parts]) + 1)
     chains: dict = {}
     pieces = []                       # (start, stop, tree), empty chunks left out
-    for ch, off, n, chunk in channel_parts("all_reduce", count, dtype, nranks, proto,
-                                           nchannels, comm_channels=comm_channels):
+    for ch, off, n, chunk in parts:
         ring = rs[ch]
         loop = nranks * chunk
         for start in range(0, n, loop):
             rem = n - start
-            cc = chunk if rem >= loop else \
-                _div_up(_div_up(rem, nranks), 16 // esize) * (16 // esize)
+            cc = chunk if rem >= loop else _div_up(_div_up(rem, nranks), align) * align
             for c in range(nranks):
                 lo, hi = start + c * cc, min(start + (c + 1) * cc, rem + start)
                 if lo >= hi:
@@ -235,10 +251,11 @@ def ring_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
                     chains[key] = _chain(nranks, [ring[(c + 1 + k) % nranks]
                                                   for k in range(nranks)])
                 pieces.append((off + lo, off + hi, chains[key]))
-    return _merged(pieces)
+    return merged(pieces)
 
 
-def _merged(pieces) -> Ranges:
+def merged(pieces) -> Ranges:
+    """``[(start, stop, tree), ...]`` in order as Ranges, neighbours with one tree joined."""
     out: list = []
     for s, e, t in pieces:
         if out and out[-1][2] == t and out[-1][1] == s:
@@ -381,11 +398,13 @@ def _tree_sum(tree: dict, nranks: int) -> SumTree:
 
 def tree_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
                    nchannels: int = 2, trees=None, nnodes: Optional[int] = None,
-                   comm_channels: Optional[int] = None) -> Ranges:
+                   comm_channels: Optional[int] = None, parts=None) -> Ranges:
     """The per-position trees of NCCL's tree allreduce: channel c's part reduced up the
     tree of channel c (``trees``: channel -> ``{rank: (up, [downs])}``, e.g. from
     :func:`parse_trees`; default :func:`default_trees` of ``nnodes`` nodes (default: one
-    GPU each), tree 0 on the first half of the channels, tree 1 on the second)."""
+    GPU each), tree 0 on the first half of the channels, tree 1 on the second).
+    ``parts``: a channel split in place of :func:`channel_parts` (as for
+    :func:`ring_allreduce`)."""
     check_positive("nranks", nranks, 2)
     check_positive("count", count)
     check_positive("nchannels", nchannels)
@@ -401,12 +420,14 @@ def tree_allreduce(nranks: int, count: int, dtype="float32", *, proto="simple",
         trees = {c: pair[c >= nchannels // 2] for c in range(nchannels)}
     sums = {c: _tree_sum(t, nranks) for c, t in trees.items()}
     pieces = []
-    for ch, off, n, _ in channel_parts("all_reduce", count, dtype, nranks, proto, nchannels,
-                                       "tree", nnodes, comm_channels):
+    if parts is None:
+        parts = channel_parts("all_reduce", count, dtype, nranks, proto, nchannels, "tree",
+                              nnodes, comm_channels)
+    for ch, off, n, _ in parts:
         if ch not in sums:
             raise ValueError(f"no tree given for channel {ch}")
         pieces.append((off, off + n, sums[ch]))
-    return _merged(pieces)
+    return merged(pieces)
 
 
 def avg_scalar(nranks: int, fmt: str) -> np.ndarray:
@@ -426,15 +447,90 @@ def premul_scalar(factor: float, fmt: str) -> np.ndarray:
     return arith.round_f32(np.array(np.float32(factor)), fmt)
 
 
+# fp8 element types (NCCL reduces them on sm90+ only: src/enqueue.cc refuses below)
+FP8 = {"float8_e4m3fn": "e4m3", "e4m3": "e4m3", "float8_e5m2": "e5m2", "e5m2": "e5m2"}
+
+
+def fp8_format(dtype) -> Optional[str]:
+    """``"e4m3"`` / ``"e5m2"`` for an fp8 dtype (torch or name), else None."""
+    return FP8.get(str(dtype).replace("torch.", ""))
+
+
+def fp8_round(x, fmt8: str) -> np.ndarray:
+    """float64 values rounded to nearest even into e4m3 / e5m2 with saturation to the
+    largest finite value (infinities too; any NaN becomes the positive NaN, code 0x7F): the
+    ``__nv_fp8_*`` constructors' ``__NV_SATFINITE`` conversion (cuda_fp8.hpp; checked
+    against it for every hop, scripts/regen_nccl_fp8.py); returned as float64."""
+    import torch
+    dt = torch.float8_e4m3fn if fmt8 == "e4m3" else torch.float8_e5m2
+    big = torch.finfo(dt).max
+    t = torch.from_numpy(np.asarray(x, np.float64).copy()).clamp(-big, big)
+    out = t.to(dt).to(torch.float64).numpy()
+    return np.where(np.isnan(out), np.nan, out)    # NaN: the positive one, code 0x7F
+
+
+def fp8_add(a, b, fmt8: str) -> np.ndarray:
+    """One fp8 hop on sm90+ (NCCL 2.30.7 src/device/reduce_kernel.h FuncSum on
+    ``__nv_fp8_*``: ``__nv_fp8(__hadd(__half(x), __half(y)))``): both to half (exact), the
+    half sum rounded, then rounded to the fp8 type with saturation."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = np.asarray(a).astype(np.float16) + np.asarray(b).astype(np.float16)
+    return fp8_round(h.astype(np.float64), fmt8)
+
+
+def fp8_premul(x, factor: float, fmt8: str) -> np.ndarray:
+    """PreMulSum's pre-op on fp8 (sm90+): the scalar ``float(factor)`` converted to the fp8
+    type (src/enqueue.cc ``__nv_cvt_float_to_fp8(..., __NV_SATFINITE, ...)``), widened to
+    half; each input times it in half (``__hmul``), rounded to the fp8 type
+    (src/device/reduce_kernel.h Apply_PreOp of FuncPreMulSum)."""
+    s = fp8_round(np.float64(np.float32(factor)), fmt8)
+    with np.errstate(over="ignore", invalid="ignore"):
+        prod = np.asarray(x).astype(np.float16) * np.float16(s)
+    return fp8_round(prod.astype(np.float64), fmt8)
+
+
+def exact_round(cols, fmt: str) -> np.ndarray:
+    """The exact sum of the rows of ``cols`` (float64 values) at every column, rounded once
+    into ``fmt`` (f64 / f32 / f16 / bf16 / e4m3 / e5m2), as float64 values.  Columns whose
+    float64 sum is exact (checked with error-free TwoSum) round from it; the others (f32,
+    bf16, f64 only: fp8 and f16 sums of a few thousand terms are exact in float64) from
+    fractions; a column with an infinity or NaN gets the IEEE sum."""
+    from fractions import Fraction
+
+    from .evaluator import round_exact
+    cols = np.asarray(cols, np.float64)
+    total, inexact = cols[0].copy(), np.zeros(cols.shape[1], bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for v in cols[1:]:
+            s = total + v
+            bp = s - total
+            inexact |= ((total - (s - bp)) + (v - bp)) != 0
+            total = s
+    finite = np.isfinite(cols).all(axis=0)
+    name = {"f64": "float64", "f32": "float32", "f16": "float16", "bf16": "bfloat16"}.get(fmt)
+    for k in np.nonzero(inexact & finite)[0]:
+        total[k] = round_exact(sum((Fraction(float(v)) for v in cols[:, k]), Fraction(0)),
+                               name or "float16")
+    if fmt in FP8.values():
+        return fp8_round(total, fmt)
+    return total if fmt == "f64" else arith.widen(arith.narrow(total, fmt), fmt)
+
+
 def reduce_values(ranges: Ranges, x, dtype=None, op: str = "sum",
-                  factor: Optional[float] = None) -> np.ndarray:
+                  factor: Optional[float] = None, acc: Optional[str] = None) -> np.ndarray:
     """Fold the ranks' values ``x`` (``(nranks, numel)``: row r is rank r's input at the
     positions ``ranges`` covers) in the ranges' orders with NCCL's arithmetic; returns the
     ``(numel,)`` result in ``dtype`` (floats: NumPy float64/32/16 or bf16 as its uint16
-    bits, widened to float64 when ``dtype`` is bf16; integers: their NumPy type).
+    bits, widened to float64 when ``dtype`` is bf16; fp8 (``float8_e4m3fn`` /
+    ``float8_e5m2``): float64 values; integers: their NumPy type).
     ``op``: ``"sum"``, ``"avg"`` (PreMulSum on floats, SumPostDiv on integers) or
-    ``"premul_sum"`` (floats: every input times ``factor`` in the type, then the sum)."""
+    ``"premul_sum"`` (floats: every input times ``factor`` in the type, then the sum).
+    Every hop rounds to the type (fp8: through half, :func:`fp8_add`) unless ``acc="f32"``:
+    a float32 accumulator rounded to the type once at the end (the symmetric kernels).
+    Multi-term ``"exact"`` nodes (NVLS, CollNet) are summed exactly and rounded once."""
     check_choice("op", op, OPS)
+    if acc not in (None, "f32"):
+        raise ValueError(f"acc must be None (every hop in the type) or 'f32', got {acc!r}")
     if (op == "premul_sum") != (factor is not None):
         raise ValueError("factor goes with op='premul_sum' (and only with it)")
     import torch
@@ -447,8 +543,9 @@ def reduce_values(ranges: Ranges, x, dtype=None, op: str = "sum",
     if x.ndim != 2 or x.shape[1] != ranges.numel:
         raise ValueError(f"x must be (nranks, {ranges.numel}), got {x.shape}")
     n = x.shape[0]
+    fmt8 = fp8_format(dtype)
     try:
-        fmt = arith.fmt_of(dtype)
+        fmt = fmt8 or arith.fmt_of(dtype)
     except ValueError:
         fmt = None
     if fmt is None and op == "premul_sum":
@@ -460,23 +557,46 @@ def reduce_values(ranges: Ranges, x, dtype=None, op: str = "sum",
             q = np.abs(out.astype(np.int64)) // n
             out = np.where(out < 0, -q, q).astype(ints.dtype)
         return out
-    xs = arith.narrow(x.astype(np.float64), fmt)
-    if op != "sum":                                   # PreMulSum: x * RN(1/n), rounded
-        s = arith.widen(avg_scalar(n, fmt) if op == "avg" else premul_scalar(factor, fmt), fmt)
-        prod = arith.widen(xs, fmt) * s               # exact in float64 below fp64
-        xs = arith.narrow(prod, fmt) if fmt != "f64" else prod
-    add = arith.op("add", fmt)
+    if fmt8:
+        xs = fp8_round(x.astype(np.float64), fmt8)
+        if op != "sum":
+            xs = fp8_premul(xs, 1.0 / n if op == "avg" else factor, fmt8)
+        add = (lambda a, b: fp8_add(a, b, fmt8)) if acc is None else arith.op("add", "f32")
+    else:
+        xs = arith.narrow(x.astype(np.float64), fmt)
+        if op != "sum":                               # PreMulSum: x * RN(1/n), rounded
+            s = arith.widen(avg_scalar(n, fmt) if op == "avg" else premul_scalar(factor, fmt),
+                            fmt)
+            prod = arith.widen(xs, fmt) * s           # exact in float64 below fp64
+            xs = arith.narrow(prod, fmt) if fmt != "f64" else prod
+        add = arith.op("add", fmt if acc is None or fmt == "f64" else "f32")
+    if acc is not None and fmt != "f64":              # leaves on the float32 carrier
+        xs = (xs if fmt8 else arith.widen(xs, fmt)).astype(np.float32)
     parts = []
     for s0, e0, tree in ranges:
         if tree.n != n:
             raise ValueError(f"the order is over {tree.n} ranks, x has {n}")
-        v, = fold_ranks(tree, xs[:, s0:e0], add)
+        v, = fold_ranks(tree, xs[:, s0:e0], add, fmt)
+        if acc is not None and fmt != "f64":          # the accumulator to the type, once
+            v = fp8_round(v.astype(np.float64), fmt8) if fmt8 else \
+                arith.round_f32(v.astype(np.float32), fmt)
         parts.append(v)
     out = np.concatenate(parts)
     return arith.widen(out, fmt) if fmt == "bf16" else out
 
 
-def fold_ranks(tree: SumTree, xs: np.ndarray, add) -> tuple:
-    """One tree over the ranks (rows of ``xs``) at every column."""
+def fold_ranks(tree: SumTree, xs: np.ndarray, add, fmt: Optional[str] = None) -> tuple:
+    """One tree over the ranks (rows of ``xs``) at every column; multi-term nodes summed
+    exactly and rounded once into the carrier's format (``fmt`` for fp8 carriers)."""
     from .evaluator import fold
-    return fold(tree, (xs.T,), lambda a, b: (add(a[0], b[0]),))
+    carrier = {np.dtype(np.float64): "f64", np.dtype(np.float32): "f32",
+               np.dtype(np.float16): "f16", np.dtype(np.uint16): "bf16"}.get(xs.dtype)
+    if xs.dtype == np.float64 and fmt in FP8.values():
+        carrier = fmt
+
+    def multi(kind, cols):
+        vals = np.stack([arith.widen(c[0], carrier) if carrier == "bf16" else
+                         np.asarray(c[0], np.float64) for c in cols])
+        r = exact_round(vals, carrier)
+        return ((arith.narrow(r, carrier) if carrier in ("bf16", "f16", "f32") else r),)
+    return fold(tree, (xs.T,), lambda a, b: (add(a[0], b[0]),), multi=multi)

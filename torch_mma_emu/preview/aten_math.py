@@ -6,7 +6,7 @@ forms) computed with the bits of torch 2.13.0's CUDA 13.0 kernels
 Calls the models do not cover run natively and are counted in the summary's "ran natively"
 line (the mode's census): AMD targets and Specs without an NVIDIA arch, float64 and complex
 tensors, tensors not on the CPU.  The backward ops (``gelu_backward``, ``silu_backward``,
-``sigmoid_backward``, ``tanh_backward``) have no model and are named there too.
+``sigmoid_backward``, ``tanh_backward``) are modelled in preview/aten_backward.py.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import torch
 from .. import registry
 from ..aten_cuda import elementwise as ew
 
-__all__ = ["handle", "OPS", "KIND", "LABEL"]
+__all__ = ["handle", "OPS", "KIND", "LABEL", "nvidia_target", "version_warning"]
 
 KIND = "elementwise"
 LABEL = f"torch {ew.TORCH_VERSION} CUDA kernel"
@@ -26,14 +26,16 @@ OPS = {"exp": "exp", "log": "log", "tanh": "tanh", "erf": "erf", "rsqrt": "rsqrt
 _DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
 
 
-def _nvidia(mode) -> bool:
+def nvidia_target(mode) -> bool:
+    """Whether the block targets an NVIDIA arch (the CUDA kernels' models apply)."""
     pol = mode.policy
     if pol.spec is not None:
         return False
     return registry.ARCHS[pol.arch].vendor == "nvidia"
 
 
-def _version_warning(mode) -> None:
+def version_warning(mode) -> None:
+    """Warn once per block when this torch is not the one the CUDA models were read from."""
     v = torch.__version__.split("+")[0]
     if v != ew.TORCH_VERSION:
         mode.warn_once("aten_cuda.elementwise.version",
@@ -71,7 +73,7 @@ def _why_native(mode, x) -> str:
         return "not a CPU tensor"
     if x.dtype not in _DTYPES:
         return f"{x.dtype}: no model"
-    if not _nvidia(mode):
+    if not nvidia_target(mode):
         return f"{mode.policy.arch_name}: no model of this target's math library"
     return ""
 
@@ -92,7 +94,7 @@ def handle(mode, func, args, kwargs):
     if why:
         mode.count_native(func, why)
         return func(*args, **kwargs)
-    _version_warning(mode)
+    version_warning(mode)
     res = model(name, x)
     mode.record(func, KIND, LABEL, [x.shape], f"{ew.MODELS}: {ew.OPS[name].expression}")
     out = kwargs.get("out")

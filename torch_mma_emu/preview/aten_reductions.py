@@ -18,7 +18,7 @@ from .. import aten_cuda, registry
 from .records import KERNEL_NATIVE
 
 __all__ = ["handle_sum", "handle_mean", "handle_softmax", "target_gpu", "KIND",
-           "parts_of_a_model"]
+           "parts_of_a_model", "in_a_model"]
 
 KIND = "reduction"
 _PARTS = threading.local()
@@ -33,6 +33,11 @@ class parts_of_a_model:
 
     def __exit__(self, *exc):
         _PARTS.depth -= 1
+def in_a_model() -> bool:
+    """Whether this thread is inside :class:`parts_of_a_model` (its ops run as written)."""
+    return bool(getattr(_PARTS, "depth", 0))
+
+
 _LABEL = f"torch {aten_cuda.TORCH_VERSION} CUDA kernel"
 
 

@@ -48,8 +48,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import switches
 from ..triton import context as _triton
-from . import (aten_math, aten_norms, aten_reductions, attention, census, conv, custom_ops,
-               flex, gemm, grouped, patches, scaled, sdpa_route)
+from . import (aten_backward, aten_math, aten_moments, aten_norms, aten_pointwise,
+               aten_reductions, attention, census, conv, custom_ops, flex, gemm, grouped,
+               patches, scaled, sdpa_route)
 from .attribution import LayerTracker
 from .dispatch_args import phase
 from .functions import FunctionRouter
@@ -401,11 +402,25 @@ _ROUTES = [
     (("sum",), ("default", "dim_IntList"), aten_reductions.handle_sum),
     (("mean",), ("default", "dim"), aten_reductions.handle_mean),
     (("_softmax", "_log_softmax"), ("default",), aten_reductions.handle_softmax),
+    (aten_moments.OPS, ("correction",), aten_moments.handle),
     (("native_layer_norm",), ("default",), aten_norms.handle_layer_norm),
     (("native_layer_norm_backward",), ("default",), aten_norms.handle_layer_norm_backward),
     # PyTorch's own CUDA elementwise math (torch 2.13's kernels, aten_math.py)
     (tuple(aten_math.OPS), ("default", "out"), aten_math.handle),
     (tuple(n + "_" for n in aten_math.OPS), ("default",), aten_math.handle),
+    (aten_backward.OPS, ("default", "grad_input"), aten_backward.handle),
+    (aten_backward.SOFTMAX_OPS, ("default", "out"), aten_backward.handle_softmax),
+    # PyTorch's own CUDA pointwise arithmetic (aten_pointwise.py)
+    (aten_pointwise.BINARY, ("Tensor", "Scalar", "out", "Scalar_out", "Tensor_out",
+                             "Tensor_mode", "Scalar_mode", "out_mode", "Scalar_mode_out"),
+     aten_pointwise.handle_binary),
+    (tuple(n + "_" for n in aten_pointwise.BINARY), ("Tensor", "Scalar", "Tensor_mode",
+                                                     "Scalar_mode"),
+     aten_pointwise.handle_binary),
+    (aten_pointwise.UNARY, ("default", "out"), aten_pointwise.handle_unary),
+    (tuple(n + "_" for n in aten_pointwise.UNARY), ("default",), aten_pointwise.handle_unary),
+    (("arange",), ("default", "start", "start_step", "start_out", "out"),
+     aten_pointwise.handle_arange),
 ]
 _HANDLERS: dict[Any, Any] = {f: handler for names, which, handler in _ROUTES
                              for name in names for f in _overloads(name, which)}
@@ -449,13 +464,16 @@ def emulate(arch, *, formats=None, fp32_format: str = "auto", bias: str = "epilo
     PyTorch's TF32 / fp16-accumulation settings are read when ``emulate`` is called.
     Run ``.backward()`` inside the block to emulate the backward products.
 
-    ``collectives``: ``"nccl-ring"`` / ``"nccl-tree"`` or a
+    ``collectives``: ``"nccl-ring"`` / ``"nccl-tree"`` / ``"nccl-pat"`` (or the unverified
+    ``"nccl-symmetric"``, ``"nccl-nvls"``, ``"nccl-nvls-tree"``, ``"nccl-collnet"``) or a
     :class:`~torch_mma_emu.preview.nccl_emu.NcclCollectives`: ``torch.distributed``'s
     all_reduce / reduce_scatter_tensor and DDP's gradient all-reduce inside the block fold
-    in NCCL's order (over the process group's all_gather; docs/preview.md).
+    in NCCL's order (over the process group's all_gather; docs/preview.md);
+    ``"rccl-ring"`` / ``"rccl-tree"``, an :class:`~torch_mma_emu.order.msccl.MscclAlgorithm`
+    or a :class:`~torch_mma_emu.preview.rccl_emu.RcclCollectives`: RCCL's.
     """
     if collectives is not None:
-        from .nccl_emu import collectives_of
+        from .rccl_emu import collectives_of      # NCCL's and RCCL's names
         collectives = collectives_of(collectives)
     policy = Policy(arch, formats=formats, fp32_format=fp32_format, bias=bias,
                     fp16_accumulation=fp16_accumulation, fp16_alt_impl=fp16_alt_impl,

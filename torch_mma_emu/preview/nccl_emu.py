@@ -30,6 +30,7 @@ import torch
 import torch.distributed as dist
 
 from ..order import nccl as model
+from ..order import nccl_extra, nccl_pat
 from ..switches import Patches
 
 _OPS = {dist.ReduceOp.SUM: "sum", dist.ReduceOp.AVG: "avg",
@@ -45,6 +46,13 @@ _NATIVE_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_int
 
 # emulate(collectives=...)'s names: name -> NcclCollectives keyword arguments
 CHOICES = {"nccl-ring": dict(algo="ring"), "nccl-tree": dict(algo="tree")}
+# NcclCollectives' algorithms beyond order.nccl's ring / tree: PAT (reduce-scatter; its
+# all-reduce runs the ring), NVLS / CollNet (unverified exact node), symmetric kernels
+CHOICES.update({"nccl-pat": dict(algo="pat"), "nccl-nvls": dict(algo="nvls"),
+                "nccl-nvls-tree": dict(algo="nvls_tree"),
+                "nccl-collnet": dict(algo="collnet_direct"),
+                "nccl-symmetric": dict(algo="symmetric")})
+ALGOS = model.ALGOS + ("pat",) + nccl_extra.UNVERIFIED
 _ACTIVE: list = []          # the open NcclCollectives blocks, innermost last (process-wide)
 
 
@@ -145,12 +153,24 @@ class NcclCollectives:
     ``NCCL_MAX_NCHANNELS`` on a real run); ``rings``: per-channel rings (lists or NCCL's
     ``Channel cc/NN : 0 a b ...`` lines; default 0, 1, ..., n-1); ``trees``: channel ->
     ``{rank: (up, [downs])}`` (``order.nccl.parse_trees`` of the ``Trees`` lines; default
-    NCCL's double binary tree over ``nnodes`` nodes, one GPU each unless given)."""
+    NCCL's double binary tree over ``nnodes`` nodes, one GPU each unless given).
+    ``algo`` may also be ``"pat"`` (reduce-scatter; the all-reduce runs the ring), ``"nvls"``,
+    ``"nvls_tree"``, ``"collnet_direct"``, ``"collnet_chain"`` (one exact node, unverified)
+    or ``"symmetric"`` (unverified; ``nblocks``: the kernel's grid); ``strict=True``
+    refuses the unverified ones."""
+
+    fold_values = staticmethod(model.reduce_values)     # the library's arithmetic
 
     def __init__(self, algo: str = "ring", proto: str = "simple", nchannels: Optional[int] = None,
-                 rings=None, trees=None, nnodes: Optional[int] = None):
-        model.check_choice("algorithm", algo, model.ALGOS)
+                 rings=None, trees=None, nnodes: Optional[int] = None, strict: bool = False,
+                 nblocks: int = 1):
+        model.check_choice("algorithm", algo, ALGOS)
         model.check_choice("protocol", proto, model.PROTOS)
+        if strict and algo in nccl_extra.UNVERIFIED:
+            raise ValueError(f"NCCL algorithm {algo!r} is modelled but unverified (its "
+                             "reduction order is not documented or not checked); strict=True "
+                             f"allows {', '.join(model.ALGOS + ('pat',))}")
+        self.strict, self.nblocks = strict, nblocks
         self.algo, self.proto = algo, proto
         self.nchannels = nchannels if nchannels is not None else (2 if algo == "tree" else 1)
         model.check_positive("nchannels", self.nchannels)
@@ -165,12 +185,16 @@ class NcclCollectives:
         return f"collectives: {self.describe()}: {done}"
 
     def describe(self) -> str:
-        return (f"NCCL {model.VERSION} {self.algo}/{self.proto}, {self.nchannels} channel(s)"
-                " (emulated over the process group's all_gather)")
+        flag = " [order unverified]" if self.algo in nccl_extra.UNVERIFIED else ""
+        return (f"NCCL {model.VERSION} {self.algo}/{self.proto}{flag}, {self.nchannels} "
+                "channel(s) (emulated over the process group's all_gather)")
 
     # -- orders ------------------------------------------------------------------------
-    def ranges(self, func: str, nranks: int, count: int, dtype):
-        """The per-position trees of ``func`` (``"all_reduce"``, ``"reduce_scatter"``)."""
+    def ranges(self, func: str, nranks: int, count: int, dtype, op: str = "sum"):
+        """The per-position trees of ``func`` (``"all_reduce"``, ``"reduce_scatter"``) with
+        ``op`` (``order.nccl.OPS``; NCCL's ring / tree orders do not depend on it)."""
+        if self.algo not in model.ALGOS:
+            return self._other_ranges(func, nranks, count, dtype, op)
         if func == "reduce_scatter":
             if self.algo != "ring":
                 raise ValueError("NCCL reduce_scatter has no tree algorithm (ring here; PAT, "
@@ -183,9 +207,36 @@ class NcclCollectives:
                                     nchannels=self.nchannels, trees=self.trees,
                                     nnodes=self.nnodes)
 
+    def _other_ranges(self, func, nranks, count, dtype, op):
+        """PAT, NVLS / CollNet, symmetric (see the class docstring); PAT with a scaling op
+        (AVG on floats, PREMUL_SUM) runs the ring, as NCCL does (src/enqueue.cc)."""
+        algo = self.algo
+        if func == "reduce_scatter":
+            if algo == "pat" and op == "sum":
+                return nccl_pat.pat_reduce_scatter(nranks, count, dtype,
+                                                   nchannels=self.nchannels)
+            if algo == "pat":             # AVG / PREMUL_SUM: PreMulSum or SumPostDiv
+                note = "reduce_scatter on the ring (NCCL runs PAT without scaling ops only)"
+                self.calls[note] = self.calls.get(note, 0) + 1
+                return model.ring_reduce_scatter(nranks, count, rings=self.rings)
+            if algo == "symmetric":
+                return nccl_extra.symmetric_reduce_scatter(nranks, count)
+            if algo in ("nvls", "collnet_direct"):
+                return nccl_extra.exact_node(nranks, nranks * count)
+            raise ValueError(f"NCCL has no {algo} reduce_scatter (ring, pat, nvls, "
+                             "collnet_direct, symmetric)")
+        if algo == "pat":
+            return model.ring_allreduce(nranks, count, dtype, proto=self.proto,
+                                        nchannels=self.nchannels, rings=self.rings)
+        if algo == "symmetric":
+            return nccl_extra.symmetric_allreduce(nranks, count, dtype, nblocks=self.nblocks)
+        return nccl_extra.exact_node(nranks, count)
+
     def _gather(self, x: torch.Tensor, group) -> torch.Tensor:
         ws = dist.get_world_size(group)
         flat = x.detach().reshape(-1).contiguous()
+        if model.fp8_format(flat.dtype) is not None:   # gathered as bytes (no fp8 in gloo)
+            return self._gather(flat.view(torch.uint8), group).view(flat.dtype)
         out = torch.empty(ws * flat.numel(), dtype=flat.dtype)
         # the emulation's own gather: not counted, even where a torch function mode sends
         # it back through the patched module attribute
@@ -203,8 +254,10 @@ class NcclCollectives:
         ws, count = stacked.shape
         if func == "reduce_scatter":
             count //= ws
-        ranges = self.ranges(func, ws, count, _np_dtype(stacked))
-        got = model.reduce_values(ranges, stacked, _np_dtype(stacked), kind, factor=factor)
+        ranges = self.ranges(func, ws, count, _np_dtype(stacked), kind)
+        acc = nccl_extra.accumulator(self.algo, stacked.dtype) if kind == "sum" else None
+        got = self.fold_values(ranges, stacked, _np_dtype(stacked), kind, factor=factor,
+                               **({} if acc is None else {"acc": acc}))
         self.calls[func] = self.calls.get(func, 0) + 1
         return torch.from_numpy(np.ascontiguousarray(got)).to(dtype)
 

@@ -28,13 +28,16 @@ class Module:
 
     def launch(self, name: str, grid, block, args, dynamic_smem: int = 0,
                order="thread", max_steps: int = 10_000_000, buffers=None,
-               arch=None) -> Stats:
+               arch=None, cta_order="index") -> Stats:
         """Run kernel ``name`` over ``grid`` x ``block`` (ints or up to 3 sizes).
         ``order``: the order of one instruction's atomics over its threads ("thread",
         "reverse" or an int seed).  ``max_steps``: scheduler steps over the whole grid.
         ``buffers``: {name: array} placed in global memory first (see ``buffer_address``).
-        ``arch``: whose matrix unit computes ``mma.sync`` (an arch name, ``tme.archs()``)."""
+        ``arch``: whose matrix unit computes ``mma.sync`` (an arch name, ``tme.archs()``).
+        ``cta_order``: the order the CTAs run in, each to its end ("index": x fastest,
+        "reverse", or an int seed for a shuffled order), which decides who wins races
+        between CTAs (atomics, the last block of a semaphore)."""
         if name not in self.kernels:
             raise PTXError(f"no kernel {name!r} in the module (has: {', '.join(self.kernels)})")
         return Launch(self.kernels[name], grid, block, args, dynamic_smem, order,
-                      max_steps, buffers, arch).run()
+                      max_steps, buffers, arch, cta_order=cta_order).run()

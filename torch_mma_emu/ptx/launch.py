@@ -3,7 +3,8 @@ local memories laid out, every CTA of the grid run (:func:`launch`)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,6 +24,7 @@ class Stats:
     thread_instructions: int    # instructions times the threads that executed them
     seconds: float
     approximate: tuple = ()     # instructions run whose gpu_math model is not bit-exact
+    executed: dict = field(default_factory=dict)   # opcode -> thread-instructions run
 
     @property
     def rate(self) -> float:
@@ -32,8 +34,13 @@ class Stats:
 
 class Launch:
     def __init__(self, kernel, grid, block, args, dynamic_smem=0, order="thread",
-                 max_steps=10_000_000, buffers=None, arch=None, wgmma=None):
+                 max_steps=10_000_000, buffers=None, arch=None, wgmma=None,
+                 cta_order="index"):
         self.kernel = kernel
+        if not (cta_order in ("index", "reverse") or isinstance(cta_order, int)):
+            raise PTXError(f"cta_order must be 'index', 'reverse' or an int seed, got "
+                           f"{cta_order!r}")
+        self.cta_order = cta_order
         self.arch, self.wgmma = arch, wgmma     # the matrix unit's arch; a given wgmma result
         self.grid = _dim3(grid, "grid")
         self.block = _dim3(block, "block")
@@ -44,6 +51,7 @@ class Launch:
                            f"({', '.join(p.name for p in kernel.params)}), {len(args)} given")
         self.dynamic_smem, self.order, self.max_steps = int(dynamic_smem), order, max_steps
         self.approximate = set()
+        self.executed = Counter()
         blob = np.zeros(max(kernel.param_size, 1), np.uint8)
         buffers_in, buffers, names = buffers, [], []
         mem = Memory(buffers, names, kernel.name)
@@ -75,23 +83,25 @@ class Launch:
             blob[p.offset:p.offset + p.size] = np.frombuffer(raw, np.uint8)
         self.param_blob = blob
         smem = local = 0
+        used = _operand_text(kernel)
         for v in kernel.variables:
             if v.space == "shared":
                 smem = (smem + v.align - 1) // v.align * v.align
                 self.symbols[v.name] = ("shared", smem)
                 smem += v.size if v.size else self.dynamic_smem
+            elif v.space == "callparam":         # a call's argument slot (see machine.call)
+                self.symbols[v.name] = ("callparam", 0)
             elif v.space == "local":
                 local = (local + v.align - 1) // v.align * v.align
                 self.symbols[v.name] = ("local", local)
                 local += v.size
-            elif v.space == "global" and any(v.name in op for ins in kernel.body
-                                             for op in ins.ops):
+            elif v.space == "global" and v.name in used:
                 buf = np.zeros(max(v.size, len(v.init), 1), np.uint8)
                 buf[:len(v.init)] = np.frombuffer(v.init, np.uint8)
                 buffers.append(buf)          # its address: a global buffer of its own
                 names.append(v.name)
                 self.symbols[v.name] = ("global", mem.base(len(buffers) - 1))
-            elif any(v.name in op for ins in kernel.body for op in ins.ops):
+            elif v.name in used:
                 raise Unsupported(f"{kernel.name}: module .{v.space} variable {v.name} "
                                   "is not modelled")
             # else: declared for code the kernel does not contain (Triton's assert strings)
@@ -109,17 +119,30 @@ class Launch:
         budget = [self.max_steps]
         count = steps = 0
         gx, gy, gz = self.grid
-        for z in range(gz):
-            for y in range(gy):
-                for x in range(gx):
-                    cta = CTA(self, (x, y, z))
-                    self.mem.smem = np.zeros(self.smem_size, np.uint8)
-                    self.mem.local = np.zeros((cta.n, self.local_size), np.uint8)
-                    before = budget[0]
-                    count += run_cta(cta, budget)
-                    steps += before - budget[0]
+        ids = [(x, y, z) for z in range(gz) for y in range(gy) for x in range(gx)]
+        if self.cta_order == "reverse":
+            ids = ids[::-1]
+        elif self.cta_order != "index":
+            ids = [ids[i] for i in np.random.default_rng(self.cta_order).permutation(len(ids))]
+        for ctaid in ids:                       # one CTA after another, each to its end
+            cta = CTA(self, ctaid)
+            self.mem.smem = np.zeros(self.smem_size, np.uint8)
+            self.mem.local = np.zeros((cta.n, self.local_size), np.uint8)
+            before = budget[0]
+            count += run_cta(cta, budget)
+            steps += before - budget[0]
         return Stats(gx * gy * gz, steps, count, time.perf_counter() - t0,
-                     tuple(sorted(self.approximate)))
+                     tuple(sorted(self.approximate)), dict(self.executed))
+
+
+def _operand_text(kernel) -> str:
+    """All operands of ``kernel``'s instructions as one string (computed once per kernel):
+    which module variables the code names."""
+    text = getattr(kernel, "_operand_text", None)
+    if text is None:
+        text = "\n".join(op for ins in kernel.body for op in ins.ops)
+        kernel._operand_text = text
+    return text
 
 
 def _dim3(d, what):

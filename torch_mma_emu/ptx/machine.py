@@ -1,6 +1,7 @@
-"""SIMT execution of a kernel's grid, one CTA at a time (CTAs in linear order, x fastest),
-all threads of a CTA vectorised with NumPy: every register is a uint64 array over the
-threads, an instruction runs on the threads its mask selects.
+"""SIMT execution of a kernel's grid, one CTA at a time (CTAs in linear order, x fastest,
+or another ``cta_order`` of the launch), all threads of a CTA vectorised with NumPy: every
+register is a uint64 array over the threads, an instruction runs on the threads its mask
+selects.
 
 Scheduling: minimum-PC.  Each thread has its own PC; every step runs the instruction at the
 smallest PC among the CTA's threads that are neither finished nor waiting at a barrier, on
@@ -79,6 +80,8 @@ class CTA:
                 return np.zeros(self.n, U64)        # never written: 0 here
             if tok in self.L.symbols:
                 c = np.full(self.n, self.L.symbols[tok][1], U64)
+            elif tok == "WARP_SZ":                  # PTX's run-time constant: 32
+                c = np.full(self.n, 32, U64)
             else:
                 try:
                     c = np.full(self.n, imm(tok), U64)
@@ -116,6 +119,10 @@ class CTA:
         w = alu.width(t) // 8
         regs = [x.strip() for x in (o[1] if store else o[0]).strip("{} ").split(",")]
         sym_space, a = self.address(o[0] if store else o[1])
+        if sym_space == "callparam":
+            if store:       # the arguments of a call: the only callee run is __assertfail
+                return
+            raise Unsupported("ld.param of a call's return value (device-function calls)")
         if space == "param" or sym_space == "param":
             if store:
                 raise Unsupported("st.param (device-function calls)")
@@ -235,7 +242,10 @@ def run_cta(cta: CTA, budget: list) -> int:
         if ins.guard is not None:
             g = (cta.val(ins.guard) & U64(1)).astype(bool)
             act = mask & (~g if ins.neg else g)
-        count += int(act.sum())
+        k_act = int(act.sum())
+        count += k_act
+        if k_act:
+            cta.L.executed[ins.op] += k_act
         head = ins.parts[0]
         try:
             if head == "bra":
@@ -285,11 +295,27 @@ def execute(cta, ins, act):
         return None
     if head == "cp":
         return _cp_async(cta, parts, o, act)
+    if head == "call":
+        return _call(cta, o, act)
     h = (carry.handler(parts) or WARP.get(head) or alu.HANDLERS.get(head) or af.FLOAT.get(head)
          or TENSOR.get(head))
     if h is None:
         raise Unsupported(f"PTX instruction {ins.op} (not modelled)")
     h(cta, parts, o, act)
+
+
+ASSERT_FUNCS = ("__assertfail", "__assert_fail")
+
+
+def _call(cta, o, act):
+    """``call`` of CUDA's device-assert function (``CUDA_KERNEL_ASSERT``, ``assert``): the
+    assertion failed, an error naming the thread; other callees are not modelled."""
+    callee = next((x for x in o if not x.startswith("(")), "")
+    if callee in ASSERT_FUNCS:
+        t = int(np.argmax(act))
+        raise PTXError(f"{cta.k.name}: device assertion failed ({callee} called) in thread "
+                       f"{cta.who(t)}")
+    raise Unsupported(f"call of device function {callee!r} (not modelled)")
 
 
 def _cp_async(cta, parts, o, act):

@@ -107,9 +107,19 @@ def _params(text: str) -> list:
 _INSTR = re.compile(r"^(?:@(!?)(%[\w.]+)\s+)?([a-z][\w.:]*)\s*(.*)$", re.S)
 
 
+_CALL = re.compile(r"\bcall(?:\.uni)?\b[^;]*;")
+
+
+def _one_line(m) -> str:
+    """A ``call`` statement nvcc spreads over lines, on one line (line count kept)."""
+    s = m.group(0)
+    return s.replace("\n", " ") + "\n" * s.count("\n")
+
+
 def _body(text: str, kname: str):
     body, labels, variables = [], {}, []
     line = 0
+    text = _CALL.sub(_one_line, text)
     for raw in re.split(r"(;|\n)", text):
         if raw == "\n":
             line += 1
@@ -125,6 +135,13 @@ def _body(text: str, kname: str):
             continue
         if stmt.split()[0] in (".reg", ".pragma", ".loc", ".file", ".maxntid", ".reqntid",
                                ".minnctapersm", ".maxnreg", ".section"):
+            continue
+        if stmt.startswith(".param"):              # a call sequence's argument slots
+            m = _PARAM.match(stmt)
+            if m is None:
+                raise Unsupported(f"{kname}: PTX declaration {stmt!r}")
+            size = _SIZES.get(m.group(2), 1) * int(m.group(5) or 1)
+            variables.append(Var("callparam", m.group(4), size, int(m.group(1) or 1)))
             continue
         if stmt.startswith((".shared", ".local", ".global", ".const", "extern", ".extern")):
             v = _var(stmt)
