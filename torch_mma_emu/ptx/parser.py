@@ -140,8 +140,9 @@ def _body(text: str, kname: str):
             m = _PARAM.match(stmt)
             if m is None:
                 raise Unsupported(f"{kname}: PTX declaration {stmt!r}")
-            size = _SIZES.get(m.group(2), 1) * int(m.group(5) or 1)
-            variables.append(Var("callparam", m.group(4), size, int(m.group(1) or 1)))
+            al1, ty, _, _, name, count = m.groups()
+            size = _SIZES.get(ty, 1) * int(count or 1)
+            variables.append(Var("callparam", name, size, int(al1 or 1)))
             continue
         if stmt.startswith((".shared", ".local", ".global", ".const", "extern", ".extern")):
             v = _var(stmt)
