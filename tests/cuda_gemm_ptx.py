@@ -88,6 +88,28 @@ def kernel_for(vec, values_dtype=np.float32) -> str:
     return f"generic_kernelILi{p['op']}EE"
 
 
+def codes(fmt: str, shape, g, special: str | None):
+    """Random codes of ``fmt`` (finite values; one infinity or NaN planted if asked)."""
+    import torch
+
+    from torch_mma_emu.formats import INT_OF_SIZE, get_format, storage_dtype, value_table
+    f = get_format(fmt)
+    sd = storage_dtype(f)
+    if f.bits > 8:                        # fp16, bf16, tf32 / xf32 (fp32 codes), fp32, fp64
+        t = torch.randn(shape, generator=g, dtype=torch.float64).to(sd)
+        if special:
+            t[(0,) * len(shape)] = float("inf") if special == "inf" else float("nan")
+        return t.view(INT_OF_SIZE[t.element_size()])
+    table = value_table(fmt)
+    finite = torch.nonzero(torch.isfinite(table) & (table.abs() < 1e4)).flatten()
+    codes = finite[torch.randint(len(finite), shape, generator=g)]
+    if special:
+        hit = torch.nonzero(torch.isinf(table) if special == "inf" else torch.isnan(table)).flatten()
+        if len(hit):
+            codes[(0, 1) + (3,) * (len(shape) - 2)] = hit[0]
+    return codes.to(INT_OF_SIZE[torch.empty((), dtype=sd).element_size()])
+
+
 def _kernels(mod, suffix):
     hits = [n for n in mod.kernels if re.search(r"\d" + re.escape(suffix), n)]
     return hits
@@ -121,31 +143,60 @@ class _Mem:
         return ptx.buffer_address(len(self.bufs) - 1)
 
 
-def view3(addr: int, shape, esize: int) -> bytes:
-    _, m, n = shape        # contiguous (batch, m, n)
-    return struct.pack("<Q3qi4x", addr, m * n * esize, n * esize, esize, esize)
+def storage_view(t):
+    """(flat uint8 array of the storage ``t`` spans from its first element, its strides in
+    bytes): a tensor's own layout (expanded, transposed, batch-strided) as the kernel sees it
+    through a View3.  NumPy arrays are taken as they are (their strides too)."""
+    import torch
+    if isinstance(t, np.ndarray):
+        t = torch.from_numpy(t)
+    es = t.element_size()
+    if t.numel() == 0:
+        return np.zeros(8, np.uint8), (0,) * t.dim()
+    if min(t.stride()) < 0:
+        raise ValueError("negative strides")
+    span = 1 + sum((n - 1) * st for n, st in zip(t.shape, t.stride()))
+    flat = torch.as_strided(t, (span,), (1,), t.storage_offset()).contiguous()
+    return flat.view(torch.uint8).numpy().copy(), tuple(st * es for st in t.stride())
+
+
+def view3_of(mem, name, t) -> bytes:
+    """A View3 over ``t``'s storage placed in ``mem`` as buffer ``name``."""
+    buf, st = storage_view(t)
+    es = t.element_size() if hasattr(t, "element_size") else t.itemsize
+    return struct.pack("<Q3qi4x", mem.add(name, buf), *st, es)
+
+
+def _np(t):
+    return t.numpy() if hasattr(t, "numpy") else t
 
 
 def run_values(mod, a3, b3, c3, vec, max_steps):
-    """gemm_values: one thread per output, A and B^T contiguous in c's dtype."""
+    """gemm_values: one thread per output, A and B^T contiguous copies in c's dtype (as the
+    host makes them), C read through its own strides."""
     Bt, M, K = a3.shape
     N = b3.shape[2]
-    suffix = kernel_for(vec, c3.dtype)
+    a3, b3 = _np(a3), _np(b3)
+    cdt = _np(c3).dtype
+    suffix = kernel_for(vec, cdt)
     (name,) = _kernels(mod, suffix)
     bt = np.ascontiguousarray(b3.transpose(0, 2, 1))
-    out = np.zeros((Bt, M, N), c3.dtype)
-    cs = [np.int64(x // c3.itemsize) for x in c3.strides]
+    out = np.zeros((Bt, M, N), cdt)
+    cbuf, cst = storage_view(c3)
+    cs = [np.int64(x // cdt.itemsize) for x in cst]
     st = mod.launch(name, blocks_for(Bt * M * N, THREADS), THREADS,
-                    [pack_params(vec), np.ascontiguousarray(a3), bt, np.ascontiguousarray(c3),
+                    [pack_params(vec), np.ascontiguousarray(a3), bt, cbuf.view(cdt),
                      *cs, out, np.int64(Bt), np.int64(M), np.int64(N), np.int32(K)],
                     max_steps=max_steps)
     return out, suffix, [st]
 
 
 def run_gemm(mod, a3, b3, c3, vec, sa3=None, sb3=None, max_steps=50_000_000):
-    """gemm_cuda (no scales) in the interpreter: a3 (B, M, K), b3 (B, K, N) integer codes
-    (values for fma / ftz_addmul), c3 (B, M, N) in the output dtype, all NumPy.
-    Returns (out, kernel suffix, [Stats])."""
+    """gemm_cuda in the interpreter: a3 (B, M, K), b3 (B, K, N) integer codes (values for
+    fma / ftz_addmul), c3 (B, M, N) in the output dtype, block scales sa3 (B, M, nblk) /
+    sb3 (B, nblk, N); NumPy arrays or torch tensors of any strides (each read through a
+    View3 of its own strides, as the host passes them).  Returns (out, kernel suffix,
+    [Stats])."""
     p = named(vec)
     if p["op"] in (OPS["fma"], OPS["ftz_addmul"]):
         return run_values(mod, a3, b3, c3, vec, max_steps)
@@ -153,10 +204,9 @@ def run_gemm(mod, a3, b3, c3, vec, sa3=None, sb3=None, max_steps=50_000_000):
     N = b3.shape[2]
     Kp = -(-K // KT) * KT
     mem = _Mem()
-    a_addr = mem.add("a", a3)
-    b_addr = mem.add("b", b3)
-    c_addr = mem.add("c", c3)
-    out = np.zeros((Bt, M, N), c3.dtype)
+    views = {"a": view3_of(mem, "a", a3), "b": view3_of(mem, "b", b3),
+             "c": view3_of(mem, "c", c3)}
+    out = np.zeros((Bt, M, N), _np(c3).dtype)
     planes = {}
     for side, rows in (("A", M), ("B", N)):
         n = max(1, Bt * rows * Kp)
@@ -168,12 +218,12 @@ def run_gemm(mod, a3, b3, c3, vec, sa3=None, sb3=None, max_steps=50_000_000):
     stats = []
     dec = _kernels(mod, "decode_kernelE")
     assert len(dec) == 1, dec
-    for side, addr, arr, transposed, f, rows in (
-            ("A", a_addr, a3, False, "fa", M), ("B", b_addr, b3, True, "fb", N)):
+    for side, v, transposed, f, rows in (("A", views["a"], False, "fa", M),
+                                         ("B", views["b"], True, "fb", N)):
         total = Bt * rows * Kp
         fd = struct.pack("<7i", *fmt_desc(p, f))
         stats.append(mod.launch(dec[0], blocks_for(total, THREADS), THREADS,
-                                [view3(addr, arr.shape, arr.itemsize), np.int64(0),
+                                [v, np.int64(0),
                                  np.uint8(transposed), fd, np.int64(Bt), np.int64(K),
                                  planes[side]], buffers=mem.bufs, max_steps=max_steps))
     scales = struct.pack("<4Qq", 0, 0, 0, 0, 0)
@@ -182,12 +232,12 @@ def run_gemm(mod, a3, b3, c3, vec, sa3=None, sb3=None, max_steps=50_000_000):
         dec_s = _kernels(mod, "decode_scales_kernelE")
         ptrs = {}
         for side, arr, transposed, rows in (("sa", sa3, False, M), ("sb", sb3, True, N)):
-            v_addr = mem.add(side, arr)
+            sv = view3_of(mem, side, arr)
             ptrs[side] = (mem.add(f"{side}.dec", np.zeros(max(1, Bt * rows * nblk * 12), np.uint8)),
                           mem.add(f"{side}.flags", np.zeros(max(1, Bt * rows), np.int32)))
             stats.append(mod.launch(
                 dec_s[0], blocks_for(Bt * rows * nblk, THREADS), THREADS,
-                [view3(v_addr, arr.shape, 1), np.int64(0), np.uint8(transposed),
+                [sv, np.int64(0), np.uint8(transposed),
                  struct.pack("<7i", *fmt_desc(p, "fs")), np.int64(Bt), np.int64(rows),
                  np.int64(nblk), np.uint64(ptrs[side][0]), np.uint64(ptrs[side][1])],
                 buffers=mem.bufs, max_steps=max_steps))
@@ -197,8 +247,7 @@ def run_gemm(mod, a3, b3, c3, vec, sa3=None, sb3=None, max_steps=50_000_000):
     names = _kernels(mod, suffix)
     if not names:
         raise LookupError(f"kernel {suffix} is not in the PTX file")
-    cv = view3(c_addr, c3.shape, c3.itemsize)
-    tail = [cv, np.int64(0), np.int64(Bt), np.int64(M), np.int64(N), np.int32(K), out,
+    tail = [views["c"], np.int64(0), np.int64(Bt), np.int64(M), np.int64(N), np.int32(K), out,
             np.int32(out.itemsize)]
     if suffix.startswith("fast"):
         ok, wide, G = fast_plan(p)

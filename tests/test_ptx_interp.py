@@ -332,3 +332,39 @@ def test_mufu_instructions_use_gpu_math_models():
             gpu_math.evaluate("rcp.approx.ftz.f32", x), gpu_math.evaluate("sin.approx.f32", x)]
     assert np.array_equal(y.view(np.uint32), np.stack(want, 1).view(np.uint32))
     assert st.approximate == ("sin.approx.f32",)      # named: its model is not bit-exact
+
+
+def test_split_top_level_commas():
+    """The one comma splitter (text_table.split_top) the PTX parser, ptx_eval and the TTGIR
+    layout reader share: brackets of the given set nest, others do not."""
+    from torch_mma_emu.text_table import split_top
+    assert split_top("{%r1, %r2}, [%rd3+8], %f4") == ["{%r1, %r2}", "[%rd3+8]", "%f4"]
+    assert split_top("tensor<64x64xf16, #a>, !tt.ptr<f32>", "<>()[]{}") == \
+        ["tensor<64x64xf16, #a>", "!tt.ptr<f32>"]
+    assert split_top("a<b, c>", "{}[]") == ["a<b", "c>"]
+    assert split_top("") == [] and split_top("x, ") == ["x"]
+    with pytest.raises(ValueError, match="pairs"):
+        split_top("x", "{}[")
+
+
+def test_param_declarations_with_ptr_attributes():
+    """nvcc 13 for sm_100a / sm_120a writes ``.param .u64 .ptr .align 1 name``; the state
+    space after ``.ptr`` is optional and ``.align`` there is the alignment of the data pointed
+    to, not of the parameter (PTX ISA, "Kernel Function Parameter Attributes")."""
+    from torch_mma_emu.ptx import parse
+    text = """
+.version 9.0
+.target sm_100a
+.address_size 64
+.visible .entry k(
+  .param .u64 .ptr .align 1 k_param_0,
+  .param .u64 .ptr .global .align 16 k_param_1,
+  .param .u32 k_param_2
+)
+{
+  ret;
+}
+"""
+    k = parse(text)["k"]
+    assert [(p.name, p.offset, p.align) for p in k.params] == \
+        [("k_param_0", 0, 8), ("k_param_1", 8, 8), ("k_param_2", 16, 4)]

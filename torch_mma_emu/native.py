@@ -28,8 +28,9 @@ import torch
 
 from . import _C, cpp  # noqa: F401  (_C registers the CUDA ops where the build has them)
 from .formats import FLOAT_DTYPES, INT_OF_SIZE, OUT_DTYPES, default_out, format_pair, out_format
-from .isa import KERNEL_OUTPUTS, KERNEL_TYPES, KERNELS, issued_by
+from .isa import KERNEL_OUTPUTS, KERNEL_TYPES, KERNELS
 from .ops import broadcast_shapes
+from .registry import instruction_spec  # noqa: F401  (public here: the native kernels' model)
 
 __all__ = ["native_mm", "mma_instruction", "device_arch", "instructions_for", "instruction_spec",
            "INSTRUCTIONS", "BACKENDS"]
@@ -218,56 +219,6 @@ def instructions_for(in_format: str, device=None) -> list[str]:
     # mma.sync on sm90 to fp16 conversions + HMMA); then k16 before k8
     names.sort(key=lambda n: (not KERNELS[n].sm90a, n == "mma.m16n8k8"))
     return names
-
-
-def instruction_spec(arch, in_format: str, out_dtype=None, instruction: str = "",
-                     in_format_b: Optional[str] = None):
-    """The emulator's model of one instruction kernel of ``INSTRUCTIONS`` on ``arch``.
-
-    Returns ``(spec, source)``; ``spec`` is None when the registry has no model of that
-    instruction yet (``source`` then says why).  Rules, in order:
-
-    1. a registry row whose instruction (isa.py) this kernel issues (e.g. the
-       instruction variant "mma.sync.m16n8k32" of sm90);
-    2. the warp-level fp8 ``mma.m16n8k32`` on an arch whose fp8 default is a group-level
-       instruction (wgmma, tcgen05): no model (it computes differently: the recordings in
-       tests/data/hwdata), so None;
-    3. otherwise the arch's default row, with L = min(L, the instruction's K): a chain of
-       k-element instructions is a chain of k-element chunks (all-zero products change
-       neither the alignment nor the sum), so ``mma.m16n8k8`` runs the L = 8 model.
-    """
-    from . import registry
-    if instruction not in KERNELS:
-        raise ValueError(f"instruction_spec: unknown instruction {instruction!r}; known: "
-                         f"{', '.join(KERNELS)}")
-    kern = KERNELS[instruction]
-    cc = registry.ARCHS[registry.canonical_arch(arch)].capability
-    if kern.sm90a and not (cc and kern.runs_on(cc)):
-        raise ValueError(f"instruction_spec: {instruction} exists on "
-                         f"{registry.arch_of_capability(kern.min_cc)} only, not {arch}")
-    out = out_format(out_dtype)
-    fb = in_format_b or in_format
-    for iid in issued_by(instruction):
-        try:
-            s = registry.spec(arch, in_format, out, in_format_b=fb, instruction=iid)
-        except ValueError:
-            continue
-        return s, f"registry row '{s.instruction}'"
-    base_row = registry.row(arch, in_format, out, in_format_b=fb)  # ValueError: no such types
-    base = base_row.make_spec(in_format, fb)
-    group = base_row.instr.group
-    k = KERNELS[instruction].k
-    if instruction == "mma.m16n8k32" and group:
-        return None, (f"no model yet: the registry has no {base.arch} mma.sync.m16n8k32 row "
-                      f"for {in_format}{'' if fb == in_format else ' x ' + fb} -> "
-                      f"{base.out_format} (the default '{base.instruction}' computes "
-                      "differently; tests/data/hwdata)")
-    same = (" (assumed for the warp-level instruction; the H100 recordings, taken through "
-            "wmma, agree for fp16, bf16 and tf32)") if group else ""
-    if base.elementary.fixed_L or base.L <= k:
-        return base, f"default row '{base.instruction}'{same}"
-    return base.replace(L=k, arch=base.arch, instruction=instruction), (
-        f"default row '{base.instruction}' with L = {k} (one instruction = one chunk){same}")
 
 
 def mma_instruction(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = None, *,

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 from .elementary import OPS as ELEMENTARY
 from .formats import INPUT_FORMATS, default_out, get_format, out_format, scales_text
-from .isa import (F8F6F4, FP8, FP8_FNUZ, INSTRUCTIONS, Instruction, answers_to,
-                           norm)
+from .isa import (F8F6F4, FP8, FP8_FNUZ, INSTRUCTIONS, KERNELS, Instruction, answers_to,
+                  issued_by, norm)
 from .spec import NVIDIA_NAN, Spec, as_spec
 
 # --------------------------------------------------------------------------------------
@@ -554,3 +554,54 @@ def table() -> list[dict]:
                         instruction=r.name + ("" if r.default else " (alt)"),
                         model=s.describe(), source=r.source))
     return res
+
+
+def instruction_spec(arch, in_format: str, out_dtype=None, instruction: str = "",
+                     in_format_b: str | None = None):
+    """The emulator's model of one instruction kernel of ``isa.KERNELS`` (csrc/cuda/
+    mma_instr.cu; ``native.mma_instruction``, the PTX interpreter's ``mma`` / ``wgmma``) on
+    ``arch``.
+
+    Returns ``(spec, source)``; ``spec`` is None when the registry has no model of that
+    instruction yet (``source`` then says why).  Rules, in order:
+
+    1. a registry row whose instruction (isa.py) this kernel issues (e.g. the
+       instruction variant "mma.sync.m16n8k32" of sm90);
+    2. the warp-level fp8 ``mma.m16n8k32`` on an arch whose fp8 default is a group-level
+       instruction (wgmma, tcgen05): no model (it computes differently: the recordings in
+       tests/data/hwdata), so None;
+    3. otherwise the arch's default row, with L = min(L, the instruction's K): a chain of
+       k-element instructions is a chain of k-element chunks (all-zero products change
+       neither the alignment nor the sum), so ``mma.m16n8k8`` runs the L = 8 model.
+    """
+    if instruction not in KERNELS:
+        raise ValueError(f"instruction_spec: unknown instruction {instruction!r}; known: "
+                         f"{', '.join(KERNELS)}")
+    kern = KERNELS[instruction]
+    cc = ARCHS[canonical_arch(arch)].capability
+    if kern.sm90a and not (cc and kern.runs_on(cc)):
+        raise ValueError(f"instruction_spec: {instruction} exists on "
+                         f"{arch_of_capability(kern.min_cc)} only, not {arch}")
+    out = out_format(out_dtype)
+    fb = in_format_b or in_format
+    for iid in issued_by(instruction):
+        try:
+            s = spec(arch, in_format, out, in_format_b=fb, instruction=iid)
+        except ValueError:
+            continue
+        return s, f"registry row '{s.instruction}'"
+    base_row = row(arch, in_format, out, in_format_b=fb)  # ValueError: no such types
+    base = base_row.make_spec(in_format, fb)
+    group = base_row.instr.group
+    k = KERNELS[instruction].k
+    if instruction == "mma.m16n8k32" and group:
+        return None, (f"no model yet: the registry has no {base.arch} mma.sync.m16n8k32 row "
+                      f"for {in_format}{'' if fb == in_format else ' x ' + fb} -> "
+                      f"{base.out_format} (the default '{base.instruction}' computes "
+                      "differently; tests/data/hwdata)")
+    same = (" (assumed for the warp-level instruction; the H100 recordings, taken through "
+            "wmma, agree for fp16, bf16 and tf32)") if group else ""
+    if base.elementary.fixed_L or base.L <= k:
+        return base, f"default row '{base.instruction}'{same}"
+    return base.replace(L=k, arch=base.arch, instruction=instruction), (
+        f"default row '{base.instruction}' with L = {k} (one instruction = one chunk){same}")

@@ -1,5 +1,5 @@
 """Plain-text tables for the command line and reports (no dependencies, stable for tests and
-logs)."""
+logs), and the one splitter of comma lists at top level (PTX operands, MLIR types)."""
 from __future__ import annotations
 
 
@@ -13,3 +13,27 @@ def format_table(header: list[str], rows: list[list], title: str | None = None) 
     out.append(line)
     out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells[1:]]
     return "\n".join(out)
+
+
+def split_top(s: str, brackets: str = "{}[]") -> list[str]:
+    """``s`` split at the commas outside any bracket pair of ``brackets`` (open and close
+    characters alternating: ``"{}[]"`` for PTX operands, ``"<>()[]{}"`` for MLIR types);
+    each part stripped, an empty last part dropped."""
+    if len(brackets) % 2:
+        raise ValueError(f"brackets must be open/close pairs, got {brackets!r}")
+    opens, closes = brackets[0::2], brackets[1::2]
+    out, depth, cur = [], 0, []
+    for ch in s:
+        if ch in opens:
+            depth += 1
+        elif ch in closes:
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+    last = "".join(cur).strip()
+    if last:
+        out.append(last)
+    return out

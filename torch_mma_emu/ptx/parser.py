@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ..text_table import split_top
 from .errors import Unsupported
 
 _SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
@@ -15,7 +16,8 @@ _SIZES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf
           "pred": 1, "f16x2": 4, "bf16x2": 4}
 _VAR = re.compile(r"^(?:\.?extern\s+)?\.(shared|local|global|const)\s+(?:\.align\s+(\d+)\s+)?"
                   r"\.(\w+)\s+([\w$]+)\s*(?:\[(\d*)\])?")
-_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+(?:\.ptr\s+[^\s]+\s+)?"
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)\s+"
+                    r"(?:(\.ptr)\s+(?:\.(?:global|shared|const|local)\s+)?)?"
                     r"(?:\.align\s+(\d+)\s+)?([\w$]+)\s*(?:\[(\d+)\])?")
 
 
@@ -88,7 +90,9 @@ def _params(text: str) -> list:
         m = _PARAM.match(chunk)
         if not m:
             raise Unsupported(f"PTX parameter declaration {chunk!r}")
-        al1, ty, al2, name, count = m.groups()
+        al1, ty, ptr, al2, name, count = m.groups()
+        if ptr:                 # .ptr [.space] .align N: the alignment of the data pointed to
+            al2 = None
         elt = _SIZES.get(ty)
         if elt is None:
             raise Unsupported(f"PTX parameter type .{ty} ({name})")
@@ -97,23 +101,6 @@ def _params(text: str) -> list:
         off = (off + align - 1) // align * align
         out.append(Param(name, ty, size, align, off))
         off += size
-    return out
-
-
-def split_operands(rest: str) -> list:
-    out, depth, cur = [], 0, ""
-    for ch in rest:
-        if ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur.strip())
     return out
 
 
@@ -153,8 +140,9 @@ def _body(text: str, kname: str):
             m = _PARAM.match(stmt)
             if m is None:
                 raise Unsupported(f"{kname}: PTX declaration {stmt!r}")
-            size = _SIZES.get(m.group(2), 1) * int(m.group(5) or 1)
-            variables.append(Var("callparam", m.group(4), size, int(m.group(1) or 1)))
+            al1, ty, _, _, name, count = m.groups()
+            size = _SIZES.get(ty, 1) * int(count or 1)
+            variables.append(Var("callparam", name, size, int(al1 or 1)))
             continue
         if stmt.startswith((".shared", ".local", ".global", ".const", "extern", ".extern")):
             v = _var(stmt)
@@ -166,7 +154,7 @@ def _body(text: str, kname: str):
         if not m:
             raise Unsupported(f"{kname}: PTX statement {stmt!r} (line {line + 1})")
         neg, guard, op, rest = m.groups()
-        body.append(Instr(guard, bool(neg), op, op.split("."), split_operands(rest), line + 1))
+        body.append(Instr(guard, bool(neg), op, op.split("."), split_top(rest), line + 1))
     return body, labels, variables
 
 

@@ -21,6 +21,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
+from ..text_table import split_top
+
 _CACHE: "OrderedDict" = OrderedDict()   # specialisation -> Compiled, least recent first
 _CACHE_SIZE = 256
 _BINDERS: dict = {}          # (fn, target) -> (JITFunction, backend, Triton's binder)
@@ -202,24 +204,6 @@ def _frames(ref: str, defs: dict, depth: int = 0) -> list:
     return []
 
 
-def _split_top(s: str) -> list:
-    """Split at commas outside <...>, (...), [...], {...}."""
-    out, depth, cur = [], 0, ""
-    for ch in s:
-        if ch in "<([{":
-            depth += 1
-        elif ch in ">)]}":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur.strip())
-    return out
-
-
 _TENSOR = re.compile(r"^tensor<([\dx]+)x(\w+), (.*)>$")
 
 
@@ -246,7 +230,7 @@ def parse_reduces(ttgir: str, num_warps: int) -> list:
         i = j + 1
         if not tail:
             continue
-        types = _split_top(tail.group(1))
+        types = split_top(tail.group(1), "<>()[]{}")
         t = _TENSOR.match(types[0])
         if not t:
             continue

@@ -10,6 +10,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..order import arith as red
+from ..text_table import split_top
 
 
 class Unsupported(NotImplementedError):
@@ -145,7 +146,7 @@ class CTA:
             pred = ~p if m.group(1) else p
             line = m.group(3)
         op, _, rest = line.partition(" ")
-        ops = [x.strip() for x in _split_operands(rest)]
+        ops = split_top(rest.strip().rstrip(";"))
         parts = op.split(".")
         head = parts[0]
         f = getattr(self, "i_" + head, None)
@@ -677,23 +678,5 @@ def _round_f32(x: Fraction, bits: int = 24, emin: int = -126) -> np.float32:
     with np.errstate(over="ignore"):
         out = np.float32(v) if v < 2.0 ** 128 else np.float32(np.inf)
     return -out if neg else out
-
-
-def _split_operands(rest: str) -> list:
-    rest = rest.strip().rstrip(";")
-    out, depth, cur = [], 0, ""
-    for ch in rest:
-        if ch in "{[":
-            depth += 1
-        elif ch in "}]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            out.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        out.append(cur)
-    return out
 
 
