@@ -67,10 +67,17 @@ def _grid(fmt, x):
 
 
 @needs_fast
+@pytest.mark.parametrize("zero_exp", [None, -3, 2], ids=["registry", "zexp-3", "zexp2"])
 @pytest.mark.parametrize("spec", T_ROWS, ids=_id)
-def test_zero_operands_chunk_by_chunk(spec):
+def test_zero_operands_chunk_by_chunk(spec, zero_exp):
     """Zeros in A's rows in some chunks only, in B's columns in others, whole zero chunks,
-    beside c = +-0 / tiny / normal; K = 3 L + 5 (a partial last instruction)."""
+    beside c = +-0 / tiny / normal; K = 3 L + 5 (a partial last instruction).  The registry's
+    zero_exp lies below every c the planes take (fp32: -126, fp16: -14), so a zero operand
+    only moves emax with a Spec.zero_exp near the products' exponents (-3, 2)."""
+    if zero_exp is not None:
+        if spec.zero_exp is None:
+            pytest.skip("the op takes no zero_exp")
+        spec = spec.replace(zero_exp=zero_exp)
     L = spec.L * spec.passes
     M, N, K = 6, 37, 3 * L + 5
     g = seeded(spec.to_string(), "zeros")
@@ -85,9 +92,17 @@ def test_zero_operands_chunk_by_chunk(spec):
     b[L + 2, 10:20] = 0.0                # columns 10-19: one zero in the second chunk
     b[:, 33] = 0.0                       # column 33: all zero (c alone)
     b[2 * L:3 * L, 34:] = 0.0            # columns 34-36: a zero third chunk
+    # rows 4-5 x columns 20-29: products near 2^-27, below zero_exp (fp16 outputs: -19..-21),
+    # with c = 0: a zero operand in the chunk raises emax to zero_exp and truncates them
+    sgn = lambda t: torch.where(torch.rand(t.shape, generator=g) < 0.5, -1.0, 1.0).double()
+    a[4:6] = _grid(fa, sgn(a[4:6]) * (1 + torch.rand(2, K, generator=g).double()) * 2.0 ** -14)
+    b[:, 20:30] = _grid(fb, sgn(b[:, 20:30]) * (1 + torch.rand(K, 10, generator=g).double()) * 2.0 ** -13)
+    a[5, L] = 0.0                        # row 5: a zero in the second chunk
+    b[0, 20:25] = 0.0                    # columns 20-24: a zero in the first chunk
     odt = torch.float16 if spec.out_format == "fp16" else torch.float32
     cv = torch.tensor([0.0, -0.0, 2.0 ** -20, -(2.0 ** -14), 1.5, -3.0, 2.0 ** -126, 0.0])
     C = cv.repeat(M * N // len(cv) + 1)[: M * N].reshape(M, N).to(odt)
+    C[4:6] = 0.0
     _check(spec, _kw(spec, a, b, C), "zero operands")
 
 
