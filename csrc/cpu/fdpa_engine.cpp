@@ -217,7 +217,9 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
         }
     }
   });
-  const bool zmasks = P.op == kTFdpa || P.op == kStFdpa ? P.has_zero_exp() : false;
+  // (a zero_exp at or below the output's emin never moves emax beside a nonzero c, whose
+  // exponent is at least emin, and c = 0 takes it anyway: no masks, as for the registry rows)
+  const bool zmasks = (P.op == kTFdpa || P.op == kStFdpa) && P.has_zero_exp() && P.zero_exp > P.fo.emin();
   pl.nch = zmasks ? Kp / P.L : 0;
   pl.az.assign(size_t(M * pl.nch), 0);
   pl.bz.assign(size_t(pl.NP * pl.nch), 0);
