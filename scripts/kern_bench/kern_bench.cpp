@@ -1,7 +1,7 @@
 // Microbenchmark of the FDPA vector kernels without torch: one row's engine (fdpa_engine.h)
 // over M x N x K random normal-range operands, ns per 16 multiply-adds, best of reps.
 // stdin: "name p0 ... p44" lines (cpp.params(spec)); argv: isa M N K reps.
-// Built and run by scripts/kern_bench/run.py (g++ -O3 -march=native, as setup.py).
+// Built and run by scripts/kern_bench/run.py (g++ -O3, the flags of setup.py's default build).
 #include <chrono>
 #include <ctime>
 #include <cmath>

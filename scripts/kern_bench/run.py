@@ -18,7 +18,7 @@ from torch_mma_emu.cpp import params  # noqa: E402
 SOURCES = [ROOT / "scripts/kern_bench/kern_bench.cpp"] + [
     ROOT / "csrc/cpu" / f for f in ("fdpa_engine.cpp", "eligible.cpp", "kern_avx2.cpp",
                                     "kern_avx512.cpp", "kern_neon.cpp")]
-FLAGS = ["-std=c++20", "-O3", "-march=native", "-ffp-contract=off", "-fno-fast-math"]
+FLAGS = ["-std=c++20", "-O3", "-ffp-contract=off", "-fno-fast-math"]  # setup.py's default
 
 
 def build():
