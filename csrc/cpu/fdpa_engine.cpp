@@ -217,6 +217,26 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
         }
     }
   });
+  // (a zero_exp at or below the output's emin never moves emax beside a nonzero c, whose
+  // exponent is at least emin, and c = 0 takes it anyway: no masks, as for the registry rows)
+  const bool zmasks = (P.op == kTFdpa || P.op == kStFdpa) && P.has_zero_exp() && P.zero_exp > P.fo.emin();
+  pl.nch = zmasks ? Kp / P.L : 0;
+  pl.az.assign(size_t(M * pl.nch), 0);
+  pl.bz.assign(size_t(pl.NP * pl.nch), 0);
+  if (zmasks) {
+    const int64_t nch = pl.nch, L = P.L;
+    par(M, 64, [&](int64_t lo, int64_t hi) {
+      for (int64_t i = lo; i < hi; ++i)
+        for (int64_t q = 0; q < Kp; ++q)
+          if (pl.ae[size_t(i * Kp + q)] == -128) pl.az[size_t(i * nch + q / L)] = 1;
+    });
+    par(pl.NP, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t p = lo; p < hi; ++p)
+        for (int64_t q = 0; q < Kp; ++q)
+          for (int l = 0; l < kW; ++l)
+            if (pl.be[size_t((p * Kp + q) * kW + l)] == -128) pl.bz[size_t(p * nch + q / L)] |= 1u << l;
+    });
+  }
   if (two) {  // E-FDPA: fp64 copies of the value planes
     pl.avd.resize(pl.av.size());
     pl.bvd.resize(pl.bv.size());

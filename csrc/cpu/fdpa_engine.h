@@ -84,6 +84,13 @@ struct Planes {
   std::vector<int8_t> ae2, be2;
   std::vector<double> avd, bvd;  // E-FDPA only: the value planes in fp64 (no conversions in the loop)
   std::vector<uint8_t> row_ok, col_ok;
+  // T/ST-FDPA with a Spec.zero_exp above the output's emin: per chunk of L plane positions
+  // (nch = Kp / L; else 0), whether it holds a zero operand or padding (exponent -128): A rows
+  // (M, nch), B panels as bits of their 32 columns (NP, nch); the kernel's emax takes
+  // zero_exp there
+  int64_t nch = 0;
+  std::vector<uint8_t> az;
+  std::vector<uint32_t> bz;
   std::vector<int32_t> kmap;  // multi-pass: plane position -> k (-1: padding)
   // GST-FDPA only: scale values sig * 2^(exp - mbits) and exponents, A as (M, nblk), B as
   // panels [NP][nblk][32]

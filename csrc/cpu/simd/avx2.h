@@ -48,6 +48,8 @@ struct Avx2 {
   MMA_VT M outside(I x, int32_t lo, int32_t hi) {  // x < lo or x > hi
     return _mm256_or_si256(_mm256_cmpgt_epi32(set1(lo), x), _mm256_cmpgt_epi32(x, set1(hi)));
   }
+  MMA_VT M test(I a, I b) { return ne(_mm256_and_si256(a, b), zero()); }  // (a & b) != 0
+  MMA_VT I add_maskz(M m, I a, I b) { return _mm256_and_si256(m, _mm256_add_epi32(a, b)); }  // m ? a + b : 0
   MMA_VT M sign(I a) { return _mm256_srai_epi32(a, 31); }
   MMA_VT I select(M m, I t, I f) { return _mm256_blendv_epi8(f, t, m); }
   MMA_VT I maskz(M m, I a) { return _mm256_and_si256(m, a); }
@@ -60,6 +62,10 @@ struct Avx2 {
   MMA_VT M m_andnot(M a, M b) { return _mm256_andnot_si256(a, b); }  // ~a & b
   MMA_VT M m_not(M a) { return _mm256_xor_si256(a, _mm256_set1_epi32(-1)); }
   MMA_VT M m_none() { return _mm256_setzero_si256(); }
+  MMA_VT M m_from_bits(uint32_t b) {  // lane l: bit l
+    const __m256i bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
+    return _mm256_cmpeq_epi32(_mm256_and_si256(_mm256_set1_epi32(int32_t(b)), bit), bit);
+  }
   MMA_VT uint32_t bits(M m) { return uint32_t(_mm256_movemask_ps(_mm256_castsi256_ps(m))); }
 
   // ---- fp32 ----
@@ -107,6 +113,12 @@ struct Avx2 {
   MMA_VT B b_adds(B a, B b) { return _mm256_adds_epi8(a, b); }
   MMA_VT B b_max(B a, B b) { return _mm256_max_epi8(a, b); }
   MMA_VT B b_min(B a, B b) { return _mm256_min_epi8(a, b); }
+  // max(m, max over k < n of adds(a[k], b[k * 32 + lane]))
+  MMA_VT B b_emax(B m, const int8_t* a, const int8_t* b, int n) {
+#pragma GCC unroll 4
+    for (int k = 0; k < n; ++k) m = b_max(m, b_adds(b_set1(a[k]), b_load(b + k * 32)));
+    return m;
+  }
   MMA_VT void b_widen(B b, I* out) {  // 32 int8 -> 4 x 8 int32
     const __m128i lo = _mm256_castsi256_si128(b), hi = _mm256_extracti128_si256(b, 1);
     out[0] = _mm256_cvtepi8_epi32(lo);

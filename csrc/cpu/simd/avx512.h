@@ -43,6 +43,8 @@ struct Avx512 {
   MMA_VT512 M outside(I x, int32_t lo, int32_t hi) {  // one unsigned compare
     return _mm512_cmpgt_epu32_mask(_mm512_sub_epi32(x, set1(lo)), set1(hi - lo));
   }
+  MMA_VT512 M test(I a, I b) { return _mm512_test_epi32_mask(a, b); }  // (a & b) != 0
+  MMA_VT512 I add_maskz(M m, I a, I b) { return _mm512_maskz_add_epi32(m, a, b); }  // m ? a + b : 0
   MMA_VT512 M sign(I a) { return _mm512_movepi32_mask(a); }
   MMA_VT512 I select(M m, I t, I f) { return _mm512_mask_mov_epi32(f, m, t); }
   MMA_VT512 I maskz(M m, I a) { return _mm512_maskz_mov_epi32(m, a); }
@@ -55,6 +57,7 @@ struct Avx512 {
   MMA_VT512 M m_not(M a) { return M(~a); }
   MMA_VT512 M m_none() { return M(0); }
   MMA_VT512 uint32_t bits(M m) { return uint32_t(m); }
+  MMA_VT512 M m_from_bits(uint32_t b) { return M(b); }  // lane l: bit l
 
   // ---- fp32 ----
   MMA_VT512 F bcast(const float* p) { return _mm512_set1_ps(*p); }
@@ -87,6 +90,23 @@ struct Avx512 {
   MMA_VT512 B b_adds(B a, B b) { return _mm256_adds_epi8(a, b); }
   MMA_VT512 B b_max(B a, B b) { return _mm256_max_epi8(a, b); }
   MMA_VT512 B b_min(B a, B b) { return _mm256_min_epi8(a, b); }
+  // max(m, max over k < n of adds(a[k], b[k * 32 + lane])): two k per 512-bit step (the low
+  // half k, the high half k + 1; a's pair spread by one in-lane shuffle), then one fold
+  MMA_VT512 B b_emax(B m, const int8_t* a, const int8_t* b, int n) {
+    const __m512i sel = _mm512_set_epi64(0x0101010101010101, 0x0101010101010101, 0x0101010101010101,
+                                         0x0101010101010101, 0, 0, 0, 0);
+    __m512i m2 = _mm512_set1_epi8(-128);
+    int k = 0;
+    for (; k + 2 <= n; k += 2) {
+      int16_t w;
+      __builtin_memcpy(&w, a + k, 2);
+      const __m512i ea = _mm512_shuffle_epi8(_mm512_set1_epi16(w), sel);
+      m2 = _mm512_max_epi8(m2, _mm512_adds_epi8(ea, _mm512_loadu_si512(b + k * 32)));
+    }
+    m = _mm256_max_epi8(m, _mm256_max_epi8(_mm512_castsi512_si256(m2), _mm512_extracti64x4_epi64(m2, 1)));
+    for (; k < n; ++k) m = b_max(m, b_adds(b_set1(a[k]), b_load(b + k * 32)));
+    return m;
+  }
   MMA_VT512 void b_widen(B b, I* out) {
     out[0] = _mm512_cvtepi8_epi32(_mm256_castsi256_si128(b));
     out[1] = _mm512_cvtepi8_epi32(_mm256_extracti128_si256(b, 1));

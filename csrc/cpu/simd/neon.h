@@ -45,6 +45,8 @@ struct Neon {
   MMA_VTN M outside(I x, int32_t lo, int32_t hi) {
     return vorrq_u32(vcltq_s32(x, vdupq_n_s32(lo)), vcgtq_s32(x, vdupq_n_s32(hi)));
   }
+  MMA_VTN M test(I a, I b) { return vtstq_s32(a, b); }  // (a & b) != 0
+  MMA_VTN I add_maskz(M m, I a, I b) { return vandq_s32(vreinterpretq_s32_u32(m), vaddq_s32(a, b)); }  // m ? a + b : 0
   MMA_VTN M sign(I a) { return vreinterpretq_u32_s32(vshrq_n_s32(a, 31)); }
   MMA_VTN I select(M m, I t, I f) { return vbslq_s32(m, t, f); }
   MMA_VTN I maskz(M m, I a) { return vandq_s32(vreinterpretq_s32_u32(m), a); }
@@ -59,6 +61,11 @@ struct Neon {
   MMA_VTN uint32_t bits(M m) {
     static const uint32_t w[4] = {1, 2, 4, 8};
     return vaddvq_u32(vandq_u32(m, vld1q_u32(w)));
+  }
+  MMA_VTN M m_from_bits(uint32_t b) {  // lane l: bit l
+    static const uint32_t w[4] = {1, 2, 4, 8};
+    const uint32x4_t bit = vld1q_u32(w);
+    return vceqq_u32(vandq_u32(vdupq_n_u32(b), bit), bit);
   }
 
   // ---- fp32 ----
@@ -98,6 +105,11 @@ struct Neon {
   MMA_VTN B b_adds(B a, B b) { return B{vqaddq_s8(a.lo, b.lo), vqaddq_s8(a.hi, b.hi)}; }
   MMA_VTN B b_max(B a, B b) { return B{vmaxq_s8(a.lo, b.lo), vmaxq_s8(a.hi, b.hi)}; }
   MMA_VTN B b_min(B a, B b) { return B{vminq_s8(a.lo, b.lo), vminq_s8(a.hi, b.hi)}; }
+  // max(m, max over k < n of adds(a[k], b[k * 32 + lane]))
+  MMA_VTN B b_emax(B m, const int8_t* a, const int8_t* b, int n) {
+    for (int k = 0; k < n; ++k) m = b_max(m, b_adds(b_set1(a[k]), b_load(b + k * 32)));
+    return m;
+  }
   MMA_VTN void b_widen(B b, I* out) {
     const int8x16_t h[2] = {b.lo, b.hi};
     for (int t = 0; t < 2; ++t) {

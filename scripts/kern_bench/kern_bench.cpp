@@ -1,0 +1,95 @@
+// Microbenchmark of the FDPA vector kernels without torch: one row's engine (fdpa_engine.h)
+// over M x N x K random normal-range operands, ns per 16 multiply-adds, best of reps.
+// stdin: "name p0 ... p44" lines (cpp.params(spec)); argv: isa M N K reps.
+// Built and run by scripts/kern_bench/run.py (g++ -O3, the flags of setup.py's default build).
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../../csrc/cpu/fdpa_engine.h"
+#include "../../csrc/cpu/fpenv.h"
+
+using namespace mma;
+
+int main(int argc, char** argv) {
+  if (argc < 6) {
+    std::fprintf(stderr, "usage: kern_bench isa M N K reps < rows\n");
+    return 2;
+  }
+  const std::string isa_s = argv[1];
+  const Isa isa = isa_s == "avx2" ? Isa::kAvx2 : isa_s == "avx512" ? Isa::kAvx512
+                  : isa_s == "neon" ? Isa::kNeon : Isa::kScalar;
+  const int64_t M = std::stoll(argv[2]), N = std::stoll(argv[3]), K = std::stoll(argv[4]);
+  const int reps = std::stoi(argv[5]);
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string name;
+    in >> name;
+    std::vector<int64_t> v;
+    int64_t x;
+    while (in >> x) v.push_back(x);
+    if (v.size() != size_t(kNumParams)) continue;
+    Params P = parse_params(v.data());
+    P.epilogue = 0;
+    FdpaEngine eng;
+    if (!eng.setup(P, isa)) {
+      std::printf("%-40s no kernel\n", name.c_str());
+      continue;
+    }
+    std::mt19937_64 rng(7);
+    std::normal_distribution<double> nd(0.0, 1.0);
+    auto enc = [&](const FormatDesc& f) -> uint64_t {  // nearest code by search on a few tries
+      for (;;) {
+        const uint64_t c = rng() & ((f.container == 32 ? 0xFFFFFFFFull : (1ull << (f.ebits + f.mbits + (f.is_signed ? 1 : 0))) - 1));
+        const Dec d = decode(f, c);
+        if (d.cls != kFinite) continue;
+        // values like randn's: magnitudes in [2^-6, 4) (or zero)
+        if (d.sig != 0) {
+          const double m = std::ldexp(double(std::abs(d.sig)), d.exp - f.mbits);
+          if (f.ebits > 2 && (m >= 4 || m < 1.0 / 64)) continue;
+        }
+        return c;
+      }
+    };
+    const bool scaled = P.op == kStFdpa || P.op == kGstFdpa;
+    const int64_t nblk = scaled ? (K + P.block - 1) / P.block : 0;
+    Decoded A, B;
+    A.resize(M, K);
+    B.resize(N, K);
+    std::vector<uint64_t> a(size_t(M * K)), b(size_t(N * K));
+    for (auto& c : a) c = enc(P.fa);
+    for (auto& c : b) c = enc(P.fb);
+    for (int64_t i = 0; i < M; ++i) A.decode_row(i, K, P.fa, [&](int64_t k) { return a[size_t(i * K + k)]; });
+    for (int64_t j = 0; j < N; ++j) B.decode_row(j, K, P.fb, [&](int64_t k) { return b[size_t(j * K + k)]; });
+    std::vector<Dec> SA(size_t(M * nblk)), SB(size_t(N * nblk));
+    for (auto& s : SA) s = decode(P.fs, uint64_t(P.fs.bias));
+    for (auto& s : SB) s = decode(P.fs, uint64_t(P.fs.bias));
+    std::vector<uint8_t> fsa(size_t(M), 0), fsb(size_t(N), 0);
+    eng.build(A, B, scaled ? SA.data() : nullptr, scaled ? SB.data() : nullptr, fsa.data(),
+              fsb.data(), nblk, M, N, K, serial_for);
+    const int64_t W = eng.width();
+    std::vector<uint32_t> acc(size_t(M * W), 0);
+    double best = 1e30;
+    uint32_t h = 0;
+    for (int r = 0; r < reps; ++r) {
+      std::fill(acc.begin(), acc.end(), 0u);
+      timespec t0, t1;  // thread CPU time: steadier than wall time on a shared machine
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+      for (int64_t i0 = 0; i0 < M; i0 += 16) eng.run(i0, std::min(M, i0 + 16), 0, K, acc.data() + i0 * W, W);
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+      const double s = double(t1.tv_sec - t0.tv_sec) + 1e-9 * double(t1.tv_nsec - t0.tv_nsec);
+      best = std::min(best, s);
+      for (auto w : acc) h = h * 31 + w;
+    }
+    std::printf("%-44s %s  %.3f ns/16MAC  %.3g MAC/s  hash %08x\n", name.c_str(), isa_s.c_str(),
+                best * 1e9 * 16 / double(M * N * K), double(M * N * K) / best, h);
+  }
+  return 0;
+}
