@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..gpu_math import ieee, ptx_run
+from ..gpu_math.mufu import canon_nan
 from .facts import CUDA_VERSION, TORCH_VERSION, version_mismatch
 
 __all__ = ["dense_backward", "path", "widen", "store", "DTYPES", "FEATURE_MAX_INDICES",
@@ -89,34 +90,44 @@ def _ranks(keys: np.ndarray) -> np.ndarray:
     return np.arange(n) - first
 
 
-def _fold(groups: np.ndarray, ranks: np.ndarray, ngroups: int, rows, step) -> np.ndarray:
-    """``acc[g] = step(acc[g], rows(i))`` over the elements ``i`` of each group ``g`` in rank
-    order, from +0 (float32 vectors of width D)."""
+def _plus_zero(v: np.ndarray) -> np.ndarray:
+    """``+0 + v`` in float32 without arithmetic (the host's flush flags play no part): -0
+    becomes +0, NaN NVIDIA's canonical NaN, every other value stays."""
+    b = np.ascontiguousarray(v, _F).view(np.uint32)
+    return canon_nan(np.where(b == np.uint32(0x80000000), np.uint32(0), b).view(_F))
+
+
+def _fold(groups: np.ndarray, ranks: np.ndarray, ngroups: int, rows, step,
+          first=None) -> np.ndarray:
+    """``acc[g] = step(acc[g], rows(i), i)`` over the elements ``i`` of each group ``g`` in
+    rank order, from +0 (float32 vectors of width D); ``first(rows(i))``, where given, is
+    the first step's value (``step(+0, ...)`` without the arithmetic)."""
     acc = None
     for r in range(int(ranks.max()) + 1 if ranks.size else 0):
         sel = np.nonzero(ranks == r)[0]
         vals = rows(sel)
+        g = groups[sel]
         if acc is None:
             acc = np.zeros((ngroups, vals.shape[1]), _F)
-        g = groups[sel]
+            if first is not None:
+                acc[g] = first(vals)
+                continue
         acc[g] = step(acc[g], vals, sel)
     return acc
 
 
 def _feature(G: np.ndarray, idx: np.ndarray, num_weights: int, padding_idx: int,
              dtype: str) -> np.ndarray:
-    n, D = G.shape
-    out = np.zeros((num_weights, D), _F)
     keep = np.nonzero(idx != padding_idx)[0]
     if keep.size == 0:
-        return out
+        return keep, None
     chunk = keep // CHUNK
     key = chunk * num_weights + idx[keep]
     order = np.argsort(key, kind="stable")          # (chunk, row), positions ascending
     pos, key = keep[order], key[order]
     ukey, grp = np.unique(key, return_inverse=True)
     sums = _fold(grp, _ranks(key), ukey.size, lambda s: G[pos[s]],
-                 lambda acc, v, s: ieee.add(acc, v))
+                 lambda acc, v, s: ieee.add(acc, v), _plus_zero)
     sums = _round(sums, dtype)                      # static_cast<scalar_t>(my_s)
     rows = ukey % num_weights                       # ukey sorted by (chunk, row)
     order2 = np.argsort(rows, kind="stable")        # per row, chunks ascending
@@ -124,16 +135,15 @@ def _feature(G: np.ndarray, idx: np.ndarray, num_weights: int, padding_idx: int,
 
     def add(acc, v, s):
         return _round(ieee.add(acc, v), dtype)
-    per_row = _fold(np.searchsorted(np.unique(rows_s), rows_s), _ranks(rows_s),
-                    np.unique(rows_s).size, lambda s: sums[order2[s]], add)
-    out[np.unique(rows_s)] = per_row
-    return out
+    urows = np.unique(rows_s)
+    per_row = _fold(np.searchsorted(urows, rows_s), _ranks(rows_s), urows.size,
+                    lambda s: sums[order2[s]], add, _plus_zero)
+    return urows, per_row
 
 
 def _segments(G: np.ndarray, idx: np.ndarray, num_weights: int, padding_idx: int,
               scale_grad_by_freq: bool, dtype: str) -> np.ndarray:
-    n, D = G.shape
-    out = np.zeros((num_weights, D), _F)
+    n = G.shape[0]
     order = np.argsort(idx, kind="stable")          # cub radix sort: stable
     sidx = idx[order]
     rank = _ranks(sidx)
@@ -149,16 +159,14 @@ def _segments(G: np.ndarray, idx: np.ndarray, num_weights: int, padding_idx: int
     else:
         def step(acc, v, s):
             return ieee.add(acc, v)
-    partials = _fold(part, rank % NROWS_PER_THREAD, upart.size,
-                     lambda s: G[order[s]], step)
+    partials = _fold(part, rank % NROWS_PER_THREAD, upart.size, lambda s: G[order[s]],
+                     step, None if scale_grad_by_freq else _plus_zero)
     part_seg = upart // (n // NROWS_PER_THREAD + 1)
     part_rank = _ranks(part_seg)
     total = _fold(part_seg, part_rank, useg.size, lambda s: partials[s],
-                  lambda acc, v, s: ieee.add(acc, v))
-    rows = useg
-    keep = rows != padding_idx
-    out[rows[keep]] = _round(total[keep], dtype)
-    return out
+                  lambda acc, v, s: ieee.add(acc, v), _plus_zero)
+    keep = useg != padding_idx
+    return useg[keep], total[keep]
 
 
 def dense_backward(grad: np.ndarray, indices: np.ndarray, num_weights: int,
@@ -183,11 +191,14 @@ def dense_backward(grad: np.ndarray, indices: np.ndarray, num_weights: int,
     if idx.size and (idx.min() < 0 or idx.max() >= num_weights):
         raise ValueError("torch_mma_emu.aten_cuda.embedding: indices must lie in "
                          f"[0, {num_weights}), got [{idx.min()}, {idx.max()}]")
-    G = widen(grad, dtype)
+    out = np.zeros((num_weights, grad.shape[1]), _F if dtype == "float32" else np.uint16)
     if idx.size == 0:
-        return store(np.zeros((num_weights, grad.shape[1]), _F), dtype)
+        return out                                  # at::zeros: +0 everywhere
+    G = widen(grad, dtype)
     if path(idx.size, scale_grad_by_freq) == "feature":
-        out = _feature(G, idx, num_weights, padding_idx, dtype)
+        rows, vals = _feature(G, idx, num_weights, padding_idx, dtype)
     else:
-        out = _segments(G, idx, num_weights, padding_idx, scale_grad_by_freq, dtype)
-    return store(out, dtype)
+        rows, vals = _segments(G, idx, num_weights, padding_idx, scale_grad_by_freq, dtype)
+    if rows.size:
+        out[rows] = store(vals, dtype)              # rows not hit stay +0
+    return out
