@@ -254,3 +254,12 @@ def test_out_overload_int32_indices_and_nd_grad():
     assert torch.equal(_bits_t(got), _bits_t(want)) and torch.equal(_bits_t(out), _bits_t(want))
     assert [r.op for r in em.records] == ["aten.embedding_dense_backward.default",
                                           "aten.embedding_dense_backward.out"]
+
+
+@pytest.mark.parametrize("n", [emb.FEATURE_MAX_INDICES, emb.FEATURE_MAX_INDICES + 1])
+def test_threshold_boundary_matches_threads(n):
+    grad, idx = _case(n, 1, 3, torch.float16, seed=6)   # ~1000 rows into each of 3
+    ref = (_ref_feature(grad.float().numpy(), idx.tolist(), 3, -1, torch.float16)
+           if n <= 3072 else
+           _ref_segments(grad.float().numpy(), idx.tolist(), 3, -1, False, torch.float16))
+    _check(grad, idx, 3, -1, False, ref)
