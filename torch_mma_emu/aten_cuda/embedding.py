@@ -36,8 +36,8 @@ from ..gpu_math import ieee, ptx_run
 from ..gpu_math.mufu import canon_nan
 from .facts import CUDA_VERSION, TORCH_VERSION, version_mismatch
 
-__all__ = ["dense_backward", "path", "widen", "store", "DTYPES", "FEATURE_MAX_INDICES",
-           "CHUNK", "NROWS_PER_THREAD", "TORCH_VERSION", "CUDA_VERSION",
+__all__ = ["dense_backward", "embedding_dense_backward", "path", "widen", "store", "DTYPES",
+           "FEATURE_MAX_INDICES", "CHUNK", "NROWS_PER_THREAD", "TORCH_VERSION", "CUDA_VERSION",
            "version_mismatch"]
 
 DTYPES = ("float32", "float16", "bfloat16")
@@ -202,3 +202,23 @@ def dense_backward(grad: np.ndarray, indices: np.ndarray, num_weights: int,
     if rows.size:
         out[rows] = store(vals, dtype)              # rows not hit stay +0
     return out
+
+
+def embedding_dense_backward(grad, indices, num_weights: int, padding_idx: int = -1,
+                             scale_grad_by_freq: bool = False):
+    """:func:`dense_backward` on CPU torch tensors: ``grad`` (float32 / float16 / bfloat16,
+    shape ``indices.shape + (D,)``) and integer ``indices``; returns the (num_weights, D)
+    weight gradient tensor in ``grad``'s dtype."""
+    import torch
+    dtype = str(grad.dtype).replace("torch.", "")
+    if dtype not in DTYPES:
+        raise ValueError(f"torch_mma_emu.aten_cuda.embedding: dtype {grad.dtype} is not "
+                         f"modelled; modelled: {', '.join(DTYPES)}")
+    D = grad.shape[-1]
+    g = grad.detach().contiguous().reshape(-1, D)
+    g = g.numpy() if dtype == "float32" else g.view(torch.int16).numpy().view(np.uint16)
+    out = dense_backward(g, indices.detach().reshape(-1).numpy(), int(num_weights),
+                         int(padding_idx), bool(scale_grad_by_freq), dtype)
+    if dtype == "float32":
+        return torch.from_numpy(out)
+    return torch.from_numpy(out.view(np.int16)).view(grad.dtype)

@@ -9,7 +9,6 @@ not on the CPU.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from ..aten_cuda import embedding as emb
@@ -34,15 +33,8 @@ def model(grad: torch.Tensor, indices: torch.Tensor, num_weights: int, padding_i
           scale_grad_by_freq: bool) -> torch.Tensor:
     """The CUDA kernel's weight gradient (num_weights, D) of CPU tensors ``grad``
     (float32 / float16 / bfloat16, shape ``indices.shape + (D,)``) and ``indices``."""
-    dtype = _DTYPES[grad.dtype]
-    D = grad.shape[-1]
-    g = grad.detach().contiguous().reshape(-1, D)
-    g = g.view(torch.int16).numpy().view(np.uint16) if dtype != "float32" else g.numpy()
-    out = emb.dense_backward(g, indices.detach().reshape(-1).numpy(), int(num_weights),
-                             int(padding_idx), bool(scale_grad_by_freq), dtype)
-    if dtype == "float32":
-        return torch.from_numpy(out)
-    return torch.from_numpy(out.view(np.int16)).view(grad.dtype)
+    return emb.embedding_dense_backward(grad, indices, num_weights, padding_idx,
+                                        scale_grad_by_freq)
 
 
 def _why_native(mode, grad, indices) -> str:
