@@ -22,6 +22,10 @@ extracts the sm_90 cubins (``cuobjdump -arch sm_90 -xelf all``), lists their ker
 * from the SASS (``cuobjdump -sass -fun``): the shuffle kinds of one sum ``reduce_kernel``,
   of ``softmax_warp_forward`` and of ``vectorized_layer_norm_kernel``, the latter's global
   load width (its vec_size), and whether the fp32 mean kernel multiplies (FMUL, by 1/N).
+* embedding_dense_backward's kernels (aten_cuda/embedding.py): the feature kernel's
+  accumulator per dtype, whether the older per-index warp kernel is built, and the float
+  opcodes (FADD / FFMA / FMUL / MUFU.RCP / F2FP) of ``compute_grad_weight<float, long>`` and
+  of the Half feature kernel.
 
 Each fact carries the (demangled) kernel it came from.
 """
@@ -239,7 +243,46 @@ def collect(k: Kernels) -> dict:
                      "shfl": _shfl(ops), "kernel": _short(name)}
     sass["layer_norm"] = lnorm
     facts["sass"] = sass
+    facts["embedding"] = embedding(k)
     return facts
+
+
+_EMB_FEATURE = re.compile(r"embedding_backward_feature_kernel<([^,<>]+), ([^,<>]+), long>")
+_ARITH = re.compile(r"\b(FADD(?:\.[A-Z]+)*|FFMA(?:\.[A-Z]+)*|FMUL(?:\.[A-Z]+)*|MUFU\.RCP|"
+                    r"F2FP(?:\.[A-Z0-9_]+)*|HADD2\.F32)\b")
+
+
+def arith_ops(sass: str) -> dict:
+    """Counts of the float opcodes the embedding facts use (FADD, FFMA, MUFU.RCP, F2FP)."""
+    c: dict[str, int] = {}
+    for op in _ARITH.findall(sass):
+        c[op] = c.get(op, 0) + 1
+    return c
+
+
+def embedding(k) -> dict:
+    """embedding_dense_backward (issue 39, aten_cuda/embedding.py): the feature kernel's
+    accumulator per dtype, whether the older per-index warp kernel is still built, and the
+    float opcodes of ``compute_grad_weight<float, long>`` (FADD without counts; MUFU.RCP and
+    FFMA with ``scale_grad_by_freq``) and of the Half feature kernel (F2FP: the chunk sum's
+    and the store's rounding)."""
+    acc = {}
+    for dt, cname in DTYPES.items():
+        for _, _, d in k.rows:
+            m = _EMB_FEATURE.search(d)
+            if m and m.group(1) == cname:
+                acc[dt] = {"accumulator": m.group(2), "kernel": _short(d)}
+                break
+    out = {"feature_accumulator": acc,
+           "legacy_embedding_backward_kernel": any(
+               "embedding_backward_kernel<" in d for _, _, d in k.rows)}
+    for key, text in (("compute_grad_weight_float", "compute_grad_weight<float, long>"),
+                      ("feature_kernel_half",
+                       "embedding_backward_feature_kernel<c10::Half, float, long>")):
+        f, m, d = k.find(text)
+        ops = arith_ops(_run([k.cu, "-sass", "-fun", m, str(k.dir / f)]))
+        out[key] = {"ops": dict(sorted(ops.items())), "kernel": _short(d)}
+    return out
 
 
 def _shfl(ops: dict) -> dict:

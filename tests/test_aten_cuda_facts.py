@@ -154,6 +154,27 @@ def test_parsers_on_kernel_names():
                                     "FMUL": 1}
 
 
+def test_embedding_backward_facts():
+    """aten_cuda/embedding.py's arithmetic against the wheel: float accumulators for every
+    dtype, no per-index warp kernel (only the feature and segment paths), ``grad * scale``
+    never rounded on its own (no FMUL: contracted into the FFMA the model takes, with
+    ``1/count`` from MUFU.RCP refined to a correctly rounded reciprocal), and the Half
+    feature kernel's two roundings (the chunk sum, then the row after a float32 add)."""
+    from torch_mma_emu.aten_cuda import embedding as emb
+    e = TABLE["embedding"]
+    assert {dt: e["feature_accumulator"][dt]["accumulator"] for dt in emb.DTYPES} == \
+        {dt: "float" for dt in emb.DTYPES}
+    assert e["legacy_embedding_backward_kernel"] is False
+    cg = e["compute_grad_weight_float"]["ops"]
+    assert "FMUL" not in cg and cg["FFMA"] > 0 and cg["FADD"] > 0 and cg["MUFU.RCP"] > 0
+    assert e["feature_kernel_half"]["ops"] == {"F2FP.F16.F32.PACK_AB": 2, "FADD": 2,
+                                               "HADD2.F32": 3}
+    sass = ("/*0650*/ FADD R7, R20, R7 ;\n/*06b0*/ FADD.FTZ R5, -R4, -RZ ;\n"
+            "/*07f0*/ FFMA R19, R6, R20, R19 ;\n/*0740*/ F2FP.F16.F32.PACK_AB R6, RZ, R6 ;")
+    assert regen.arith_ops(sass) == {"FADD": 1, "FADD.FTZ": 1, "FFMA": 1,
+                                     "F2FP.F16.F32.PACK_AB": 1}
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get("TORCH_CUDA_WHEEL") or not shutil.which("nm"),
                     reason="set TORCH_CUDA_WHEEL to the torch CUDA wheel (pip download)")

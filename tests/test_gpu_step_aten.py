@@ -10,7 +10,7 @@ from torch_mma_emu.hw import aten_checks, reductions
 
 KINDS = ("softmax_fp32_n4099", "log_softmax_bf16_spatial", "softmax_backward_fp16_n1000",
          "layer_norm_affine_fp16_n1030", "rms_norm_fp32_n1024", "var_cols_fp32",
-         "ew_erf_bf16", "bw_tanh_backward_fp16")
+         "ew_erf_bf16", "bw_tanh_backward_fp16", "embedding_bw_segments_fp16")
 
 
 def _record(tmp_path, monkeypatch, subset=True):
@@ -43,7 +43,8 @@ def _check(tmp_path, arrays, flip_key):
 
 def test_compare_matches_the_models_and_finds_a_flipped_bit(tmp_path, monkeypatch):
     arrays = _record(tmp_path, monkeypatch)
-    for key in ("k39_softmax_backward_fp16_n1000", "k39_ew_erf_bf16", "k39_var_cols_fp32"):
+    for key in ("k39_softmax_backward_fp16_n1000", "k39_ew_erf_bf16", "k39_var_cols_fp32",
+                "k39_embedding_bw_segments_fp16"):
         _check(tmp_path, arrays, key)
 
 
@@ -61,5 +62,5 @@ def test_a_regenerated_input_must_match_its_head(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_every_case(tmp_path, monkeypatch):
     arrays = _record(tmp_path, monkeypatch, subset=False)
-    assert len([k for k in arrays if k.startswith(aten_checks.PREFIX)]) == 105
+    assert len([k for k in arrays if k.startswith(aten_checks.PREFIX)]) == 114  # 9: embedding
     _check(tmp_path, arrays, "k39_std_mean_all_bf16")

@@ -5,7 +5,7 @@ the reductions' launch configuration and summation order (config.py, reduce.py) 
 spatial kernels (host_softmax.py) and their backward (softmax_backward.py), and
 ``elementwise``: exp, log, tanh, erf, rsqrt, sigmoid, SiLU and GELU (both forms) as the
 CUDA build computes them, with the activations' backward kernels (backward.py;
-docs/preview.md).  What was read from the binaries: facts.py."""
+docs/preview.md), and ``embedding_dense_backward``'s summation order (embedding.py).  What was read from the binaries: facts.py."""
 from .config import Layout, ReduceConfig, set_reduce_config
 from .facts import CUDA_VERSION, TORCH_VERSION, kernel_params, version_mismatch
 from .reduce import evaluate, mean_factor, tree

@@ -12,6 +12,8 @@ device, model)``:
 * affine ``layer_norm`` (vectorised 1024, unvectorised 1030) and ``rms_norm`` with a weight;
 * ``var`` of rows of 4099, ``std_mean`` of 2^20 elements (multi-CTA), ``var(correction=0)``
   over dim 0 of 300 x 8 (outputs along lanes);
+* ``embedding_dense_backward``: the feature kernel (2000 indices into 50 rows, padding_idx
+  3), the sort + segment kernels (5000 into 30) and ``scale_grad_by_freq`` (600 into 20);
 * the elementwise sweeps: exp, log, tanh, erf, rsqrt, sigmoid, silu, gelu, gelu(tanh) on every
   float16 and bfloat16 pattern and 65,536 float32 inputs (special values, random bits, a grid
   over [-20, 20]); their backward kernels on every 16-bit pattern with fixed gradients;
@@ -76,6 +78,7 @@ def cases():
 
 def _cases():
     from ..aten_cuda import backward as bw
+    from ..aten_cuda import embedding
     from ..aten_cuda import host_softmax as hs
     from ..aten_cuda import moments, norms
     from ..aten_cuda import softmax_backward as sb
@@ -121,6 +124,15 @@ def _cases():
         out.append((k, (_randn((1 << 20,), k, dt, 2) + 1,),
                     lambda x: torch.stack(torch.std_mean(x)),
                     lambda g, x: torch.stack(moments.moments(x, op="std_mean", gpu=g))))
+        for k, n, D, V, pad, freq in ((f"embedding_bw_feature_{dn}", 2000, 64, 50, 3, False),
+                                      (f"embedding_bw_segments_{dn}", 5000, 40, 30, -1, False),
+                                      (f"embedding_bw_freq_{dn}", 600, 16, 20, 2, True)):
+            ix = torch.randint(0, V, (n,), generator=_gen(k + "i"))
+            out.append((k, (_randn((n, D), k, dt), ix),
+                        lambda gr, ix, V=V, pad=pad, freq=freq:
+                        torch.ops.aten.embedding_dense_backward(gr, ix, V, pad, freq),
+                        lambda g, gr, ix, V=V, pad=pad, freq=freq:
+                        embedding.embedding_dense_backward(gr, ix.cpu(), V, pad, freq)))
         sweep = fp32_sweep() if dt == torch.float32 else all_patterns(dt)
         name = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}[dn]
         for op in ELEMENTWISE:

@@ -48,9 +48,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from .. import switches
 from ..triton import context as _triton
-from . import (aten_backward, aten_math, aten_moments, aten_norms, aten_pointwise,
-               aten_reductions, attention, census, conv, custom_ops, flex, gemm, grouped,
-               patches, scaled, sdpa_route)
+from . import (aten_backward, aten_embedding, aten_math, aten_moments, aten_norms,
+               aten_pointwise, aten_reductions, attention, census, conv, custom_ops, flex,
+               gemm, grouped, patches, scaled, sdpa_route)
 from .attribution import LayerTracker
 from .dispatch_args import phase
 from .functions import FunctionRouter
@@ -407,6 +407,7 @@ _ROUTES = [
     (("native_layer_norm_backward",), ("default",), aten_norms.handle_layer_norm_backward),
     # PyTorch's own CUDA elementwise math (torch 2.13's kernels, aten_math.py)
     (tuple(aten_math.OPS), ("default", "out"), aten_math.handle),
+    (aten_embedding.OPS, ("default", "out"), aten_embedding.handle),
     (tuple(n + "_" for n in aten_math.OPS), ("default",), aten_math.handle),
     (aten_backward.OPS, ("default", "grad_input"), aten_backward.handle),
     (aten_backward.SOFTMAX_OPS, ("default", "out"), aten_backward.handle_softmax),
