@@ -10,17 +10,22 @@
 
 Rows the vectorised kernel does not take (N % 4 != 0, N > 2^24, unaligned views) get the
 unvectorised pair's bits.  Native, recorded with the reason: fp64, non-contiguous inputs,
-non-CPU tensors, AMD targets; and every backward (``native_layer_norm_backward``,
-rms_norm's gradient).
+non-CPU tensors, AMD targets; rms_norm's gradient.
+
+* ``aten.native_layer_norm_backward``: dX with the bits of torch 2.13's
+  ``layer_norm_grad_input_kernel[_vectorized]`` (aten_cuda/norms_backward.py), from the
+  forward's float statistics (kept here for 16-bit inputs, whose CPU forward stores them
+  rounded); dgamma / dbeta by PyTorch's CPU kernel, recorded apart as "CPU order".
 """
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 import torch
 
 from .. import aten_cuda
-from ..aten_cuda import norms
+from ..aten_cuda import norms, norms_backward
 from . import aten_reductions
 from .records import KERNEL_NATIVE
 
@@ -30,6 +35,11 @@ KIND = "normalization"
 _LABEL = f"torch {aten_cuda.TORCH_VERSION} CUDA kernel"
 _BACKWARD = "backward: not modelled (PyTorch's CPU kernel)"
 _BUSY = threading.local()         # rms_norm's backward recomputes PyTorch's own forward
+_GB_NATIVE = ("dgamma / dbeta: PyTorch's CPU kernel (GammaBetaBackwardCUDAKernelTemplate "
+              "not modelled)")
+_STATS: OrderedDict = OrderedDict()  # (x, mean, rstd) data_ptrs -> float32 (mean, rstd)
+_STATS_KEEP = 256
+_STATS_LOCK = threading.Lock()
 
 
 def _why_native(mode, x, n, *others) -> str:
@@ -74,13 +84,54 @@ def handle_layer_norm(mode, func, args, kwargs):
     mixed = any(t is not None and t.dtype != x.dtype for t in (weight, bias))
     stat = torch.float32 if mixed else x.dtype
     out = (y, mean.to(stat), rstd.to(stat))
+    if stat != torch.float32:
+        _keep_stats(x, out[1], out[2], mean, rstd)
     mode.record(func, KIND, _LABEL, [x.shape], norms.kernel_name(n, x.dtype, x, weight, bias))
     return out
 
 
+def _keep_stats(x, mean_out, rstd_out, mean32, rstd32):
+    with _STATS_LOCK:
+        _STATS[(x.data_ptr(), mean_out.data_ptr(), rstd_out.data_ptr())] = (mean32, rstd32)
+        while len(_STATS) > _STATS_KEEP:
+            _STATS.popitem(last=False)
+
+
+def _float_stats(x, mean, rstd):
+    """The forward's float32 mean / rstd: kept by handle_layer_norm where its CPU output
+    rounded them (checked to round to what the backward got), else ``mean`` / ``rstd``."""
+    with _STATS_LOCK:
+        kept = _STATS.get((x.data_ptr(), mean.data_ptr(), rstd.data_ptr()))
+    if kept is not None and torch.equal(kept[0].to(mean.dtype).reshape(mean.shape), mean) \
+            and torch.equal(kept[1].to(rstd.dtype).reshape(rstd.shape), rstd):
+        return kept
+    return mean.float(), rstd.float()
+
+
 def handle_layer_norm_backward(mode, func, args, kwargs):
-    mode.record(func, KIND, KERNEL_NATIVE, [args[0].shape], _BACKWARD)
-    return func(*args, **kwargs)
+    """``native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, mask)``: dX
+    modelled, dgamma / dbeta PyTorch's CPU kernel."""
+    dy, x, shape, mean, rstd, weight, bias, mask = (list(args) + [None] * 8)[:8]
+    n = 1
+    for s in shape:
+        n *= int(s)
+    why = "" if mask is None or mask[0] else "no input gradient asked"
+    why = why or _why_native(mode, x, n, weight)
+    if not why and (dy.dtype != x.dtype or (weight is not None and weight.dtype != x.dtype)):
+        why = "mixed dtypes: not modelled"
+    if why or kwargs:
+        mode.record(func, KIND, KERNEL_NATIVE, [dy.shape], why or "keyword arguments")
+        return func(*args, **kwargs)
+    _warn(mode)
+    m32, r32 = _float_stats(x, mean, rstd)
+    dx = norms_backward.layer_norm_grad_input(dy, x, n, m32, r32, _plain(weight))
+    mode.record(func, KIND, _LABEL, [dy.shape],
+                "dX: " + norms_backward.kernel_name(n, x.dtype, dy, x, weight))
+    if not (mask[1] or mask[2]):
+        return dx, None, None
+    mode.record(f"{func} (dgamma, dbeta)", KIND, KERNEL_NATIVE, [dy.shape], _GB_NATIVE)
+    _, dg, db = func(dy, x, shape, mean, rstd, weight, bias, [False, mask[1], mask[2]])
+    return dx, dg, db
 
 
 def _plain(t):
