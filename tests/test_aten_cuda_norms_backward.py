@@ -239,3 +239,39 @@ def test_nvcc_recompiles_the_same(tmp_path):
                     str(DATA / "layer_norm_backward.cu"), "-o", str(out)],
                    check=True, capture_output=True, timeout=300)
     _check_ptx(out.read_text())
+
+
+# -- evidence: the wheel's SASS (aten_cuda/sass_facts.json, scripts/regen_aten_cuda_facts.py) -
+_TABLE = __import__("json").loads(
+    (Path(norms.__file__).parent / "sass_facts.json").read_text())
+
+
+@pytest.mark.parametrize("dt,cname", [("float32", "float"), ("float16", "c10::Half"),
+                                      ("bfloat16", "c10::BFloat16")])
+@pytest.mark.parametrize("kern", norms_backward.KERNELS)
+def test_sass_facts_of_the_dx_kernels(dt, cname, kern):
+    """The cu130 wheel holds both dX kernels with ``<T, float, rms_norm = false>``; their
+    reductions shuffle down only (BlockReduceSum), 1 / N is MUFU.RCP (rcp.rn's fast path),
+    and dX's ``(fH gamma) dy - a`` is an FFMA with a negated addend, one per element of the
+    vectorised kernel's 4-vector."""
+    facts = _TABLE["sass"].get("layer_norm_grad_input")
+    if facts is None:
+        pytest.skip("sass_facts.json predates the layer_norm backward rows (regenerate)")
+    f = facts[f"{kern}/{dt}"]
+    assert f["kernel"].endswith(f"{kern}<{cname}, float, false>")
+    assert set(f["shfl"]) == {"DOWN"}
+    assert f["mufu_rcp"] >= 1
+    assert f["ffma_negated_addend"] >= (norms_backward.VEC if "vectorized" in kern else 1)
+
+
+def test_sass_parser():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "regen", Path(__file__).parent.parent / "scripts" / "regen_aten_cuda_facts.py")
+    regen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(regen)
+    sass = ("FFMA R5, R14, R5, -R9 ;\nFFMA R7, R3, R2, -1 ;\nFFMA R3, R11, UR12, R10 ;\n"
+            "SHFL.DOWN PT, R2, R17, 0x10, 0x1f ;\nMUFU.RCP R2, R3 ;\nFADD R1, R2, R3 ;")
+    ops = regen.grad_input_ops(sass)
+    assert ops["ffma_negated_addend"] == 1 and ops["ffma"] == 3 and ops["mufu_rcp"] == 1
+    assert ops["shfl"] == {"DOWN": 1} and ops["fadd"] == 1

@@ -20,7 +20,8 @@ threads (``num_threads()``) per row; both kernels give the same bits:
   ``dX = term1 * f`` rounded once to T.
 
 The contractions are those of the wheel's sm_90 SASS (cuobjdump of libtorch_cuda.so, torch
-2.13.0+cu130: FMUL / FADD / FFMA of both kernels and all three dtypes) and of nvcc 13.0
+2.13.0+cu130: FMUL / FADD / FFMA of both kernels and all three dtypes; counted in
+sass_facts.json's ``layer_norm_grad_input`` by scripts/regen_aten_cuda_facts.py) and of nvcc 13.0
 (tests/data/aten_math/layer_norm_backward.cu): nvcc's PTX keeps ``(fH * gamma) * dy`` and the
 subtraction apart (``mul.f32`` / ``sub.f32``) and ptxas fuses them into the FFMA above.
 gamma / beta gradients (``GammaBetaBackwardCUDAKernelTemplate``) are not modelled here.
