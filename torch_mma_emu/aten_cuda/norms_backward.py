@@ -63,32 +63,36 @@ def row_sums(DY, X, mean, rstd, gamma=None):
     per-row ``mean``, ``rstd`` [rows] and ``gamma`` [N] (or None): ``(s1, s2)`` [rows]."""
     DY, X = np.asarray(DY, _F), np.asarray(X, _F)
     R, N = X.shape
+    m = np.asarray(mean, _F)[:, None]
+    r = np.asarray(rstd, _F)[:, None]
+    with np.errstate(over="ignore", invalid="ignore"):
+        # the per-element terms first (no dependence between elements), then each thread's
+        # running sums: p = dy * gamma, t = p * (x - mean)
+        P = DY if gamma is None else (DY * np.asarray(gamma, _F)[None]).astype(_F, copy=False)
+        T = (P * (X - m).astype(_F, copy=False)).astype(_F, copy=False)
     groups = -(-N // VEC)
     K = -(-groups // THREADS)
     width = K * THREADS * VEC
 
     def lay(A):          # [R, N] -> [K, VEC, R, THREADS]: element 4 (t + 128 k) + i
-        P = np.zeros((R, width), _F)
-        P[:, :N] = A
-        return np.ascontiguousarray(P.reshape(R, K, THREADS, VEC).transpose(1, 3, 0, 2))
-    dy, x = lay(DY), lay(X)
-    g = None if gamma is None else lay(np.broadcast_to(np.asarray(gamma, _F), (R, N)))
-    live = (np.arange(width) < N).reshape(K, THREADS, VEC).transpose(0, 2, 1)
-    m = np.asarray(mean, _F)[:, None]
-    r = np.asarray(rstd, _F)[:, None]
+        if width != N:
+            Z = np.zeros((R, width), _F)
+            Z[:, :N] = A
+            A = Z
+        return np.ascontiguousarray(A.reshape(R, K, THREADS, VEC).transpose(1, 3, 0, 2))
+    p, t = lay(P), lay(T)
+    live = (np.arange(width) < N).reshape(K, THREADS, VEC)
     s1 = np.zeros((R, THREADS), _F)
     s2 = np.zeros((R, THREADS), _F)
     with np.errstate(over="ignore", invalid="ignore"):
         for k in range(K):
             for i in range(VEC):
-                p = dy[k, i] if g is None else (dy[k, i] * g[k, i]).astype(_F, copy=False)
-                n1 = (s1 + p).astype(_F, copy=False)
-                n2 = ieee.fma((p * (x[k, i] - m).astype(_F, copy=False)).astype(_F, copy=False),
-                              r, s2)
-                if live[k, i].all():
+                n1 = (s1 + p[k, i]).astype(_F, copy=False)
+                n2 = ieee.fma(t[k, i], r, s2)
+                if live[k, :, i].all():
                     s1, s2 = n1, n2
                 else:
-                    on = live[k, i][None, :]
+                    on = live[k, :, i][None, :]
                     s1, s2 = np.where(on, n1, s1), np.where(on, n2, s2)
     return host_softmax.block_reduce(s1), host_softmax.block_reduce(s2)
 
