@@ -261,13 +261,14 @@ def grad_input_ops(sass: str) -> dict:
 
 def layer_norm_grad_input_facts(k: Kernels) -> dict:
     """layer_norm's dX kernels (issue 39, aten_cuda/norms_backward.py), both variants, per
-    dtype, ``rms_norm = false``."""
+    dtype, ``rms_norm = false`` (key ``kernel/dtype``) and ``true`` (``kernel/dtype/rms``)."""
     out = {}
     for dt, cname in DTYPES.items():
         for kern in ("layer_norm_grad_input_kernel_vectorized", "layer_norm_grad_input_kernel"):
-            f, m, d = k.find(f"{kern}<{cname}, float, false>")
-            ops = grad_input_ops(_run([k.cu, "-sass", "-fun", m, str(k.dir / f)]))
-            out[f"{kern}/{dt}"] = {**ops, "kernel": _short(d)}
+            for rms, tail in (("false", ""), ("true", "/rms")):
+                f, m, d = k.find(f"{kern}<{cname}, float, {rms}>")
+                ops = grad_input_ops(_run([k.cu, "-sass", "-fun", m, str(k.dir / f)]))
+                out[f"{kern}/{dt}{tail}"] = {**ops, "kernel": _short(d)}
     return out
 
 

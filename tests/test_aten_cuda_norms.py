@@ -252,7 +252,9 @@ def test_rms_norm_routed_under_emulate_with_grads():
     fwd = [r for r in em.records if r.op == "aten._fused_rms_norm"]
     bwd = [r for r in em.records if r.op == "aten._fused_rms_norm_backward"]
     assert fwd[0].format == "torch 2.13.0 CUDA kernel" and fwd[0].phase == "forward"
-    assert bwd and bwd[0].format == "CPU order"
+    assert bwd and bwd[0].format == "torch 2.13.0 CUDA kernel"      # dX modelled
+    gw = [r for r in em.records if r.op == "aten._fused_rms_norm_backward (dgamma)"]
+    assert gw and gw[0].format == "CPU order"
 
 
 def test_unvectorised_rows_modelled_fp64_native():

@@ -51,8 +51,9 @@ def _block_reduce_sum(per_thread):
     return _warp_reduce_sum(warp0)[0]
 
 
-def slow_row(dy, x, mean, rstd, gamma):
-    """One CTA of ``layer_norm_grad_input_kernel[_vectorized]`` (float32 scalars in)."""
+def slow_row(dy, x, mean, rstd, gamma, rms=False):
+    """One CTA of ``layer_norm_grad_input_kernel[_vectorized]<T, float, rms>`` (float32
+    scalars in)."""
     N = len(x)
     g = (lambda j: F32(1)) if gamma is None else (lambda j: gamma[j])
     s1 = [F32(0)] * 128
@@ -69,16 +70,21 @@ def slow_row(dy, x, mean, rstd, gamma):
             l += 1
         for j in elems:
             p = F32(dy[j] * g(j))
-            a = F32(a + p)
-            b = fma(F32(p * F32(x[j] - mean)), rstd, b)
+            if rms:
+                b = fma(F32(p * x[j]), rstd, b)
+            else:
+                a = F32(a + p)
+                b = fma(F32(p * F32(x[j] - mean)), rstd, b)
         s1[t], s2[t] = a, b
     S1, S2 = _block_reduce_sum(s1), _block_reduce_sum(s2)
     fH = F32(N)
     term1 = F32(F32(F32(1) / fH) * rstd)
     out = []
     for j in range(N):
-        f = fma(F32(fH * g(j)), dy[j], -F32(F32(F32(x[j] - mean) * rstd) * S2))
-        f = F32(f - S1)
+        xh = x[j] if rms else F32(x[j] - mean)
+        f = fma(F32(fH * g(j)), dy[j], -F32(F32(xh * rstd) * S2))
+        if not rms:
+            f = F32(f - S1)
         out.append(F32(term1 * f))
     return np.array(out, F32)
 
@@ -110,6 +116,48 @@ def test_model_equals_slow_reference(dtype, n, affine):
                            ref.view(torch.int16 if dtype != torch.float32 else torch.int32))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n,weighted", [(12, True), (1030, True), (2048, False)])
+def test_rms_model_equals_slow_reference(dtype, n, weighted):
+    """``_fused_rms_norm_backward``'s dX: the ``rms_norm = true`` instances."""
+    gen = torch.Generator().manual_seed(n)
+    x = (torch.randn(2, n, generator=gen) * 3).to(dtype)
+    dy = torch.randn(2, n, generator=gen).to(dtype)
+    w = torch.randn(n, generator=gen).to(dtype) if weighted else None
+    _, rstd = norms.rms_norm(x, (n,), w, None)
+    rstd = rstd.reshape(2)
+    model = norms_backward.layer_norm_grad_input(dy, x, n, None, rstd, w, rms=True)
+    f = lambda t: t.float().numpy()                                          # noqa: E731
+    iv = torch.int32 if dtype == torch.float32 else torch.int16
+    for r in range(2):
+        ref = slow_row(f(dy[r]), f(x[r]), None, F32(rstd[r]), None if w is None else f(w),
+                       rms=True)
+        assert torch.equal(model[r].view(iv), torch.from_numpy(ref).to(dtype).view(iv))
+
+
+def test_rms_norm_training_step_x_grad_is_the_model():
+    """Under emulate ``F.rms_norm``'s x.grad is the model's (from the modelled rstd) and
+    differs from CPU torch's; the weight's gradient is PyTorch's, recorded apart."""
+    torch.manual_seed(1)
+    D = 1024
+    x = (torch.randn(8, D) * 2).requires_grad_()
+    w = torch.randn(D, requires_grad=True)
+    g = torch.randn(8, D)
+    with tme.emulate("sm90", record=True) as em:
+        torch.nn.functional.rms_norm(x, (D,), w).backward(g)
+    _, rstd = norms.rms_norm(x.detach(), (D,), w.detach())
+    want = norms_backward.layer_norm_grad_input(g, x.detach(), D, None, rstd, w.detach(),
+                                                rms=True)
+    assert torch.equal(x.grad, want)
+    xc, wc = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    torch.nn.functional.rms_norm(xc, (D,), wc).backward(g)
+    assert (x.grad != xc.grad).any()
+    assert torch.allclose(w.grad, wc.grad, rtol=1e-3, atol=1e-3)
+    fmt = {r.op: r.format for r in em.records}
+    assert fmt["aten._fused_rms_norm_backward"] == "torch 2.13.0 CUDA kernel"
+    assert fmt["aten._fused_rms_norm_backward (dgamma)"] == "CPU order"
+
+
 def test_order_matters():
     """The model's order is visible: it differs from a float64 evaluation rounded once."""
     dy, x, w, mean, rstd = _case(8, 4096, torch.float32, 3)
@@ -127,7 +175,7 @@ def test_kernel_choice():
     assert norms_backward.kernel_name(12, x.dtype, x).startswith(
         "layer_norm_grad_input_kernel_vectorized")
     assert norms_backward.kernel_name(11, x.dtype, x).startswith(
-        "layer_norm_grad_input_kernel:")
+        "layer_norm_grad_input_kernel<rms_norm = false>")
     v = torch.randn(3 * 12 + 1)[1:].reshape(3, 12)             # storage offset 1
     assert not norms_backward.vectorized(12, v.dtype, v)
     assert not norms_backward.vectorized(12, torch.float64, x)
@@ -249,16 +297,19 @@ _TABLE = __import__("json").loads(
 @pytest.mark.parametrize("dt,cname", [("float32", "float"), ("float16", "c10::Half"),
                                       ("bfloat16", "c10::BFloat16")])
 @pytest.mark.parametrize("kern", norms_backward.KERNELS)
-def test_sass_facts_of_the_dx_kernels(dt, cname, kern):
-    """The cu130 wheel holds both dX kernels with ``<T, float, rms_norm = false>``; their
+@pytest.mark.parametrize("rms", [False, True])
+def test_sass_facts_of_the_dx_kernels(dt, cname, kern, rms):
+    """The cu130 wheel holds both dX kernels with ``<T, float, rms_norm>``; their
     reductions shuffle down only (BlockReduceSum), 1 / N is MUFU.RCP (rcp.rn's fast path),
     and dX's ``(fH gamma) dy - a`` is an FFMA with a negated addend, one per element of the
     vectorised kernel's 4-vector."""
     facts = _TABLE["sass"].get("layer_norm_grad_input")
     if facts is None:
         pytest.skip("sass_facts.json predates the layer_norm backward rows (regenerate)")
-    f = facts[f"{kern}/{dt}"]
-    assert f["kernel"].endswith(f"{kern}<{cname}, float, false>")
+    f = facts.get(f"{kern}/{dt}" + ("/rms" if rms else ""))
+    if f is None:
+        pytest.skip("sass_facts.json predates the rms_norm rows (regenerate)")
+    assert f["kernel"].endswith(f"{kern}<{cname}, float, {str(rms).lower()}>")
     assert set(f["shfl"]) == {"DOWN"}
     assert f["mufu_rcp"] >= 1
     assert f["ffma_negated_addend"] >= (norms_backward.VEC if "vectorized" in kern else 1)

@@ -24,7 +24,10 @@ The contractions are those of the wheel's sm_90 SASS (cuobjdump of libtorch_cuda
 sass_facts.json's ``layer_norm_grad_input`` by scripts/regen_aten_cuda_facts.py) and of nvcc 13.0
 (tests/data/aten_math/layer_norm_backward.cu): nvcc's PTX keeps ``(fH * gamma) * dy`` and the
 subtraction apart (``mul.f32`` / ``sub.f32``) and ptxas fuses them into the FFMA above.
-gamma / beta gradients (``GammaBetaBackwardCUDAKernelTemplate``) are not modelled here.
+The ``rms_norm = true`` instances (``_fused_rms_norm_backward``'s dX, the same SASS pattern:
+``s2 = fma((dy * gamma) * x, rstd, s2)``, ``dX = term1 * fma(fH * gamma, dy, -((x * rstd) *
+s2))``) are :func:`grad_input` with ``rms=True``.  gamma / beta gradients
+(``GammaBetaBackwardCUDAKernelTemplate``) are not modelled here.
 """
 from __future__ import annotations
 
@@ -53,14 +56,15 @@ def vectorized(n: int, dtype: torch.dtype, *tensors) -> bool:
     return all(t.storage_offset() % VEC == 0 for t in tensors if t is not None)
 
 
-def kernel_name(n: int, dtype: torch.dtype, *tensors) -> str:
+def kernel_name(n: int, dtype: torch.dtype, *tensors, rms: bool = False) -> str:
     k = KERNELS[0] if vectorized(n, dtype, *tensors) else KERNELS[1]
-    return f"{k}: 128 threads per row of {n}"
+    return f"{k}<rms_norm = {str(rms).lower()}>: 128 threads per row of {n}"
 
 
-def row_sums(DY, X, mean, rstd, gamma=None):
+def row_sums(DY, X, mean, rstd, gamma=None, *, rms: bool = False):
     """The first pass and the block reduction on float32 rows ``DY``, ``X`` [rows, N] with
-    per-row ``mean``, ``rstd`` [rows] and ``gamma`` [N] (or None): ``(s1, s2)`` [rows]."""
+    per-row ``mean``, ``rstd`` [rows] and ``gamma`` [N] (or None): ``(s1, s2)`` [rows]
+    (rms_norm: ``t = p * x``, ``mean`` unused and ``s1`` zeros)."""
     DY, X = np.asarray(DY, _F), np.asarray(X, _F)
     R, N = X.shape
     m = np.asarray(mean, _F)[:, None]
@@ -69,7 +73,7 @@ def row_sums(DY, X, mean, rstd, gamma=None):
         # the per-element terms first (no dependence between elements), then each thread's
         # running sums: p = dy * gamma, t = p * (x - mean)
         P = DY if gamma is None else (DY * np.asarray(gamma, _F)[None]).astype(_F, copy=False)
-        T = (P * (X - m).astype(_F, copy=False)).astype(_F, copy=False)
+        T = (P * (X if rms else (X - m).astype(_F, copy=False))).astype(_F, copy=False)
     groups = -(-N // VEC)
     K = -(-groups // THREADS)
     width = K * THREADS * VEC
@@ -97,30 +101,33 @@ def row_sums(DY, X, mean, rstd, gamma=None):
     return host_softmax.block_reduce(s1), host_softmax.block_reduce(s2)
 
 
-def grad_input(DY, X, mean, rstd, gamma=None) -> np.ndarray:
-    """dX of float32 rows (before the store's rounding to T)."""
+def grad_input(DY, X, mean, rstd, gamma=None, *, rms: bool = False) -> np.ndarray:
+    """dX of float32 rows (before the store's rounding to T); rms_norm (the ``rms_norm =
+    true`` instances): ``x`` in place of ``x - mean`` and no ``- s1``."""
     DY, X = np.asarray(DY, _F), np.asarray(X, _F)
     R, N = X.shape
-    s1, s2 = row_sums(DY, X, mean, rstd, gamma)
+    s1, s2 = row_sums(DY, X, mean, rstd, gamma, rms=rms)
     m = np.asarray(mean, _F)[:, None]
     r = np.asarray(rstd, _F)[:, None]
     fH = _F(N)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         term1 = ((_F(1) / fH) * r).astype(_F, copy=False)
-        a = (((X - m).astype(_F, copy=False) * r).astype(_F, copy=False)
+        a = (((X if rms else (X - m).astype(_F, copy=False)) * r).astype(_F, copy=False)
              * s2[:, None]).astype(_F, copy=False)
         gh = np.full((1, N), fH, _F) if gamma is None else \
             (fH * np.asarray(gamma, _F)[None]).astype(_F, copy=False)
         f = ieee.fma(gh, DY, -a)
-        f = (f - s1[:, None]).astype(_F, copy=False)
+        if not rms:
+            f = (f - s1[:, None]).astype(_F, copy=False)
         return (term1 * f).astype(_F, copy=False)
 
 
 def layer_norm_grad_input(dy: torch.Tensor, x: torch.Tensor, n: int, mean, rstd,
-                          gamma=None) -> torch.Tensor:
+                          gamma=None, *, rms: bool = False) -> torch.Tensor:
     """``native_layer_norm_backward``'s dX: ``dy``, ``x`` of one floating dtype (fp32 / fp16
     / bf16) whose trailing elements form rows of ``n``; ``mean`` / ``rstd`` the forward's
-    float statistics (one per row, any shape); ``gamma`` of ``n`` elements or None."""
+    float statistics (one per row, any shape); ``gamma`` of ``n`` elements or None.
+    ``rms``: ``_fused_rms_norm_backward``'s dX (``mean`` is ignored and may be None)."""
     if x.dtype not in _FLOATS or dy.dtype != x.dtype:
         raise TypeError(f"the layer_norm backward model takes fp32, fp16 or bf16 dy and x of "
                         f"one dtype, got {dy.dtype} and {x.dtype}")
@@ -128,6 +135,7 @@ def layer_norm_grad_input(dy: torch.Tensor, x: torch.Tensor, n: int, mean, rstd,
         raise ValueError(f"dy {list(dy.shape)} and x {list(x.shape)} must have one shape "
                          f"made of rows of {n}")
     rows = x.numel() // n
+    mean = rstd if rms else mean
     for t, name, k in ((mean, "mean", rows), (rstd, "rstd", rows), (gamma, "gamma", n)):
         if t is not None and t.numel() != k:
             raise ValueError(f"{name} must have {k} elements, got {t.numel()}")
@@ -135,5 +143,5 @@ def layer_norm_grad_input(dy: torch.Tensor, x: torch.Tensor, n: int, mean, rstd,
     out = grad_input(dy.detach().reshape(rows, n).float().numpy(),
                      x.detach().reshape(rows, n).float().numpy(),
                      flat(mean, rows), flat(rstd, rows),
-                     None if gamma is None else flat(gamma, n))
+                     None if gamma is None else flat(gamma, n), rms=rms)
     return torch.from_numpy(out).reshape(x.shape).to(x.dtype)

@@ -5,12 +5,13 @@
   autograd): modelled y, mean and rstd, so the backward op reads the modelled statistics.
 * ``F.rms_norm`` / ``torch.rms_norm``: on the CPU PyTorch decomposes it into pow / mean /
   rsqrt / mul, on CUDA it runs the fused kernel (``_fused_rms_norm``), so the function is
-  caught above autograd (functions.py) and the fused kernel's bits come back; gradients are
-  PyTorch's own (the CPU decomposition recomputed in backward).
+  caught above autograd (functions.py) and the fused kernel's bits come back; in backward
+  dX is the model's (``_fused_rms_norm_backward``'s kernel, aten_cuda/norms_backward.py),
+  dgamma PyTorch's own (the CPU decomposition recomputed), recorded apart.
 
 Rows the vectorised kernel does not take (N % 4 != 0, N > 2^24, unaligned views) get the
 unvectorised pair's bits.  Native, recorded with the reason: fp64, non-contiguous inputs,
-non-CPU tensors, AMD targets; rms_norm's gradient.
+non-CPU tensors, AMD targets; rms_norm's dgamma.
 
 * ``aten.native_layer_norm_backward``: dX with the bits of torch 2.13's
   ``layer_norm_grad_input_kernel[_vectorized]`` (aten_cuda/norms_backward.py), from the
@@ -139,37 +140,52 @@ def _plain(t):
 
 
 class _RmsNorm(torch.autograd.Function):
-    """Forward: the model's y; backward: PyTorch's decomposition recomputed."""
+    """Forward: the model's y; backward: dX the model's (``layer_norm_grad_input_kernel*<T,
+    float, true>`` from the modelled rstd), dgamma PyTorch's decomposition recomputed."""
 
     @staticmethod
-    def forward(ctx, x, weight, shape, eps, y, mode):
-        ctx.save_for_backward(x, weight)
+    def forward(ctx, x, weight, shape, eps, y, mode, rstd):
+        ctx.save_for_backward(x, weight, rstd)
         ctx.shape, ctx.eps, ctx.mode = shape, eps, mode
         return y
 
     @staticmethod
     def backward(ctx, gy):
-        x, weight = ctx.saved_tensors
-        ctx.mode.record("aten._fused_rms_norm_backward", KIND, KERNEL_NATIVE, [x.shape],
-                        _BACKWARD)
-        _BUSY.on = True
-        try:
-            return _RmsNorm._grads(ctx, x, weight, gy)
-        finally:
-            _BUSY.on = False
+        x, weight, rstd = ctx.saved_tensors
+        gx = None
+        if ctx.needs_input_grad[0] and gy.dtype == x.dtype:
+            n = x.numel() // max(rstd.numel(), 1)
+            gx = norms_backward.layer_norm_grad_input(gy, x, n, None, rstd, _plain(weight),
+                                                      rms=True)
+            ctx.mode.record("aten._fused_rms_norm_backward", KIND, _LABEL, [x.shape],
+                            "dX: " + norms_backward.kernel_name(n, x.dtype, gy, x, weight,
+                                                                rms=True))
+        wants_w = weight is not None and ctx.needs_input_grad[1]
+        if (ctx.needs_input_grad[0] and gx is None) or wants_w:
+            what = "dgamma" if gx is not None else "dX, dgamma"
+            ctx.mode.record(f"aten._fused_rms_norm_backward ({what})", KIND, KERNEL_NATIVE,
+                            [x.shape], f"{what}: {_BACKWARD}")
+            _BUSY.on = True
+            try:
+                cx, cw = _RmsNorm._grads(ctx, x, weight, gy, gx is None)[:2]
+            finally:
+                _BUSY.on = False
+            gx = cx if gx is None else gx
+            return gx, cw, None, None, None, None, None
+        return gx, None, None, None, None, None, None
 
     @staticmethod
-    def _grads(ctx, x, weight, gy):
+    def _grads(ctx, x, weight, gy, want_x):
         with torch.enable_grad(), aten_reductions.parts_of_a_model():
-            xs = x.detach().requires_grad_(ctx.needs_input_grad[0])
+            xs = x.detach().requires_grad_(want_x and ctx.needs_input_grad[0])
             ws = None if weight is None else weight.detach().requires_grad_(
                 ctx.needs_input_grad[1])
             y = torch.rms_norm(xs, ctx.shape, ws, ctx.eps)
             wanted = [t for t in (xs, ws) if t is not None and t.requires_grad]
             grads = iter(torch.autograd.grad(y, wanted, gy)) if wanted else iter(())
-        gx = next(grads) if ctx.needs_input_grad[0] else None
+        gx = next(grads) if xs.requires_grad else None
         gw = next(grads) if ws is not None and ctx.needs_input_grad[1] else None
-        return gx, gw, None, None, None, None
+        return gx, gw
 
 
 def _rms_args(input, normalized_shape, weight=None, eps=None):
@@ -197,11 +213,11 @@ def rms_norm(mode, func, args, kwargs):
         with aten_reductions.parts_of_a_model():
             return func(*args, **kwargs)
     _warn(mode)
-    y, _ = norms.rms_norm(x.detach(), shape, _plain(weight), eps)
+    y, rstd = norms.rms_norm(x.detach(), shape, _plain(weight), eps)
     mode.record("aten._fused_rms_norm", KIND, _LABEL, [x.shape],
                 "rms_norm: " + norms.kernel_name(n, x.dtype, x, weight))
     needs = torch.is_grad_enabled() and (x.requires_grad or (
         weight is not None and weight.requires_grad))
     if not needs:
         return y
-    return _RmsNorm.apply(x, weight, shape, eps, y, mode)
+    return _RmsNorm.apply(x, weight, shape, eps, y, mode, rstd)
