@@ -13,6 +13,8 @@ are the elementwise models (``log`` of ``|x|``, whose native ``abs`` is in both 
 ``var`` / ``std_mean``: the Welford reduce_kernel (aten_cuda/moments.py); ``softmax_bw`` /
 ``gelu_bw``: backward kernels (the softmax one on rows of 4096: the Smem block kernel).
 The models run the C++ kernels of ``torch_mma_emu.gpu_math.fast`` where the extension has them;
+``layer_norm_bw``: layer_norm's input gradient (aten_cuda/norms_backward.py; dgamma / dbeta
+not asked).
 ``--reference`` times the NumPy models instead (``fast.reference()``).
 """
 from __future__ import annotations
@@ -43,7 +45,17 @@ CASES = (("sum", lambda x, w, b: x.sum()), ("sum(dim=-1)", lambda x, w, b: x.sum
          ("tanh", lambda x, w, b: torch.tanh(x)), ("erf", lambda x, w, b: torch.erf(x)),
          ("sigmoid", lambda x, w, b: torch.sigmoid(x)), ("silu", lambda x, w, b: F.silu(x)),
          ("gelu", lambda x, w, b: F.gelu(x)),
-         ("gelu_tanh", lambda x, w, b: F.gelu(x, approximate="tanh")))
+         ("gelu_tanh", lambda x, w, b: F.gelu(x, approximate="tanh")),
+         ("layer_norm_bw", lambda x, w, b: torch.ops.aten.native_layer_norm_backward(
+             x, x, w.shape, *_stats(x, w, b), w, b, [True, False, False])))
+_STATS: dict = {}
+
+
+def _stats(x, w, b):
+    """layer_norm's mean / rstd of ``x``, computed once (at the native warm-up)."""
+    if id(x) not in _STATS:
+        _STATS[id(x)] = torch.native_layer_norm(x, w.shape, w, b, 1e-5)[1:]
+    return _STATS[id(x)]
 
 
 def main(argv=None) -> int:
@@ -67,7 +79,7 @@ def main(argv=None) -> int:
     path = "NumPy reference models" if a.reference or not fast.available() else "C++ fast path"
     print(f"{a.n} x {a.n} fp32, {torch.get_num_threads()} CPU thread(s), emulating {a.gpu}, "
           f"{path}")
-    print(f"{'op':<12} {'native ms':>10} {'emulated ms':>12} {'ratio':>7}")
+    print(f"{'op':<13} {'native ms':>10} {'emulated ms':>12} {'ratio':>7}")
     for name, fn in CASES:
         if a.ops and name not in a.ops:
             continue
@@ -77,7 +89,7 @@ def main(argv=None) -> int:
             with ctx(), tme.emulate(a.gpu):
                 fn(x, w, b)
         t_emu = best_of(emu, a.repeat, warm_up=True)
-        print(f"{name:<12} {t_nat * 1e3:>10.2f} {t_emu * 1e3:>12.2f} {t_emu / t_nat:>7.1f}")
+        print(f"{name:<13} {t_nat * 1e3:>10.2f} {t_emu * 1e3:>12.2f} {t_emu / t_nat:>7.1f}")
     return 0
 
 

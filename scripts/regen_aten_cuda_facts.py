@@ -21,7 +21,9 @@ extracts the sm_90 cubins (``cuobjdump -arch sm_90 -xelf all``), lists their ker
   (``softmax_warp_backward``, ``cunn_SoftMaxBackward[Smem]<ILP, ...>``);
 * from the SASS (``cuobjdump -sass -fun``): the shuffle kinds of one sum ``reduce_kernel``,
   of ``softmax_warp_forward`` and of ``vectorized_layer_norm_kernel``, the latter's global
-  load width (its vec_size), and whether the fp32 mean kernel multiplies (FMUL, by 1/N).
+  load width (its vec_size), and whether the fp32 mean kernel multiplies (FMUL, by 1/N);
+  layer_norm's dX kernels (``layer_norm_grad_input_kernel[_vectorized]<T, float, false>``):
+  shuffle kinds and the FFMAs with a negated addend (dX's fused ``(fH gamma) dy - a``).
 * embedding_dense_backward's kernels (aten_cuda/embedding.py): the feature kernel's
   accumulator per dtype, whether the older per-index warp kernel is built, and the float
   opcodes (FADD / FFMA / FMUL / MUFU.RCP / F2FP) of ``compute_grad_weight<float, long>`` and
@@ -242,6 +244,7 @@ def collect(k: Kernels) -> dict:
                      "vec_size": max(widths, default=ITEM[dt] * 8) // (8 * ITEM[dt]),
                      "shfl": _shfl(ops), "kernel": _short(name)}
     sass["layer_norm"] = lnorm
+    sass["layer_norm_grad_input"] = layer_norm_grad_input_facts(k)
     facts["sass"] = sass
     facts["embedding"] = embedding(k)
     return facts
@@ -282,6 +285,32 @@ def embedding(k) -> dict:
         f, m, d = k.find(text)
         ops = arith_ops(_run([k.cu, "-sass", "-fun", m, str(k.dir / f)]))
         out[key] = {"ops": dict(sorted(ops.items())), "kernel": _short(d)}
+
+
+_FFMA_NEG = re.compile(r"\bFFMA\s+R\d+,\s*R\d+,\s*R\d+,\s*-R\d+\s*;")
+
+
+def grad_input_ops(sass: str) -> dict:
+    """What norms_backward.py takes from one ``layer_norm_grad_input_kernel*``: its shuffle
+    kinds, how many FFMAs subtract their addend (dX's ``fma(fH * gamma, dy, -a)``) and the
+    float opcode counts."""
+    ops = sass_ops(sass)
+    count = lambda op: len(re.findall(rf"\b{op}\b", sass))          # noqa: E731
+    return {"shfl": _shfl(ops), "ffma_negated_addend": len(_FFMA_NEG.findall(sass)),
+            "ffma": count("FFMA"), "fadd": count("FADD"), "fmul": count("FMUL"),
+            "mufu_rcp": count(r"MUFU\.RCP")}
+
+
+def layer_norm_grad_input_facts(k: Kernels) -> dict:
+    """layer_norm's dX kernels (issue 39, aten_cuda/norms_backward.py), both variants, per
+    dtype, ``rms_norm = false`` (key ``kernel/dtype``) and ``true`` (``kernel/dtype/rms``)."""
+    out = {}
+    for dt, cname in DTYPES.items():
+        for kern in ("layer_norm_grad_input_kernel_vectorized", "layer_norm_grad_input_kernel"):
+            for rms, tail in (("false", ""), ("true", "/rms")):
+                f, m, d = k.find(f"{kern}<{cname}, float, {rms}>")
+                ops = grad_input_ops(_run([k.cu, "-sass", "-fun", m, str(k.dir / f)]))
+                out[f"{kern}/{dt}{tail}"] = {**ops, "kernel": _short(d)}
     return out
 
 

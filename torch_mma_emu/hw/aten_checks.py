@@ -9,7 +9,8 @@ device, model)``:
 * softmax / log_softmax forward at each ``host_softmax`` path's sizes (persistent 1000,
   ``Reg`` 4099, ``Smem`` 10000 fp32 / 20000 16-bit, ``cunn_SoftMaxForward`` 20001, the
   spatial kernel on dim 1 of 4 x 100 x 3), and their backward (persistent 1000, block 4099);
-* affine ``layer_norm`` (vectorised 1024, unvectorised 1030) and ``rms_norm`` with a weight;
+* affine ``layer_norm`` (vectorised 1024, unvectorised 1030), its input gradient (from the
+  device's own statistics) and ``rms_norm`` with a weight;
 * ``var`` of rows of 4099, ``std_mean`` of 2^20 elements (multi-CTA), ``var(correction=0)``
   over dim 0 of 300 x 8 (outputs along lanes);
 * ``embedding_dense_backward``: the feature kernel (2000 indices into 50 rows, padding_idx
@@ -81,6 +82,7 @@ def _cases():
     from ..aten_cuda import embedding
     from ..aten_cuda import host_softmax as hs
     from ..aten_cuda import moments, norms
+    from ..aten_cuda import norms_backward as nb
     from ..aten_cuda import softmax_backward as sb
     from ..aten_cuda.elementwise import evaluate as ew_eval
     out = []
@@ -110,6 +112,12 @@ def _cases():
                 _randn((n,), k + "b", dt)
             out.append((k, (x, w, b), lambda x, w, b: F.layer_norm(x, x.shape[-1:], w, b),
                         lambda g, x, w, b: norms.layer_norm(x, x.shape[-1:], w, b)[0]))
+            k = f"layer_norm_bw_{dn}_n{n}"          # dX (aten_cuda/norms_backward.py)
+            x, w, dy = _randn((2, n), k, dt, 3), _randn((n,), k + "w", dt), \
+                _randn((2, n), k + "g", dt)
+            out.append((k, (dy, x, w), _layer_norm_dx,
+                        lambda g, dy, x, w: nb.layer_norm_grad_input(
+                            dy, x, x.shape[-1], *norms.layer_norm(x, x.shape[-1:], w)[1:], w)))
             k = f"rms_norm_{dn}_n{n}"
             x, w = _randn((2, n), k, dt, 3), _randn((n,), k + "w", dt)
             out.append((k, (x, w), lambda x, w: F.rms_norm(x, x.shape[-1:], w),
@@ -151,6 +159,14 @@ def _cases():
             dev = _backward_device(op)
             out.append((k, (gr, b), dev, lambda g, gr, b, op=op: bw.apply(op, gr, b)))
     return out
+
+
+def _layer_norm_dx(dy, x, w):
+    """The device's layer_norm dX from its own forward statistics (dgamma / dbeta not asked)."""
+    n = x.shape[-1]
+    _, mean, rstd = torch.native_layer_norm(x, (n,), w, None, 1e-5)
+    return torch.ops.aten.native_layer_norm_backward(dy, x, (n,), mean, rstd, w, None,
+                                                     [True, False, False])[0]
 
 
 def _ew_model(ew_eval, op, x, name):

@@ -5,22 +5,28 @@
   autograd): modelled y, mean and rstd, so the backward op reads the modelled statistics.
 * ``F.rms_norm`` / ``torch.rms_norm``: on the CPU PyTorch decomposes it into pow / mean /
   rsqrt / mul, on CUDA it runs the fused kernel (``_fused_rms_norm``), so the function is
-  caught above autograd (functions.py) and the fused kernel's bits come back; gradients are
-  PyTorch's own (the CPU decomposition recomputed in backward).
+  caught above autograd (functions.py) and the fused kernel's bits come back; in backward
+  dX is the model's (``_fused_rms_norm_backward``'s kernel, aten_cuda/norms_backward.py),
+  dgamma PyTorch's own (the CPU decomposition recomputed), recorded apart.
 
 Rows the vectorised kernel does not take (N % 4 != 0, N > 2^24, unaligned views) get the
 unvectorised pair's bits.  Native, recorded with the reason: fp64, non-contiguous inputs,
-non-CPU tensors, AMD targets; and every backward (``native_layer_norm_backward``,
-rms_norm's gradient).
+non-CPU tensors, AMD targets; rms_norm's dgamma.
+
+* ``aten.native_layer_norm_backward``: dX with the bits of torch 2.13's
+  ``layer_norm_grad_input_kernel[_vectorized]`` (aten_cuda/norms_backward.py), from the
+  forward's float statistics (kept here for 16-bit inputs, whose CPU forward stores them
+  rounded); dgamma / dbeta by PyTorch's CPU kernel, recorded apart as "CPU order".
 """
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 
 import torch
 
 from .. import aten_cuda
-from ..aten_cuda import norms
+from ..aten_cuda import norms, norms_backward
 from . import aten_reductions
 from .records import KERNEL_NATIVE
 
@@ -30,6 +36,11 @@ KIND = "normalization"
 _LABEL = f"torch {aten_cuda.TORCH_VERSION} CUDA kernel"
 _BACKWARD = "backward: not modelled (PyTorch's CPU kernel)"
 _BUSY = threading.local()         # rms_norm's backward recomputes PyTorch's own forward
+_GB_NATIVE = ("dgamma / dbeta: PyTorch's CPU kernel (GammaBetaBackwardCUDAKernelTemplate "
+              "not modelled)")
+_STATS: OrderedDict = OrderedDict()  # (x, mean, rstd) data_ptrs -> float32 (mean, rstd)
+_STATS_KEEP = 256
+_STATS_LOCK = threading.Lock()
 
 
 def _why_native(mode, x, n, *others) -> str:
@@ -74,13 +85,54 @@ def handle_layer_norm(mode, func, args, kwargs):
     mixed = any(t is not None and t.dtype != x.dtype for t in (weight, bias))
     stat = torch.float32 if mixed else x.dtype
     out = (y, mean.to(stat), rstd.to(stat))
+    if stat != torch.float32:
+        _keep_stats(x, out[1], out[2], mean, rstd)
     mode.record(func, KIND, _LABEL, [x.shape], norms.kernel_name(n, x.dtype, x, weight, bias))
     return out
 
 
+def _keep_stats(x, mean_out, rstd_out, mean32, rstd32):
+    with _STATS_LOCK:
+        _STATS[(x.data_ptr(), mean_out.data_ptr(), rstd_out.data_ptr())] = (mean32, rstd32)
+        while len(_STATS) > _STATS_KEEP:
+            _STATS.popitem(last=False)
+
+
+def _float_stats(x, mean, rstd):
+    """The forward's float32 mean / rstd: kept by handle_layer_norm where its CPU output
+    rounded them (checked to round to what the backward got), else ``mean`` / ``rstd``."""
+    with _STATS_LOCK:
+        kept = _STATS.get((x.data_ptr(), mean.data_ptr(), rstd.data_ptr()))
+    if kept is not None and torch.equal(kept[0].to(mean.dtype).reshape(mean.shape), mean) \
+            and torch.equal(kept[1].to(rstd.dtype).reshape(rstd.shape), rstd):
+        return kept
+    return mean.float(), rstd.float()
+
+
 def handle_layer_norm_backward(mode, func, args, kwargs):
-    mode.record(func, KIND, KERNEL_NATIVE, [args[0].shape], _BACKWARD)
-    return func(*args, **kwargs)
+    """``native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, mask)``: dX
+    modelled, dgamma / dbeta PyTorch's CPU kernel."""
+    dy, x, shape, mean, rstd, weight, bias, mask = (list(args) + [None] * 8)[:8]
+    n = 1
+    for s in shape:
+        n *= int(s)
+    why = "" if mask is None or mask[0] else "no input gradient asked"
+    why = why or _why_native(mode, x, n, weight)
+    if not why and (dy.dtype != x.dtype or (weight is not None and weight.dtype != x.dtype)):
+        why = "mixed dtypes: not modelled"
+    if why or kwargs:
+        mode.record(func, KIND, KERNEL_NATIVE, [dy.shape], why or "keyword arguments")
+        return func(*args, **kwargs)
+    _warn(mode)
+    m32, r32 = _float_stats(x, mean, rstd)
+    dx = norms_backward.layer_norm_grad_input(dy, x, n, m32, r32, _plain(weight))
+    mode.record(func, KIND, _LABEL, [dy.shape],
+                "dX: " + norms_backward.kernel_name(n, x.dtype, dy, x, weight))
+    if not (mask[1] or mask[2]):
+        return dx, None, None
+    mode.record(f"{func} (dgamma, dbeta)", KIND, KERNEL_NATIVE, [dy.shape], _GB_NATIVE)
+    _, dg, db = func(dy, x, shape, mean, rstd, weight, bias, [False, mask[1], mask[2]])
+    return dx, dg, db
 
 
 def _plain(t):
@@ -88,37 +140,52 @@ def _plain(t):
 
 
 class _RmsNorm(torch.autograd.Function):
-    """Forward: the model's y; backward: PyTorch's decomposition recomputed."""
+    """Forward: the model's y; backward: dX the model's (``layer_norm_grad_input_kernel*<T,
+    float, true>`` from the modelled rstd), dgamma PyTorch's decomposition recomputed."""
 
     @staticmethod
-    def forward(ctx, x, weight, shape, eps, y, mode):
-        ctx.save_for_backward(x, weight)
+    def forward(ctx, x, weight, shape, eps, y, mode, rstd):
+        ctx.save_for_backward(x, weight, rstd)
         ctx.shape, ctx.eps, ctx.mode = shape, eps, mode
         return y
 
     @staticmethod
     def backward(ctx, gy):
-        x, weight = ctx.saved_tensors
-        ctx.mode.record("aten._fused_rms_norm_backward", KIND, KERNEL_NATIVE, [x.shape],
-                        _BACKWARD)
-        _BUSY.on = True
-        try:
-            return _RmsNorm._grads(ctx, x, weight, gy)
-        finally:
-            _BUSY.on = False
+        x, weight, rstd = ctx.saved_tensors
+        gx = None
+        if ctx.needs_input_grad[0] and gy.dtype == x.dtype:
+            n = x.numel() // max(rstd.numel(), 1)
+            gx = norms_backward.layer_norm_grad_input(gy, x, n, None, rstd, _plain(weight),
+                                                      rms=True)
+            ctx.mode.record("aten._fused_rms_norm_backward", KIND, _LABEL, [x.shape],
+                            "dX: " + norms_backward.kernel_name(n, x.dtype, gy, x, weight,
+                                                                rms=True))
+        wants_w = weight is not None and ctx.needs_input_grad[1]
+        if (ctx.needs_input_grad[0] and gx is None) or wants_w:
+            what = "dgamma" if gx is not None else "dX, dgamma"
+            ctx.mode.record(f"aten._fused_rms_norm_backward ({what})", KIND, KERNEL_NATIVE,
+                            [x.shape], f"{what}: {_BACKWARD}")
+            _BUSY.on = True
+            try:
+                cx, cw = _RmsNorm._grads(ctx, x, weight, gy, gx is None)[:2]
+            finally:
+                _BUSY.on = False
+            gx = cx if gx is None else gx
+            return gx, cw, None, None, None, None, None
+        return gx, None, None, None, None, None, None
 
     @staticmethod
-    def _grads(ctx, x, weight, gy):
+    def _grads(ctx, x, weight, gy, want_x):
         with torch.enable_grad(), aten_reductions.parts_of_a_model():
-            xs = x.detach().requires_grad_(ctx.needs_input_grad[0])
+            xs = x.detach().requires_grad_(want_x and ctx.needs_input_grad[0])
             ws = None if weight is None else weight.detach().requires_grad_(
                 ctx.needs_input_grad[1])
             y = torch.rms_norm(xs, ctx.shape, ws, ctx.eps)
             wanted = [t for t in (xs, ws) if t is not None and t.requires_grad]
             grads = iter(torch.autograd.grad(y, wanted, gy)) if wanted else iter(())
-        gx = next(grads) if ctx.needs_input_grad[0] else None
+        gx = next(grads) if xs.requires_grad else None
         gw = next(grads) if ws is not None and ctx.needs_input_grad[1] else None
-        return gx, gw, None, None, None, None
+        return gx, gw
 
 
 def _rms_args(input, normalized_shape, weight=None, eps=None):
@@ -146,11 +213,11 @@ def rms_norm(mode, func, args, kwargs):
         with aten_reductions.parts_of_a_model():
             return func(*args, **kwargs)
     _warn(mode)
-    y, _ = norms.rms_norm(x.detach(), shape, _plain(weight), eps)
+    y, rstd = norms.rms_norm(x.detach(), shape, _plain(weight), eps)
     mode.record("aten._fused_rms_norm", KIND, _LABEL, [x.shape],
                 "rms_norm: " + norms.kernel_name(n, x.dtype, x, weight))
     needs = torch.is_grad_enabled() and (x.requires_grad or (
         weight is not None and weight.requires_grad))
     if not needs:
         return y
-    return _RmsNorm.apply(x, weight, shape, eps, y, mode)
+    return _RmsNorm.apply(x, weight, shape, eps, y, mode, rstd)
