@@ -45,6 +45,12 @@ def _bind(func, args, kwargs) -> dict:
     return out
 
 
+def _call(func, args, kwargs):
+    """The bound arguments, the op's packet name, whether it is in place, its base name."""
+    pkt = func.overloadpacket.__name__
+    return _bind(func, args, kwargs), pkt, pkt.endswith("_"), pkt.rstrip("_")
+
+
 def _why_native(mode, tensors) -> str:
     if any(t.device.type != "cpu" for t in tensors):
         return "not a CPU tensor"
@@ -118,10 +124,7 @@ def handle_binary(mode, func, args, kwargs):
     in-place forms)."""
     if aten_reductions.in_a_model():
         return func(*args, **kwargs)
-    b = _bind(func, args, kwargs)
-    pkt = func.overloadpacket.__name__
-    inplace = pkt.endswith("_")
-    name = pkt.rstrip("_")
+    b, pkt, inplace, name = _call(func, args, kwargs)
     x, y = b["self"], b["other"]
     alpha = b.get("alpha", 1)
     out = b.get("out")
@@ -195,10 +198,7 @@ def handle_unary(mode, func, args, kwargs):
     """``aten.neg / reciprocal / sqrt`` (``default`` / ``out`` and in-place)."""
     if aten_reductions.in_a_model():
         return func(*args, **kwargs)
-    b = _bind(func, args, kwargs)
-    pkt = func.overloadpacket.__name__
-    inplace = pkt.endswith("_")
-    name = pkt.rstrip("_")
+    b, pkt, inplace, name = _call(func, args, kwargs)
     x, out = b["self"], b.get("out")
     if not isinstance(x, torch.Tensor):
         return _native(mode, func, args, kwargs, "not a tensor")
