@@ -219,3 +219,10 @@ def test_zero_dim_results_stay_zero_dim():
                                 torch.tensor(2.0) / a, -a))
     assert all(t.shape == () for t in got)
     assert got[1].item() == 7.0 and got[2].item() == 4.5 and got[6].item() == -3.5
+
+
+def test_sparse_tensors_stay_native_and_are_named():
+    x = torch.randn(4, 4).to_sparse()
+    got, em = _emulated(lambda: (x * 2.0, x + x))
+    assert torch.equal(got[0].to_dense(), (x * 2.0).to_dense())
+    assert "aten.mul" in em.summary().split("ran natively", 1)[1]

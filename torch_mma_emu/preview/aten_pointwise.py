@@ -54,6 +54,8 @@ def _call(func, args, kwargs):
 def _why_native(mode, tensors) -> str:
     if any(t.device.type != "cpu" for t in tensors):
         return "not a CPU tensor"
+    if any(t.layout != torch.strided or t.is_quantized for t in tensors):
+        return "sparse or quantized tensor: no model"
     if not aten_math.nvidia_target(mode):
         return f"{mode.policy.arch_name}: no model of this target's kernels"
     return ""
@@ -61,7 +63,7 @@ def _why_native(mode, tensors) -> str:
 
 def _widen(t: torch.Tensor) -> np.ndarray:
     """A float32 / float16 / bfloat16 tensor's values as float32 (exact)."""
-    return t.detach().float().contiguous().numpy()
+    return t.detach().resolve_neg().float().contiguous().numpy()
 
 
 def _operand(v, compute: torch.dtype, dividend: bool = False):
