@@ -26,7 +26,7 @@ from collections import OrderedDict
 import torch
 
 from .. import aten_cuda
-from ..aten_cuda import norms, norms_backward
+from ..aten_cuda import gamma_beta, norms, norms_backward
 from . import aten_reductions
 from .records import KERNEL_NATIVE
 
@@ -36,7 +36,7 @@ KIND = "normalization"
 _LABEL = f"torch {aten_cuda.TORCH_VERSION} CUDA kernel"
 _BACKWARD = "backward: not modelled (PyTorch's CPU kernel)"
 _BUSY = threading.local()         # rms_norm's backward recomputes PyTorch's own forward
-_GB_NATIVE = ("dgamma / dbeta: PyTorch's CPU kernel (GammaBetaBackwardCUDAKernelTemplate "
+_GB_NATIVE = ("dgamma / dbeta: PyTorch's CPU kernel (the 2-pass partial_reduction tiling is "
               "not modelled)")
 _STATS: OrderedDict = OrderedDict()  # (x, mean, rstd) data_ptrs -> float32 (mean, rstd)
 _STATS_KEEP = 256
@@ -110,29 +110,42 @@ def _float_stats(x, mean, rstd):
 
 
 def handle_layer_norm_backward(mode, func, args, kwargs):
-    """``native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, mask)``: dX
-    modelled, dgamma / dbeta PyTorch's CPU kernel."""
+    """``native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, mask)``: dX and,
+    in the one-pass tilings, dgamma / dbeta modelled; the rest PyTorch's CPU kernel."""
     dy, x, shape, mean, rstd, weight, bias, mask = (list(args) + [None] * 8)[:8]
     n = 1
     for s in shape:
         n *= int(s)
-    why = "" if mask is None or mask[0] else "no input gradient asked"
-    why = why or _why_native(mode, x, n, weight)
-    if not why and (dy.dtype != x.dtype or (weight is not None and weight.dtype != x.dtype)):
+    mask = [True, True, True] if mask is None else list(mask)
+    why = _why_native(mode, x, n, weight)
+    if not why and (dy.dtype != x.dtype or any(t is not None and t.dtype != x.dtype
+                                               for t in (weight, bias))):
         why = "mixed dtypes: not modelled"
+    if not why and not any(mask):
+        why = "no gradient asked"
     if why or kwargs:
         mode.record(func, KIND, KERNEL_NATIVE, [dy.shape], why or "keyword arguments")
         return func(*args, **kwargs)
     _warn(mode)
     m32, r32 = _float_stats(x, mean, rstd)
-    dx = norms_backward.layer_norm_grad_input(dy, x, n, m32, r32, _plain(weight))
-    mode.record(func, KIND, _LABEL, [dy.shape],
-                "dX: " + norms_backward.kernel_name(n, x.dtype, dy, x, weight))
+    dx = dg = db = None
+    if mask[0]:
+        dx = norms_backward.layer_norm_grad_input(dy, x, n, m32, r32, _plain(weight))
+        mode.record(func, KIND, _LABEL, [dy.shape],
+                    "dX: " + norms_backward.kernel_name(n, x.dtype, dy, x, weight))
     if not (mask[1] or mask[2]):
         return dx, None, None
-    mode.record(f"{func} (dgamma, dbeta)", KIND, KERNEL_NATIVE, [dy.shape], _GB_NATIVE)
-    _, dg, db = func(dy, x, shape, mean, rstd, weight, bias, [False, mask[1], mask[2]])
-    return dx, dg, db
+    m, sms = x.numel() // n, aten_reductions.target_gpu(mode).sms
+    kernel = gamma_beta.kernel_name(m, n, x.dtype, sms)
+    if gamma_beta.modelled(m, n, sms):
+        dg, db = gamma_beta.gamma_beta_grads(dy, x, n, m32, r32, sms)
+        mode.record(f"{func} (dgamma, dbeta)", KIND, _LABEL, [dy.shape],
+                    "dgamma / dbeta: " + kernel)
+    else:
+        mode.record(f"{func} (dgamma, dbeta)", KIND, KERNEL_NATIVE, [dy.shape],
+                    f"{_GB_NATIVE}: {kernel}")
+        _, dg, db = func(dy, x, shape, mean, rstd, weight, bias, [False, mask[1], mask[2]])
+    return dx, (dg if mask[1] else None), (db if mask[2] else None)
 
 
 def _plain(t):
