@@ -225,3 +225,21 @@ def test_unmodelled_tiling_is_named():
     assert "<float, float, 32, 1, 32, true, false, false>" in rec[0].note
     assert "partial_reduction" in rec[0].note and ".sum(0)" in rec[0].note
     assert "(dgamma, dbeta)" in em.summary()
+
+
+def test_rms_norm_step_weight_grad_is_the_model():
+    torch.manual_seed(2)
+    n = 64
+    x = (torch.randn(3, 70, n) * 2).requires_grad_()     # M = 210: <32, 16, 128, ..., true>
+    w = (torch.rand(n) + 0.5).requires_grad_()
+    g = torch.randn(3, 70, n)
+    with tme.emulate("sm90", record=True) as em:
+        torch.nn.functional.rms_norm(x, (n,), w).backward(g)
+    _, rstd = norms.rms_norm(x.detach(), (n,), w.detach())
+    want = gamma_beta.gamma_beta_grads(g, x.detach(), n, None, rstd, H100_SMS, rms=True)[0]
+    assert torch.equal(w.grad, want)
+    rec = {r.op: r for r in em.records}["aten._fused_rms_norm_backward (dgamma)"]
+    assert rec.format.endswith("CUDA kernel") and "32, 16, 128, false, false, true" in rec.note
+    wc = w.detach().clone().requires_grad_()
+    torch.nn.functional.rms_norm(x.detach(), (n,), wc).backward(g)
+    assert not torch.equal(wc.grad, w.grad)

@@ -7,16 +7,18 @@
   rsqrt / mul, on CUDA it runs the fused kernel (``_fused_rms_norm``), so the function is
   caught above autograd (functions.py) and the fused kernel's bits come back; in backward
   dX is the model's (``_fused_rms_norm_backward``'s kernel, aten_cuda/norms_backward.py),
-  dgamma PyTorch's own (the CPU decomposition recomputed), recorded apart.
+  dgamma too (aten_cuda/gamma_beta.py, ``rms_norm = true``), recorded apart.
 
 Rows the vectorised kernel does not take (N % 4 != 0, N > 2^24, unaligned views) get the
 unvectorised pair's bits.  Native, recorded with the reason: fp64, non-contiguous inputs,
-non-CPU tensors, AMD targets; rms_norm's dgamma.
+non-CPU tensors, AMD targets; dgamma / dbeta in the 2-pass tiling (M > 65536, few columns).
 
 * ``aten.native_layer_norm_backward``: dX with the bits of torch 2.13's
   ``layer_norm_grad_input_kernel[_vectorized]`` (aten_cuda/norms_backward.py), from the
   forward's float statistics (kept here for 16-bit inputs, whose CPU forward stores them
-  rounded); dgamma / dbeta by PyTorch's CPU kernel, recorded apart as "CPU order".
+  rounded); dgamma / dbeta with the bits of ``GammaBetaBackwardCUDAKernelTemplate`` in its
+  one-pass tilings (aten_cuda/gamma_beta.py), recorded apart; its 2-pass tiling by PyTorch's
+  CPU kernel, recorded "CPU order" with the tiling named.
 """
 from __future__ import annotations
 
@@ -154,7 +156,8 @@ def _plain(t):
 
 class _RmsNorm(torch.autograd.Function):
     """Forward: the model's y; backward: dX the model's (``layer_norm_grad_input_kernel*<T,
-    float, true>`` from the modelled rstd), dgamma PyTorch's decomposition recomputed."""
+    float, true>`` from the modelled rstd), dgamma too (``GammaBetaBackwardCUDAKernelTemplate<T,
+    float, ..., true>``) but in the 2-pass tiling or mixed dtypes: PyTorch's decomposition."""
 
     @staticmethod
     def forward(ctx, x, weight, shape, eps, y, mode, rstd):
@@ -174,18 +177,30 @@ class _RmsNorm(torch.autograd.Function):
                             "dX: " + norms_backward.kernel_name(n, x.dtype, gy, x, weight,
                                                                 rms=True))
         wants_w = weight is not None and ctx.needs_input_grad[1]
-        if (ctx.needs_input_grad[0] and gx is None) or wants_w:
-            what = "dgamma" if gx is not None else "dX, dgamma"
+        cw = None
+        if wants_w and gy.dtype == x.dtype == weight.dtype:
+            n = x.numel() // max(rstd.numel(), 1)
+            m, sms = x.numel() // n, aten_reductions.target_gpu(ctx.mode).sms
+            kernel = gamma_beta.kernel_name(m, n, x.dtype, sms, rms=True)
+            if gamma_beta.modelled(m, n, sms):
+                cw = gamma_beta.gamma_beta_grads(gy, x, n, None, rstd, sms, rms=True)[0]
+                cw = cw.reshape(weight.shape)
+                ctx.mode.record("aten._fused_rms_norm_backward (dgamma)", KIND, _LABEL,
+                                [x.shape], "dgamma: " + kernel)
+                wants_w = False
+        want_x = ctx.needs_input_grad[0] and gx is None
+        if want_x or wants_w:
+            what = ", ".join(w for w, on in (("dX", want_x), ("dgamma", wants_w)) if on)
             ctx.mode.record(f"aten._fused_rms_norm_backward ({what})", KIND, KERNEL_NATIVE,
                             [x.shape], f"{what}: {_BACKWARD}")
             _BUSY.on = True
             try:
-                cx, cw = _RmsNorm._grads(ctx, x, weight, gy, gx is None)[:2]
+                cx, cw2 = _RmsNorm._grads(ctx, x, weight, gy, gx is None)[:2]
             finally:
                 _BUSY.on = False
             gx = cx if gx is None else gx
-            return gx, cw, None, None, None, None, None
-        return gx, None, None, None, None, None, None
+            cw = cw2 if wants_w else cw
+        return gx, cw, None, None, None, None, None
 
     @staticmethod
     def _grads(ctx, x, weight, gy, want_x):
