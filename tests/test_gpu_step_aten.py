@@ -1,8 +1,8 @@
 """The GPU step ``reductions`` records what confirms issue 39's models (hw/aten_checks.py:
 softmax paths and backward, affine layer_norm, its dX and dgamma / dbeta, rms_norm, var /
 std, elementwise sweeps and their backward); its CPU stand-in ``--compare`` runs the
-models against a record.  Here the record is the models' own prediction: it must match, and one flipped bit must
-show."""
+models against a record.  Here the record is the models' own prediction: it must match,
+and one flipped bit must show."""
 import numpy as np
 import pytest
 
