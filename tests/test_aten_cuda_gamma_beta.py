@@ -10,7 +10,7 @@ import torch
 
 import torch_mma_emu as tme
 from torch_mma_emu import registry
-from torch_mma_emu.aten_cuda import gamma_beta, norms
+from torch_mma_emu.aten_cuda import gamma_beta, norms, sums
 
 F32 = np.float32
 H100_SMS = registry.gpu("sm90").sms
@@ -129,7 +129,6 @@ def test_tiling_choice():
     assert t(65537, 2048, 132) == (1, 32, True)          # 64 < 66
     assert t(65537, 2048, 108) == (32, 256, False)       # 64 >= 54
     assert t(65537, 4096, 132) == (32, 256, False)
-    assert gamma_beta.modelled(65537, 4096, 132) and not gamma_beta.modelled(65537, 64, 108)
     # the names carry the template arguments the cu130 wheel instantiates
     assert gamma_beta.kernel_name(41, 64, torch.float16, 132).startswith(
         "GammaBetaBackwardCUDAKernelTemplate<c10::Half, float, 32, 1, 8, true, false, false>")
@@ -154,7 +153,7 @@ def test_bad_input():
         gamma_beta.column_sums(dy.numpy(), x.numpy(), mean.numpy(), rstd.numpy(), block_y=8,
                                rows_per_block=32)
     big = torch.zeros(65537, 32)
-    with pytest.raises(ValueError, match="not modelled"):
+    with pytest.raises(ValueError, match="needs the GPU row"):
         gamma_beta.gamma_beta_grads(big, big, 32, torch.zeros(65537), torch.ones(65537), 132)
 
 
@@ -207,24 +206,55 @@ def test_weight_grad_only_skips_dx():
     assert not torch.equal(cpu[1], dg) or not torch.equal(cpu[2], db)
 
 
-def test_unmodelled_tiling_is_named():
-    """M > 65536 with N / 32 < SMs / 2: the 2-pass path runs natively, named."""
-    m, n = 65537, 32
-    g = torch.Generator().manual_seed(1)
-    dy, x = torch.randn(m, n, generator=g), torch.randn(m, n, generator=g)
-    mean, rstd = torch.zeros(m, 1), torch.ones(m, 1)
-    w, b = torch.ones(n), torch.zeros(n)
+def slow_partial_column(dy, x, mean, rstd, j, grid):
+    """Column j of the 2-pass tiling's first kernel: one thread per row block b, the 32-row
+    tiles b, b + grid, ... in order."""
+    M = len(dy)
+    out = []
+    for blk in range(grid):
+        g, b = F32(0), F32(0)
+        for start in range(blk * 32, M, 32 * grid):
+            for row in range(start, start + 32):
+                if row < M:
+                    d, xv, mv, r = dy[row][j], x[row][j], mean[row], rstd[row]
+                else:
+                    d = xv = mv = r = F32(0)
+                g = fma(F32(d * F32(xv - mv)), r, g)
+                b = F32(b + d)
+        out.append((g, b))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_two_pass_tiling(dtype):
+    """M > 65536 with N / 32 < SMs / 2: the partial kernel (checked against the per-thread
+    reference on two columns), partials stored in T, then ``.sum(0)`` as CUDA's
+    reduce_kernel; routed under emulate with the tiling named."""
+    m, n = 65600, 3
+    gpu = registry.gpu("sm90")
+    dy, x, mean, rstd = _case(m, n, dtype, seed=11)
+    G = gamma_beta.partial_grid(m, n)
+    assert G == 2050 and gamma_beta.tiling(m, n, gpu.sms) == (1, 32, True)
+    D, X = dy.float().numpy(), x.float().numpy()
+    pg, pb = gamma_beta.partial_sums(D, X, mean.numpy(), rstd.numpy(), G)
+    for j in (0, 2):
+        ref = slow_partial_column(D, X, mean.numpy(), rstd.numpy(), j, G)
+        assert np.array_equal(pg[:, j].view(np.uint32), np.array([r[0] for r in ref], F32)
+                              .view(np.uint32))
+        assert np.array_equal(pb[:, j], np.array([r[1] for r in ref], F32))
+    dg, db = gamma_beta.gamma_beta_grads(dy, x, n, mean, rstd, gpu)
+    want = sums.reduce(torch.from_numpy(pg).to(dtype), 0, gpu=gpu)
+    assert torch.equal(dg, want) and dg.dtype == dtype
+    assert torch.equal(db, sums.reduce(torch.from_numpy(pb).to(dtype), 0, gpu=gpu))
+    w, b = torch.ones(n, dtype=dtype), torch.zeros(n, dtype=dtype)
     with tme.emulate("sm90", record=True) as em:
-        _, dg, db = torch.ops.aten.native_layer_norm_backward(
-            dy, x, [n], mean, rstd, w, b, [False, True, True])
-    cpu = torch.ops.aten.native_layer_norm_backward(dy, x, [n], mean, rstd, w, b,
-                                                    [False, True, True])
-    assert torch.equal(dg, cpu[1]) and torch.equal(db, cpu[2])
+        _, eg, eb = torch.ops.aten.native_layer_norm_backward(
+            dy, x, [n], mean.view(m, 1), rstd.view(m, 1), w, b, [False, True, True])
+    assert torch.equal(eg, dg) and torch.equal(eb, db)
     rec = [r for r in em.records if r.op.endswith("(dgamma, dbeta)")]
-    assert len(rec) == 1 and rec[0].format == "CPU order"
-    assert "<float, float, 32, 1, 32, true, false, false>" in rec[0].note
-    assert "partial_reduction" in rec[0].note and ".sum(0)" in rec[0].note
-    assert "(dgamma, dbeta)" in em.summary()
+    assert len(rec) == 1 and rec[0].format.endswith("CUDA kernel")
+    assert "32, 1, 32, true, false, false>" in rec[0].note
+    assert "on 2050 row blocks, then .sum(0)" in rec[0].note
 
 
 def test_rms_norm_step_weight_grad_is_the_model():

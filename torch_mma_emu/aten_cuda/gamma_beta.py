@@ -6,13 +6,15 @@ rows_per_block_y, partial_reduction, aligned_grid, rms_norm>`` computes them
 The launch picks one of five tilings from M (rows), N (columns) and the SM count:
 
 * ``M > 65536 and N // 32 < SMs // 2``: ``<32, 1, 32, partial>`` on a grid of
-  ``min(32768 // ceil(N / 32), ceil(M / 32))`` row blocks, partial sums stored in T, then
-  ``.sum(0)`` -- **not modelled** (:func:`modelled` is False; the caller runs it natively);
+  ``min(32768 // ceil(N / 32), ceil(M / 32))`` row blocks (:func:`partial_sums`: row block
+  ``b`` takes the 32-row tiles ``b, b + grid, ...``, one thread per column, 32 rows each in
+  order), partial sums stored in T, then ``.sum(0)``: CUDA's ``reduce_kernel`` over dim 0
+  on the GPU's SM count (:func:`torch_mma_emu.aten_cuda.sums.reduce`);
 * otherwise one row of blocks (``gridDim.y = 1``), 32 columns per block:
   ``M < 64``: ``<32, 1, 8>`` (one thread per column, no cross-thread reduction);
   ``M < 128``: ``<32, 8, 64>``; ``M < 256``: ``<32, 16, 128>``; else ``<32, 32, 256>``.
 
-In each of the four modelled tilings a thread ``(x, y)`` owns column ``32 * blockIdx.x + x``
+In each of the four one-pass tilings a thread ``(x, y)`` owns column ``32 * blockIdx.x + x``
 and, for every tile of ``rows_per_block_y`` rows starting at ``M_start``, the 8 rows
 ``M_start + 8 y + i`` (i = 0..7, rows past M load zeros, mean and rstd zero), and in float::
 
@@ -31,9 +33,10 @@ import numpy as np
 import torch
 
 from ..gpu_math import ieee
+from . import sums
 
-__all__ = ["BLOCK_X", "ROWS_PER_THREAD", "PARTIAL_M", "tiling", "modelled", "kernel_name",
-           "column_sums", "gamma_beta_grads"]
+__all__ = ["BLOCK_X", "ROWS_PER_THREAD", "PARTIAL_M", "tiling", "kernel_name",
+           "column_sums", "partial_grid", "partial_sums", "gamma_beta_grads"]
 
 BLOCK_X = 32               # block_dim_x on CUDA (64 on ROCm)
 ROWS_PER_THREAD = 8        # rows_per_block_y / block_dim_y in every CUDA tiling
@@ -60,12 +63,6 @@ def tiling(m: int, n: int, sms: int) -> tuple:
     raise AssertionError("unreachable")
 
 
-def modelled(m: int, n: int, sms: int) -> bool:
-    """Whether :func:`column_sums` models the tiling of (M, N) on ``sms`` SMs (the
-    one-pass tilings; the 2-pass ``partial_reduction`` path is not)."""
-    return not tiling(m, n, sms)[2]
-
-
 def kernel_name(m: int, n: int, dtype: torch.dtype, sms: int, *, rms: bool = False) -> str:
     by, rows, partial = tiling(m, n, sms)
     one_thread = by == 1 and not partial          # blocks.y == threads.y == 1: no reduction
@@ -75,8 +72,8 @@ def kernel_name(m: int, n: int, dtype: torch.dtype, sms: int, *, rms: bool = Fal
             f"{str(partial or one_thread).lower()}, {str(aligned).lower()}, "
             f"{str(rms).lower()}>")
     if partial:
-        g = min((32 * 1024) // -(-n // BLOCK_X), -(-m // rows))
-        return f"{name} on {g} row blocks, then .sum(0) (M={m}, N={n}, {sms} SMs)"
+        return (f"{name} on {partial_grid(m, n)} row blocks, then .sum(0) (M={m}, N={n}, "
+                f"{sms} SMs)")
     return f"{name} (M={m}, N={n})"
 
 
@@ -120,12 +117,48 @@ def column_sums(DY, X, mean, rstd, *, block_y: int, rows_per_block: int,
     return dg[0], db[0]
 
 
-def gamma_beta_grads(dy: torch.Tensor, x: torch.Tensor, n: int, mean, rstd, sms: int, *,
+def partial_grid(m: int, n: int) -> int:
+    """Row blocks of the 2-pass tiling: ``min(32768 // ceil(N / 32), ceil(M / 32))``."""
+    return min((32 * 1024) // -(-n // BLOCK_X), -(-m // _PARTIAL_TILE[1]))
+
+
+def partial_sums(DY, X, mean, rstd, grid: int, *, rms: bool = False):
+    """The 2-pass tiling's first kernel, ``<32, 1, 32, partial_reduction>`` on ``grid`` row
+    blocks: float32 ``(dg, db)`` [grid, N], row block ``b`` summing, in order, the 32-row
+    tiles ``b, b + grid, b + 2 grid, ...`` (one thread per column; stored to T by the
+    caller, then ``.sum(0)``)."""
+    DY, X = np.asarray(DY, _F), np.asarray(X, _F)
+    M, N = X.shape
+    G, R = int(grid), _PARTIAL_TILE[1]
+    K = -(-M // (R * G))
+    mean = np.zeros(M, _F) if rms else np.asarray(mean, _F).reshape(M)
+    rstd = np.asarray(rstd, _F).reshape(M)
+    with np.errstate(over="ignore", invalid="ignore"):
+        P = (DY * (X if rms else (X - mean[:, None]).astype(_F, copy=False))
+             ).astype(_F, copy=False)
+
+        def lay(A, width):           # rows past M: zeros; [K, G, 32, width]
+            Z = np.zeros((K * G * R, width), _F)
+            Z[:M] = A.reshape(M, width)
+            return Z.reshape(K, G, R, width)
+        P, D, Rs = lay(P, N), lay(DY, N), lay(rstd, 1)
+        dg = np.zeros((G, N), _F)
+        db = np.zeros((G, N), _F)
+        for k in range(K):
+            for i in range(R):
+                dg = ieee.fma(P[k, :, i], Rs[k, :, i], dg)
+                if not rms:
+                    db = (db + D[k, :, i]).astype(_F, copy=False)
+    return dg, db
+
+
+def gamma_beta_grads(dy: torch.Tensor, x: torch.Tensor, n: int, mean, rstd, gpu, *,
                      rms: bool = False):
     """``native_layer_norm_backward``'s (dgamma, dbeta) in ``x``'s dtype (fp32 / fp16 /
     bf16) for rows of ``n``, from the forward's float ``mean`` / ``rstd`` (``rms``: the
-    fused rms_norm's dgamma, dbeta None); ValueError where the device's tiling is the
-    unmodelled 2-pass one (check :func:`modelled` first)."""
+    fused rms_norm's dgamma, dbeta None), on ``gpu``: a :class:`registry.Gpu` row, or its
+    SM count for the one-pass tilings (the 2-pass one also needs the row for its
+    ``.sum(0)``: :func:`torch_mma_emu.aten_cuda.sums.reduce`)."""
     if x.dtype not in _FLOATS or dy.dtype != x.dtype:
         raise TypeError(f"the gamma/beta backward model takes fp32, fp16 or bf16 dy and x of "
                         f"one dtype, got {dy.dtype} and {x.dtype}")
@@ -133,16 +166,21 @@ def gamma_beta_grads(dy: torch.Tensor, x: torch.Tensor, n: int, mean, rstd, sms:
         raise ValueError(f"dy {list(dy.shape)} and x {list(x.shape)} must have one non-empty "
                          f"shape made of rows of {n}")
     m = x.numel() // n
+    sms = int(getattr(gpu, "sms", gpu))
     by, rows, partial = tiling(m, n, sms)
-    if partial:
-        raise ValueError(f"not modelled: {kernel_name(m, n, x.dtype, sms, rms=rms)}")
+    if partial and not hasattr(gpu, "sms"):
+        raise ValueError(f"{kernel_name(m, n, x.dtype, sms, rms=rms)}: the 2-pass tiling's "
+                         f".sum(0) needs the GPU row (registry.gpu), not an SM count")
     for t, name in ((None if rms else mean, "mean"), (rstd, "rstd")):
         if t is not None and t.numel() != m:
             raise ValueError(f"{name} must have {m} elements, got {t.numel()}")
     flat = lambda t: t.detach().reshape(m).float().numpy()          # noqa: E731
-    dg, db = column_sums(dy.detach().reshape(m, n).float().numpy(),
-                         x.detach().reshape(m, n).float().numpy(),
-                         None if rms else flat(mean), flat(rstd),
-                         block_y=by, rows_per_block=rows, rms=rms)
-    to = lambda a: torch.from_numpy(a.copy()).to(x.dtype)          # noqa: E731
+    args = (dy.detach().reshape(m, n).float().numpy(), x.detach().reshape(m, n).float().numpy(),
+            None if rms else flat(mean), flat(rstd))
+    to = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(x.dtype)   # noqa: E731
+    if partial:
+        dgp, dbp = partial_sums(*args, partial_grid(m, n), rms=rms)
+        dg = sums.reduce(to(dgp), 0, gpu=gpu)
+        return dg, (None if rms else sums.reduce(to(dbp), 0, gpu=gpu))
+    dg, db = column_sums(*args, block_y=by, rows_per_block=rows, rms=rms)
     return to(dg), (None if rms else to(db))

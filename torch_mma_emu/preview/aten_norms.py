@@ -11,14 +11,14 @@
 
 Rows the vectorised kernel does not take (N % 4 != 0, N > 2^24, unaligned views) get the
 unvectorised pair's bits.  Native, recorded with the reason: fp64, non-contiguous inputs,
-non-CPU tensors, AMD targets; dgamma / dbeta in the 2-pass tiling (M > 65536, few columns).
+non-CPU tensors, AMD targets; rms_norm's dgamma with mixed dtypes.
 
 * ``aten.native_layer_norm_backward``: dX with the bits of torch 2.13's
   ``layer_norm_grad_input_kernel[_vectorized]`` (aten_cuda/norms_backward.py), from the
   forward's float statistics (kept here for 16-bit inputs, whose CPU forward stores them
-  rounded); dgamma / dbeta with the bits of ``GammaBetaBackwardCUDAKernelTemplate`` in its
-  one-pass tilings (aten_cuda/gamma_beta.py), recorded apart; its 2-pass tiling by PyTorch's
-  CPU kernel, recorded "CPU order" with the tiling named.
+  rounded); dgamma / dbeta with the bits of ``GammaBetaBackwardCUDAKernelTemplate`` in the
+  tiling torch 2.13 picks (aten_cuda/gamma_beta.py; the 2-pass one with its ``.sum(0)``),
+  recorded apart with the tiling named.
 """
 from __future__ import annotations
 
@@ -38,8 +38,6 @@ KIND = "normalization"
 _LABEL = f"torch {aten_cuda.TORCH_VERSION} CUDA kernel"
 _BACKWARD = "backward: not modelled (PyTorch's CPU kernel)"
 _BUSY = threading.local()         # rms_norm's backward recomputes PyTorch's own forward
-_GB_NATIVE = ("dgamma / dbeta: PyTorch's CPU kernel (the 2-pass partial_reduction tiling is "
-              "not modelled)")
 _STATS: OrderedDict = OrderedDict()  # (x, mean, rstd) data_ptrs -> float32 (mean, rstd)
 _STATS_KEEP = 256
 _STATS_LOCK = threading.Lock()
@@ -112,8 +110,8 @@ def _float_stats(x, mean, rstd):
 
 
 def handle_layer_norm_backward(mode, func, args, kwargs):
-    """``native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, mask)``: dX and,
-    in the one-pass tilings, dgamma / dbeta modelled; the rest PyTorch's CPU kernel."""
+    """``native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, mask)``: dX and
+    dgamma / dbeta modelled."""
     dy, x, shape, mean, rstd, weight, bias, mask = (list(args) + [None] * 8)[:8]
     n = 1
     for s in shape:
@@ -137,16 +135,10 @@ def handle_layer_norm_backward(mode, func, args, kwargs):
                     "dX: " + norms_backward.kernel_name(n, x.dtype, dy, x, weight))
     if not (mask[1] or mask[2]):
         return dx, None, None
-    m, sms = x.numel() // n, aten_reductions.target_gpu(mode).sms
-    kernel = gamma_beta.kernel_name(m, n, x.dtype, sms)
-    if gamma_beta.modelled(m, n, sms):
-        dg, db = gamma_beta.gamma_beta_grads(dy, x, n, m32, r32, sms)
-        mode.record(f"{func} (dgamma, dbeta)", KIND, _LABEL, [dy.shape],
-                    "dgamma / dbeta: " + kernel)
-    else:
-        mode.record(f"{func} (dgamma, dbeta)", KIND, KERNEL_NATIVE, [dy.shape],
-                    f"{_GB_NATIVE}: {kernel}")
-        _, dg, db = func(dy, x, shape, mean, rstd, weight, bias, [False, mask[1], mask[2]])
+    m, gpu = x.numel() // n, aten_reductions.target_gpu(mode)
+    dg, db = gamma_beta.gamma_beta_grads(dy, x, n, m32, r32, gpu)
+    mode.record(f"{func} (dgamma, dbeta)", KIND, _LABEL, [dy.shape],
+                "dgamma / dbeta: " + gamma_beta.kernel_name(m, n, x.dtype, gpu.sms))
     return dx, (dg if mask[1] else None), (db if mask[2] else None)
 
 
@@ -157,7 +149,7 @@ def _plain(t):
 class _RmsNorm(torch.autograd.Function):
     """Forward: the model's y; backward: dX the model's (``layer_norm_grad_input_kernel*<T,
     float, true>`` from the modelled rstd), dgamma too (``GammaBetaBackwardCUDAKernelTemplate<T,
-    float, ..., true>``) but in the 2-pass tiling or mixed dtypes: PyTorch's decomposition."""
+    float, ..., true>``) but with mixed dtypes: PyTorch's decomposition."""
 
     @staticmethod
     def forward(ctx, x, weight, shape, eps, y, mode, rstd):
@@ -180,14 +172,13 @@ class _RmsNorm(torch.autograd.Function):
         cw = None
         if wants_w and gy.dtype == x.dtype == weight.dtype:
             n = x.numel() // max(rstd.numel(), 1)
-            m, sms = x.numel() // n, aten_reductions.target_gpu(ctx.mode).sms
-            kernel = gamma_beta.kernel_name(m, n, x.dtype, sms, rms=True)
-            if gamma_beta.modelled(m, n, sms):
-                cw = gamma_beta.gamma_beta_grads(gy, x, n, None, rstd, sms, rms=True)[0]
-                cw = cw.reshape(weight.shape)
-                ctx.mode.record("aten._fused_rms_norm_backward (dgamma)", KIND, _LABEL,
-                                [x.shape], "dgamma: " + kernel)
-                wants_w = False
+            m, gpu = x.numel() // n, aten_reductions.target_gpu(ctx.mode)
+            cw = gamma_beta.gamma_beta_grads(gy, x, n, None, rstd, gpu, rms=True)[0]
+            cw = cw.reshape(weight.shape)
+            ctx.mode.record("aten._fused_rms_norm_backward (dgamma)", KIND, _LABEL, [x.shape],
+                            "dgamma: " + gamma_beta.kernel_name(m, n, x.dtype, gpu.sms,
+                                                                rms=True))
+            wants_w = False
         want_x = ctx.needs_input_grad[0] and gx is None
         if want_x or wants_w:
             what = ", ".join(w for w, on in (("dX", want_x), ("dgamma", wants_w)) if on)
