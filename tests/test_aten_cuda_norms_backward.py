@@ -137,7 +137,8 @@ def test_rms_model_equals_slow_reference(dtype, n, weighted):
 
 def test_rms_norm_training_step_x_grad_is_the_model():
     """Under emulate ``F.rms_norm``'s x.grad is the model's (from the modelled rstd) and
-    differs from CPU torch's; the weight's gradient is PyTorch's, recorded apart."""
+    differs from CPU torch's; the weight's gradient is recorded apart
+    (tests/test_aten_cuda_gamma_beta.py)."""
     torch.manual_seed(1)
     D = 1024
     x = (torch.randn(8, D) * 2).requires_grad_()
@@ -155,7 +156,7 @@ def test_rms_norm_training_step_x_grad_is_the_model():
     assert torch.allclose(w.grad, wc.grad, rtol=1e-3, atol=1e-3)
     fmt = {r.op: r.format for r in em.records}
     assert fmt["aten._fused_rms_norm_backward"] == "torch 2.13.0 CUDA kernel"
-    assert fmt["aten._fused_rms_norm_backward (dgamma)"] == "CPU order"
+    assert fmt["aten._fused_rms_norm_backward (dgamma)"] == "torch 2.13.0 CUDA kernel"
 
 
 def test_order_matters():
@@ -229,8 +230,9 @@ def test_training_step_x_grad_is_the_model(dtype):
     recs = {(r.op, r.format): r for r in em.records if "native_layer_norm_backward" in r.op}
     dx = recs[("aten.native_layer_norm_backward.default", "torch 2.13.0 CUDA kernel")]
     assert dx.phase == "backward" and "layer_norm_grad_input_kernel_vectorized" in dx.note
-    gb = recs[("aten.native_layer_norm_backward.default (dgamma, dbeta)", "CPU order")]
-    assert "dgamma / dbeta" in gb.note
+    gb = recs[("aten.native_layer_norm_backward.default (dgamma, dbeta)",
+               "torch 2.13.0 CUDA kernel")]
+    assert "dgamma / dbeta: GammaBetaBackwardCUDAKernelTemplate" in gb.note
     assert "(dgamma, dbeta)" in em.summary()
 
 

@@ -1,8 +1,8 @@
 """The GPU step ``reductions`` records what confirms issue 39's models (hw/aten_checks.py:
-softmax paths and backward, affine layer_norm and its dX, rms_norm, var / std, elementwise
-sweeps and their backward); its CPU stand-in ``--compare`` runs the models against a record.
-Here the record is the models' own prediction: it must match, and one flipped bit must
-show."""
+softmax paths and backward, affine layer_norm, its dX and dgamma / dbeta, rms_norm, var /
+std, elementwise sweeps and their backward); its CPU stand-in ``--compare`` runs the
+models against a record.  Here the record is the models' own prediction: it must match,
+and one flipped bit must show."""
 import numpy as np
 import pytest
 
@@ -10,7 +10,7 @@ from torch_mma_emu import registry
 from torch_mma_emu.hw import aten_checks, reductions
 
 KINDS = ("softmax_fp32_n4099", "log_softmax_bf16_spatial", "softmax_backward_fp16_n1000",
-         "layer_norm_affine_fp16_n1030", "layer_norm_bw_bf16_n1030",
+         "layer_norm_affine_fp16_n1030", "layer_norm_bw_bf16_n1030", "layer_norm_dgdb_fp16_m200",
          "rms_norm_fp32_n1024", "var_cols_fp32",
          "ew_erf_bf16", "bw_tanh_backward_fp16", "embedding_bw_segments_fp16")
 
@@ -64,5 +64,5 @@ def test_a_regenerated_input_must_match_its_head(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_every_case(tmp_path, monkeypatch):
     arrays = _record(tmp_path, monkeypatch, subset=False)
-    assert len([k for k in arrays if k.startswith(aten_checks.PREFIX)]) == 120  # 9: embedding, 6: dX
+    assert len([k for k in arrays if k.startswith(aten_checks.PREFIX)]) == 132  # 12: dgamma / dbeta
     _check(tmp_path, arrays, "k39_std_mean_all_bf16")

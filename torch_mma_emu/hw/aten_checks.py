@@ -80,6 +80,7 @@ def cases():
 def _cases():
     from ..aten_cuda import backward as bw
     from ..aten_cuda import embedding
+    from ..aten_cuda import gamma_beta as gb
     from ..aten_cuda import host_softmax as hs
     from ..aten_cuda import moments, norms
     from ..aten_cuda import norms_backward as nb
@@ -122,6 +123,13 @@ def _cases():
             x, w = _randn((2, n), k, dt, 3), _randn((n,), k + "w", dt)
             out.append((k, (x, w), lambda x, w: F.rms_norm(x, x.shape[-1:], w),
                         lambda g, x, w: norms.rms_norm(x, x.shape[-1:], w)[0]))
+        for m in (40, 100, 200, 300):       # dgamma / dbeta, one key per one-pass tiling
+            k = f"layer_norm_dgdb_{dn}_m{m}"      # (aten_cuda/gamma_beta.py)
+            x, w, b, dy = _randn((m, 100), k, dt, 3), _randn((100,), k + "w", dt), \
+                _randn((100,), k + "b", dt), _randn((m, 100), k + "g", dt)
+            out.append((k, (dy, x, w, b), _layer_norm_dgdb,
+                        lambda g, dy, x, w, b: torch.cat(gb.gamma_beta_grads(
+                            dy, x, 100, *norms.layer_norm(x, (100,), w, b)[1:], g.sms))))
         k = f"var_rows_{dn}"
         out.append((k, (_randn((4, 4099), k, dt, 2) + 3,), lambda x: torch.var(x, -1),
                     lambda g, x: moments.moments(x, -1, op="var", gpu=g)))
@@ -167,6 +175,16 @@ def _layer_norm_dx(dy, x, w):
     _, mean, rstd = torch.native_layer_norm(x, (n,), w, None, 1e-5)
     return torch.ops.aten.native_layer_norm_backward(dy, x, (n,), mean, rstd, w, None,
                                                      [True, False, False])[0]
+
+
+def _layer_norm_dgdb(dy, x, w, b):
+    """The device's layer_norm (dgamma, dbeta), concatenated, from its own forward
+    statistics (dX not asked)."""
+    n = x.shape[-1]
+    _, mean, rstd = torch.native_layer_norm(x, (n,), w, b, 1e-5)
+    _, dg, db = torch.ops.aten.native_layer_norm_backward(dy, x, (n,), mean, rstd, w, b,
+                                                          [False, True, True])
+    return torch.cat([dg, db])
 
 
 def _ew_model(ew_eval, op, x, name):

@@ -7,16 +7,18 @@
   rsqrt / mul, on CUDA it runs the fused kernel (``_fused_rms_norm``), so the function is
   caught above autograd (functions.py) and the fused kernel's bits come back; in backward
   dX is the model's (``_fused_rms_norm_backward``'s kernel, aten_cuda/norms_backward.py),
-  dgamma PyTorch's own (the CPU decomposition recomputed), recorded apart.
+  dgamma too (aten_cuda/gamma_beta.py, ``rms_norm = true``), recorded apart.
 
 Rows the vectorised kernel does not take (N % 4 != 0, N > 2^24, unaligned views) get the
 unvectorised pair's bits.  Native, recorded with the reason: fp64, non-contiguous inputs,
-non-CPU tensors, AMD targets; rms_norm's dgamma.
+non-CPU tensors, AMD targets; rms_norm's dgamma with mixed dtypes.
 
 * ``aten.native_layer_norm_backward``: dX with the bits of torch 2.13's
   ``layer_norm_grad_input_kernel[_vectorized]`` (aten_cuda/norms_backward.py), from the
   forward's float statistics (kept here for 16-bit inputs, whose CPU forward stores them
-  rounded); dgamma / dbeta by PyTorch's CPU kernel, recorded apart as "CPU order".
+  rounded); dgamma / dbeta with the bits of ``GammaBetaBackwardCUDAKernelTemplate`` in the
+  tiling torch 2.13 picks (aten_cuda/gamma_beta.py; the 2-pass one with its ``.sum(0)``),
+  recorded apart with the tiling named.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from collections import OrderedDict
 import torch
 
 from .. import aten_cuda
-from ..aten_cuda import norms, norms_backward
+from ..aten_cuda import gamma_beta, norms, norms_backward
 from . import aten_reductions
 from .records import KERNEL_NATIVE
 
@@ -36,8 +38,6 @@ KIND = "normalization"
 _LABEL = f"torch {aten_cuda.TORCH_VERSION} CUDA kernel"
 _BACKWARD = "backward: not modelled (PyTorch's CPU kernel)"
 _BUSY = threading.local()         # rms_norm's backward recomputes PyTorch's own forward
-_GB_NATIVE = ("dgamma / dbeta: PyTorch's CPU kernel (GammaBetaBackwardCUDAKernelTemplate "
-              "not modelled)")
 _STATS: OrderedDict = OrderedDict()  # (x, mean, rstd) data_ptrs -> float32 (mean, rstd)
 _STATS_KEEP = 256
 _STATS_LOCK = threading.Lock()
@@ -110,29 +110,36 @@ def _float_stats(x, mean, rstd):
 
 
 def handle_layer_norm_backward(mode, func, args, kwargs):
-    """``native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, mask)``: dX
-    modelled, dgamma / dbeta PyTorch's CPU kernel."""
+    """``native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias, mask)``: dX and
+    dgamma / dbeta modelled."""
     dy, x, shape, mean, rstd, weight, bias, mask = (list(args) + [None] * 8)[:8]
     n = 1
     for s in shape:
         n *= int(s)
-    why = "" if mask is None or mask[0] else "no input gradient asked"
-    why = why or _why_native(mode, x, n, weight)
-    if not why and (dy.dtype != x.dtype or (weight is not None and weight.dtype != x.dtype)):
+    mask = [True, True, True] if mask is None else list(mask)
+    why = _why_native(mode, x, n, weight)
+    if not why and (dy.dtype != x.dtype or any(t is not None and t.dtype != x.dtype
+                                               for t in (weight, bias))):
         why = "mixed dtypes: not modelled"
+    if not why and not any(mask):
+        why = "no gradient asked"
     if why or kwargs:
         mode.record(func, KIND, KERNEL_NATIVE, [dy.shape], why or "keyword arguments")
         return func(*args, **kwargs)
     _warn(mode)
     m32, r32 = _float_stats(x, mean, rstd)
-    dx = norms_backward.layer_norm_grad_input(dy, x, n, m32, r32, _plain(weight))
-    mode.record(func, KIND, _LABEL, [dy.shape],
-                "dX: " + norms_backward.kernel_name(n, x.dtype, dy, x, weight))
+    dx = dg = db = None
+    if mask[0]:
+        dx = norms_backward.layer_norm_grad_input(dy, x, n, m32, r32, _plain(weight))
+        mode.record(func, KIND, _LABEL, [dy.shape],
+                    "dX: " + norms_backward.kernel_name(n, x.dtype, dy, x, weight))
     if not (mask[1] or mask[2]):
         return dx, None, None
-    mode.record(f"{func} (dgamma, dbeta)", KIND, KERNEL_NATIVE, [dy.shape], _GB_NATIVE)
-    _, dg, db = func(dy, x, shape, mean, rstd, weight, bias, [False, mask[1], mask[2]])
-    return dx, dg, db
+    m, gpu = x.numel() // n, aten_reductions.target_gpu(mode)
+    dg, db = gamma_beta.gamma_beta_grads(dy, x, n, m32, r32, gpu)
+    mode.record(f"{func} (dgamma, dbeta)", KIND, _LABEL, [dy.shape],
+                "dgamma / dbeta: " + gamma_beta.kernel_name(m, n, x.dtype, gpu.sms))
+    return dx, (dg if mask[1] else None), (db if mask[2] else None)
 
 
 def _plain(t):
@@ -141,7 +148,8 @@ def _plain(t):
 
 class _RmsNorm(torch.autograd.Function):
     """Forward: the model's y; backward: dX the model's (``layer_norm_grad_input_kernel*<T,
-    float, true>`` from the modelled rstd), dgamma PyTorch's decomposition recomputed."""
+    float, true>`` from the modelled rstd), dgamma too (``GammaBetaBackwardCUDAKernelTemplate<T,
+    float, ..., true>``) but with mixed dtypes: PyTorch's decomposition."""
 
     @staticmethod
     def forward(ctx, x, weight, shape, eps, y, mode, rstd):
@@ -161,18 +169,29 @@ class _RmsNorm(torch.autograd.Function):
                             "dX: " + norms_backward.kernel_name(n, x.dtype, gy, x, weight,
                                                                 rms=True))
         wants_w = weight is not None and ctx.needs_input_grad[1]
-        if (ctx.needs_input_grad[0] and gx is None) or wants_w:
-            what = "dgamma" if gx is not None else "dX, dgamma"
+        cw = None
+        if wants_w and gy.dtype == x.dtype == weight.dtype:
+            n = x.numel() // max(rstd.numel(), 1)
+            m, gpu = x.numel() // n, aten_reductions.target_gpu(ctx.mode)
+            cw = gamma_beta.gamma_beta_grads(gy, x, n, None, rstd, gpu, rms=True)[0]
+            cw = cw.reshape(weight.shape)
+            ctx.mode.record("aten._fused_rms_norm_backward (dgamma)", KIND, _LABEL, [x.shape],
+                            "dgamma: " + gamma_beta.kernel_name(m, n, x.dtype, gpu.sms,
+                                                                rms=True))
+            wants_w = False
+        want_x = ctx.needs_input_grad[0] and gx is None
+        if want_x or wants_w:
+            what = ", ".join(w for w, on in (("dX", want_x), ("dgamma", wants_w)) if on)
             ctx.mode.record(f"aten._fused_rms_norm_backward ({what})", KIND, KERNEL_NATIVE,
                             [x.shape], f"{what}: {_BACKWARD}")
             _BUSY.on = True
             try:
-                cx, cw = _RmsNorm._grads(ctx, x, weight, gy, gx is None)[:2]
+                cx, cw2 = _RmsNorm._grads(ctx, x, weight, gy, gx is None)[:2]
             finally:
                 _BUSY.on = False
             gx = cx if gx is None else gx
-            return gx, cw, None, None, None, None, None
-        return gx, None, None, None, None, None, None
+            cw = cw2 if wants_w else cw
+        return gx, cw, None, None, None, None, None
 
     @staticmethod
     def _grads(ctx, x, weight, gy, want_x):
