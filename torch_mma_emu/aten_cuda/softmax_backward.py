@@ -47,27 +47,15 @@ FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @dataclasses.dataclass(frozen=True)
-class BackwardLaunch:
-    kernel: str                     # "persistent", "Smem", "Backward", "Spatial"
-    outer: int
-    dim: int
-    inner: int
-    block: tuple = (1, 1)
-    ilp: int = 1
+class BackwardLaunch(hs.Launch):
+    """Which kernel ``host_softmax_backward`` runs and its shape (the forward's fields and
+    description; ``kernel`` is "persistent", "Smem", "Backward" or "Spatial")."""
 
     @property
     def name(self) -> str:
         return {"persistent": "softmax_warp_backward (persistent)",
                 "Smem": "cunn_SoftMaxBackwardSmem", "Backward": "cunn_SoftMaxBackward",
                 "Spatial": "cunn_SpatialSoftMaxBackward"}[self.kernel]
-
-    def describe(self) -> str:
-        if self.kernel == "persistent":
-            return f"{self.name}, rows of {self.dim}"
-        if self.kernel == "Spatial":
-            return (f"{self.name}, outer {self.outer} x dim {self.dim} x inner {self.inner}, "
-                    f"block {self.block[0]}x{self.block[1]}")
-        return f"{self.name}, rows of {self.dim}, block {self.block[0]}, ILP {self.ilp}"
 
 
 def block_size(ilp: int, n: int) -> int:
