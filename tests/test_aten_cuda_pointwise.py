@@ -226,3 +226,32 @@ def test_sparse_tensors_stay_native_and_are_named():
     got, em = _emulated(lambda: (x * 2.0, x + x))
     assert torch.equal(got[0].to_dense(), (x * 2.0).to_dense())
     assert "aten.mul" in em.summary().split("ran natively", 1)[1]
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="needs nvcc")
+def test_nvcc_contracts_the_expressions_the_model_fuses(tmp_path):
+    """The FMAs of the model are nvcc's: ATen's ufunc add (``self + alpha * other`` in
+    opmath) and arange's ``xstart + xstep * float(ind)`` (RangeFactories.cu) compile to one
+    ``fma.rn.f32`` with PyTorch's device flags; the scalar division's multiply stays a
+    multiply."""
+    import subprocess
+    src = tmp_path / "pw.cu"
+    src.write_text(
+        "__global__ void add(float* o, const float* s, const float* t, float alpha) {\n"
+        "  int i = threadIdx.x; o[i] = s[i] + alpha * t[i]; }\n"
+        "__global__ void ar(float* o, float xstart, float xstep) {\n"
+        "  long long ind = blockIdx.x * (long long)blockDim.x + threadIdx.x;\n"
+        "  float inc = xstep * static_cast<float>(ind); float val = xstart + inc;\n"
+        "  o[ind] = val; }\n"
+        "__global__ void mulinv(float* o, const float* s, float inv_b) {\n"
+        "  int i = threadIdx.x; o[i] = s[i] * inv_b; }\n")
+    ptx = tmp_path / "pw.ptx"
+    subprocess.run(["nvcc", "-arch=sm_90", "-ptx", "-O3", str(src), "-o", str(ptx)],
+                   check=True)
+    bodies = ptx.read_text().split(".entry")[1:]
+    kern = {b.split("(")[0].strip(): b for b in bodies}
+    add, ar, mul = (next(v for k, v in kern.items() if n in k) for n in ("3add", "2ar", "mulinv"))
+    assert "fma.rn.f32" in add and "mul.f32" not in add
+    assert "fma.rn.f32" in ar and "cvt.rn.f32.s64" in ar
+    assert "mul.rn.f32" in mul or "mul.f32" in mul
+    assert "fma" not in mul and "div" not in mul
