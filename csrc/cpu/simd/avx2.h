@@ -48,10 +48,13 @@ struct Avx2 {
   MMA_VT M outside(I x, int32_t lo, int32_t hi) {  // x < lo or x > hi
     return _mm256_or_si256(_mm256_cmpgt_epi32(set1(lo), x), _mm256_cmpgt_epi32(x, set1(hi)));
   }
+  // the same with the bounds as vectors: lo, hi and hi - lo (each layer takes what it compares)
+  MMA_VT M outside_v(I x, I lo, I hi, I) { return _mm256_or_si256(_mm256_cmpgt_epi32(lo, x), _mm256_cmpgt_epi32(x, hi)); }
   MMA_VT M test(I a, I b) { return ne(_mm256_and_si256(a, b), zero()); }  // (a & b) != 0
   MMA_VT I add_maskz(M m, I a, I b) { return _mm256_and_si256(m, _mm256_add_epi32(a, b)); }  // m ? a + b : 0
   MMA_VT M sign(I a) { return _mm256_srai_epi32(a, 31); }
   MMA_VT I select(M m, I t, I f) { return _mm256_blendv_epi8(f, t, m); }
+  MMA_VT I max_where(M m, I a, I b) { return _mm256_blendv_epi8(b, _mm256_max_epi32(a, b), m); }  // m ? max(a, b) : b
   MMA_VT I maskz(M m, I a) { return _mm256_and_si256(m, a); }
   // signed overflow of r = s + t: in the sign of (r ^ s) & (r ^ t)
   MMA_VT M add_overflow(I r, I s, I t) { return sign(_mm256_and_si256(_mm256_xor_si256(r, s), _mm256_xor_si256(r, t))); }

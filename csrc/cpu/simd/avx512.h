@@ -12,6 +12,19 @@
 namespace mma {
 namespace simd {
 
+// b_emax's shuffle controls: pair j spreads byte 2j over the low 256 bits, 2j + 1 over the high
+alignas(64) inline constexpr int8_t kPairSel[8 * 64] = {
+#define MMA_PAIR(j) \
+  2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, \
+  2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, \
+  2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, \
+  2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, \
+  2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, \
+  2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1
+    MMA_PAIR(0), MMA_PAIR(1), MMA_PAIR(2), MMA_PAIR(3), MMA_PAIR(4), MMA_PAIR(5), MMA_PAIR(6), MMA_PAIR(7)
+#undef MMA_PAIR
+};
+
 struct Avx512 {
   static constexpr const char* kName = "avx512";
   static constexpr int kN = 16;
@@ -43,10 +56,13 @@ struct Avx512 {
   MMA_VT512 M outside(I x, int32_t lo, int32_t hi) {  // one unsigned compare
     return _mm512_cmpgt_epu32_mask(_mm512_sub_epi32(x, set1(lo)), set1(hi - lo));
   }
+  // the same with the bounds as vectors: lo, hi and hi - lo (each layer takes what it compares)
+  MMA_VT512 M outside_v(I x, I lo, I, I span) { return _mm512_cmpgt_epu32_mask(_mm512_sub_epi32(x, lo), span); }
   MMA_VT512 M test(I a, I b) { return _mm512_test_epi32_mask(a, b); }  // (a & b) != 0
   MMA_VT512 I add_maskz(M m, I a, I b) { return _mm512_maskz_add_epi32(m, a, b); }  // m ? a + b : 0
   MMA_VT512 M sign(I a) { return _mm512_movepi32_mask(a); }
   MMA_VT512 I select(M m, I t, I f) { return _mm512_mask_mov_epi32(f, m, t); }
+  MMA_VT512 I max_where(M m, I a, I b) { return _mm512_mask_max_epi32(b, m, a, b); }  // m ? max(a, b) : b
   MMA_VT512 I maskz(M m, I a) { return _mm512_maskz_mov_epi32(m, a); }
   MMA_VT512 M add_overflow(I r, I s, I t) { return _mm512_movepi32_mask(_mm512_ternarylogic_epi32(r, s, t, 0x18)); }
 
@@ -91,17 +107,37 @@ struct Avx512 {
   MMA_VT512 B b_max(B a, B b) { return _mm256_max_epi8(a, b); }
   MMA_VT512 B b_min(B a, B b) { return _mm256_min_epi8(a, b); }
   // max(m, max over k < n of adds(a[k], b[k * 32 + lane])): two k per 512-bit step (the low
-  // half k, the high half k + 1; a's pair spread by one in-lane shuffle), then one fold
+  // half k, the high half k + 1), then one fold.  a's exponents come in with one broadcast
+  // load per 16 (8, 4, 2) k, each pair spread by one in-lane shuffle with its control
+  // (kPairSel[j]: bytes 2j, then 2j + 1) from memory
+  MMA_VT512 __m512i b_pairs(__m512i m2, __m512i src, int np, const int8_t* b) {
+    for (int j = 0; j < np; ++j)
+      m2 = _mm512_max_epi8(m2, _mm512_adds_epi8(_mm512_shuffle_epi8(src, _mm512_load_si512(kPairSel + 64 * j)),
+                                                _mm512_loadu_si512(b + j * 64)));
+    return m2;
+  }
   MMA_VT512 B b_emax(B m, const int8_t* a, const int8_t* b, int n) {
-    const __m512i sel = _mm512_set_epi64(0x0101010101010101, 0x0101010101010101, 0x0101010101010101,
-                                         0x0101010101010101, 0, 0, 0, 0);
     __m512i m2 = _mm512_set1_epi8(-128);
     int k = 0;
-    for (; k + 2 <= n; k += 2) {
+    for (; k + 16 <= n; k += 16)
+      m2 = b_pairs(m2, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + k))), 8, b + k * 32);
+    if (k + 8 <= n) {
+      int64_t q;
+      __builtin_memcpy(&q, a + k, 8);
+      m2 = b_pairs(m2, _mm512_set1_epi64(q), 4, b + k * 32);
+      k += 8;
+    }
+    if (k + 4 <= n) {
+      int32_t d;
+      __builtin_memcpy(&d, a + k, 4);
+      m2 = b_pairs(m2, _mm512_set1_epi32(d), 2, b + k * 32);
+      k += 4;
+    }
+    if (k + 2 <= n) {
       int16_t w;
       __builtin_memcpy(&w, a + k, 2);
-      const __m512i ea = _mm512_shuffle_epi8(_mm512_set1_epi16(w), sel);
-      m2 = _mm512_max_epi8(m2, _mm512_adds_epi8(ea, _mm512_loadu_si512(b + k * 32)));
+      m2 = b_pairs(m2, _mm512_set1_epi16(w), 1, b + k * 32);
+      k += 2;
     }
     m = _mm256_max_epi8(m, _mm256_max_epi8(_mm512_castsi512_si256(m2), _mm512_extracti64x4_epi64(m2, 1)));
     for (; k < n; ++k) m = b_max(m, b_adds(b_set1(a[k]), b_load(b + k * 32)));

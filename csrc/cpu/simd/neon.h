@@ -45,10 +45,13 @@ struct Neon {
   MMA_VTN M outside(I x, int32_t lo, int32_t hi) {
     return vorrq_u32(vcltq_s32(x, vdupq_n_s32(lo)), vcgtq_s32(x, vdupq_n_s32(hi)));
   }
+  // the same with the bounds as vectors: lo, hi and hi - lo (each layer takes what it compares)
+  MMA_VTN M outside_v(I x, I lo, I, I span) { return vcgtq_u32(vreinterpretq_u32_s32(vsubq_s32(x, lo)), vreinterpretq_u32_s32(span)); }
   MMA_VTN M test(I a, I b) { return vtstq_s32(a, b); }  // (a & b) != 0
   MMA_VTN I add_maskz(M m, I a, I b) { return vandq_s32(vreinterpretq_s32_u32(m), vaddq_s32(a, b)); }  // m ? a + b : 0
   MMA_VTN M sign(I a) { return vreinterpretq_u32_s32(vshrq_n_s32(a, 31)); }
   MMA_VTN I select(M m, I t, I f) { return vbslq_s32(m, t, f); }
+  MMA_VTN I max_where(M m, I a, I b) { return vbslq_s32(m, vmaxq_s32(a, b), b); }  // m ? max(a, b) : b
   MMA_VTN I maskz(M m, I a) { return vandq_s32(vreinterpretq_s32_u32(m), a); }
   MMA_VTN M add_overflow(I r, I s, I t) { return sign(vandq_s32(veorq_s32(r, s), veorq_s32(r, t))); }
 
