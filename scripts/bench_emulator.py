@@ -23,6 +23,7 @@ same torch thread count (torch.set_num_threads governs the emulation's loops too
     python scripts/bench_emulator.py --all --threads 1 --size 1024
     python scripts/bench_emulator.py --all --threads 1 --shape 4096x4096x1024
     python scripts/bench_emulator.py --scaling --only "sm90 fp16,gfx942 fp16" --size 1024
+    python scripts/bench_emulator.py --all --threads 1 --size 1024 --avx2   # an AVX2-only CPU
 
 --scaling prints MAC/s at 1, 2, ... os.cpu_count() threads (or --thread-counts 1,4,16), the
 emulation's and fp32 torch.matmul's, each count's speed-up over one thread, and the ratio.
@@ -45,6 +46,12 @@ from torch_mma_emu.cpp import params
 from torch_mma_emu.inputs import operands
 from torch_mma_emu.registry import ROWS
 
+
+
+# An AVX2-only machine, for both sides of the ratio: the emulator's kernels and fp32
+# torch.matmul (MKL, oneDNN and ATen's own kernels each have their cap)
+AVX2_CAPS = {"MMA_EMU_CPU_ISA": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "DNNL_MAX_CPU_ISA": "AVX2",
+             "ATEN_CPU_CAPABILITY": "avx2"}
 
 
 def best_times(fn, reps, sync, budget=2.0):
@@ -109,7 +116,13 @@ def main():
                    help="also time the scalar CPU path (MMA_EMU_SCALAR=1) in the same run")
     p.add_argument("--schedule", action="append", help="also time these schedules (preset "
                    "or 'schedule:...') against the plain chain (repeatable)")
+    p.add_argument("--avx2", action="store_true", help="an AVX2-only CPU on this one: caps the "
+                   "emulator and torch's matmul alike (re-runs itself with the caps set)")
     args = p.parse_args()
+    if args.avx2 and os.environ.get("MKL_ENABLE_INSTRUCTIONS") != "AVX2":
+        # the caps are read when MKL / oneDNN / ATen start: set them, then start afresh
+        os.environ.update(AVX2_CAPS)
+        os.execv(sys.executable, [sys.executable, *sys.argv])
     if args.size < 1 or args.reps < 0 or args.threads < 0:
         p.error("--size must be >= 1, --reps and --threads >= 0")
     try:
@@ -138,6 +151,9 @@ def main():
     macs = M * N * K
     shape = f"{n}^3" if not args.shape else f"{M}x{N}x{K}"
     print(f"torch {torch.__version__}, {where}, {shape}, best of {args.reps}")
+    if args.avx2:
+        print(f"AVX2 caps: {' '.join(f'{k}={v}' for k, v in AVX2_CAPS.items())} (torch's CPU "
+              f"capability now {torch.backends.cpu.get_cpu_capability()})")
     if args.all or (args.scaling and args.only):
         specs = [r.first_spec() for r in ROWS]
         if args.only:
