@@ -111,6 +111,30 @@ class Spy(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
+def test_view_backwards_only_move_bits():
+    """slice / select / diagonal backward are bookkeeping: zeros with the gradient's bits
+    copied in (compared bit for bit with such a tensor built by hand)."""
+    g = torch.randn(3, 4, dtype=torch.float32)
+    shape = [5, 4]
+    cases = [
+        (torch.ops.aten.slice_backward.default, (g, shape, 0, 1, 4, 1), (slice(1, 4), slice(None))),
+        (torch.ops.aten.select_backward.default, (g[0], shape, 0, 2), (2,)),
+        (torch.ops.aten.diagonal_backward.default, (g[0, :4], [4, 4], 0, 0, 1), None),
+    ]
+    for func, args, where in cases:
+        assert is_bookkeeping(func), func
+        got = func(*args)
+        want = torch.zeros(args[1])
+        if where is None:
+            want.diagonal().copy_(args[0])
+        else:
+            want[where] = args[0]
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32))
+    # their neighbours that sum stay counted
+    assert not is_bookkeeping(torch.ops.aten.unfold_backward.default)
+    assert not is_bookkeeping(torch.ops.aten.sum.dim_IntList)
+
+
 def _attention_as_one(ops: Counter) -> Counter:
     """SDPA calls counted as one family: under emulate the op is the target GPU's choice
     (sdpa_route.py), natively the CPU's."""

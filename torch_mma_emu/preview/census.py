@@ -36,6 +36,8 @@ BOOKKEEPING = frozenset({
     "masked_select", "narrow_copy",
     "split_with_sizes_copy", "unbind_copy", "expand_copy", "permute_copy", "t_copy",
     "transpose_copy", "unsqueeze_copy", "squeeze_copy", "select_copy", "slice_copy",
+    # the views' backward: zeros with the gradient copied into the viewed place
+    "slice_backward", "select_backward", "diagonal_backward",
     # metadata and predicates
     "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride", "numel",
     "dim", "is_same_size", "is_nonzero", "_has_same_storage_numel", "is_contiguous",
