@@ -19,6 +19,7 @@ struct ValueKernels {
 };
 ValueKernels value_kernels_avx2();
 ValueKernels value_kernels_avx512();
+ValueKernels value_kernels_avx512_wide();  // the 512-bit kernels, whatever the CPU
 ValueKernels value_kernels_neon();
 ValueKernels value_kernels(Isa isa);
 
