@@ -283,6 +283,11 @@ void check_fdpa(const Params& P0, Isa isa, Family fam, Gen& g, Result& res) {
 template <class T>
 T value(Gen& g, Family fam) {
   if constexpr (sizeof(T) == 4) {
+    if (fam == kFinish) {  // value rows: FTZ-AddMul's flushes (products, sums near 2^-126, subnormal c)
+      if (g.uni() < 0.2) return f32_of(uint32_t(g.bits(32)) & 0x807FFFFFu);
+      const float m = float(1 + g.uni()) * std::ldexp(1.0f, -70 + int(g.bits(4)));
+      return g.uni() < 0.5 ? -m : m;
+    }
     if (fam == kBits || (fam == kSpecial && g.uni() < 0.05)) return f32_of(uint32_t(g.bits(32)));
     if (fam == kSpread) {
       const uint32_t w = uint32_t(g.bits(32));
