@@ -49,7 +49,7 @@ def main():
         for w in want:
             if s.arch == w[0] and s.in_format == w[1] and (len(w) < 3 or s.out_format == w[2]):
                 name = f"{s.arch}-{s.op}-{s.in_format}-{s.out_format}-L{s.L}" + (f"-{s.passes}pass" if s.multipass else "")
-                name += f"-P{s.P}" if s.op == "ftz_addmul" else ""
+                name += f"-P{s.P}" if s.P else ""  # FTZ-AddMul's group
                 lines.append(f"{name} {' '.join(map(str, params(s)))}\n")
     M, N, K = args.shape.split("x")
     r = subprocess.run([args.exe or str(build()), args.isa, M, N, K, str(args.reps)], input="".join(lines),
