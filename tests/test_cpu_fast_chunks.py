@@ -137,3 +137,48 @@ def test_results_at_the_ends_of_the_range(spec):
     b[1:2 * h:2, :] = -b[0:2 * h:2, :]
     a[3] = 0.0  # row 3: no product, c alone (a subnormal c: emax - F below -126)
     _check(spec, _kw(spec, a, b, C.to(odt)), "range ends")
+
+
+GST_ROWS = [s for s in ROW_SPECS if s.op == "gst_fdpa" and fast_path(s) != "scalar"]
+
+
+@needs_fast
+@pytest.mark.parametrize("zero_exp", [None, -120, 2], ids=["registry", "zexp-120", "zexp2"])
+@pytest.mark.parametrize("cancelled", ["keep", "drop"])
+@pytest.mark.parametrize("spec", GST_ROWS, ids=_id)
+def test_gst_zero_and_cancelled_groups(spec, cancelled, zero_exp):
+    """GST-FDPA's group tests (gst_fdpa.inc): zero groups in A's rows and in B's columns,
+    groups whose products cancel (group_keep), zero scales (UE4M3 code 0), tiny scales
+    beside tiny c; a zero_exp above -126 (where zero groups are looked for) and the
+    registry's (-139: only c = 0 takes it); K = 2 L + G + 3."""
+    kw_spec = {"cancelled_group": cancelled}
+    if zero_exp is not None:
+        kw_spec["zero_exp"] = zero_exp
+    spec = spec.replace(**kw_spec)
+    L, G = spec.L, spec.G
+    M, N, K = 6, 37, 2 * L + G + 3
+    g = seeded(spec.to_string(), "gst groups")
+    fa, fb = FORMATS[spec.in_format], FORMATS[spec.in_format_b or spec.in_format]
+    a = _grid(fa, torch.randn(M, K, generator=g, dtype=torch.float64) * 2)
+    b = _grid(fb, torch.randn(K, N, generator=g, dtype=torch.float64) * 2)
+    a[0, G:2 * G] = 0.0                          # row 0: a zero group
+    a[1, 1:G:2] = a[1, 0:G:2]                    # row 1 x columns 0-9: a cancelling group
+    b[1:G:2, 0:10] = -b[0:G:2, 0:10]
+    a[1, L + 1:L + G:2] = a[1, L:L + G - 1:2]    # ... and one in the second chunk
+    b[L + 1:L + G:2, 0:10] = -b[L:L + G - 1:2, 0:10]
+    a[2] = 0.0                                   # row 2: no product (c alone)
+    b[2 * G:3 * G, 10:15] = 0.0                  # columns 10-14: a zero group
+    b[:, 36] = 0.0                               # column 36: all zero
+    odt = torch.float32
+    cv = torch.tensor([0.0, -0.0, 2.0 ** -126, -(2.0 ** -123), 1.5, -3.0, 2.0 ** -100, 0.0])
+    C = cv.repeat(M * N // len(cv) + 1)[: M * N].reshape(M, N).to(odt)
+    kw = _kw(spec, a, b, C)
+    sa, sb = kw["scale_a"].view(torch.uint8), kw["scale_b"].view(torch.uint8)
+    ue4m3 = spec.scale_format == "ue4m3"
+    tiny = 0x08 if ue4m3 else 1                  # the smallest normal scale (2^-6 / 2^-126)
+    sa[3:5] = tiny                               # rows 3-4: tiny scales (beside tiny c)
+    sb[:, 20:30] = tiny                          # columns 20-29 too
+    if ue4m3:
+        sa[4, 1] = 0                             # zero scales: the group is a zero term
+        sb[2, 25:30] = 0
+    _check(spec, kw, f"GST groups ({cancelled}, zero_exp {zero_exp})")

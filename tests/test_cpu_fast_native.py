@@ -52,6 +52,11 @@ def _rows(specs):
 ROW_SPECS = [r.first_spec() for r in ROWS]
 # tr_renorm's finish under round-toward-zero alignment too (the registry rows round down)
 RZ_RENORM = [s.replace(align_round="rz") for s in ROW_SPECS if s.tr_renorm]
+# FTZ-AddMul on other instruction grids (the kernel counts L / P groups per instruction) and
+# fp16 (product / partial-sum flushes left out: values_engine.h ftz_inner_needed) beside bf16
+FTZ_GRID = [tme.spec("gfx90a", f).replace(L=L, P=P) for f in ("fp16", "bf16")
+            for L, P in ((4, 4), (16, 2), (16, 4))]
+VALUE_SPECS = [s for s in ROW_SPECS if s.op in ("fma", "ftz_addmul")] + FTZ_GRID
 
 
 def _build(cxx, out_name, extra=()):
@@ -110,7 +115,16 @@ def _x86_isas():
 def test_native_kernels_equal_the_core(isa):
     if isa not in _x86_isas():
         pytest.skip(f"this CPU has no {isa}")
-    _check([str(_build("g++", "fast_exact")), isa], isa, ROW_SPECS + RZ_RENORM)
+    _check([str(_build("g++", "fast_exact")), isa], isa, ROW_SPECS + RZ_RENORM + FTZ_GRID)
+
+
+@pytest.mark.skipif(not X86 or shutil.which("g++") is None, reason="needs g++ on x86-64")
+def test_native_512bit_value_kernels():
+    """The FMA / FTZ-AddMul kernels with 512-bit registers, which AVX-512 CPUs run unless AMD
+    (kern_avx512.cpp): tested here whatever this CPU's vendor picks."""
+    if "avx512" not in _x86_isas():
+        pytest.skip("this CPU has no avx512")
+    _check([str(_build("g++", "fast_exact")), "avx512w"], "avx512w", VALUE_SPECS)
 
 
 @pytest.mark.skipif(shutil.which("aarch64-linux-gnu-g++") is None or
@@ -119,7 +133,7 @@ def test_native_kernels_equal_the_core(isa):
                            "installs them where it can)")
 def test_neon_kernels_equal_the_core_under_qemu():
     exe = _build("aarch64-linux-gnu-g++", "fast_exact_aarch64", ["-static"])
-    _check(["qemu-aarch64", str(exe), "neon"], "neon", ROW_SPECS + RZ_RENORM)
+    _check(["qemu-aarch64", str(exe), "neon"], "neon", ROW_SPECS + RZ_RENORM + FTZ_GRID)
 
 
 @pytest.mark.slow

@@ -3,6 +3,10 @@
 #include "values_engine.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
+#include <cpuid.h>
+
+#include <cstring>
+
 #include "simd/avx512.h"
 
 namespace mma {
@@ -14,11 +18,37 @@ using V = simd::Avx512;
 #include "kern/tr_fdpa.inc"
 #include "kern/e_fdpa.inc"
 #include "kern/gst_fdpa.inc"
+#include "kern/values.inc"
 #undef MMA_K
 }  // namespace k_avx512
-// the FMA / FTZ-AddMul kernels with 512-bit registers measured slower on Zen 4 than the
-// AVX2 ones (fp64 FMA 1.4e10 vs 1.7e10, FTZ 4.1e9 vs 5.5e9 MAC/s): AVX-512 CPUs run those
-ValueKernels value_kernels_avx512() { return value_kernels_avx2(); }
+ValueKernels value_kernels_avx512_wide() {
+  ValueKernels k;
+  k.wf = 2 * k_avx512::V::kN;
+  k.wd = 2 * k_avx512::V::kND;
+  k.f32 = k_avx512::fma_rows_f32;
+  k.f64 = k_avx512::fma_rows_f64;
+  k.ftz = k_avx512::ftz_rows;
+  return k;
+}
+// The FMA / FTZ-AddMul kernels with 512-bit registers measured slower than the AVX2 ones on
+// a Zen 4 machine (fp64 FMA 1.4e10 vs 1.7e10, FTZ 4.1e9 vs 5.5e9 MAC/s) and faster on a
+// Sapphire Rapids-class Xeon (scripts/kern_bench, docs/cpu_fast.md "Per core": FTZ 2.4x,
+// fp32 FMA 1.5x, fp64 1.2x): AMD CPUs (vendor from CPUID) run the AVX2 ones, others these.
+// Same bits either way (one IEEE sequence per lane).
+static bool cpu_is_amd() {
+  static const bool amd = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    char v[13];
+    std::memcpy(v, &b, 4);
+    std::memcpy(v + 4, &d, 4);
+    std::memcpy(v + 8, &c, 4);
+    v[12] = 0;
+    return std::strcmp(v, "AuthenticAMD") == 0 || std::strcmp(v, "HygonGenuine") == 0;
+  }();
+  return amd;
+}
+ValueKernels value_kernels_avx512() { return cpu_is_amd() ? value_kernels_avx2() : value_kernels_avx512_wide(); }
 FdpaKernels fdpa_kernels_avx512() {
   return {k_avx512::t_panel, k_avx512::tr_panel, k_avx512::e_panel, k_avx512::gst_panel};
 }
@@ -27,5 +57,6 @@ FdpaKernels fdpa_kernels_avx512() {
 namespace mma {
 FdpaKernels fdpa_kernels_avx512() { return {nullptr, nullptr, nullptr, nullptr}; }
 ValueKernels value_kernels_avx512() { return ValueKernels{}; }
+ValueKernels value_kernels_avx512_wide() { return ValueKernels{}; }
 }  // namespace mma
 #endif

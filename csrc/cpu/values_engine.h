@@ -15,12 +15,24 @@ struct ValueKernels {
   int wf = 0, wd = 0;  // panel widths (columns) for fp32 and fp64
   void (*f32)(const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) = nullptr;
   void (*f64)(const double*, int64_t, int64_t, const double*, int64_t, int64_t, double*, int64_t) = nullptr;
-  void (*ftz)(int, int, const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) = nullptr;
+  // FTZ-AddMul: (P, L, inner flushes, ...)
+  void (*ftz)(int, int, bool, const float*, int64_t, int64_t, const float*, int64_t, int64_t, float*, int64_t) = nullptr;
 };
 ValueKernels value_kernels_avx2();
 ValueKernels value_kernels_avx512();
+ValueKernels value_kernels_avx512_wide();  // the 512-bit kernels, whatever the CPU
 ValueKernels value_kernels_neon();
 ValueKernels value_kernels(Isa isa);
+
+// FTZ-AddMul's flushes of products and partial sums can change a value only where some of
+// them meets a subnormal.  Inputs are flushed to 0 or |x| >= 2^emin (of their format), so a
+// nonzero product is at least 2^(ea + eb) and, as an fp32 number, a multiple of
+// g = 2^(ea + eb - 23); sums of multiples of g round to multiples of g, so a nonzero partial
+// sum is at least g; and the accumulator (normal or 0 after its input flush, then only such
+// results) plus a nonzero multiple s of g is either at least 2^(e_s - 1) (|c| below half of
+// |s|) or a nonzero multiple of g 2^-24.  With ea + eb - 23 - 24 >= -126 none of them is
+// subnormal: the kernel may leave those flushes out (fp16 inputs: ea + eb = -28; bf16: -252).
+inline bool ftz_inner_needed(const Params& P) { return P.fa.emin() + P.fb.emin() - 47 < -126; }
 
 template <class T>
 struct ValuesEngine {
@@ -28,6 +40,7 @@ struct ValuesEngine {
   FastKind kind = FastKind::kNone;
   int PP = 1, W = 0;
   int LL = 1;  // FTZ-AddMul: products per instruction (its accumulator input flushed once)
+  bool inner = true;  // FTZ-AddMul: flush products and partial sums (ftz_inner_needed)
   int64_t M = 0, K = 0, Kp = 0, NP = 0, Np = 0;
   std::vector<T> Ap, Bp;
 
@@ -45,6 +58,7 @@ struct ValuesEngine {
     }
     PP = kind == FastKind::kFtz ? P.P : 1;
     LL = kind == FastKind::kFtz ? P.L : 1;
+    inner = kind == FastKind::kFtz && ftz_inner_needed(P);
     W = f64 ? ks.wd : ks.wf;
     return W > 0;
   }
@@ -100,14 +114,16 @@ struct ValuesEngine {
            int64_t p0 = 0, int64_t p1 = -1) const {
     if (p1 < 0) p1 = NP;
     const int64_t kend = std::min(Kp, k0 + (k1 - k0 + LL - 1) / LL * LL);
-    const int64_t KB = std::max<int64_t>(LL, (kind == FastKind::kFtz ? 256 : 512) / LL * LL);
+    // K steps of 512 (fp32 FMA) / 256 (FTZ-AddMul, fp64 FMA: 7% faster than 512 with 512-bit
+    // registers on this project's Intel Xeon, the same on AVX2; scripts/kern_bench)
+    const int64_t KB = std::max<int64_t>(LL, (kind == FastKind::kFtz || sizeof(T) == 8 ? 256 : 512) / LL * LL);
     const T* arow = Ap.data() + i0 * Kp;
     for (int64_t kb = k0; kb < kend; kb += KB) {
       const int64_t ke = std::min(kend, kb + KB);
       for (int64_t p = p0; p < p1; ++p) {
         const T* bp = Bp.data() + p * Kp * W;
         if constexpr (sizeof(T) == 4) {
-          if (kind == FastKind::kFtz) ks.ftz(PP, LL, arow, Kp, rows, bp, kb, ke, acc + p * W, ld);
+          if (kind == FastKind::kFtz) ks.ftz(PP, LL, inner, arow, Kp, rows, bp, kb, ke, acc + p * W, ld);
           else ks.f32(arow, Kp, rows, bp, kb, ke, acc + p * W, ld);
         } else {
           ks.f64(arow, Kp, rows, bp, kb, ke, acc + p * W, ld);

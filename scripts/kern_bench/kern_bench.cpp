@@ -1,10 +1,13 @@
 // Microbenchmark of the FDPA vector kernels without torch: one row's engine (fdpa_engine.h)
-// over M x N x K random normal-range operands, ns per 16 multiply-adds, best of reps.
+// over M x N x K random normal-range operands, ns per 16 multiply-adds, best of reps.  The
+// FMA / FTZ-AddMul rows run their ValuesEngine (values_engine.h) the same way; isa
+// "avx512w" forces the 512-bit value kernels (avx512 takes the CPU's choice).
 // stdin: "name p0 ... p44" lines (cpp.params(spec)); argv: isa M N K reps.
 // Built and run by scripts/kern_bench/run.py (g++ -O3, the flags of setup.py's default build).
 #include <chrono>
 #include <ctime>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <iostream>
 #include <random>
@@ -14,8 +17,54 @@
 
 #include "../../csrc/cpu/fdpa_engine.h"
 #include "../../csrc/cpu/fpenv.h"
+#include "../../csrc/cpu/values_engine.h"
 
 using namespace mma;
+
+static double thread_seconds() {  // thread CPU time: steadier than wall time on a shared machine
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// The FMA / FTZ-AddMul kernels over row blocks of 24 (fast_values.cpp's task), one K block.
+template <class T>
+static void bench_values(const std::string& name, const std::string& isa_s, const Params& P,
+                         Isa isa, bool wide, int64_t M, int64_t N, int64_t K, int reps) {
+  ValuesEngine<T> eng;
+  if (!eng.setup(P, isa)) {
+    std::printf("%-40s no kernel\n", name.c_str());
+    return;
+  }
+  if (wide) {
+    eng.ks = value_kernels_avx512_wide();
+    eng.W = sizeof(T) == 8 ? eng.ks.wd : eng.ks.wf;
+  }
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> nd(0.0, 1.0);
+  std::vector<T> a(size_t(M * K)), b(size_t(K * N));
+  for (auto& x : a) x = T(nd(rng));
+  for (auto& x : b) x = T(nd(rng));
+  FpEnvGuard env;
+  eng.pack(P, a.data(), K, 1, b.data(), N, 1, M, N, 0, K, serial_for);
+  std::vector<T> acc(size_t(M * eng.Np));
+  double best = 1e30;
+  uint32_t h = 0;
+  for (int r = 0; r < reps; ++r) {
+    std::fill(acc.begin(), acc.end(), T(0));
+    const double t0 = thread_seconds();
+    for (int64_t i0 = 0; i0 < M; i0 += 24) eng.run(i0, std::min<int64_t>(24, M - i0), 0, eng.Kp, acc.data() + i0 * eng.Np, eng.Np);
+    best = std::min(best, thread_seconds() - t0);
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j) {
+        uint64_t w = 0;
+        std::memcpy(&w, &acc[size_t(i * eng.Np + j)], sizeof(T));
+        h = h * 31 + uint32_t(w ^ (w >> 32));
+      }
+  }
+  std::printf("%-44s %s  %.3f ns/16MAC  %.3g MAC/s  hash %08x\n", name.c_str(), isa_s.c_str(),
+              best * 1e9 * 16 / double(M * N * K), double(M * N * K) / best, h);
+}
 
 int main(int argc, char** argv) {
   if (argc < 6) {
@@ -23,7 +72,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string isa_s = argv[1];
-  const Isa isa = isa_s == "avx2" ? Isa::kAvx2 : isa_s == "avx512" ? Isa::kAvx512
+  const bool wide = isa_s == "avx512w";
+  const Isa isa = isa_s == "avx2" ? Isa::kAvx2 : (isa_s == "avx512" || wide) ? Isa::kAvx512
                   : isa_s == "neon" ? Isa::kNeon : Isa::kScalar;
   const int64_t M = std::stoll(argv[2]), N = std::stoll(argv[3]), K = std::stoll(argv[4]);
   const int reps = std::stoi(argv[5]);
@@ -38,6 +88,12 @@ int main(int argc, char** argv) {
     if (v.size() != size_t(kNumParams)) continue;
     Params P = parse_params(v.data());
     P.epilogue = 0;
+    const FastKind kind = fast_eligible(P);
+    if (kind == FastKind::kFma || kind == FastKind::kFtz) {
+      if (P.rho == kRneFp64) bench_values<double>(name, isa_s, P, isa, wide, M, N, K, reps);
+      else bench_values<float>(name, isa_s, P, isa, wide, M, N, K, reps);
+      continue;
+    }
     FdpaEngine eng;
     if (!eng.setup(P, isa)) {
       std::printf("%-40s no kernel\n", name.c_str());
@@ -80,12 +136,9 @@ int main(int argc, char** argv) {
     uint32_t h = 0;
     for (int r = 0; r < reps; ++r) {
       std::fill(acc.begin(), acc.end(), 0u);
-      timespec t0, t1;  // thread CPU time: steadier than wall time on a shared machine
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+      const double t0 = thread_seconds();
       for (int64_t i0 = 0; i0 < M; i0 += 16) eng.run(i0, std::min(M, i0 + 16), 0, K, acc.data() + i0 * W, W);
-      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
-      const double s = double(t1.tv_sec - t0.tv_sec) + 1e-9 * double(t1.tv_nsec - t0.tv_nsec);
-      best = std::min(best, s);
+      best = std::min(best, thread_seconds() - t0);
       for (auto w : acc) h = h * 31 + w;
     }
     std::printf("%-44s %s  %.3f ns/16MAC  %.3g MAC/s  hash %08x\n", name.c_str(), isa_s.c_str(),

@@ -1,6 +1,7 @@
 """Build and run kern_bench.cpp (the FDPA vector kernels alone, no torch): ns per 16
 multiply-adds per registry row, best of reps, with a hash of the outputs (equal hashes:
-equal bits between builds).  Development tool for docs/cpu_fast.md's per-row counts.
+equal bits between builds).  FMA / FTZ-AddMul rows time the value kernels; `--isa avx512w`
+forces their 512-bit variants (`avx512` takes the CPU's choice).  Development tool for docs/cpu_fast.md's per-row counts.
 
     python scripts/kern_bench/run.py --only "sm90 fp16,sm80 bf16" --isa avx512
 """
@@ -48,6 +49,7 @@ def main():
         for w in want:
             if s.arch == w[0] and s.in_format == w[1] and (len(w) < 3 or s.out_format == w[2]):
                 name = f"{s.arch}-{s.op}-{s.in_format}-{s.out_format}-L{s.L}" + (f"-{s.passes}pass" if s.multipass else "")
+                name += f"-P{s.P}" if s.P else ""  # FTZ-AddMul's group
                 lines.append(f"{name} {' '.join(map(str, params(s)))}\n")
     M, N, K = args.shape.split("x")
     r = subprocess.run([args.exe or str(build()), args.isa, M, N, K, str(args.reps)], input="".join(lines),

@@ -4,7 +4,8 @@
 // (NEON, run under qemu-user) by tests/test_cpu_fast_native.py.
 //
 // stdin: one registry row per line, "name p0 p1 ... p44" (cpp.params(spec)).  argv[1]: the
-// instruction set ("avx2", "avx512", "neon"); argv[2] (optional): seed.  Prints one line per
+// instruction set ("avx2", "avx512", "neon"; "avx512w": AVX-512 with the 512-bit FMA /
+// FTZ-AddMul kernels whatever the CPU's vendor); argv[2] (optional): seed.  Prints one line per
 // row ("ok name path lanes=..." or "MISMATCH name ..."), then "N passed, N failed".
 #include <cmath>
 #include <cstdio>
@@ -282,6 +283,11 @@ void check_fdpa(const Params& P0, Isa isa, Family fam, Gen& g, Result& res) {
 template <class T>
 T value(Gen& g, Family fam) {
   if constexpr (sizeof(T) == 4) {
+    if (fam == kFinish) {  // value rows: FTZ-AddMul's flushes (products, sums near 2^-126, subnormal c)
+      if (g.uni() < 0.2) return f32_of(uint32_t(g.bits(32)) & 0x807FFFFFu);
+      const float m = float(1 + g.uni()) * std::ldexp(1.0f, -70 + int(g.bits(4)));
+      return g.uni() < 0.5 ? -m : m;
+    }
     if (fam == kBits || (fam == kSpecial && g.uni() < 0.05)) return f32_of(uint32_t(g.bits(32)));
     if (fam == kSpread) {
       const uint32_t w = uint32_t(g.bits(32));
@@ -299,12 +305,18 @@ T value(Gen& g, Family fam) {
   }
 }
 
+bool g_wide = false;  // "avx512w": the 512-bit value kernels, whatever the CPU's vendor
+
 template <class T>
 void check_values(const Params& P0, Isa isa, Family fam, Gen& g, Result& res) {
   Params P = P0;
   P.epilogue = 0;
   ValuesEngine<T> eng;
   if (!eng.setup(P, isa)) return;
+  if (g_wide) {
+    eng.ks = value_kernels_avx512_wide();
+    eng.W = sizeof(T) == 8 ? eng.ks.wd : eng.ks.wf;
+  }
   const int64_t M = 7, N = 37, K = 4 * P.P + 29;
   std::vector<T> a(size_t(M * K)), b(size_t(K * N)), c(size_t(M * N));
   for (auto& x : a) x = value<T>(g, fam);
@@ -357,11 +369,12 @@ void check_values(const Params& P0, Isa isa, Family fam, Gen& g, Result& res) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: fast_exact avx2|avx512|neon [seed] < rows\n");
+    std::fprintf(stderr, "usage: fast_exact avx2|avx512|avx512w|neon [seed] < rows\n");
     return 2;
   }
   const std::string isa_s = argv[1];
-  const Isa isa = isa_s == "avx2" ? Isa::kAvx2 : isa_s == "avx512" ? Isa::kAvx512
+  g_wide = isa_s == "avx512w";
+  const Isa isa = isa_s == "avx2" ? Isa::kAvx2 : (isa_s == "avx512" || g_wide) ? Isa::kAvx512
                   : isa_s == "neon" ? Isa::kNeon : Isa::kScalar;
   const uint64_t seed = argc > 2 ? std::stoull(argv[2]) : 1;
   if (!isa_has_kernels(isa)) {

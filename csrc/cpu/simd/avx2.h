@@ -189,6 +189,16 @@ struct Avx2 {
   MMA_VT void pin(I& a) { asm volatile("" : "+x"(a)); }
   MMA_VT void pin(F& a) { asm volatile("" : "+x"(a)); }
   MMA_VT void pin(D& a) { asm volatile("" : "+x"(a)); }
+  // ---- FTZ-AddMul (kern/values.inc) ----
+  // a value whose exponent field is zero (subnormal, +-0) becomes the zero of its sign:
+  // z & (keep | sign), keep = all ones where the exponent field is nonzero (single-uop
+  // logic ops, no vblendvps)
+  MMA_VT F f_ftz(F z) {
+    const __m256 e = _mm256_and_ps(z, _mm256_castsi256_ps(_mm256_set1_epi32(0x7F800000)));
+    const __m256i keep = _mm256_cmpgt_epi32(_mm256_castps_si256(e), _mm256_setzero_si256());
+    const __m256 m = _mm256_or_ps(_mm256_castsi256_ps(keep), _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(0x80000000u))));
+    return _mm256_and_ps(z, m);
+  }
 };
 
 }  // namespace simd

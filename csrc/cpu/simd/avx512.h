@@ -193,6 +193,12 @@ struct Avx512 {
   MMA_VT512 void pin(I& a) { asm volatile("" : "+v"(a)); }
   MMA_VT512 void pin(F& a) { asm volatile("" : "+v"(a)); }
   MMA_VT512 void pin(D& a) { asm volatile("" : "+v"(a)); }
+  // ---- FTZ-AddMul (kern/values.inc) ----
+  // a value whose exponent field is zero (subnormal, +-0) becomes the zero of its sign
+  MMA_VT512 F f_ftz(F z) {
+    const M sub = _mm512_testn_epi32_mask(_mm512_castps_si512(z), _mm512_set1_epi32(0x7F800000));
+    return _mm512_mask_and_ps(z, sub, z, _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(0x80000000u))));
+  }
 };
 
 }  // namespace simd

@@ -169,6 +169,13 @@ struct Neon {
   MMA_VTN void pin(I& a) { asm volatile("" : "+w"(a)); }
   MMA_VTN void pin(F& a) { asm volatile("" : "+w"(a)); }
   MMA_VTN void pin(D& a) { asm volatile("" : "+w"(a)); }
+  // ---- FTZ-AddMul (kern/values.inc) ----
+  // a value whose exponent field is zero (subnormal, +-0) becomes the zero of its sign
+  MMA_VTN F f_ftz(F z) {
+    const uint32x4_t u = vreinterpretq_u32_f32(z);
+    const uint32x4_t keep = vtstq_u32(u, vdupq_n_u32(0x7F800000u));
+    return vreinterpretq_f32_u32(vandq_u32(u, vorrq_u32(keep, vdupq_n_u32(0x80000000u))));
+  }
 };
 
 }  // namespace simd
