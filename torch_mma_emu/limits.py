@@ -176,11 +176,21 @@ def setting(name: str):
     return SETTINGS[name].value()
 
 
+_KERNEL_SETTINGS = ("scalar", "cpu_isa", "cpu_block_bytes")
+_KERNEL_ENVS = tuple(SETTINGS[n].env for n in _KERNEL_SETTINGS)
+_checked: list = [None]       # the last values found well formed (checked once per change)
+
+
 def check_settings() -> None:
     """Raise for the first malformed variable of the CPU kernel (called before it runs: the
     C++ side reads them too, and then only ever sees values parsed here)."""
-    for name in ("scalar", "cpu_isa", "cpu_block_bytes"):
+    env = os.environ
+    now = tuple(env.get(e) for e in _KERNEL_ENVS)
+    if now == _checked[0]:
+        return
+    for name in _KERNEL_SETTINGS:
         SETTINGS[name].value()
+    _checked[0] = now
 
 
 def limit(name: str) -> int:

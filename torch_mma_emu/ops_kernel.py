@@ -19,6 +19,25 @@ from .spec import Spec
 from .tf32 import tf32_round
 
 
+def broadcast_pair(s1, s2) -> tuple:
+    """``tuple(torch.broadcast_shapes(s1, s2))``, in plain Python where both hold plain ints
+    (eager calls: torch's version costs ~8 us); RuntimeError where they do not broadcast."""
+    t1, t2 = tuple(s1), tuple(s2)
+    for d in t1 + t2:
+        if type(d) is not int:                  # SymInts while tracing: torch's rules
+            return tuple(torch.broadcast_shapes(s1, s2))
+    if t1 == t2:
+        return t1
+    n = max(len(s1), len(s2))
+    s1, s2 = (1,) * (n - len(t1)) + t1, (1,) * (n - len(t2)) + t2
+    out = []
+    for a, b in zip(s1, s2):
+        if a != b and a != 1 and b != 1:
+            raise RuntimeError(f"shapes {s1} and {s2} do not broadcast")
+        out.append(b if a == 1 else a)
+    return tuple(out)
+
+
 def broadcast_shapes(A, B, C, fn="emulated_mm"):
     """(batch, M, K, N, out_shape) of ``C + A @ B`` with broadcast batch dimensions; a clear
     ValueError naming ``fn`` otherwise (shared with the native paths)."""
@@ -31,14 +50,14 @@ def broadcast_shapes(A, B, C, fn="emulated_mm"):
         raise ValueError(f"{fn}: shapes {tuple(A.shape)} and {tuple(B.shape)} cannot be "
                          f"multiplied (K = {K} vs {K2})")
     try:
-        batch = tuple(torch.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
+        batch = broadcast_pair(A.shape[:-2], B.shape[:-2])
     except RuntimeError as e:
         raise ValueError(f"{fn}: batch dimensions {tuple(A.shape[:-2])} and "
                          f"{tuple(B.shape[:-2])} do not broadcast") from e
     out_shape = (*batch, M, N)
     if C is not None:
         try:
-            ok = tuple(torch.broadcast_shapes(C.shape, out_shape)) == out_shape
+            ok = broadcast_pair(C.shape, out_shape) == out_shape
         except RuntimeError:
             ok = False
         if not ok:
@@ -48,8 +67,9 @@ def broadcast_shapes(A, B, C, fn="emulated_mm"):
 
 
 def _check_devices(*ts):
-    devs = {t.device for t in ts if t is not None}
-    if len(devs) > 1:
+    dev = ts[0].device
+    if any(t is not None and t.device != dev for t in ts[1:]):
+        devs = {t.device for t in ts if t is not None}
         raise ValueError(f"emulated_mm: tensors are on different devices: "
                          f"{', '.join(sorted(map(str, devs)))}")
 
@@ -62,6 +82,8 @@ def _check_codes(t: torch.Tensor, fmt: Format, which: str) -> None:
 
 
 def _flat3(t: torch.Tensor, batch, r: int, c: int) -> torch.Tensor:
+    if not batch and t.dim() == 2 and t.shape == (r, c):
+        return t.unsqueeze(0)       # (the usual case, a third of the cost)
     t = t.broadcast_to((*batch, r, c))
     n = 1
     for d in batch:
@@ -107,8 +129,10 @@ def _input_precision(sched: Optional[Schedule], A, B, in_format):
     return A, B, "tf32", None
 
 
-def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
-               schedule=None):
+def gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
+              schedule=None):
+    """The custom op's kernel (CPU and CUDA), also called directly by
+    :func:`.ops_autograd.route` where nothing could see the op."""
     sched = schedule_of(schedule, c_mode)
     _check_devices(A, B, C, scale_a, scale_b)
     A, B, in_format, lo = _input_precision(sched, A, B, in_format)
@@ -129,7 +153,7 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
                                       f" for block size {s.block_size}")
         for name, sc in (("scale_a", scale_a), ("scale_b", scale_b)):
             try:
-                ok = tuple(torch.broadcast_shapes(sc.shape[:-2], batch)) == tuple(batch)
+                ok = broadcast_pair(sc.shape[:-2], batch) == tuple(batch)
             except RuntimeError:
                 ok = False
             if not ok:
@@ -169,7 +193,7 @@ def emulated_mm_op(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] =
                     *, arch: str = DEFAULT_ARCH, in_format: Optional[str] = None,
                     out_dtype: Optional[torch.dtype] = None, instruction: Optional[str] = None,
                     c_mode: str = "chain", schedule: Optional[str] = None) -> torch.Tensor:
-    return _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
+    return gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
                       schedule)
 
 
