@@ -5,14 +5,14 @@ schedule's program."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
 from . import cpp
 from .elementary import VALUES
 from .formats import INT_OF_SIZE, Format, format_of_dtype
-from .ops_spec import out_dtype_of, resolve_spec, scale_shapes_error
+from .ops_spec import out_dtype_of, resolve_spec, scale_shapes_error, unscaled_spec
 from .registry import DEFAULT_ARCH
 from .schedule import Schedule, run_scheduled
 from .spec import Spec
@@ -135,6 +135,10 @@ def gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a,
     :func:`.ops_autograd.route` where nothing could see the op."""
     sched = schedule_of(schedule, c_mode)
     _check_devices(A, B, C, scale_a, scale_b)
+    if (sched is None and scale_a is None and scale_b is None and type(arch) is str
+            and type(in_format) in _KEYS and type(instruction) in _KEYS
+            and (out_dtype is None or isinstance(out_dtype, torch.dtype))):
+        return _plain(A, B, C, arch, in_format, out_dtype, instruction, c_mode)
     A, B, in_format, lo = _input_precision(sched, A, B, in_format)
     s = resolve_spec(A, B, arch, in_format, out_dtype, instruction, scale_a, scale_b)
     batch, M, K, N, out_shape = broadcast_shapes(A, B, C)
@@ -176,6 +180,73 @@ def gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a,
         return d.reshape(out_shape)
     d = cpp.gemm(s, a3, b3, c3, sa3, sb3, c_mode, _c_in(s, C))
     return d.reshape(out_shape)
+
+
+class _Plan(NamedTuple):
+    """What an unscaled, unscheduled call does with its operands, a function of the dtypes
+    and arguments alone (looked up once per combination: it is most of a small call)."""
+    odt: torch.dtype                    # the output (and C's) dtype
+    vdt: Optional[torch.dtype]          # IEEE-value ops: the operands' dtype, else None
+    ia: torch.dtype                     # code ops: the integer views of A and B
+    ib: torch.dtype
+    fmt_a: Optional[Format]             # sub-byte code formats (codes checked), else None
+    fmt_b: Optional[Format]
+    params: tuple                       # _gemm's parameter vector
+
+
+@lru_cache(maxsize=4096)
+def _plan(arch, dta, dtb, in_format, out_dtype, instruction, c_mode, cdt) -> _Plan:
+    s = unscaled_spec(arch, dta, dtb, in_format, out_dtype, instruction)
+    values = s.elementary.operands == VALUES
+    vdt = (torch.float64 if s.out_format == "fp64" else torch.float32) if values else None
+    sub = (lambda dt, f: f if dt == torch.uint8 and f.bits < 8 and not values else None)
+    c_in = None
+    if cdt is not None and s.c_format is not None:
+        f = format_of_dtype(cdt)
+        c_in = s.c_format if f is not None and f.name == s.c_format else None
+    return _Plan(out_dtype_of(s), vdt, INT_OF_SIZE[dta.itemsize], INT_OF_SIZE[dtb.itemsize],
+                 sub(dta, s.fmt_a), sub(dtb, s.fmt_b), cpp.params(s, c_mode, c_in))
+
+
+def _zero(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A 0-dim zero (C when none is given), made once per dtype and device: a plain tensor
+    (not an inference tensor, never seen by a mode) that nothing writes."""
+    key = (dtype, device)
+    z = _ZEROS.get(key)
+    if z is None:
+        if torch._C._len_torch_dispatch_stack():     # a mode could see or fake it
+            return torch.zeros((), dtype=dtype, device=device)
+        with torch.inference_mode(False), torch.no_grad():
+            z = _ZEROS[key] = torch.zeros((), dtype=dtype, device=device)
+    return z
+
+
+_ZEROS: dict = {}
+
+
+def _plain(A, B, C, arch, in_format, out_dtype, instruction, c_mode):
+    """gemm_impl without scales or a schedule: the same steps, the per-dtype work cached."""
+    p = _plan(arch, A.dtype, B.dtype, in_format, out_dtype, instruction, c_mode,
+              None if C is None else C.dtype)
+    batch, M, K, N, out_shape = broadcast_shapes(A, B, C)
+    if C is not None and not C.dtype.is_floating_point:
+        raise TypeError(f"emulated_mm: C has dtype {C.dtype}; it must be a floating tensor")
+    Cc = C.to(p.odt) if C is not None else _zero(p.odt, A.device)
+    a3 = _flat3(A, batch, M, K)
+    b3 = _flat3(B, batch, K, N)
+    c3 = _flat3(Cc, batch, M, N)
+    if p.vdt is not None:
+        a3, b3 = a3.to(p.vdt), b3.to(p.vdt)
+    else:
+        if p.fmt_a is not None:
+            _check_codes(A, p.fmt_a, "A")
+        if p.fmt_b is not None:
+            _check_codes(B, p.fmt_b, "B")
+        a3, b3 = a3.view(p.ia), b3.view(p.ib)
+    return cpp.call("_gemm", a3, b3, c3, None, None, p.params).reshape(out_shape)
+
+
+_KEYS = (str, type(None))
 
 
 def _c_in(s: Spec, C) -> Optional[str]:

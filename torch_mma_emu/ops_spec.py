@@ -90,7 +90,7 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = DEFAULT_ARCH,
             and type(instruction) in _KEYS and (out_dtype is None
                                                 or isinstance(out_dtype, torch.dtype))):
         # only the dtypes count: once per combination (~3 us a call otherwise)
-        return _unscaled_spec(arch, A.dtype, B.dtype, in_format, out_dtype, instruction)
+        return unscaled_spec(arch, A.dtype, B.dtype, in_format, out_dtype, instruction)
     sp, fa, fb = _formats(arch, A.dtype, B.dtype, in_format)
     sf = _scale_format(scale_a)
     if (scale_a is None) != (scale_b is None):
@@ -132,9 +132,10 @@ def _formats(arch, dta: torch.dtype, dtb: torch.dtype, in_format):
 
 
 @lru_cache(maxsize=4096)
-def _unscaled_spec(arch, dta: torch.dtype, dtb: torch.dtype, in_format: Optional[str],
+def unscaled_spec(arch, dta: torch.dtype, dtb: torch.dtype, in_format: Optional[str],
                    out_dtype: Optional[torch.dtype], instruction: Optional[str]) -> Spec:
-    """resolve_spec without scales: a function of the dtypes and arguments alone."""
+    """:func:`resolve_spec` without scales: a function of the operands' dtypes and the
+    arguments alone (cached)."""
     sp, fa, fb = _formats(arch, dta, dtb, in_format)
     if sp is not None:
         _check_custom(sp, fa, fb, None, out_dtype)
