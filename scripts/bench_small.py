@@ -91,7 +91,9 @@ def main(argv=None):
         x = torch.randn(64, 64, generator=gen)
         xg = x.clone().requires_grad_()
 
-        def fwd_bwd():
+        def fwd_bwd():         # a training step's products (gradients set to None first)
+            lin.zero_grad(set_to_none=True)
+            xg.grad = None
             lin(xg).sum().backward()
         tn = per_call(lambda: lin(x), args.reps)
         tnb = per_call(fwd_bwd, args.reps)

@@ -16,7 +16,8 @@ KW = dict(arch="sm90", in_format=None, out_dtype=None, instruction=None, c_mode=
           schedule=None)
 CASES = [("sm90", torch.float16, None), ("sm80", torch.bfloat16, None),
          ("gfx942", torch.float16, None), ("sm100", torch.uint8, "fp4_e2m1"),
-         ("sm90", torch.float32, "tf32"), ("sm80", torch.float64, None)]
+         ("sm90", torch.float32, "tf32"), ("sm80", torch.float64, None),
+         ("sm90", torch.float8_e4m3fn, None), ("sm90", torch.float32, None)]
 
 
 def rnd(*shape, dtype=torch.float16, seed=0):
@@ -58,6 +59,23 @@ def test_every_route_gives_the_same_bits(arch, dtype, in_format):
         Ag = A.clone().requires_grad_()
         viaf = tme.emulated_mm(Ag, B, C, arch=arch, in_format=in_format)
         assert viaf.grad_fn is not None and torch.equal(bits(viaf.detach()), bits(direct))
+
+
+@pytest.mark.parametrize("arch,cdt,out", [("sm70", torch.float16, None),
+                                           ("sm70", torch.float16, torch.float16),
+                                           ("sm80", torch.bfloat16, None),
+                                           ("sm90", torch.float32, torch.float16)])
+def test_c_formats_and_out_dtypes_on_every_route(arch, cdt, out):
+    """C in another dtype than the output (Volta reads an fp16 C as it is), fp16 outputs,
+    no C (the cached zero)."""
+    A, B = rnd(3, 32), rnd(32, 9, seed=1)
+    for C in (rnd(3, 9, dtype=cdt, seed=2), None):
+        kw = dict(KW, arch=arch, out_dtype=out)
+        direct = tme.emulated_mm(A, B, C, arch=arch, out_dtype=out)
+        op = torch.ops.mma_emu.emulated_mm(A, B, C, **kw)
+        fn = EmulatedMM.apply(A, B, C, None, None, kw)
+        assert direct.dtype == op.dtype == (out or torch.float32)
+        assert torch.equal(bits(direct), bits(op)) and torch.equal(bits(direct), bits(fn))
 
 
 def test_routes_taken(monkeypatch):

@@ -187,8 +187,6 @@ class _Plan(NamedTuple):
     and arguments alone (looked up once per combination: it is most of a small call)."""
     odt: torch.dtype                    # the output (and C's) dtype
     vdt: Optional[torch.dtype]          # IEEE-value ops: the operands' dtype, else None
-    ia: torch.dtype                     # code ops: the integer views of A and B
-    ib: torch.dtype
     fmt_a: Optional[Format]             # sub-byte code formats (codes checked), else None
     fmt_b: Optional[Format]
     params: tuple                       # _gemm's parameter vector
@@ -204,20 +202,19 @@ def _plan(arch, dta, dtb, in_format, out_dtype, instruction, c_mode, cdt) -> _Pl
     if cdt is not None and s.c_format is not None:
         f = format_of_dtype(cdt)
         c_in = s.c_format if f is not None and f.name == s.c_format else None
-    return _Plan(out_dtype_of(s), vdt, INT_OF_SIZE[dta.itemsize], INT_OF_SIZE[dtb.itemsize],
-                 sub(dta, s.fmt_a), sub(dtb, s.fmt_b), cpp.params(s, c_mode, c_in))
+    return _Plan(out_dtype_of(s), vdt, sub(dta, s.fmt_a), sub(dtb, s.fmt_b),
+                 cpp.params(s, c_mode, c_in))
 
 
 def _zero(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A 0-dim zero (C when none is given), made once per dtype and device: a plain tensor
+    """A 0-dim zero (C when none is given), on the CPU made once per dtype: a plain tensor
     (not an inference tensor, never seen by a mode) that nothing writes."""
-    key = (dtype, device)
-    z = _ZEROS.get(key)
+    z = _ZEROS.get(dtype) if device.type == "cpu" else None
     if z is None:
-        if torch._C._len_torch_dispatch_stack():     # a mode could see or fake it
+        if device.type != "cpu" or torch._C._len_torch_dispatch_stack():  # (a mode could fake it)
             return torch.zeros((), dtype=dtype, device=device)
         with torch.inference_mode(False), torch.no_grad():
-            z = _ZEROS[key] = torch.zeros((), dtype=dtype, device=device)
+            z = _ZEROS[dtype] = torch.zeros((), dtype=dtype, device=device)
     return z
 
 
@@ -237,12 +234,11 @@ def _plain(A, B, C, arch, in_format, out_dtype, instruction, c_mode):
     c3 = _flat3(Cc, batch, M, N)
     if p.vdt is not None:
         a3, b3 = a3.to(p.vdt), b3.to(p.vdt)
-    else:
+    else:       # (the kernels read codes by element size: no integer view needed)
         if p.fmt_a is not None:
             _check_codes(A, p.fmt_a, "A")
         if p.fmt_b is not None:
             _check_codes(B, p.fmt_b, "B")
-        a3, b3 = a3.view(p.ia), b3.view(p.ib)
     return cpp.call("_gemm", a3, b3, c3, None, None, p.params).reshape(out_shape)
 
 
