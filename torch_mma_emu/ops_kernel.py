@@ -228,7 +228,7 @@ def _plain(A, B, C, arch, in_format, out_dtype, instruction, c_mode):
     batch, M, K, N, out_shape = broadcast_shapes(A, B, C)
     if C is not None and not C.dtype.is_floating_point:
         raise TypeError(f"emulated_mm: C has dtype {C.dtype}; it must be a floating tensor")
-    Cc = C.to(p.odt) if C is not None else _zero(p.odt, A.device)
+    Cc = _zero(p.odt, A.device) if C is None else C if C.dtype == p.odt else C.to(p.odt)
     a3 = _flat3(A, batch, M, K)
     b3 = _flat3(B, batch, K, N)
     c3 = _flat3(Cc, batch, M, N)
