@@ -97,6 +97,7 @@ def _call_op(A, B, C=None, scale_a=None, scale_b=None, **kw):
 # ---------------------------------------------------------------------------------------
 _FWD_AD = torch.autograd.forward_ad
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+_STRIDED = torch.strided
 _AUTOGRAD_KEY = torch._C.DispatchKey.AutogradFunctionality
 _excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
 _transforms_active = torch._C._are_functorch_transforms_active
@@ -114,12 +115,17 @@ def _needs_function(A, B, C) -> bool:
     return A.requires_grad or B.requires_grad or (C is not None and C.requires_grad)
 
 
+def _plain(t) -> bool:
+    return type(t) in _PLAIN and t.layout == _STRIDED and not t.is_nested
+
+
 def _direct(A, B, C, scale_a, scale_b) -> bool:
-    """Whether the op's kernel can run without the op's dispatch (nothing could see it)."""
-    if type(A) not in _PLAIN or type(B) not in _PLAIN or not (A.is_cpu or A.is_cuda):
+    """Whether the op's kernel can run without the op's dispatch (nothing could see it):
+    dense CPU / CUDA tensors (others get the dispatcher's own errors), no mode, no profiler."""
+    if not (_plain(A) and _plain(B) and (A.is_cpu or A.is_cuda)):
         return False
     for t in (C, scale_a, scale_b):
-        if t is not None and type(t) not in _PLAIN:
+        if t is not None and not _plain(t):
             return False
     return not _n_dispatch_modes() and not _function_modes() and not _profiling()
 
