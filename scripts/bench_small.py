@@ -12,6 +12,7 @@ per call on the same shapes in fp32, their ratio, and the emulated MAC/s.  On a 
 the ratios, measured in the same run, are what to compare; nothing here asserts a time.
 """
 import argparse
+import os
 import time
 
 import torch
@@ -65,7 +66,8 @@ def main(argv=None):
     only = [s.strip() for s in args.only.split(",") if s.strip()]
     keep = (lambda label: not only or any(s in label for s in only))
     gen = torch.Generator().manual_seed(0)
-    print(f"torch {torch.__version__}, {args.threads} thread(s), best of {args.reps}")
+    load = ", load average %.2f %.2f %.2f" % os.getloadavg() if hasattr(os, "getloadavg") else ""
+    print(f"torch {torch.__version__}, {args.threads} thread(s), best of {args.reps}{load}")
     print(f"{'row':<24} {'shape':<16} {'us/call':>10} {'matmul us':>10} {'ratio':>9} "
           f"{'MAC/s':>10}")
     for label, arch, dtype, in_format, cdt in ROWS:

@@ -217,3 +217,21 @@ def test_errors_are_raised_on_every_call(monkeypatch):
         tme.emulated_mm(A, B)
     monkeypatch.setenv("MMA_EMU_SCALAR", "1")
     assert torch.equal(bits(tme.emulated_mm(A, B)), bits(torch.ops.mma_emu.emulated_mm(A, B)))
+
+
+def test_bench_small_runs(capsys):
+    """scripts/bench_small.py (the figures of docs/cpu_fast.md, "Small products") runs and
+    prints a ratio per row; nothing about the time is asserted."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "scripts" / "bench_small.py"
+    spec = importlib.util.spec_from_file_location("bench_small", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    threads = torch.get_num_threads()
+    try:
+        mod.main(["--only", "batched", "--reps", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert "batched sm90 fp16" in out and "8x64^3" in out and out.count("x ") >= 1
