@@ -83,7 +83,7 @@ def _check_codes(t: torch.Tensor, fmt: Format, which: str) -> None:
 
 def _flat3(t: torch.Tensor, batch, r: int, c: int) -> torch.Tensor:
     if not batch and t.dim() == 2 and t.shape == (r, c):
-        return t.unsqueeze(0)       # (the usual case, a third of the cost)
+        return t.unsqueeze(0)       # (the usual case: one view instead of two)
     t = t.broadcast_to((*batch, r, c))
     n = 1
     for d in batch:
@@ -184,7 +184,7 @@ def gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a,
 
 class _Plan(NamedTuple):
     """What an unscaled, unscheduled call does with its operands, a function of the dtypes
-    and arguments alone (looked up once per combination: it is most of a small call)."""
+    and arguments alone, looked up once per combination."""
     odt: torch.dtype                    # the output (and C's) dtype
     vdt: Optional[torch.dtype]          # IEEE-value ops: the operands' dtype, else None
     fmt_a: Optional[Format]             # sub-byte code formats (codes checked), else None
@@ -261,7 +261,7 @@ def emulated_mm_op(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] =
                     out_dtype: Optional[torch.dtype] = None, instruction: Optional[str] = None,
                     c_mode: str = "chain", schedule: Optional[str] = None) -> torch.Tensor:
     return gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
-                      schedule)
+                     schedule)
 
 
 @emulated_mm_op.register_fake
