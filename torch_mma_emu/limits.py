@@ -176,11 +176,25 @@ def setting(name: str):
     return SETTINGS[name].value()
 
 
+_KERNEL_SETTINGS = ("scalar", "cpu_isa", "cpu_block_bytes")
+# os.environ's own dict where it has one (CPython: encoded keys; os.environ.get encodes the
+# key on every call, ~0.5 us each): the kernel's settings are read on every product
+_ENV_DATA = getattr(os.environ, "_data", None)
+_KERNEL_ENVS = tuple((os.environ.encodekey(SETTINGS[n].env) if _ENV_DATA is not None
+                      else SETTINGS[n].env) for n in _KERNEL_SETTINGS)
+_checked: list = [None]       # the last values found well formed (checked once per change)
+
+
 def check_settings() -> None:
     """Raise for the first malformed variable of the CPU kernel (called before it runs: the
     C++ side reads them too, and then only ever sees values parsed here)."""
-    for name in ("scalar", "cpu_isa", "cpu_block_bytes"):
+    env = os.environ if _ENV_DATA is None else _ENV_DATA
+    now = tuple(env.get(e) for e in _KERNEL_ENVS)
+    if now == _checked[0]:
+        return
+    for name in _KERNEL_SETTINGS:
         SETTINGS[name].value()
+    _checked[0] = now
 
 
 def limit(name: str) -> int:

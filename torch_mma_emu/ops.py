@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 
 from .formats import OUT_DTYPES, out_format
-from .ops_autograd import EmulatedMM
+from .ops_autograd import route
 from .ops_kernel import broadcast_shapes  # noqa: F401  (the native paths' shape checks)
 from .ops_round import round_result  # noqa: F401
 from .ops_spec import FP4_DTYPE, resolve_spec  # noqa: F401
@@ -99,4 +99,4 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
               c_mode=c_mode, schedule=None if sched is None else sched.to_string())
     if torch.compiler.is_compiling():
         return torch.ops.mma_emu.emulated_mm(A, B, C, scale_a, scale_b, **kw)
-    return EmulatedMM.apply(A, B, C, scale_a, scale_b, kw)
+    return route(A, B, C, scale_a, scale_b, kw)

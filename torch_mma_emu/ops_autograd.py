@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from .ops_kernel import emulated_mm_op, schedule_of
+from .ops_kernel import emulated_mm_op, gemm_impl, schedule_of
+from .registry import DEFAULT_ARCH
 
 # ---------------------------------------------------------------------------------------
 # autograd: the backward products are emulated on the same arch
@@ -78,7 +79,69 @@ emulated_mm_op.register_autograd(_backward, setup_context=_setup_context)
 # ---------------------------------------------------------------------------------------
 
 def _call_op(A, B, C=None, scale_a=None, scale_b=None, **kw):
-    return EmulatedMM.apply(A, B, C, scale_a, scale_b, kw)
+    return route(A, B, C, scale_a, scale_b, kw)
+
+
+# ---------------------------------------------------------------------------------------
+# The route of one eager call (issue 41: a 64^3 product's arithmetic is ~10% of a call that
+# goes through all of it).  The autograd.Function costs ~45 us a call (torch binds its
+# arguments with inspect.signature because it defines setup_context) and the custom op's
+# dispatch ~20 us; each is skipped where it could add nothing:
+# * the Function where no derivative can be asked for: no forward-mode AD level, no
+#   torch.func transform, and grad mode off, no input requiring grad, or the call made below
+#   autograd (inside a __torch_dispatch__ handler, where the outer op's autograd kernel sets
+#   the result's history and would drop the Function's);
+# * the custom op too where nothing could see it: plain CPU / CUDA tensors, no dispatch or
+#   function mode, no profiler; gemm_impl, the op's kernel, runs directly.
+# Every route gives the same bits (tests/test_ops_route.py).
+# ---------------------------------------------------------------------------------------
+_FWD_AD = torch.autograd.forward_ad
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
+_STRIDED = torch.strided
+_AUTOGRAD_KEY = torch._C.DispatchKey.AutogradFunctionality
+_excluded = torch._C._dispatch_tls_is_dispatch_key_excluded
+_transforms_active = torch._C._are_functorch_transforms_active
+_n_dispatch_modes = torch._C._len_torch_dispatch_stack
+_function_modes = torch._C._is_torch_function_mode_enabled
+_profiling = torch._C._autograd._profiler_enabled
+
+
+def _needs_function(A, B, C) -> bool:
+    """Whether the call must run through :class:`EmulatedMM` (a derivative can be asked for)."""
+    if _FWD_AD._current_level >= 0 or _transforms_active():
+        return True
+    if not torch.is_grad_enabled() or _excluded(_AUTOGRAD_KEY):
+        return False
+    return A.requires_grad or B.requires_grad or (C is not None and C.requires_grad)
+
+
+def _plain(t) -> bool:
+    return type(t) in _PLAIN and t.layout == _STRIDED and not t.is_nested
+
+
+def _direct(A, B, C, scale_a, scale_b) -> bool:
+    """Whether the op's kernel can run without the op's dispatch (nothing could see it):
+    dense CPU / CUDA tensors (others get the dispatcher's own errors), no mode, no profiler."""
+    if not (_plain(A) and _plain(B) and (A.is_cpu or A.is_cuda)):
+        return False
+    for t in (C, scale_a, scale_b):
+        if t is not None and not _plain(t):
+            return False
+    return not _n_dispatch_modes() and not _function_modes() and not _profiling()
+
+
+def route(A, B, C, scale_a, scale_b, kw: dict) -> torch.Tensor:
+    """``C + A @ B`` as the public wrapper runs it outside torch.compile: through
+    :class:`EmulatedMM` where a derivative can be asked for, else the custom op, or its
+    kernel directly (``kw``: the op's keyword arguments)."""
+    if _needs_function(A, B, C):
+        return EmulatedMM.apply(A, B, C, scale_a, scale_b, kw)
+    if _direct(A, B, C, scale_a, scale_b):
+        g = kw.get
+        return gemm_impl(A, B, C, g("arch", DEFAULT_ARCH), g("in_format"), g("out_dtype"),
+                         g("instruction"), g("c_mode", "chain"), scale_a, scale_b,
+                         g("schedule"))
+    return torch.ops.mma_emu.emulated_mm(A, B, C, scale_a, scale_b, **kw)
 
 
 class EmulatedMM(torch.autograd.Function):

@@ -5,18 +5,37 @@ schedule's program."""
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import torch
 
 from . import cpp
 from .elementary import VALUES
 from .formats import INT_OF_SIZE, Format, format_of_dtype
-from .ops_spec import out_dtype_of, resolve_spec, scale_shapes_error
+from .ops_spec import out_dtype_of, resolve_spec, scale_shapes_error, unscaled_spec
 from .registry import DEFAULT_ARCH
 from .schedule import Schedule, run_scheduled
 from .spec import Spec
 from .tf32 import tf32_round
+
+
+def broadcast_pair(s1, s2) -> tuple:
+    """``tuple(torch.broadcast_shapes(s1, s2))``, in plain Python where both hold plain ints
+    (eager calls: torch's version costs ~8 us); RuntimeError where they do not broadcast."""
+    t1, t2 = tuple(s1), tuple(s2)
+    for d in t1 + t2:
+        if type(d) is not int:                  # SymInts while tracing: torch's rules
+            return tuple(torch.broadcast_shapes(s1, s2))
+    if t1 == t2:
+        return t1
+    n = max(len(s1), len(s2))
+    s1, s2 = (1,) * (n - len(t1)) + t1, (1,) * (n - len(t2)) + t2
+    out = []
+    for a, b in zip(s1, s2):
+        if a != b and a != 1 and b != 1:
+            raise RuntimeError(f"shapes {s1} and {s2} do not broadcast")
+        out.append(b if a == 1 else a)
+    return tuple(out)
 
 
 def broadcast_shapes(A, B, C, fn="emulated_mm"):
@@ -31,14 +50,14 @@ def broadcast_shapes(A, B, C, fn="emulated_mm"):
         raise ValueError(f"{fn}: shapes {tuple(A.shape)} and {tuple(B.shape)} cannot be "
                          f"multiplied (K = {K} vs {K2})")
     try:
-        batch = tuple(torch.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
+        batch = broadcast_pair(A.shape[:-2], B.shape[:-2])
     except RuntimeError as e:
         raise ValueError(f"{fn}: batch dimensions {tuple(A.shape[:-2])} and "
                          f"{tuple(B.shape[:-2])} do not broadcast") from e
     out_shape = (*batch, M, N)
     if C is not None:
         try:
-            ok = tuple(torch.broadcast_shapes(C.shape, out_shape)) == out_shape
+            ok = broadcast_pair(C.shape, out_shape) == out_shape
         except RuntimeError:
             ok = False
         if not ok:
@@ -48,8 +67,9 @@ def broadcast_shapes(A, B, C, fn="emulated_mm"):
 
 
 def _check_devices(*ts):
-    devs = {t.device for t in ts if t is not None}
-    if len(devs) > 1:
+    dev = ts[0].device
+    if any(t is not None and t.device != dev for t in ts[1:]):
+        devs = {t.device for t in ts if t is not None}
         raise ValueError(f"emulated_mm: tensors are on different devices: "
                          f"{', '.join(sorted(map(str, devs)))}")
 
@@ -62,6 +82,8 @@ def _check_codes(t: torch.Tensor, fmt: Format, which: str) -> None:
 
 
 def _flat3(t: torch.Tensor, batch, r: int, c: int) -> torch.Tensor:
+    if not batch and t.dim() == 2 and t.shape == (r, c):
+        return t.unsqueeze(0)       # (the usual case: one view instead of two)
     t = t.broadcast_to((*batch, r, c))
     n = 1
     for d in batch:
@@ -107,10 +129,16 @@ def _input_precision(sched: Optional[Schedule], A, B, in_format):
     return A, B, "tf32", None
 
 
-def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
-               schedule=None):
+def gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
+              schedule=None):
+    """The custom op's kernel (CPU and CUDA), also called directly by
+    :func:`.ops_autograd.route` where nothing could see the op."""
     sched = schedule_of(schedule, c_mode)
     _check_devices(A, B, C, scale_a, scale_b)
+    if (sched is None and scale_a is None and scale_b is None and type(arch) is str
+            and type(in_format) in _KEYS and type(instruction) in _KEYS
+            and (out_dtype is None or isinstance(out_dtype, torch.dtype))):
+        return _plain(A, B, C, arch, in_format, out_dtype, instruction, c_mode)
     A, B, in_format, lo = _input_precision(sched, A, B, in_format)
     s = resolve_spec(A, B, arch, in_format, out_dtype, instruction, scale_a, scale_b)
     batch, M, K, N, out_shape = broadcast_shapes(A, B, C)
@@ -129,7 +157,7 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
                                       f" for block size {s.block_size}")
         for name, sc in (("scale_a", scale_a), ("scale_b", scale_b)):
             try:
-                ok = tuple(torch.broadcast_shapes(sc.shape[:-2], batch)) == tuple(batch)
+                ok = broadcast_pair(sc.shape[:-2], batch) == tuple(batch)
             except RuntimeError:
                 ok = False
             if not ok:
@@ -154,6 +182,69 @@ def _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a
     return d.reshape(out_shape)
 
 
+class _Plan(NamedTuple):
+    """What an unscaled, unscheduled call does with its operands, a function of the dtypes
+    and arguments alone, looked up once per combination."""
+    odt: torch.dtype                    # the output (and C's) dtype
+    vdt: Optional[torch.dtype]          # IEEE-value ops: the operands' dtype, else None
+    fmt_a: Optional[Format]             # sub-byte code formats (codes checked), else None
+    fmt_b: Optional[Format]
+    params: tuple                       # _gemm's parameter vector
+
+
+@lru_cache(maxsize=4096)
+def _plan(arch, dta, dtb, in_format, out_dtype, instruction, c_mode, cdt) -> _Plan:
+    s = unscaled_spec(arch, dta, dtb, in_format, out_dtype, instruction)
+    values = s.elementary.operands == VALUES
+    vdt = (torch.float64 if s.out_format == "fp64" else torch.float32) if values else None
+    sub = (lambda dt, f: f if dt == torch.uint8 and f.bits < 8 and not values else None)
+    c_in = None
+    if cdt is not None and s.c_format is not None:
+        f = format_of_dtype(cdt)
+        c_in = s.c_format if f is not None and f.name == s.c_format else None
+    return _Plan(out_dtype_of(s), vdt, sub(dta, s.fmt_a), sub(dtb, s.fmt_b),
+                 cpp.params(s, c_mode, c_in))
+
+
+def _zero(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A 0-dim zero (C when none is given), on the CPU made once per dtype: a plain tensor
+    (not an inference tensor, never seen by a mode) that nothing writes."""
+    z = _ZEROS.get(dtype) if device.type == "cpu" else None
+    if z is None:
+        if device.type != "cpu" or torch._C._len_torch_dispatch_stack():  # (a mode could fake it)
+            return torch.zeros((), dtype=dtype, device=device)
+        with torch.inference_mode(False), torch.no_grad():
+            z = _ZEROS[dtype] = torch.zeros((), dtype=dtype, device=device)
+    return z
+
+
+_ZEROS: dict = {}
+
+
+def _plain(A, B, C, arch, in_format, out_dtype, instruction, c_mode):
+    """gemm_impl without scales or a schedule: the same steps, the per-dtype work cached."""
+    p = _plan(arch, A.dtype, B.dtype, in_format, out_dtype, instruction, c_mode,
+              None if C is None else C.dtype)
+    batch, M, K, N, out_shape = broadcast_shapes(A, B, C)
+    if C is not None and not C.dtype.is_floating_point:
+        raise TypeError(f"emulated_mm: C has dtype {C.dtype}; it must be a floating tensor")
+    Cc = _zero(p.odt, A.device) if C is None else C if C.dtype == p.odt else C.to(p.odt)
+    a3 = _flat3(A, batch, M, K)
+    b3 = _flat3(B, batch, K, N)
+    c3 = _flat3(Cc, batch, M, N)
+    if p.vdt is not None:
+        a3, b3 = a3.to(p.vdt), b3.to(p.vdt)
+    else:       # (the kernels read codes by element size: no integer view needed)
+        if p.fmt_a is not None:
+            _check_codes(A, p.fmt_a, "A")
+        if p.fmt_b is not None:
+            _check_codes(B, p.fmt_b, "B")
+    return cpp.call("_gemm", a3, b3, c3, None, None, p.params).reshape(out_shape)
+
+
+_KEYS = (str, type(None))
+
+
 def _c_in(s: Spec, C) -> Optional[str]:
     """The format C came in where the instruction reads it as it is (``Spec.c_format``:
     Volta's m8n8k4.f32.f16.f16.f16 takes an fp16 C, docs/model.md 6.4); None otherwise."""
@@ -169,8 +260,8 @@ def emulated_mm_op(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] =
                     *, arch: str = DEFAULT_ARCH, in_format: Optional[str] = None,
                     out_dtype: Optional[torch.dtype] = None, instruction: Optional[str] = None,
                     c_mode: str = "chain", schedule: Optional[str] = None) -> torch.Tensor:
-    return _gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
-                      schedule)
+    return gemm_impl(A, B, C, arch, in_format, out_dtype, instruction, c_mode, scale_a, scale_b,
+                     schedule)
 
 
 @emulated_mm_op.register_fake

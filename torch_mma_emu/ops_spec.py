@@ -18,41 +18,42 @@ from .spec import Spec, as_spec
 FP4_DTYPE = getattr(torch, "float4_e2m1fn_x2", None)
 
 
-def _operand_format(t: torch.Tensor, in_format: Optional[str], which: str) -> Format:
-    """Input format of an operand: its dtype, or ``in_format`` where the dtype is ambiguous."""
-    if t.dtype == FP4_DTYPE and FP4_DTYPE is not None:
+def _operand_format(t: torch.dtype, in_format: Optional[str], which: str) -> Format:
+    """Input format of an operand of dtype ``t``: the dtype's, or ``in_format`` where the
+    dtype is ambiguous."""
+    if t == FP4_DTYPE and FP4_DTYPE is not None:
         raise TypeError(f"emulated_mm: {which} is packed float4_e2m1fn_x2: tme.emulated_mm "
                         "unpacks it; the op takes one uint8 code per element "
                         "(torch_mma_emu.preview.scaled.unpack_fp4(t, dim of K)) with "
                         "in_format='fp4_e2m1'")
-    if not t.dtype.is_floating_point and t.dtype != torch.uint8:
-        raise TypeError(f"emulated_mm: {which} has dtype {t.dtype}; allowed: float64, float32, "
+    if not t.is_floating_point and t != torch.uint8:
+        raise TypeError(f"emulated_mm: {which} has dtype {t}; allowed: float64, float32, "
                         "float16, bfloat16, float8 dtypes, or uint8 codes with in_format")
     if in_format is not None:
         fmt = get_format(in_format)
-        allowed = formats_of_dtype(t.dtype)
+        allowed = formats_of_dtype(t)
         if fmt.name in allowed:
             return fmt
         fits = ", ".join(allowed)
         raise TypeError(f"emulated_mm: in_format={fmt.name!r} does not fit {which} of dtype "
-                        f"{t.dtype} (allowed: {fits}); give 'fmtA,fmtB' when A and B differ, "
+                        f"{t} (allowed: {fits}); give 'fmtA,fmtB' when A and B differ, "
                         "or leave in_format out for dtypes that fix their format")
-    fmt = format_of_dtype(t.dtype)
+    fmt = format_of_dtype(t)
     if fmt is None:
         raise TypeError(f"emulated_mm: {which} holds uint8 codes; say which format with "
                         "in_format='fp4_e2m1' / 'fp6_e2m3' / 'fp6_e3m2' / 'fp8_*'")
     return fmt
 
 
-def _spec_operand_format(t: torch.Tensor, want: str, which: str) -> Format:
-    """The format a Spec (passed as ``arch``, no ``in_format``) takes for an operand, when
-    the operand's dtype can hold it."""
-    own = format_of_dtype(t.dtype) if t.dtype.is_floating_point else None
-    if want in formats_of_dtype(t.dtype):
+def _spec_operand_format(t: torch.dtype, want: str, which: str) -> Format:
+    """The format a Spec (passed as ``arch``, no ``in_format``) takes for an operand of dtype
+    ``t``, when the dtype can hold it."""
+    own = format_of_dtype(t) if t.is_floating_point else None
+    if want in formats_of_dtype(t):
         return get_format(want)
     fits = [str(dt) for dt in OPERAND_DTYPES if want in formats_of_dtype(dt)]
     raise TypeError(f"emulated_mm: the Spec given as arch takes {want} for {which}, but {which} "
-                    f"has dtype {t.dtype}" + (f" ({own.name})" if own is not None else "")
+                    f"has dtype {t}" + (f" ({own.name})" if own is not None else "")
                     + f"; give {which} as {' or '.join(fits) or 'a tensor of that format'}")
 
 
@@ -85,14 +86,12 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = DEFAULT_ARCH,
     ``arch``: a name or alias, a Spec, or its string (as the op receives it: parsed once)."""
     if not isinstance(arch, (str, Spec)):
         raise TypeError(f"emulated_mm: arch must be an arch name or a Spec, got {type(arch)}")
-    sp = as_spec(arch)
-    if in_format is None and sp is not None:   # the Spec says the formats
-        fa = _spec_operand_format(A, sp.fmt_a.name, "A")
-        fb = _spec_operand_format(B, sp.fmt_b.name, "B")
-    else:
-        fmt_a, fmt_b = format_pair(in_format, "emulated_mm: ") or (None, None)
-        fa = _operand_format(A, fmt_a, "A")
-        fb = _operand_format(B, fmt_b, "B")
+    if (scale_a is None and scale_b is None and type(in_format) in _KEYS
+            and type(instruction) in _KEYS and (out_dtype is None
+                                                or isinstance(out_dtype, torch.dtype))):
+        # only the dtypes count: once per combination (~3 us a call otherwise)
+        return unscaled_spec(arch, A.dtype, B.dtype, in_format, out_dtype, instruction)
+    sp, fa, fb = _formats(arch, A.dtype, B.dtype, in_format)
     sf = _scale_format(scale_a)
     if (scale_a is None) != (scale_b is None):
         raise ValueError("emulated_mm: give both scale_a and scale_b, or neither")
@@ -117,6 +116,31 @@ def resolve_spec(A: torch.Tensor, B: torch.Tensor, arch: str = DEFAULT_ARCH,
         _check_custom(sp, fa, fb, sf, out_dtype)
         return sp
     return _cached_spec(arch, fa.name, fb.name, _out_name(out_dtype), instruction, sf, block)
+
+
+_KEYS = (str, type(None))
+
+
+def _formats(arch, dta: torch.dtype, dtb: torch.dtype, in_format):
+    """(the Spec ``arch`` names or None, format of A, format of B)."""
+    sp = as_spec(arch)
+    if in_format is None and sp is not None:   # the Spec says the formats
+        return sp, _spec_operand_format(dta, sp.fmt_a.name, "A"), \
+            _spec_operand_format(dtb, sp.fmt_b.name, "B")
+    fmt_a, fmt_b = format_pair(in_format, "emulated_mm: ") or (None, None)
+    return sp, _operand_format(dta, fmt_a, "A"), _operand_format(dtb, fmt_b, "B")
+
+
+@lru_cache(maxsize=4096)
+def unscaled_spec(arch, dta: torch.dtype, dtb: torch.dtype, in_format: Optional[str],
+                   out_dtype: Optional[torch.dtype], instruction: Optional[str]) -> Spec:
+    """:func:`resolve_spec` without scales: a function of the operands' dtypes and the
+    arguments alone (cached)."""
+    sp, fa, fb = _formats(arch, dta, dtb, in_format)
+    if sp is not None:
+        _check_custom(sp, fa, fb, None, out_dtype)
+        return sp
+    return _cached_spec(arch, fa.name, fb.name, _out_name(out_dtype), instruction, None, None)
 
 
 def _check_custom(s: Spec, fa: Format, fb: Format, sf, out_dtype) -> None:

@@ -12,9 +12,10 @@
 
 namespace mma {
 
-Isa cpu_isa() {
-  const char* s = std::getenv("MMA_EMU_SCALAR");
-  if (s && s[0] && std::strcmp(s, "0") != 0) return Isa::kScalar;
+namespace {
+// The best instruction set this CPU and build have: found once (the environment variables
+// that cap it are read per call).
+Isa best_isa() {
   Isa best = Isa::kScalar;
 #if defined(__x86_64__) && defined(__GNUC__)
   __builtin_cpu_init();
@@ -29,6 +30,14 @@ Isa cpu_isa() {
   best = Isa::kNeon;  // Advanced SIMD is part of every AArch64 CPU
 #endif
   if (best != Isa::kScalar && !isa_has_kernels(best)) best = Isa::kScalar;  // MMA_EMU_NO_SIMD
+  return best;
+}
+}  // namespace
+
+Isa cpu_isa() {
+  const char* s = std::getenv("MMA_EMU_SCALAR");
+  if (s && s[0] && std::strcmp(s, "0") != 0) return Isa::kScalar;
+  static const Isa best = best_isa();  // (thread-safe initialisation)
   const char* cap = std::getenv("MMA_EMU_CPU_ISA");
   if (cap && std::strcmp(cap, "scalar") == 0) return Isa::kScalar;
   if (cap && std::strcmp(cap, "avx2") == 0 && best == Isa::kAvx512) return Isa::kAvx2;
