@@ -188,6 +188,18 @@ def test_integer_tensor_rejected():
         tme.emulated_mm(torch.ones(2, 2, dtype=torch.int32), torch.ones(2, 2, dtype=torch.int32))
 
 
+def test_sparse_and_nested_rejected():
+    a = torch.randn(4, 4, dtype=torch.float16)
+    for bad, what in ((a.to_sparse(), "sparse_coo"), (a.to_sparse_csr(), "sparse_csr")):
+        with pytest.raises(TypeError, match=f"A must be a dense .*{what}.*to_dense"):
+            tme.emulated_mm(bad, a)
+        with pytest.raises(TypeError, match=f"C must be a dense .*{what}"):
+            tme.emulated_mm(a, a, bad.float() if what == "sparse_coo" else torch.zeros(4, 4).to_sparse_csr())
+    nested = torch.nested.nested_tensor([a, a])
+    with pytest.raises(TypeError, match="B must be a dense .*nested"):
+        tme.emulated_mm(a, nested)
+
+
 def test_spec_validation():
     with pytest.raises(ValueError, match="F must be in 0..40"):
         tme.spec("sm90", "fp16").replace(F=64)

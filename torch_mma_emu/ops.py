@@ -88,6 +88,10 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
     for name, t in (("A", A), ("B", B), ("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"emulated_mm: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t is not None and (t.layout != torch.strided or t.is_nested):
+            raise TypeError(f"emulated_mm: {name} must be a dense (strided) tensor, got "
+                            f"{'a nested tensor' if t.is_nested else t.layout}; call .to_dense() "
+                            "first")
     if type(A) is not torch.Tensor or type(B) is not torch.Tensor:
         from .sharding import register          # a DTensor: its rule (sharding.py)
         register()
