@@ -88,10 +88,6 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
     for name, t in (("A", A), ("B", B), ("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
         if t is not None and not isinstance(t, torch.Tensor):
             raise TypeError(f"emulated_mm: {name} must be a torch.Tensor, got {type(t).__name__}")
-        if t is not None and (t.layout != torch.strided or t.is_nested):
-            raise TypeError(f"emulated_mm: {name} must be a dense (strided) tensor, got "
-                            f"{'a nested tensor' if t.is_nested else t.layout}; call .to_dense() "
-                            "first")
     if type(A) is not torch.Tensor or type(B) is not torch.Tensor:
         from .sharding import register          # a DTensor: its rule (sharding.py)
         register()
@@ -103,4 +99,9 @@ def emulated_mm(A: torch.Tensor, B: torch.Tensor, C: Optional[torch.Tensor] = No
               c_mode=c_mode, schedule=None if sched is None else sched.to_string())
     if torch.compiler.is_compiling():
         return torch.ops.mma_emu.emulated_mm(A, B, C, scale_a, scale_b, **kw)
+    for name, t in (("A", A), ("B", B), ("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
+        if t is not None and (t.layout != torch.strided or t.is_nested):  # (eager: Dynamo bans .layout)
+            raise TypeError(f"emulated_mm: {name} must be a dense (strided) tensor, got "
+                            f"{'a nested tensor' if t.is_nested else t.layout}; call .to_dense() "
+                            "first")
     return route(A, B, C, scale_a, scale_b, kw)
