@@ -2,19 +2,100 @@
 // from strided tensor views, in parallel: whole rows, or one K block of them.
 #pragma once
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "../core/chain.h"
 #include "../gemm.h"
+#include "decode_fast.h"
 #include "fdpa_engine.h"
 
 namespace mma {
 
+namespace detail {
+
+template <class T>
+inline T load_code(const uint8_t* p) {
+  T c;
+  std::memcpy(&c, p, sizeof c);
+  return c;
+}
+
+// decode_rows through a run decoder run(codes, n, sig, exp, cls) -> flags (decode_fast.h).
+// Row i's code k lies at i * sr + k * sk: rows contiguous along k are decoded in place,
+// others are first gathered into runs of codes, a tile of 16 rows x kChunk k at a time, in
+// the order that reads memory in order (B's columns: k outer)
+template <class T, class Run>
+inline void decode_rows_runs(const View3& v, int64_t bi, int64_t M, int64_t k0, int64_t K,
+                             bool transposed, Decoded& out, const Run& run) {
+  constexpr int64_t kTile = 16, kChunk = 256;
+  const int64_t sr = transposed ? v.s2 : v.s1, sk = transposed ? v.s1 : v.s2;
+  const uint8_t* base = v.base + bi * v.s0 + k0 * sk;
+  const bool in_place = sk == int64_t(sizeof(T)), k_outer = std::abs(sr) < std::abs(sk);
+  parallel_for(0, (M + kTile - 1) / kTile, grain_for(kTile * K * 4), [&](int64_t lo, int64_t hi) {
+    T buf[kTile * kChunk];
+    for (int64_t t = lo; t < hi; ++t) {
+      const int64_t r0 = t * kTile, nr = std::min(M, r0 + kTile) - r0;
+      uint8_t fl[kTile] = {};
+      for (int64_t kc = 0; kc < K; kc += kChunk) {
+        const int64_t n = std::min(kChunk, K - kc);
+        const uint8_t* p0 = base + r0 * sr + kc * sk;
+        if (in_place) {
+          for (int64_t i = 0; i < nr; ++i) {
+            const size_t at = size_t((r0 + i) * K + kc);
+            fl[i] |= run(reinterpret_cast<const T*>(p0 + i * sr), n, out.sig.data() + at,
+                         out.exp.data() + at, out.cls.data() + at);
+          }
+          continue;
+        }
+        if (k_outer) {
+          for (int64_t k = 0; k < n; ++k)
+            for (int64_t i = 0; i < nr; ++i) buf[i * kChunk + k] = load_code<T>(p0 + k * sk + i * sr);
+        } else {
+          for (int64_t i = 0; i < nr; ++i)
+            for (int64_t k = 0; k < n; ++k) buf[i * kChunk + k] = load_code<T>(p0 + i * sr + k * sk);
+        }
+        for (int64_t i = 0; i < nr; ++i) {
+          const size_t at = size_t((r0 + i) * K + kc);
+          fl[i] |= run(buf + i * kChunk, n, out.sig.data() + at, out.exp.data() + at, out.cls.data() + at);
+        }
+      }
+      for (int64_t i = 0; i < nr; ++i) out.row_flags[size_t(r0 + i)] = fl[i];
+    }
+  });
+}
+
+}  // namespace detail
+
 // Rows [0, M) of k in [k0, k0 + K) into out (M x K).  transposed: row i is column i of v
-// (read in tiles of 16 columns, so each pass over k reads memory in order).
+// (read in tiles of 16 columns, so each pass over k reads memory in order).  1-byte codes,
+// fp16 and bf16 take the fast decoders of decode_fast.h (the bits of decode()).
 inline void decode_rows(const View3& v, int64_t bi, int64_t M, int64_t k0, int64_t K,
                         bool transposed, const FormatDesc& f, Decoded& out) {
   out.resize(M, K);
+  switch (dec_path(f, v.esize)) {
+    case DecPath::kLut8: {
+      const DecLut& t = dec_lut(f);
+      detail::decode_rows_runs<uint8_t>(v, bi, M, k0, K, transposed, out,
+                                        [&t](const uint8_t* s, int64_t n, int32_t* sg, int32_t* ex, uint8_t* cl) {
+                                          return decode_lut8(t, s, n, sg, ex, cl);
+                                        });
+      return;
+    }
+    case DecPath::kFp16:
+    case DecPath::kBf16: {
+      const bool h = dec_path(f, v.esize) == DecPath::kFp16;
+      const int32_t bias = f.bias;
+      detail::decode_rows_runs<uint16_t>(v, bi, M, k0, K, transposed, out,
+                                         [h, bias](const uint16_t* s, int64_t n, int32_t* sg, int32_t* ex, uint8_t* cl) {
+                                           return h ? decode_fp16(s, n, bias, sg, ex, cl)
+                                                    : decode_bf16(s, n, bias, sg, ex, cl);
+                                         });
+      return;
+    }
+    default: break;
+  }
   constexpr int64_t kTile = 16;
   parallel_for(0, (M + kTile - 1) / kTile, grain_for(kTile * K * 4), [&](int64_t lo, int64_t hi) {
     for (int64_t t = lo; t < hi; ++t) {

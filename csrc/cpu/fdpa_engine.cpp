@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "fpenv.h"
 #include "values_engine.h"
@@ -20,6 +21,31 @@ inline float plane_value(int32_t sig, int32_t e, int32_t mbits) {
   if (e - mbits < -120)  // E-FDPA planes (no window): two normal scalings, exact result
     return float(sig) * f32_of(uint32_t(e - mbits + 64 + 127) << 23) * f32_of(uint32_t(127 - 64) << 23);
   return float(sig) * f32_of(uint32_t(e - mbits + 127) << 23);
+}
+
+// The planes of n decoded operands without scales, multi-pass order or E-FDPA's second
+// plane (the common rows): v / e as fill_row stores them, in one loop the compiler
+// vectorises; true when every nonzero exponent lies in the window (else the values stored
+// are meaningless: the caller clears the row).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+bool plane_run(const int32_t* __restrict sig, const int32_t* __restrict exp, int64_t n,
+               int32_t mbits, float* __restrict v, int8_t* __restrict e) {
+  int32_t lo = 0, hi = 0;  // exponents of nonzero operands (zeros count as 0: in the window)
+  for (int64_t k = 0; k < n; ++k) {
+    const int32_t s = sig[k], nz = -int32_t(s != 0), x = exp[k] & nz;
+    // in the window the scale 2^(x - mbits) is a normal fp32 (plane_value's second case);
+    // a zero operand gives +0 (x = 0: a normal scale), no select (vectorised)
+    float p;
+    const uint32_t pb = uint32_t(x - mbits + 127) << 23;
+    std::memcpy(&p, &pb, sizeof p);
+    v[k] = float(s) * p;
+    e[k] = int8_t((x & nz) | (~nz & -128));
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  return lo >= -kWindow && hi <= kWindow;
 }
 
 // One operand row (A row i or B column j): true when it can use the planes.  kmap: plane
@@ -155,6 +181,8 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
   const bool gst = P.op == kGstFdpa;
   const bool scaled = SA != nullptr && !gst;  // ST-FDPA folds the scale exponents in
   const bool window = P.op != kEFdpa;  // E-FDPA reads values only (exponent plane unused)
+  // no scales folded in, no multi-pass order, one exponent plane: plane_run
+  const bool plain = kmap == nullptr && !scaled && window && !two;
   if (gst) {
     auto sval = [&](const Dec& d) { return double(d.sig) * std::ldexp(1.0, d.exp - P.fs.mbits); };
     auto put = [&](const Dec& d, double& v, int32_t& e) {
@@ -182,12 +210,21 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
       float* v = pl.av.data() + i * Kp;
       int8_t* e = pl.ae.data() + i * Kp;
       int8_t* e2 = two ? pl.ae2.data() + i * Kp : nullptr;
-      const bool ok = fill_row(A.row(i, K), K, Kp, kmap, P.fa.mbits, scaled ? SA + i * nblk : nullptr,
-                               P.block, A.row_flags[size_t(i)] | (SA ? fsa[i] : 0), window,
-                               [&](int64_t k, float x, int8_t ex, int8_t ex2) {
-                                 v[k] = x; e[k] = ex;
-                                 if (e2) e2[k] = ex2;
-                               });
+      const uint8_t fl = A.row_flags[size_t(i)] | (SA ? fsa[i] : 0);
+      bool ok;
+      if (plain) {
+        ok = !fl && plane_run(A.sig.data() + i * K, A.exp.data() + i * K, K, P.fa.mbits, v, e);
+        if (ok) {
+          std::fill(v + K, v + Kp, 0.0f);
+          std::fill(e + K, e + Kp, int8_t(-128));
+        }
+      } else {
+        ok = fill_row(A.row(i, K), K, Kp, kmap, P.fa.mbits, scaled ? SA + i * nblk : nullptr,
+                      P.block, fl, window, [&](int64_t k, float x, int8_t ex, int8_t ex2) {
+                        v[k] = x; e[k] = ex;
+                        if (e2) e2[k] = ex2;
+                      });
+      }
       pl.row_ok[size_t(i)] = ok;
       if (!ok) {
         std::fill(v, v + Kp, 0.0f);
@@ -202,12 +239,32 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
       float* v = pl.bv.data() + at;
       int8_t* e = pl.be.data() + at;
       int8_t* e2 = two ? pl.be2.data() + at : nullptr;
-      const bool ok = fill_row(B.row(j, K), K, Kp, kmap, P.fb.mbits, scaled ? SB + j * nblk : nullptr,
-                               P.block, B.row_flags[size_t(j)] | (SB ? fsb[j] : 0), window,
-                               [&](int64_t k, float x, int8_t ex, int8_t ex2) {
-                                 v[k * kW] = x; e[k * kW] = ex;
-                                 if (e2) e2[k * kW] = ex2;
-                               });
+      const uint8_t fl = B.row_flags[size_t(j)] | (SB ? fsb[j] : 0);
+      bool ok;
+      if (plain) {  // a run of the column at a time, then stored down the panel
+        constexpr int64_t kRun = 512;
+        float tv[kRun];
+        int8_t te[kRun];
+        ok = !fl;
+        for (int64_t kc = 0; kc < K && ok; kc += kRun) {
+          const int64_t n = std::min(kRun, K - kc);
+          ok = plane_run(B.sig.data() + j * K + kc, B.exp.data() + j * K + kc, n, P.fb.mbits, tv, te);
+          for (int64_t k = 0; k < n && ok; ++k) {
+            v[(kc + k) * kW] = tv[k];
+            e[(kc + k) * kW] = te[k];
+          }
+        }
+        for (int64_t k = K; k < Kp && ok; ++k) {
+          v[k * kW] = 0.0f;
+          e[k * kW] = int8_t(-128);
+        }
+      } else {
+        ok = fill_row(B.row(j, K), K, Kp, kmap, P.fb.mbits, scaled ? SB + j * nblk : nullptr,
+                      P.block, fl, window, [&](int64_t k, float x, int8_t ex, int8_t ex2) {
+                        v[k * kW] = x; e[k * kW] = ex;
+                        if (e2) e2[k * kW] = ex2;
+                      });
+      }
       pl.col_ok[size_t(j)] = ok;
       if (!ok)
         for (int64_t k = 0; k < Kp; ++k) {
