@@ -37,10 +37,16 @@ void c_row(const View3& vc, int64_t bi, int64_t i, int64_t N, bool half, uint32_
     std::memcpy(&c, p + j * s, sizeof c);
     return uint32_t(c);
   };
-  if (half)
+  if (s == 0) {  // a broadcast row: one value
+    std::fill(row, row + N, half ? f32_bits_of_f16(at(0)) : at(0));
+  } else if (half) {
     for (int64_t j = 0; j < N; ++j) row[j] = f32_bits_of_f16(at(j));
-  else
+  } else if (s == int64_t(sizeof(T))) {
+    const T* q = reinterpret_cast<const T*>(p);
+    for (int64_t j = 0; j < N; ++j) row[j] = uint32_t(q[j]);
+  } else {
     for (int64_t j = 0; j < N; ++j) row[j] = at(j);
+  }
 }
 }  // namespace
 
@@ -126,8 +132,12 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
   const ParFor par = aten_par(std::min(K, KB));
   for (int64_t kb0 = 0; kb0 < K && !interrupted(); kb0 += KB) {
     const int64_t kl = std::min(KB, K - kb0);
-    decode_rows(va, bi, M, kb0, kl, false, P.fa, w.A);
-    decode_rows(vbt, bi, N, kb0, kl, true, P.fb, w.B);
+    // the common rows' planes are built while decoding (FdpaEngine::begin)
+    const bool fill = fast && w.eng.begin(M, N, kl, scaled);
+    const RunSink fa = [&](int64_t r0, int64_t r1, int64_t k0, int64_t n) { w.eng.fill_a(w.A, r0, r1, k0, n); };
+    const RunSink fb = [&](int64_t r0, int64_t r1, int64_t k0, int64_t n) { w.eng.fill_b(w.B, r0, r1, k0, n); };
+    decode_rows(va, bi, M, kb0, kl, false, P.fa, w.A, fill ? &fa : nullptr);
+    decode_rows(vbt, bi, N, kb0, kl, true, P.fb, w.B, fill ? &fb : nullptr);
     int64_t nb = 0;
     if (scaled) {
       nb = (kl + P.block - 1) / P.block;

@@ -145,6 +145,14 @@ class FdpaEngine {
   void build(const Decoded& A, const Decoded& B, const Dec* SA, const Dec* SB,
              const uint8_t* fsa, const uint8_t* fsb, int64_t nblk, int64_t M, int64_t N,
              int64_t K, const ParFor& par);
+  // The planes of the common rows (no scales folded in, one pass, one exponent plane) built
+  // while the operands are decoded, from runs still in cache: begin() sizes them (false:
+  // this P / scales has none, build() does everything); then fill_a / fill_b on every run
+  // of k of every row of A and column of B just decoded (any threads, disjoint rows), and
+  // build() with the same M, N, K finishes (flags, padding).
+  bool begin(int64_t M, int64_t N, int64_t K, bool scales);
+  void fill_a(const Decoded& A, int64_t i0, int64_t i1, int64_t k0, int64_t n);
+  void fill_b(const Decoded& B, int64_t j0, int64_t j1, int64_t k0, int64_t n);
   int64_t width() const { return pl_.NP * kW; }
   bool row_ok(int64_t i) const { return pl_.row_ok[size_t(i)] != 0; }
   bool col_ok(int64_t j) const { return pl_.col_ok[size_t(j)] != 0; }
@@ -164,6 +172,9 @@ class FdpaEngine {
   PanelFn fn_ = nullptr;
   Planes pl_;
   Fallback fb_{};
+  bool filled_ = false;  // begin() was called: fill_a / fill_b write the planes
+  bool plain(bool scales) const;
+  void size_planes(int64_t M, int64_t N, int64_t K, bool init);
 };
 
 }  // namespace mma
