@@ -113,8 +113,8 @@ struct Planes {
   std::vector<int32_t> kmap;  // multi-pass: plane position -> k (-1: padding)
   // GST-FDPA only: scale values sig * 2^(exp - mbits) and exponents, A as (M, nblk), B as
   // panels [NP][nblk][32]
-  std::vector<double> sav, sbv;
-  std::vector<int32_t> sae, sbe;
+  LineVec<double> sav, sbv;
+  LineVec<int32_t> sae, sbe;
   uint32_t okmask(int64_t p) const {
     uint32_t m = 0;
     for (int l = 0; l < kW; ++l) m |= uint32_t(col_ok[size_t(p * kW + l)]) << l;
