@@ -5,6 +5,7 @@
 // the same accumulator.  Working memory: O(M * N) accumulators plus one block (about 32 MB),
 // whatever K is (a K = 10^7 GEMV no longer holds 170 bytes per k).
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "decoded.h"
@@ -24,6 +25,29 @@ ParFor aten_par(int64_t row_work) {
 }
 
 int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
+
+// C's row i (element type T, any stride) as accumulator words (an fp16 C as the fp32 word
+// of its value)
+template <class T>
+void c_row(const View3& vc, int64_t bi, int64_t i, int64_t N, bool half, uint32_t* row) {
+  const uint8_t* p = vc.base + bi * vc.s0 + i * vc.s1;
+  const int64_t s = vc.s2;
+  auto at = [&](int64_t j) {
+    T c;
+    std::memcpy(&c, p + j * s, sizeof c);
+    return uint32_t(c);
+  };
+  if (s == 0) {  // a broadcast row: one value
+    std::fill(row, row + N, half ? f32_bits_of_f16(at(0)) : at(0));
+  } else if (half) {
+    for (int64_t j = 0; j < N; ++j) row[j] = f32_bits_of_f16(at(j));
+  } else if (s == int64_t(sizeof(T))) {
+    const T* q = reinterpret_cast<const T*>(p);
+    for (int64_t j = 0; j < N; ++j) row[j] = uint32_t(q[j]);
+  } else {
+    for (int64_t j = 0; j < N; ++j) row[j] = at(j);
+  }
+}
 }  // namespace
 
 // ---- FdpaPanels ---------------------------------------------------------------------------
@@ -93,17 +117,27 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
   std::vector<uint32_t>& acc = this_thread_acc;
   acc.resize(size_t(M * W));
   parallel_for(0, M, grain_for(N), [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i)
-      for (int64_t j = 0; j < N; ++j) {
-        const uint64_t c = P.epilogue ? 0 : vc.at(bi, i, j);
-        acc[size_t(i * W + j)] = half ? f32_bits_of_f16(uint32_t(c)) : uint32_t(c);
-      }
+    for (int64_t i = lo; i < hi; ++i) {
+      uint32_t* row = acc.data() + i * W;
+      if (P.epilogue) std::fill(row, row + N, half ? f32_bits_of_f16(0) : 0u);
+      else if (vc.esize == 4) c_row<uint32_t>(vc, bi, i, N, half, row);
+      else if (vc.esize == 2) c_row<uint16_t>(vc, bi, i, N, half, row);
+      else
+        for (int64_t j = 0; j < N; ++j) {
+          const uint64_t c = vc.at(bi, i, j);
+          row[j] = half ? f32_bits_of_f16(uint32_t(c)) : uint32_t(c);
+        }
+    }
   });
   const ParFor par = aten_par(std::min(K, KB));
   for (int64_t kb0 = 0; kb0 < K && !interrupted(); kb0 += KB) {
     const int64_t kl = std::min(KB, K - kb0);
-    decode_rows(va, bi, M, kb0, kl, false, P.fa, w.A);
-    decode_rows(vbt, bi, N, kb0, kl, true, P.fb, w.B);
+    // the common rows' planes are built while decoding (FdpaEngine::begin)
+    const bool fill = fast && w.eng.begin(M, N, kl, scaled);
+    const RunSink fa = [&](int64_t r0, int64_t r1, int64_t k0, int64_t n) { w.eng.fill_a(w.A, r0, r1, k0, n); };
+    const RunSink fb = [&](int64_t r0, int64_t r1, int64_t k0, int64_t n) { w.eng.fill_b(w.B, r0, r1, k0, n); };
+    decode_rows(va, bi, M, kb0, kl, false, P.fa, w.A, fill ? &fa : nullptr);
+    decode_rows(vbt, bi, N, kb0, kl, true, P.fb, w.B, fill ? &fb : nullptr);
     int64_t nb = 0;
     if (scaled) {
       nb = (kl + P.block - 1) / P.block;
@@ -164,8 +198,18 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
     FpEnvGuard env;  // epilogue additions round to nearest
     for (int64_t i = lo; i < hi; ++i) {
       uint8_t* orow = out + (bi * M + i) * N * oes;
+      const uint32_t* arow = acc.data() + i * W;
+      if (!P.epilogue && oes == 4 && !half) {  // the fp32 words as they are
+        std::memcpy(orow, arow, size_t(N) * 4);
+        continue;
+      }
+      if (!P.epilogue && oes == 2) {
+        uint16_t* o16 = reinterpret_cast<uint16_t*>(orow);
+        for (int64_t j = 0; j < N; ++j) o16[j] = uint16_t(half ? f16_bits_of_f32(arow[j]) : arow[j]);
+        continue;
+      }
       for (int64_t j = 0; j < N; ++j) {
-        const uint32_t a32 = acc[size_t(i * W + j)];
+        const uint32_t a32 = arow[j];
         uint64_t r = half ? f16_bits_of_f32(a32) : a32;
         if (P.epilogue) r = epilogue_add(P, r, vc.at(bi, i, j));
         if (oes == 2) reinterpret_cast<uint16_t*>(orow)[j] = uint16_t(r);

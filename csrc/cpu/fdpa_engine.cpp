@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "fpenv.h"
 #include "values_engine.h"
@@ -20,6 +21,31 @@ inline float plane_value(int32_t sig, int32_t e, int32_t mbits) {
   if (e - mbits < -120)  // E-FDPA planes (no window): two normal scalings, exact result
     return float(sig) * f32_of(uint32_t(e - mbits + 64 + 127) << 23) * f32_of(uint32_t(127 - 64) << 23);
   return float(sig) * f32_of(uint32_t(e - mbits + 127) << 23);
+}
+
+// The planes of n decoded operands without scales, multi-pass order or E-FDPA's second
+// plane (the common rows): v / e as fill_row stores them, in one loop the compiler
+// vectorises; true when every nonzero exponent lies in the window (else the values stored
+// are meaningless: the caller clears the row).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+bool plane_run(const int32_t* __restrict sig, const int32_t* __restrict exp, int64_t n,
+               int32_t mbits, float* __restrict v, int8_t* __restrict e) {
+  int32_t lo = 0, hi = 0;  // exponents of nonzero operands (zeros count as 0: in the window)
+  for (int64_t k = 0; k < n; ++k) {
+    const int32_t s = sig[k], nz = -int32_t(s != 0), x = exp[k] & nz;
+    // in the window the scale 2^(x - mbits) is a normal fp32 (plane_value's second case);
+    // a zero operand gives +0 (x = 0: a normal scale), no select (vectorised)
+    float p;
+    const uint32_t pb = uint32_t(x - mbits + 127) << 23;
+    std::memcpy(&p, &pb, sizeof p);
+    v[k] = float(s) * p;
+    e[k] = int8_t((x & nz) | (~nz & -128));
+    lo = std::min(lo, x);
+    hi = std::max(hi, x);
+  }
+  return lo >= -kWindow && hi <= kWindow;
 }
 
 // One operand row (A row i or B column j): true when it can use the planes.  kmap: plane
@@ -119,7 +145,92 @@ bool FdpaEngine::setup(const Params& P, Isa isa) {
   fn_ = kind_ == FastKind::kFdpa ? ks.t : kind_ == FastKind::kTr ? ks.tr
         : kind_ == FastKind::kE ? ks.e : kind_ == FastKind::kGst ? ks.gst : nullptr;
   P_ = P;
+  filled_ = false;
   return fn_ != nullptr;
+}
+
+namespace {
+
+// plane_run over the lanes [l0, l1) of panel rows [k0, k0 + n) (B's columns p * kW + l): each
+// column's run into a buffer, then stored a row of lanes at a time; ok[l] cleared where a
+// column leaves the window (its lanes are then meaningless: the caller clears them)
+void panel_runs(const Decoded& B, int64_t K, int64_t p, int64_t l0, int64_t l1, int64_t k0,
+                int64_t n, int32_t mbits, float* v, int8_t* e, uint8_t* ok) {
+  constexpr int64_t kRun = 64;
+  float tv[kW][kRun];
+  int8_t te[kW][kRun];
+  for (int64_t kc = k0; kc < k0 + n; kc += kRun) {
+    const int64_t m = std::min(kRun, k0 + n - kc);
+    for (int64_t l = l0; l < l1; ++l) {
+      const int64_t j = p * kW + l;
+      if (ok[l]) ok[l] = plane_run(B.sig.data() + j * K + kc, B.exp.data() + j * K + kc, m, mbits, tv[l], te[l]);
+      if (!ok[l]) {
+        std::fill(tv[l], tv[l] + m, 0.0f);
+        std::fill(te[l], te[l] + m, int8_t(-128));
+      }
+    }
+    for (int64_t k = 0; k < m; ++k)
+      for (int64_t l = l0; l < l1; ++l) {
+        v[(kc + k) * kW + l] = tv[l][k];
+        e[(kc + k) * kW + l] = te[l][k];
+      }
+  }
+}
+
+}  // namespace
+
+bool FdpaEngine::plain(bool scales) const {
+  return P_.passes == 1 && P_.op != kEFdpa && (!scales || P_.op == kGstFdpa);
+}
+
+void FdpaEngine::size_planes(int64_t M, int64_t N, int64_t K, bool init) {
+  Planes& pl = pl_;
+  const int64_t instr = int64_t(P_.L) * P_.passes;
+  pl.M = M; pl.N = N; pl.K = K;
+  pl.Kp = (K + instr - 1) / instr * instr;
+  pl.NP = (N + kW - 1) / kW;
+  const size_t na = size_t(M * pl.Kp), nb = size_t(pl.NP * pl.Kp * kW);
+  if (init) {
+    pl.av.assign(na, 0.0f);
+    pl.ae.assign(na, int8_t(-128));
+    pl.bv.assign(nb, 0.0f);
+    pl.be.assign(nb, int8_t(-128));
+  } else {  // every entry is written
+    pl.av.resize(na);
+    pl.ae.resize(na);
+    pl.bv.resize(nb);
+    pl.be.resize(nb);
+  }
+}
+
+bool FdpaEngine::begin(int64_t M, int64_t N, int64_t K, bool scales) {
+  filled_ = false;
+  if (!plain(scales)) return false;
+  size_planes(M, N, K, false);
+  pl_.row_ok.assign(size_t(M), 1);
+  pl_.col_ok.assign(size_t(pl_.NP * kW), 0);
+  std::fill(pl_.col_ok.begin(), pl_.col_ok.begin() + N, uint8_t(1));
+  filled_ = true;
+  return true;
+}
+
+void FdpaEngine::fill_a(const Decoded& A, int64_t i0, int64_t i1, int64_t k0, int64_t n) {
+  Planes& pl = pl_;
+  for (int64_t i = i0; i < i1; ++i) {
+    uint8_t& ok = pl.row_ok[size_t(i)];
+    if (ok)
+      ok = plane_run(A.sig.data() + i * pl.K + k0, A.exp.data() + i * pl.K + k0, n, P_.fa.mbits,
+                     pl.av.data() + i * pl.Kp + k0, pl.ae.data() + i * pl.Kp + k0);
+  }
+}
+
+void FdpaEngine::fill_b(const Decoded& B, int64_t j0, int64_t j1, int64_t k0, int64_t n) {
+  Planes& pl = pl_;
+  for (int64_t p = j0 / kW; p * kW < j1; ++p) {
+    const int64_t at = p * pl.Kp * kW;
+    panel_runs(B, pl.K, p, std::max(j0, p * kW) - p * kW, std::min(j1, p * kW + kW) - p * kW, k0, n,
+               P_.fb.mbits, pl.bv.data() + at, pl.be.data() + at, pl.col_ok.data() + p * kW);
+  }
 }
 
 void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const Dec* SB,
@@ -128,19 +239,26 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
   const Params& P = P_;
   Planes& pl = pl_;
   const int64_t instr = int64_t(P.L) * P.passes;
-  pl.M = M; pl.N = N; pl.K = K; pl.nblk = nblk;
-  pl.Kp = (K + instr - 1) / instr * instr;
-  pl.NP = (N + kW - 1) / kW;
-  const int64_t Kp = pl.Kp;
-  pl.av.assign(size_t(M * Kp), 0.0f);
-  pl.ae.assign(size_t(M * Kp), int8_t(-128));
-  pl.bv.assign(size_t(pl.NP * Kp * kW), 0.0f);
-  pl.be.assign(size_t(pl.NP * Kp * kW), int8_t(-128));
   const bool two = P.op == kEFdpa;  // E-FDPA: the minimum-side planes too
+  // the common rows (no scales folded in, no multi-pass order, one exponent plane) through
+  // plane_run: while decoding (begin, fill_a, fill_b), or here
+  const bool plain_rows = plain(SA != nullptr);
+  if (filled_ && (pl.M != M || pl.N != N || pl.K != K)) filled_ = false;  // (not this block's)
+  if (plain_rows && !filled_) {
+    begin(M, N, K, SA != nullptr);
+    par(M, 16, [&](int64_t lo, int64_t hi) { fill_a(A, lo, hi, 0, K); });
+    par(N, 16, [&](int64_t lo, int64_t hi) { fill_b(B, lo, hi, 0, K); });
+  }
+  if (!plain_rows) {
+    size_planes(M, N, K, true);
+    pl.row_ok.assign(size_t(M), 0);
+    pl.col_ok.assign(size_t(pl.NP * kW), 0);
+  }
+  filled_ = false;
+  pl.nblk = nblk;
+  const int64_t Kp = pl.Kp;
   pl.ae2.assign(two ? size_t(M * Kp) : 0, int8_t(127));
   pl.be2.assign(two ? size_t(pl.NP * Kp * kW) : 0, int8_t(127));
-  pl.row_ok.assign(size_t(M), 0);
-  pl.col_ok.assign(size_t(pl.NP * kW), 0);
   pl.kmap.clear();
   if (P.passes > 1) {  // each instruction's k pass by pass
     pl.kmap.assign(size_t(Kp), -1);
@@ -182,12 +300,21 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
       float* v = pl.av.data() + i * Kp;
       int8_t* e = pl.ae.data() + i * Kp;
       int8_t* e2 = two ? pl.ae2.data() + i * Kp : nullptr;
-      const bool ok = fill_row(A.row(i, K), K, Kp, kmap, P.fa.mbits, scaled ? SA + i * nblk : nullptr,
-                               P.block, A.row_flags[size_t(i)] | (SA ? fsa[i] : 0), window,
-                               [&](int64_t k, float x, int8_t ex, int8_t ex2) {
-                                 v[k] = x; e[k] = ex;
-                                 if (e2) e2[k] = ex2;
-                               });
+      const uint8_t fl = A.row_flags[size_t(i)] | (SA ? fsa[i] : 0);
+      bool ok;
+      if (plain_rows) {  // the window checked by plane_run; the flags and the padding here
+        ok = pl.row_ok[size_t(i)] && !fl;
+        if (ok) {
+          std::fill(v + K, v + Kp, 0.0f);
+          std::fill(e + K, e + Kp, int8_t(-128));
+        }
+      } else {
+        ok = fill_row(A.row(i, K), K, Kp, kmap, P.fa.mbits, scaled ? SA + i * nblk : nullptr,
+                      P.block, fl, window, [&](int64_t k, float x, int8_t ex, int8_t ex2) {
+                        v[k] = x; e[k] = ex;
+                        if (e2) e2[k] = ex2;
+                      });
+      }
       pl.row_ok[size_t(i)] = ok;
       if (!ok) {
         std::fill(v, v + Kp, 0.0f);
@@ -196,18 +323,29 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
       }
     }
   });
-  par(N, 16, [&](int64_t lo, int64_t hi) {
+  // B's columns, and with plane_run the panels' padding lanes (j >= N)
+  par(plain_rows ? pl.NP * kW : N, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t j = lo; j < hi; ++j) {
       const int64_t at = (j / kW) * Kp * kW + j % kW;
       float* v = pl.bv.data() + at;
       int8_t* e = pl.be.data() + at;
       int8_t* e2 = two ? pl.be2.data() + at : nullptr;
-      const bool ok = fill_row(B.row(j, K), K, Kp, kmap, P.fb.mbits, scaled ? SB + j * nblk : nullptr,
-                               P.block, B.row_flags[size_t(j)] | (SB ? fsb[j] : 0), window,
-                               [&](int64_t k, float x, int8_t ex, int8_t ex2) {
-                                 v[k * kW] = x; e[k * kW] = ex;
-                                 if (e2) e2[k * kW] = ex2;
-                               });
+      bool ok = false;
+      if (j >= N) {
+      } else if (plain_rows) {
+        ok = pl.col_ok[size_t(j)] && !(B.row_flags[size_t(j)] | (SB ? fsb[j] : 0));
+        for (int64_t k = K; k < Kp && ok; ++k) {
+          v[k * kW] = 0.0f;
+          e[k * kW] = int8_t(-128);
+        }
+      } else {
+        ok = fill_row(B.row(j, K), K, Kp, kmap, P.fb.mbits, scaled ? SB + j * nblk : nullptr,
+                      P.block, B.row_flags[size_t(j)] | (SB ? fsb[j] : 0), window,
+                      [&](int64_t k, float x, int8_t ex, int8_t ex2) {
+                        v[k * kW] = x; e[k * kW] = ex;
+                        if (e2) e2[k * kW] = ex2;
+                      });
+      }
       pl.col_ok[size_t(j)] = ok;
       if (!ok)
         for (int64_t k = 0; k < Kp; ++k) {

@@ -1,0 +1,106 @@
+// Fast decoders (decode_fast.h).  tests/test_cpu_fast_decode.py puts every code of every
+// input format of <= 16 bits through them and compares with the scalar path (decode()).
+#include "decode_fast.h"
+
+#include <cstring>
+
+namespace mma {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MMA_DEC_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MMA_DEC_CLONES
+#endif
+
+DecPath dec_path(const FormatDesc& f, int esize) {
+  if (esize == 1) return DecPath::kLut8;  // the table is decode() of every byte
+  if (esize != 2 || f.container == 32 || f.nan_style != kIeee || !f.is_signed)
+    return DecPath::kGeneric;
+  if (f.ebits == 5 && f.mbits == 10) return DecPath::kFp16;
+  if (f.ebits == 8 && f.mbits == 7) return DecPath::kBf16;
+  return DecPath::kGeneric;
+}
+
+const DecLut& dec_lut(const FormatDesc& f) {
+  struct Entry {
+    FormatDesc f;
+    bool used;
+    DecLut t;
+  };
+  thread_local Entry cache[4] = {};
+  thread_local int next = 0;
+  for (Entry& e : cache)
+    if (e.used && std::memcmp(&e.f, &f, sizeof f) == 0) return e.t;
+  Entry& e = cache[next];
+  next = (next + 1) % 4;
+  e.f = f;
+  e.used = true;
+  for (uint32_t c = 0; c < 256; ++c) {
+    const Dec d = decode(f, c);
+    e.t.sig[c] = d.sig;
+    e.t.exp[c] = d.exp;
+    e.t.cls[c] = d.cls;
+  }
+  return e.t;
+}
+
+uint8_t decode_lut8(const DecLut& t, const uint8_t* __restrict src, int64_t n,
+                    int32_t* __restrict sig, int32_t* __restrict exp, uint8_t* __restrict cls) {
+  uint8_t fl = 0;
+  for (int64_t k = 0; k < n; ++k) {
+    const uint8_t c = src[k];
+    sig[k] = t.sig[c];
+    exp[k] = t.exp[c];
+    cls[k] = t.cls[c];
+    fl |= t.cls[c];
+  }
+  return fl;
+}
+
+namespace {
+
+// decode() of a signed IEEE-style format with EB exponent and MB fraction bits in 16-bit
+// codes, without branches: zero {0, kZeroExp}, subnormal {+-m, emin}, normal
+// {+-(m | 2^MB), e - bias}, infinity {+-1, kZeroExp, kInf}, NaN {0, kZeroExp, kNan}
+template <int EB, int MB>
+inline __attribute__((always_inline)) uint8_t decode_ieee16(
+    const uint16_t* __restrict src, int64_t n, int32_t bias, int32_t* __restrict sig,
+    int32_t* __restrict exp, uint8_t* __restrict cls) {
+  static_assert(EB + MB == 15, "16-bit codes");
+  static_assert(kInf == 1 && kNan == 2, "the classes");
+  constexpr uint32_t emask = (1u << EB) - 1, mmask = (1u << MB) - 1;
+  const int32_t emin = 1 - bias;
+  int32_t fl = 0;
+  for (int64_t k = 0; k < n; ++k) {  // masks (0 / -1) rather than branches: vectorised
+    const int32_t c = src[k];
+    const int32_t e = (c >> MB) & int32_t(emask), m = c & int32_t(mmask);
+    const int32_t neg = -(c >> 15), sub = -int32_t(e == 0), sp = -int32_t(e == int32_t(emask));
+    const int32_t mnz = -int32_t(m != 0);
+    int32_t s = m | (~sub & (1 << MB));
+    int32_t x = (sub & ((mnz & emin) | (~mnz & kZeroExp))) | (~sub & (e - bias));
+    s = (sp & ~mnz & 1) | (~sp & s);  // infinity: 1, NaN: 0
+    x = (sp & kZeroExp) | (~sp & x);
+    const int32_t cl = sp & (int32_t(kInf) + (mnz & 1));  // kInf, kNan = kInf + 1
+    sig[k] = (s ^ neg) - neg;
+    exp[k] = x;
+    cls[k] = uint8_t(cl);
+    fl |= cl;
+  }
+  return uint8_t(fl);
+}
+
+}  // namespace
+
+MMA_DEC_CLONES
+uint8_t decode_fp16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
+                    uint8_t* cls) {
+  return decode_ieee16<5, 10>(src, n, bias, sig, exp, cls);
+}
+
+MMA_DEC_CLONES
+uint8_t decode_bf16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
+                    uint8_t* cls) {
+  return decode_ieee16<8, 7>(src, n, bias, sig, exp, cls);
+}
+
+}  // namespace mma

@@ -1,0 +1,34 @@
+// Fast decoders for decode_rows (decoded.h): runs of codes -> (sig, exp, cls) with the bits of
+// core/decode.h's decode().  Codes in 1-byte elements go through a 256-entry table made by
+// decode() itself; fp16 and bf16 through a branch-free decode specialised at compile time
+// (vectorised, AVX2 clone on x86).  Every other format / element size: decode() per code.
+// No torch here.
+#pragma once
+#include <cstdint>
+
+#include "../core/decode.h"
+
+namespace mma {
+
+enum class DecPath : int { kGeneric = 0, kLut8, kFp16, kBf16 };
+
+// which decoder serves codes of format f held in esize-byte elements
+DecPath dec_path(const FormatDesc& f, int esize);
+
+// decode(f, c) for every byte c (format f)
+struct DecLut {
+  int32_t sig[256], exp[256];
+  uint8_t cls[256];
+};
+// the calling thread's table for f (made on first use, a few formats kept)
+const DecLut& dec_lut(const FormatDesc& f);
+
+// n codes -> sig / exp / cls; returns the OR of the classes (kInf | kNan seen)
+uint8_t decode_lut8(const DecLut& t, const uint8_t* src, int64_t n, int32_t* sig, int32_t* exp,
+                    uint8_t* cls);
+uint8_t decode_fp16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
+                    uint8_t* cls);
+uint8_t decode_bf16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
+                    uint8_t* cls);
+
+}  // namespace mma
