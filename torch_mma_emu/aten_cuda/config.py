@@ -24,6 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
+# the float dtypes every kernel model takes: 16- and 32-bit floats, whose math runs in float
+# (ATen's opmath_t); the sums add float64
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 WARP = 32
 MAX_THREADS = 512
 MIN_VALUES_PER_THREAD = 16      # CUDA (ROCm: 128)

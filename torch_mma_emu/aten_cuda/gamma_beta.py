@@ -34,6 +34,7 @@ import torch
 
 from ..gpu_math import ieee
 from . import sums
+from .config import FLOATS as _FLOATS
 
 __all__ = ["BLOCK_X", "ROWS_PER_THREAD", "PARTIAL_M", "tiling", "kernel_name",
            "column_sums", "partial_grid", "partial_sums", "gamma_beta_grads"]
@@ -44,7 +45,6 @@ PARTIAL_M = 64 * 1024      # M above this (and N small for the device) takes the
 # (M bound, block_dim_y, rows_per_block_y): the first whose bound exceeds M
 _TILES = ((64, 1, 8), (128, 8, 64), (256, 16, 128), (None, 32, 256))
 _PARTIAL_TILE = (1, 32)
-_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _T = {torch.float32: "float", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16"}
 _F = np.float32
 

@@ -42,14 +42,14 @@ import numpy as np
 import torch
 
 from . import softmax as _persistent
+from .config import FLOATS, WARP
+from .reduce import halve
 
 MAX_THREADS = 1024
-WARP = 32
 ALIGN_BYTES = 16
 REG_LIMIT = 10                      # cunn_SoftMaxForwardReg where reg_cnt < 10
 SMEM_PER_BLOCK = 48 * 1024          # cudaDeviceProp::sharedMemPerBlock (all CUDA GPUs)
 _LOWEST = np.float32(-np.finfo(np.float32).max)
-FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,23 +156,13 @@ def thread_order(L: Launch, shift: int = 0) -> np.ndarray:
     return np.concatenate(cols, axis=1) if cols else np.full((B, 0), -1)
 
 
-def _tree(v: np.ndarray) -> np.ndarray:
-    """shfl_down 16..1 (lane 0's value) over the last axis of 32 lanes."""
-    w = v.shape[-1]
-    while w > 1:
-        h = w // 2
-        v = (v[..., :h] + v[..., h:w]).astype(np.float32)
-        w = h
-    return v[..., 0]
-
-
 def block_reduce(s: np.ndarray) -> np.ndarray:
     """``cuda_utils::BlockReduce`` of per-thread sums ``s`` ([R, B], B % 32 == 0)."""
     R, B = s.shape
-    warps = _tree(s.reshape(R, B // WARP, WARP))
+    warps = halve(s.reshape(R, B // WARP, WARP), -1)     # shfl_down 16..1 per warp
     pad = np.zeros((R, WARP), np.float32)
     pad[:, :B // WARP] = warps
-    return _tree(pad)
+    return halve(pad, -1)
 
 
 def _fold(G: np.ndarray) -> np.ndarray:
@@ -274,12 +264,8 @@ def evaluate_spatial(X: np.ndarray, L: Launch, exp, log, *,
     Ep[:, :n] = E
     Ep = Ep.reshape(O, rounds, bx, I)                 # d = x + bx * r at [r, x]
     acc = _fold(np.moveaxis(Ep, 1, -1))              # [O, bx, I]
-    w = bx
-    while w > 1:                                      # shared[x] = shared[x] + shared[x+h]
-        h = w // 2
-        acc = (acc[:, :h] + acc[:, h:w]).astype(np.float32)
-        w = h
-    return _epilogue(X, mx, E, acc[:, :1], log, log_softmax)
+    acc = halve(acc, 1)[:, None]                      # shared[x] = shared[x] + shared[x+h]
+    return _epilogue(X, mx, E, acc, log, log_softmax)
 
 
 def softmax(x: torch.Tensor, dim: int = -1, *, log_softmax: bool = False,

@@ -25,12 +25,11 @@ import numpy as np
 import torch
 
 from ..gpu_math.ieee import fma
-from .config import ReduceConfig, set_reduce_config
+from .config import FLOATS, ReduceConfig, set_reduce_config
 from .reduce import evaluate
 from .sums import layout, rows
 
 VT0 = 2                     # gpu_reduce_kernel<scalar_t, out_t, 2>: vt0 = input_vec_size = 2
-FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 OPS = ("var", "std", "var_mean", "std_mean")
 
 

@@ -33,6 +33,7 @@ import torch
 
 from .. import gpu_math
 from ..gpu_math import fast
+from .config import FLOATS as _FLOATS
 
 __all__ = ["vectorized", "layer_norm", "rms_norm", "evaluate", "evaluate_rowwise", "moments",
            "kernel_name", "THREADS", "VEC", "KERNEL", "BLOCK_REDUCE_THREADS"]
@@ -41,7 +42,6 @@ THREADS = 128          # num_threads() = C10_WARP_SIZE * 4: a block of 32 x 4
 VEC = 4                # vec_size, the same for every dtype
 WARP = 32
 KERNEL = "vectorized_layer_norm_kernel"
-_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _F = np.float32
 
 

@@ -36,6 +36,7 @@ import torch
 
 from ..gpu_math import ieee
 from . import host_softmax
+from .config import FLOATS as _FLOATS
 
 __all__ = ["THREADS", "VEC", "KERNELS", "vectorized", "kernel_name", "row_sums",
            "grad_input", "layer_norm_grad_input"]
@@ -43,7 +44,6 @@ __all__ = ["THREADS", "VEC", "KERNELS", "vectorized", "kernel_name", "row_sums",
 THREADS = 128          # num_threads(): a 1-D block of 4 warps
 VEC = 4                # vec_size (and compute_gI's unroll)
 KERNELS = ("layer_norm_grad_input_kernel_vectorized", "layer_norm_grad_input_kernel")
-_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _F = np.float32
 
 

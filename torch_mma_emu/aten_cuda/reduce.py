@@ -62,7 +62,7 @@ def _last_axis(v, axis):
     return v.moveaxis(axis, -1) if hasattr(v, "new_zeros") else np.moveaxis(v, axis, -1)
 
 
-def _halve(v, axis):
+def halve(v, axis):
     """``v[..., x] += v[..., x + h]`` for h = size/2, ..., 1 along ``axis`` (a power of
     two); returns the array without that axis (lane 0's value)."""
     v = _last_axis(v, axis)
@@ -143,11 +143,11 @@ def _combine(T, cfg: ReduceConfig):
     warps = bh if cfg.warp_split else 1
     v = T.reshape(M, C, warps, lanes)
     if cfg.fastest:
-        v = _halve(v, 3)
+        v = halve(v, 3)
     else:
         v = v[..., 0]
     if cfg.warp_split:
-        v = _halve(v, 2)
+        v = halve(v, 2)
     else:
         v = v[..., 0]
     if C == 1:
@@ -159,9 +159,9 @@ def _combine(T, cfg: ReduceConfig):
         part = v[:, u0:u0 + nt]
         f[:, :part.shape[1]] = f[:, :part.shape[1]] + part
     f = f.reshape(M, bh, lanes)
-    f = _halve(f, 1)                # block_y_reduce
+    f = halve(f, 1)                # block_y_reduce
     if cfg.fastest:
-        return _halve(f, 1)         # block_x_reduce
+        return halve(f, 1)         # block_x_reduce
     return f[:, 0]
 
 

@@ -40,10 +40,11 @@ import torch
 
 from . import host_softmax as hs
 from . import softmax as persistent_mod
+from .reduce import halve
+from .config import FLOATS
 
 PERSISTENT_ELEMENTS = 1024
 PERSISTENT_BYTES = 4096
-FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,21 +104,11 @@ def _fold0(G: np.ndarray) -> np.ndarray:
                              axis=-1)[..., -1]
 
 
-def _halve(v: np.ndarray, axis: int) -> np.ndarray:
-    v = np.moveaxis(v, axis, -1)
-    w = v.shape[-1]
-    while w > 1:
-        h = w // 2
-        v = (v[..., :h] + v[..., h:w]).astype(np.float32)
-        w = h
-    return v[..., 0]
-
-
 def persistent_sum(G: np.ndarray) -> np.ndarray:
     """``softmax_warp_backward``'s row sums of ``G`` ([R, n] float32)."""
     e = persistent_mod.lanes(G, np.float32(0))          # [R, it, lane]
     s = _fold0(np.moveaxis(e, 1, -1))                  # per lane, it ascending
-    return _halve(s, 1)
+    return halve(s, 1)
 
 
 def smem_block_reduce(s: np.ndarray) -> np.ndarray:
@@ -151,7 +142,7 @@ def spatial_sum(G: np.ndarray, L: BackwardLaunch) -> np.ndarray:
     Gp = np.zeros((O, rounds * bx, I), np.float32)
     Gp[:, :n] = G
     acc = _fold0(np.moveaxis(Gp.reshape(O, rounds, bx, I), 1, -1))     # [O, bx, I]
-    return _halve(acc, 1)
+    return halve(acc, 1)
 
 
 def epilogue(G, Y, S, *, log_softmax: bool, exp=None):

@@ -8,11 +8,11 @@ from typing import Optional
 import numpy as np
 import torch
 
-from .config import Layout, ReduceConfig, set_reduce_config
+from .config import FLOATS as _OPMATH_FLOATS, Layout, ReduceConfig, set_reduce_config
 from .facts import kernel_params
 from .reduce import evaluate, mean_factor
 
-FLOATS = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+FLOATS = _OPMATH_FLOATS + (torch.float64,)
 
 
 def _dims(x: torch.Tensor, dim) -> list[int]:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import registry
 from ..aten_cuda import backward as bw
 from ..aten_cuda import elementwise as ew
+from ..aten_cuda.config import FLOATS
+from .aten_math import nvidia_target
 from .records import KERNEL_NATIVE
 
 __all__ = ["handle", "handle_softmax", "OPS", "SOFTMAX_OPS", "KIND", "LABEL"]
@@ -23,20 +24,14 @@ __all__ = ["handle", "handle_softmax", "OPS", "SOFTMAX_OPS", "KIND", "LABEL"]
 KIND = "elementwise"
 LABEL = f"torch {ew.TORCH_VERSION} CUDA kernel"
 OPS = ("sigmoid_backward", "tanh_backward", "silu_backward", "gelu_backward")
-_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def _nvidia(mode) -> bool:
-    pol = mode.policy
-    return pol.spec is None and registry.ARCHS[pol.arch].vendor == "nvidia"
 
 
 def _why_native(mode, g, o) -> str:
     if not all(isinstance(t, torch.Tensor) and t.device.type == "cpu" for t in (g, o)):
         return "not a CPU tensor"
-    if g.dtype not in _FLOATS or o.dtype != g.dtype:
+    if g.dtype not in FLOATS or o.dtype != g.dtype:
         return f"{g.dtype}, {o.dtype}: no model"
-    if not _nvidia(mode):
+    if not nvidia_target(mode):
         return f"{mode.policy.arch_name}: no model of this target's math library"
     return ""
 

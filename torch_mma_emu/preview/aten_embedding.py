@@ -13,6 +13,7 @@ import torch
 
 from ..aten_cuda import embedding as emb
 from .aten_math import nvidia_target
+from .aten_reductions import warn_version
 
 __all__ = ["handle", "OPS", "KIND", "LABEL", "model"]
 
@@ -61,9 +62,7 @@ def handle(mode, func, args, kwargs):
     n = indices.numel()
     if n and (int(indices.min()) < 0 or int(indices.max()) >= int(num_weights)):
         return func(*args, **kwargs)        # torch's own error for an index out of range
-    msg = emb.version_mismatch()
-    if msg:
-        mode.warn_once("aten_cuda.version", f"emulate: {msg}", stacklevel=4)
+    warn_version(mode, emb.version_mismatch())
     res = model(grad, indices, num_weights, padding_idx, bool(scale))
     which = emb.path(n, bool(scale))
     mode.record(func, KIND, LABEL, [grad.shape, indices.shape],

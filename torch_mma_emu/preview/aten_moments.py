@@ -47,9 +47,7 @@ def handle(mode, func, args, kwargs):
     if why:
         mode.record(func, KIND, KERNEL_NATIVE, [x.shape], why)
         return func(*args, **kwargs)
-    msg = aten_cuda.version_mismatch()
-    if msg:
-        mode.warn_once("aten_cuda.version", f"emulate: {msg}", stacklevel=4)
+    aten_reductions.warn_version(mode, aten_cuda.version_mismatch())
     gpu = aten_reductions.target_gpu(mode)
     c = 1.0 if correction is None else float(correction)
     out = moments.moments(x.detach(), dim, correction=c, keepdim=bool(keepdim), op=op, gpu=gpu)

@@ -59,12 +59,6 @@ def _why_native(mode, x, n, *others) -> str:
     return ""
 
 
-def _warn(mode):
-    msg = aten_cuda.version_mismatch()
-    if msg:
-        mode.warn_once("aten_cuda.version", f"emulate: {msg}", stacklevel=5)
-
-
 def handle_layer_norm(mode, func, args, kwargs):
     """``native_layer_norm(x, normalized_shape, weight, bias, eps)``."""
     x, shape, weight, bias, eps = args[:5]
@@ -77,7 +71,7 @@ def handle_layer_norm(mode, func, args, kwargs):
     if why:
         mode.record(func, KIND, KERNEL_NATIVE, [x.shape], why)
         return func(*args, **kwargs)
-    _warn(mode)
+    aten_reductions.warn_version(mode, aten_cuda.version_mismatch())
     y, mean, rstd = norms.layer_norm(x.detach(), shape, _plain(weight), _plain(bias),
                                      float(eps))
     # the CPU backward that follows reads mean / rstd in the dtype its forward stores them
@@ -126,7 +120,7 @@ def handle_layer_norm_backward(mode, func, args, kwargs):
     if why or kwargs:
         mode.record(func, KIND, KERNEL_NATIVE, [dy.shape], why or "keyword arguments")
         return func(*args, **kwargs)
-    _warn(mode)
+    aten_reductions.warn_version(mode, aten_cuda.version_mismatch())
     m32, r32 = _float_stats(x, mean, rstd)
     dx = dg = db = None
     if mask[0]:
@@ -231,7 +225,7 @@ def rms_norm(mode, func, args, kwargs):
         mode.record("aten._fused_rms_norm", KIND, KERNEL_NATIVE, [x.shape], why)
         with aten_reductions.parts_of_a_model():
             return func(*args, **kwargs)
-    _warn(mode)
+    aten_reductions.warn_version(mode, aten_cuda.version_mismatch())
     y, rstd = norms.rms_norm(x.detach(), shape, _plain(weight), eps)
     mode.record("aten._fused_rms_norm", KIND, _LABEL, [x.shape],
                 "rms_norm: " + norms.kernel_name(n, x.dtype, x, weight))

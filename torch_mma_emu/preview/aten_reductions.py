@@ -17,8 +17,8 @@ import torch
 from .. import aten_cuda, registry
 from .records import KERNEL_NATIVE
 
-__all__ = ["handle_sum", "handle_mean", "handle_softmax", "target_gpu", "KIND",
-           "parts_of_a_model", "in_a_model"]
+__all__ = ["handle_sum", "handle_mean", "handle_softmax", "target_gpu", "warn_version",
+           "KIND", "parts_of_a_model", "in_a_model"]
 
 KIND = "reduction"
 _PARTS = threading.local()
@@ -67,6 +67,13 @@ def _why_native(mode, x, dtype):
     return ""
 
 
+def warn_version(mode, msg: str) -> None:
+    """Warn once per block where this torch is not the one the CUDA kernel models were read
+    from (``msg``: a model's ``version_mismatch()``, empty when it is)."""
+    if msg:
+        mode.warn_once("aten_cuda.version", f"emulate: {msg}", stacklevel=5)
+
+
 def _run(mode, func, op, x, dim, keepdim, dtype, args, kwargs):
     if getattr(_PARTS, "depth", 0):
         return func(*args, **kwargs)
@@ -76,9 +83,7 @@ def _run(mode, func, op, x, dim, keepdim, dtype, args, kwargs):
     if why:
         mode.record(func, KIND, KERNEL_NATIVE, [x.shape], why)
         return func(*args, **kwargs)
-    msg = aten_cuda.version_mismatch()
-    if msg:
-        mode.warn_once("aten_cuda.version", f"emulate: {msg}", stacklevel=4)
+    warn_version(mode, aten_cuda.version_mismatch())
     gpu = target_gpu(mode)
     xin = x.detach()
     src = xin
@@ -140,9 +145,7 @@ def handle_softmax(mode, func, args, kwargs):
     if why:
         mode.record(func, KIND, KERNEL_NATIVE, [x.shape], why)
         return func(*args, **kwargs)
-    msg = aten_cuda.version_mismatch()
-    if msg:
-        mode.warn_once("aten_cuda.version", f"emulate: {msg}", stacklevel=4)
+    warn_version(mode, aten_cuda.version_mismatch())
     log = "log" in func.overloadpacket.__name__
     out, launch = hs.softmax(x, dim, log_softmax=log, half_to_float=bool(half_to_float))
     mode.record(func, KIND, _LABEL, [x.shape], launch.describe())
