@@ -93,6 +93,28 @@ def triton_as_modelled(ok: bool, what: str) -> None:
     raise AssertionError(f"the installed Triton compiles {what} otherwise than modelled")
 
 
+def fdpa_kwargs(spec, A, B, C, scales=None):
+    """emulated_mm's keyword arguments for spec on codes A, B and C: the output dtype, both
+    formats where a dtype does not name them, and unit block scales (or ``scales``)."""
+    from torch_mma_emu.formats import FORMATS
+    fa, fb = FORMATS[spec.in_format], FORMATS[spec.in_format_b or spec.in_format]
+    kw = dict(A=A, B=B, C=C, arch=spec,
+              out_dtype={"fp32": torch.float32, "fp16": torch.float16}[spec.out_format])
+    if fa.torch_dtype is None or fb.torch_dtype is None:
+        kw["in_format"] = f"{fa.name},{fb.name}"
+    if spec.scaled:
+        K = A.shape[-1]
+        nb = -(-K // spec.block_size)
+        unit = 0x38 if spec.scale_format == "ue4m3" else 127  # the code of 1.0
+        one = torch.full((A.shape[0], nb), unit, dtype=torch.uint8)
+        sa, sb = scales if scales is not None else (one, one.new_full((nb, B.shape[-1]), unit))
+        want = (torch.float8_e4m3fn if spec.scale_format == "ue4m3"
+                else getattr(torch, "float8_e8m0fnu", None))
+        kw["scale_a"] = sa.view(want) if want is not None else sa
+        kw["scale_b"] = sb.view(want) if want is not None else sb
+    return kw
+
+
 def row_specs():
     """Every registry row on its first input format: the unscaled rows once, the block-scaled
     rows at each of their block sizes."""

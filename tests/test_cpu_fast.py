@@ -23,7 +23,7 @@ from torch_mma_emu.formats import FORMATS, value_table
 from torch_mma_emu.cpp import params
 from torch_mma_emu.inputs import FAMILIES, operands, random_codes
 from torch_mma_emu.registry import ROWS, all_specs
-from helpers import assert_same_bits, cpu_path, fast_path, mm_on_path, seeded
+from helpers import assert_same_bits, cpu_path, fast_path, fdpa_kwargs as _kw, mm_on_path, seeded
 
 INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -122,25 +122,6 @@ def _codes(fmt, values):
     """float64 values (exactly representable) -> codes in the tensor type emulated_mm takes."""
     from torch_mma_emu.inputs import to_format
     return to_format(values, fmt)
-
-
-def _kw(spec, A, B, C, scales=None):
-    fa, fb = FORMATS[spec.in_format], FORMATS[spec.in_format_b or spec.in_format]
-    kw = dict(A=A, B=B, C=C, arch=spec,
-              out_dtype={"fp32": torch.float32, "fp16": torch.float16}[spec.out_format])
-    if fa.torch_dtype is None or fb.torch_dtype is None:
-        kw["in_format"] = f"{fa.name},{fb.name}"
-    if spec.scaled:
-        K = A.shape[-1]
-        nb = -(-K // spec.block_size)
-        unit = 0x38 if spec.scale_format == "ue4m3" else 127  # the code of 1.0
-        one = torch.full((A.shape[0], nb), unit, dtype=torch.uint8)
-        sa, sb = scales if scales is not None else (one, one.new_full((nb, B.shape[-1]), unit))
-        want = (torch.float8_e4m3fn if spec.scale_format == "ue4m3"
-                else getattr(torch, "float8_e8m0fnu", None))
-        kw["scale_a"] = sa.view(want) if want is not None else sa
-        kw["scale_b"] = sb.view(want) if want is not None else sb
-    return kw
 
 
 def _table(fmt):

@@ -12,7 +12,7 @@ from torch_mma_emu.formats import FORMATS
 from torch_mma_emu.inputs import to_format
 from torch_mma_emu.registry import ROWS
 import torch_mma_emu as tme
-from helpers import assert_same_bits, fast_path, mm_on_path, seeded
+from helpers import assert_same_bits, fast_path, fdpa_kwargs, mm_on_path, row_id, seeded
 
 _probe = tme.spec("sm90", "fp16")
 ISAS = [i for i in ("avx512", "avx2") if fast_path(_probe, i).startswith(i + ":")]
@@ -22,37 +22,17 @@ T_ROWS = [s for s in ROW_SPECS if s.op in ("t_fdpa", "st_fdpa", "tr_fdpa", "gtr_
 needs_fast = pytest.mark.skipif(not ISAS, reason="no AVX2 on this CPU: only the scalar path exists")
 
 
-def _id(s):
-    mp = f"-{s.passes}pass" if s.multipass else ""
-    return f"{s.arch}-{s.op}-{s.in_format}-{s.out_format}-L{s.L}{mp}"
-
-
 def _kw(spec, a, b, C):
     fa, fb = FORMATS[spec.in_format], FORMATS[spec.in_format_b or spec.in_format]
-    A, B = to_format(a, fa), to_format(b, fb)
-    kw = dict(A=A, B=B, C=C, arch=spec,
-              out_dtype={"fp32": torch.float32, "fp16": torch.float16}[spec.out_format])
-    if fa.torch_dtype is None or fb.torch_dtype is None:
-        kw["in_format"] = f"{fa.name},{fb.name}"
-    if spec.scaled:
-        K = A.shape[-1]
-        nb = -(-K // spec.block_size)
-        unit = 0x38 if spec.scale_format == "ue4m3" else 127  # the code of 1.0
-        sa = torch.full((A.shape[0], nb), unit, dtype=torch.uint8)
-        sb = sa.new_full((nb, B.shape[-1]), unit)
-        want = (torch.float8_e4m3fn if spec.scale_format == "ue4m3"
-                else getattr(torch, "float8_e8m0fnu", None))
-        kw["scale_a"] = sa.view(want) if want is not None else sa
-        kw["scale_b"] = sb.view(want) if want is not None else sb
-    return kw
+    return fdpa_kwargs(spec, to_format(a, fa), to_format(b, fb), C)
 
 
 def _check(spec, kw, what):
     S = mm_on_path(kw, "scalar")
     for isa in ISAS:
-        assert_same_bits(mm_on_path(kw, isa), S, f"fast ({isa}) vs scalar, {what}, {_id(spec)}")
+        assert_same_bits(mm_on_path(kw, isa), S, f"fast ({isa}) vs scalar, {what}, {row_id(spec)}")
     R = ref.mm(spec, kw["A"], kw["B"], kw["C"], kw.get("scale_a"), kw.get("scale_b"))
-    assert_same_bits(S, R, f"kernel vs reference, {what}, {_id(spec)}")
+    assert_same_bits(S, R, f"kernel vs reference, {what}, {row_id(spec)}")
 
 
 def _grid(fmt, x):
@@ -68,7 +48,7 @@ def _grid(fmt, x):
 
 @needs_fast
 @pytest.mark.parametrize("zero_exp", [None, 2], ids=["registry", "zexp2"])
-@pytest.mark.parametrize("spec", T_ROWS, ids=_id)
+@pytest.mark.parametrize("spec", T_ROWS, ids=row_id)
 def test_zero_operands_chunk_by_chunk(spec, zero_exp):
     """Zeros in A's rows in some chunks only, in B's columns in others, whole zero chunks,
     beside c = +-0 / tiny / normal; K = 3 L + 5 (a partial last instruction).  The registry's
@@ -107,7 +87,7 @@ def test_zero_operands_chunk_by_chunk(spec, zero_exp):
 
 
 @needs_fast
-@pytest.mark.parametrize("spec", T_ROWS, ids=_id)
+@pytest.mark.parametrize("spec", T_ROWS, ids=row_id)
 def test_results_at_the_ends_of_the_range(spec):
     """c at 2^100 .. 2^127 (fp16 outputs: up to 65504) beside small products (emax - F past the
     vector range: the core), sums that cancel to a few units of the smallest normal, and tiny
@@ -145,7 +125,7 @@ GST_ROWS = [s for s in ROW_SPECS if s.op == "gst_fdpa" and fast_path(s) != "scal
 @needs_fast
 @pytest.mark.parametrize("zero_exp", [None, -120, 2], ids=["registry", "zexp-120", "zexp2"])
 @pytest.mark.parametrize("cancelled", ["keep", "drop"])
-@pytest.mark.parametrize("spec", GST_ROWS, ids=_id)
+@pytest.mark.parametrize("spec", GST_ROWS, ids=row_id)
 def test_gst_zero_and_cancelled_groups(spec, cancelled, zero_exp):
     """GST-FDPA's group tests (gst_fdpa.inc): zero groups in A's rows and in B's columns,
     groups whose products cancel (group_keep), zero scales (UE4M3 code 0), tiny scales

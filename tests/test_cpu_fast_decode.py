@@ -22,7 +22,7 @@ import torch_mma_emu as tme
 from torch_mma_emu.cpp import params
 from torch_mma_emu.formats import FORMATS, value_table
 from torch_mma_emu.registry import ROWS
-from helpers import assert_same_bits, env, fast_path, mm_on_path
+from helpers import assert_same_bits, env, fast_path, mm_on_path, row_id
 
 _probe = tme.spec("sm90", "fp16")
 ISAS = [i for i in ("avx512", "avx2") if fast_path(_probe, i).startswith(i + ":")]
@@ -55,12 +55,6 @@ def _cases():
 
 
 CASES = _cases()
-
-
-def _id(s):
-    sc = f"-{s.scale_format}{s.block_size}" if s.scaled else ""
-    mp = f"-{s.passes}pass" if s.multipass else ""
-    return f"{s.arch}-{s.op}-{s.in_format}-{s.out_format}{sc}-L{s.L}{mp}"
 
 
 def _tensor(idx, fmt):
@@ -143,7 +137,7 @@ def _scalar(spec, side):
     return mm_on_path(_kw(spec, _tensor(A, fmt), _tensor(B, fmt)), "scalar"), A, B
 
 
-@pytest.mark.parametrize("spec", CASES, ids=_id)
+@pytest.mark.parametrize("spec", CASES, ids=row_id)
 def test_every_code_fast_equals_scalar(spec):
     """All codes through A's rows and B's columns, and every non-finite code: the fast path's
     bits are the scalar path's, and the identity products give the codes' values."""
@@ -151,7 +145,7 @@ def test_every_code_fast_equals_scalar(spec):
     for side in ("A", "B", "special"):
         S, A, B = _scalar(spec, side)
         F = mm_on_path(_kw(spec, _tensor(A, fmt), _tensor(B, fmt)), ISAS[0])
-        assert_same_bits(F, S, f"fast vs scalar, all codes in {side}, {_id(spec)}")
+        assert_same_bits(F, S, f"fast vs scalar, all codes in {side}, {row_id(spec)}")
     _check_values(_scalar(spec, "A")[0], _operands(spec)[0], spec.in_format, "A's codes")
     _check_values(_scalar(spec, "B")[0].t(), _operands(spec)[0], spec.in_format, "B's codes")
     # the specials: +-Inf times +1 / -1 (beside finite ones) is +-Inf, NaN is NaN
@@ -192,7 +186,7 @@ def _col_major(t):
     return t.transpose(-1, -2).contiguous().transpose(-1, -2)
 
 
-@pytest.mark.parametrize("spec", LAYOUT_SPECS, ids=_id)
+@pytest.mark.parametrize("spec", LAYOUT_SPECS, ids=row_id)
 def test_every_code_in_any_layout(spec):
     """The same bits with A and B transposed (column-major), strided along either dimension,
     batched; with K blocks of one instruction; on AVX2."""
@@ -219,7 +213,7 @@ def test_every_code_in_any_layout(spec):
 
 
 @pytest.mark.parametrize("spec", [_pick("sm90", "fp16"), _pick("sm90", "fp16", "fp16"),
-                                  _pick("sm89", "fp8_e5m2", "fp16")], ids=_id)
+                                  _pick("sm89", "fp8_e5m2", "fp16")], ids=row_id)
 def test_c_and_output_layouts(spec):
     """fp32 / fp16 C contiguous, transposed, strided and broadcast, and c_mode="epilogue",
     beside every code of A: fast == scalar."""
