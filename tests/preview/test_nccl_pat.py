@@ -13,13 +13,14 @@ from torch_mma_emu.order import nccl, nccl_extra, nccl_pat
 
 def fsdp_fold(local, ws):
     """PAT SUM reduce-scatter of FSDP2's input (for shard c: shard c of every gradient),
-    then FSDP's post-division by ws in fp32; rank c's parameter shards."""
+    then FSDP's post-division by ws as CUDA divides by a number (``x * RN(1 / ws)`` in
+    float32, preview/aten_pointwise.py); rank c's parameter shards."""
     rows = [torch.cat([g.chunk(ws, 0)[c].reshape(-1) for c in range(ws) for g in grads])
             for grads in local]
     stacked = torch.stack(rows)
     n = stacked.shape[1] // ws
     got = torch.from_numpy(nccl.reduce_values(nccl_pat.pat_reduce_scatter(ws, n), stacked,
-                                              torch.float32)) / ws
+                                              torch.float32)) * (torch.tensor(1.0) / ws)
     shapes = [g.chunk(ws, 0)[0].shape for g in local[0]]
     return [[p.reshape(s) for p, s in zip(got[c * n:(c + 1) * n].split(
         [s.numel() for s in shapes]), shapes)] for c in range(ws)]
