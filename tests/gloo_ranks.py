@@ -35,6 +35,25 @@ def init_rank() -> tuple:
     return rank, ws, sys.argv[5:]
 
 
+def wide_input(rank: int) -> torch.Tensor:
+    """This rank's (12, 16) input: features from 1e-3 to 1e3, so the gradients' sums over
+    ranks depend on their order."""
+    g = torch.Generator().manual_seed(1000 + rank)
+    return torch.randn(12, 16, generator=g) * torch.logspace(-3, 3, 16)
+
+
+def grad_step(m, inp, **kw) -> tuple:
+    """One emulated sm90 training step of ``m`` on ``inp`` (``kw``: emulate's arguments):
+    this rank's parameter gradients (a DTensor's local shard), detached copies, and the
+    block."""
+    import torch_mma_emu as tme
+    with tme.emulate("sm90", **kw) as em:
+        m(inp).square().sum().backward()
+    grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+             for p in m.parameters()]
+    return [t.detach().clone() for t in grads], em
+
+
 def save_rank(res: dict) -> None:
     """In a worker: save this rank's results where :func:`run_ranks` reads them, leave the
     group."""

@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import torch_mma_emu as tme
-from gloo_ranks import init_rank, save_rank
+from gloo_ranks import grad_step, init_rank, save_rank, wide_input
 
 rank, ws, (what,) = init_rank()
 torch.manual_seed(0)
@@ -20,15 +20,10 @@ res = {}
 if what == "fsdp":
     from torch.distributed.fsdp import fully_shard
     model = torch.nn.Sequential(torch.nn.Linear(16, 48), torch.nn.ReLU(), torch.nn.Linear(48, 12))
-    g = torch.Generator().manual_seed(1000 + rank)
-    inp = torch.randn(12, 16, generator=g) * torch.logspace(-3, 3, 16)   # wide magnitudes
+    inp = wide_input(rank)
 
     def step(m, **kw):
-        with tme.emulate("sm90", **kw) as em:
-            m(inp).square().sum().backward()
-        grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-                 for p in m.parameters()]
-        return [x.detach().clone() for x in grads], em
+        return grad_step(m, inp, **kw)
 
     res["local"], _ = step(copy.deepcopy(model))
     fs = fully_shard(copy.deepcopy(model))

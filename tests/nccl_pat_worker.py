@@ -8,9 +8,8 @@ import copy
 
 import torch
 import torch.distributed as dist
-from gloo_ranks import init_rank, save_rank
+from gloo_ranks import grad_step, init_rank, save_rank, wide_input
 
-import torch_mma_emu as tme
 from torch_mma_emu.preview.nccl_emu import NcclCollectives
 
 rank, ws, _ = init_rank()
@@ -47,16 +46,11 @@ from torch.distributed.fsdp import fully_shard  # noqa: E402
 
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 48), torch.nn.ReLU(), torch.nn.Linear(48, 12))
-inp = torch.randn(12, 16, generator=torch.Generator().manual_seed(1000 + rank)) \
-    * torch.logspace(-3, 3, 16)
+inp = wide_input(rank)
 
 
 def step(m, **kw):
-    with tme.emulate("sm90", **kw) as em:
-        m(inp).square().sum().backward()
-    grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-             for p in m.parameters()]
-    return [t.detach().clone() for t in grads], em
+    return grad_step(m, inp, **kw)
 
 
 res["local"], _ = step(copy.deepcopy(model))

@@ -5,17 +5,15 @@ of a small MLP: local gradients, DDP under emulate(collectives="rccl-ring") and 
 MscclAlgorithm, and under plain emulate (gloo)."""
 import copy
 import os
-import sys
 
 import torch
 import torch.distributed as dist
+from gloo_ranks import grad_step, init_rank, save_rank, wide_input
 
-import torch_mma_emu as tme
 from torch_mma_emu.order.msccl import MscclAlgorithm
 from torch_mma_emu.preview.rccl_emu import RcclCollectives
 
-init, rank, ws, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-dist.init_process_group("gloo", init_method="file://" + init, rank=rank, world_size=ws)
+rank, ws, _ = init_rank()
 HAND = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "msccl",
                     "ring-3n-hand.xml" if ws == 3 else "allpairs-4n-hand.xml")
 N = 3000
@@ -36,14 +34,12 @@ for name, kw in (("ring1", dict(algo="ring")), ("ring2", dict(proto="ll", nchann
     res[name + "_summary"] = em.summary_line()
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8))
-inp = torch.randn(12, 16, generator=torch.Generator().manual_seed(1000 + rank)) \
-    * torch.logspace(-3, 3, 16)
+inp = wide_input(rank)
 
 
 def step(m, **kw):
-    with tme.emulate("sm90", **kw) as em:
-        m(inp).square().sum().backward()
-    return torch.cat([p.grad.reshape(-1) for p in m.parameters()]), em
+    grads, em = grad_step(m, inp, **kw)
+    return torch.cat([t.reshape(-1) for t in grads]), em
 
 
 res["local"], _ = step(copy.deepcopy(model))
@@ -53,5 +49,4 @@ res["ddp_summary"] = em.summary()
 res["ddp_msccl"], em = step(ddp(copy.deepcopy(model)), collectives=alg)
 res["ddp_msccl_summary"] = em.summary()
 res["ddp_gloo"], _ = step(ddp(copy.deepcopy(model)))
-torch.save(res, os.path.join(out, f"rank{rank}.pt"))
-dist.destroy_process_group()
+save_rank(res)

@@ -3,10 +3,8 @@ the single-process fold in RCCL's order (order.rccl) or the MSCCL XML's (order.m
 which differs from gloo's bits; a DDP model under emulate(collectives="rccl-ring" /
 MscclAlgorithm) equals the single-process fold of the ranks' local gradients."""
 import os
-import subprocess
-import sys
-import tempfile
 
+import gloo_ranks
 import pytest
 import torch
 
@@ -21,25 +19,12 @@ HAND4 = os.path.join(ROOT, "tests", "data", "msccl", "allpairs-4n-hand.xml")
 RING16 = os.path.join(ROOT, "tests", "data", "msccl", "all-reduce-ring-ll.xml.gz")
 
 
-def run_ranks(ws):
-    tmp = tempfile.mkdtemp()
-    env = dict(os.environ, PYTHONPATH=ROOT)
-    procs = [subprocess.Popen([sys.executable, os.path.join(ROOT, "tests", "rccl_emu_worker.py"),
-                               os.path.join(tmp, "init"), str(r), str(ws), tmp], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-             for r in range(ws)]
-    for p in procs:
-        out, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, out.decode()[-2000:]
-    return [torch.load(os.path.join(tmp, f"rank{r}.pt")) for r in range(ws)]
-
-
 def fold(ranges, x):
     return torch.from_numpy(rccl.reduce_values(ranges, x))
 
 
 def check(ws):
-    res = run_ranks(ws)
+    res = gloo_ranks.run_ranks("rccl_emu_worker.py", ws)
     x = torch.stack([r["x"] for r in res])              # (ranks, N) fp16
     N = x.shape[1]
     want = {"ring1": rccl.ring_allreduce(ws, N, "float16"),
