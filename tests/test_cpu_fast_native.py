@@ -78,9 +78,9 @@ def _build(cxx, out_name, extra=()):
     return exe
 
 
-def _run(cmd, specs, seed=1, timeout=600):
+def _run(cmd, specs, seed=1, timeout=600, env=None):
     r = subprocess.run([*cmd, str(seed)], input=_rows(specs), capture_output=True, text=True,
-                       timeout=timeout)
+                       timeout=timeout, env=None if env is None else {**os.environ, **env})
     lines = r.stdout.strip().splitlines()
     return r.returncode, lines
 
@@ -90,13 +90,19 @@ def _finish(line):
     return tuple(int(x) for x in line.split("finish=")[1].split()[0].rstrip(";").split("/"))
 
 
-def _check(cmd, isa, specs, seed=1):
-    rc, lines = _run(cmd, specs, seed)
+def _check(cmd, isa, specs, seed=1, env=None):
+    rc, lines = _run(cmd, specs, seed, env=env)
     bad = [ln for ln in lines[:-1] if not ln.startswith("ok ")]
     assert not bad and rc == 0, "\n".join(bad[:20] or lines[-5:])
     assert lines[-1] == f"{len(specs)} passed, 0 failed", lines[-1]
     # every row ran its vector kernel on this ISA
     assert all(f" {isa}:" in ln for ln in lines[:-1])
+    # the T / ST-FDPA rows ran the kernel compiled for their shape (fdpa_engine.h kTShapes)
+    # unless told otherwise
+    want = "generic" if env else "fixed"
+    for s, ln in zip(specs, lines[:-1]):
+        if s in ROW_SPECS and s.op in ("t_fdpa", "st_fdpa"):
+            assert f" shape={want} " in ln, ln
     # the TR/GTR rows met lanes where the two finishes differ (and got them right)
     for s, ln in zip(specs, lines[:-1]):
         if s.op in ("tr_fdpa", "gtr_fdpa") and s.out_format == "fp32":
@@ -116,6 +122,34 @@ def test_native_kernels_equal_the_core(isa):
     if isa not in _x86_isas():
         pytest.skip(f"this CPU has no {isa}")
     _check([str(_build("g++", "fast_exact")), isa], isa, ROW_SPECS + RZ_RENORM + FTZ_GRID)
+
+
+# Spec.zero_exp / emax_floor beside the kernels compiled per shape: at or below the lowest
+# emax a lane can have (min(output emin, F - 126)) they cannot move it and the row keeps its
+# fixed kernel; above, or with per-chunk zero masks (zero_exp above the output's emin), the
+# generic kernel applies them
+_T8 = tme.spec("sm80", "bf16")     # F = 24, fp32 out: lowest emax -126
+_T16H = tme.spec("sm90", "fp16", "fp16")  # F = 25, fp16 out: lowest emax -101
+T_EDGES = [(_T8.replace(zero_exp=-126), "fixed"), (_T8.replace(zero_exp=-125), "generic"),
+           (_T8.replace(zero_exp=2), "generic"), (_T8.replace(emax_floor=-126), "fixed"),
+           (_T8.replace(emax_floor=-125), "generic"), (_T8.replace(emax_floor=2), "generic"),
+           (_T16H.replace(emax_floor=-101), "fixed"), (_T16H.replace(emax_floor=2), "generic")]
+
+
+@pytest.mark.skipif(not X86 or shutil.which("g++") is None, reason="needs g++ on x86-64")
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_native_t_shapes(isa):
+    """Every T / ST-FDPA row through the generic kernel too (MMA_EMU_CPU_GENERIC=1), and the
+    zero_exp / emax_floor edges on the kernel each one picks."""
+    if isa not in _x86_isas():
+        pytest.skip(f"this CPU has no {isa}")
+    exe = str(_build("g++", "fast_exact"))
+    _check([exe, isa], isa, [s for s in ROW_SPECS if s.op in ("t_fdpa", "st_fdpa")],
+           env={"MMA_EMU_CPU_GENERIC": "1"})
+    specs = [s for s, _ in T_EDGES]
+    _check([exe, isa], isa, specs)
+    _, lines = _run([exe, isa], specs)
+    assert [ln.split(" shape=")[1].split()[0] for ln in lines[:-1]] == [w for _, w in T_EDGES], lines
 
 
 @pytest.mark.skipif(not X86 or shutil.which("g++") is None, reason="needs g++ on x86-64")

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 #include "fpenv.h"
@@ -136,14 +137,49 @@ const char* isa_name(Isa isa) {
   }
 }
 
+bool t_zero_masks(const Params& P) {
+  return (P.op == kTFdpa || P.op == kStFdpa) && P.has_zero_exp() && P.zero_exp > P.fo.emin();
+}
+
+// Every lane's emax is at least min(emin, F - 126): a nonzero c takes at least the output's
+// emin, c = 0 takes F - 126 (kern/t_fdpa.inc), products only raise it.  So an emax_floor at
+// or below that never moves it, nor a zero_exp (which reaches only c = 0 lanes where the
+// planes carry no zero masks, i.e. at or below emin): the registry's fp32 rows (-132, -133).
+TShape t_shape(const Params& P) {
+  TShape s;
+  s.L = P.L;
+  s.G = std::min(P.L, 1 << std::max(0, 29 - P.F));
+  s.half = P.rho == kRneFp16;
+  s.e8m13 = P.rho == kRzE8m13;
+  const int32_t low = std::min(P.fo.emin(), P.F - 126);
+  s.zx = P.has_zero_exp() && P.zero_exp > low;
+  s.floor = P.emax_floor > low;
+  s.ovf = (int64_t(2 + 4 * P.L) << P.F) > (int64_t(1) << 31);
+  s.zplus = s.half && P.zero_plus;
+  s.cfinal = P.c_final != 0;
+  return s;
+}
+
+int t_shape_index(const Params& P) {
+  const TShape s = t_shape(P);
+  for (int i = 0; i < kNumTShapes; ++i)
+    if (kTShapes[i] == s) return i;
+  return -1;
+}
+
 bool FdpaEngine::setup(const Params& P, Isa isa) {
-  FdpaKernels ks{nullptr, nullptr, nullptr, nullptr};
+  FdpaKernels ks{nullptr, nullptr, nullptr, nullptr, nullptr};
   if (isa == Isa::kAvx2) ks = fdpa_kernels_avx2();
   else if (isa == Isa::kAvx512) ks = fdpa_kernels_avx512();
   else if (isa == Isa::kNeon) ks = fdpa_kernels_neon();
   kind_ = fast_eligible(P);
   fn_ = kind_ == FastKind::kFdpa ? ks.t : kind_ == FastKind::kTr ? ks.tr
         : kind_ == FastKind::kE ? ks.e : kind_ == FastKind::kGst ? ks.gst : nullptr;
+  // MMA_EMU_CPU_GENERIC=1: the kernel that reads everything from Params, for every row (tests)
+  const char* generic = std::getenv("MMA_EMU_CPU_GENERIC");
+  const int ts = kind_ == FastKind::kFdpa && fn_ && !(generic && *generic == '1') ? t_shape_index(P) : -1;
+  fixed_ = ts >= 0;
+  if (fixed_) fn_ = ks.t_fixed[ts];
   P_ = P;
   filled_ = false;
   return fn_ != nullptr;
@@ -357,7 +393,7 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
   });
   // (a zero_exp at or below the output's emin never moves emax beside a nonzero c, whose
   // exponent is at least emin, and c = 0 takes it anyway: no masks, as for the registry rows)
-  const bool zmasks = (P.op == kTFdpa || P.op == kStFdpa) && P.has_zero_exp() && P.zero_exp > P.fo.emin();
+  const bool zmasks = t_zero_masks(P);
   pl.nch = zmasks ? Kp / P.L : 0;
   pl.az.assign(size_t(M * pl.nch), 0);
   pl.bz.assign(size_t(pl.NP * pl.nch), 0);

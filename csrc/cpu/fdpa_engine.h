@@ -141,8 +141,46 @@ struct Fallback {
 // left as they were.
 using PanelFn = void (*)(const Params&, const Planes&, const Fallback&, int64_t i0, int64_t i1,
                          int64_t p, int64_t kc0, int64_t kc1, uint32_t* acc, int64_t ld);
+// The T / ST-FDPA kernel compiled with a chunk's shape fixed: the products per chunk (L), per
+// int32 partial sum (G) and which optional steps run, each only where it can change a bit
+// (`t_shape`).  Fixed, the term loop unrolls and the chunk code carries no option tests
+// (docs/cpu_fast.md "Per core": 7-12% fewer cycles).  kTShapes lists those compiled: the
+// registry's rows (tests/test_cpu_fast_native.py checks each lands on one); any other
+// parameter vector runs the kernel that reads everything from Params.
+struct TShape {
+  int L = 0, G = 0;
+  bool half = false, e8m13 = false;  // fp16 output (round to odd, RNE to fp16) / E8M13 accumulator
+  bool zx = false, floor = false;    // Spec.zero_exp / emax_floor can move some lane's emax
+  bool ovf = false;                  // c's term plus the chunk's sum can overflow int32
+  bool zplus = false, cfinal = false;  // +0 for zero fp16 results / multi-pass, c added last
+  constexpr bool operator==(const TShape&) const = default;
+};
+TShape t_shape(const Params& P);
+// whether the planes carry per-chunk zero masks (a zero_exp above the output's emin)
+bool t_zero_masks(const Params& P);
+inline constexpr TShape kTShapes[] = {
+    // L, G, half, e8m13, zx, floor, ovf, zplus, cfinal
+    {4, 4, false, false, false, false, false, false, false},    // sm70 fp16, sm80-sm89 tf32 -> fp32
+    {4, 4, true, false, true, false, false, true, false},      // sm70 fp16 -> fp16
+    {8, 8, false, false, false, false, false, false, false},    // sm75-sm89 fp16 / bf16, sm90+ tf32
+    {8, 8, true, false, true, false, false, true, false},      // sm75-sm89 fp16 -> fp16
+    {16, 16, false, true, false, false, false, false, false},   // sm89 fp8 -> fp32
+    {16, 16, true, false, true, false, false, true, false},    // sm89 fp8 -> fp16
+    {16, 16, false, false, false, false, true, false, false},   // sm90+ fp16 / bf16 -> fp32
+    {16, 16, true, false, true, false, true, true, false},     // sm90+ fp16 -> fp16
+    {16, 16, true, false, true, false, true, true, true},      // 2-pass fp8 -> fp16
+    {16, 16, false, false, false, false, true, false, true},    // 2-pass fp8 -> fp32
+    {32, 32, false, true, false, false, false, false, false},   // sm90 fp8 -> fp32
+    {32, 32, true, false, true, false, false, true, false},    // sm90 fp8 -> fp16
+    {32, 16, false, false, false, false, true, false, false},   // sm100 / sm120 fp8, ST -> fp32
+    {32, 16, true, false, true, false, true, true, false},     // sm100 / sm120 fp8 -> fp16
+};
+constexpr int kNumTShapes = int(sizeof(kTShapes) / sizeof(kTShapes[0]));
+int t_shape_index(const Params& P);  // in kTShapes, or -1
+
 struct FdpaKernels {
   PanelFn t, tr, e, gst;
+  const PanelFn* t_fixed;  // kNumTShapes kernels, one per kTShapes entry
 };
 FdpaKernels fdpa_kernels_avx2();
 FdpaKernels fdpa_kernels_avx512();
@@ -173,6 +211,8 @@ class FdpaEngine {
   void fill_a(const Decoded& A, int64_t i0, int64_t i1, int64_t k0, int64_t n);
   void fill_b(const Decoded& B, int64_t j0, int64_t j1, int64_t k0, int64_t n);
   int64_t width() const { return pl_.NP * kW; }
+  // T / ST-FDPA: whether setup() chose a kernel compiled for this shape (kTShapes)
+  bool fixed_shape() const { return fixed_; }
   bool row_ok(int64_t i) const { return pl_.row_ok[size_t(i)] != 0; }
   bool col_ok(int64_t j) const { return pl_.col_ok[size_t(j)] != 0; }
   const Planes& planes() const { return pl_; }
@@ -191,6 +231,7 @@ class FdpaEngine {
   PanelFn fn_ = nullptr;
   Planes pl_;
   Fallback fb_{};
+  bool fixed_ = false;
   bool filled_ = false;  // begin() was called: fill_a / fill_b write the planes
   bool plain(bool scales) const;
   void size_planes(int64_t M, int64_t N, int64_t K, bool init);

@@ -2,6 +2,9 @@
 #include "fdpa_engine.h"
 #include "values_engine.h"
 
+#include <array>
+#include <utility>
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
 #include "simd/avx2.h"
 
@@ -27,12 +30,12 @@ ValueKernels value_kernels_avx2() {
   return k;
 }
 FdpaKernels fdpa_kernels_avx2() {
-  return {k_avx2::t_panel, k_avx2::tr_panel, k_avx2::e_panel, k_avx2::gst_panel};
+  return {k_avx2::t_panel, k_avx2::tr_panel, k_avx2::e_panel, k_avx2::gst_panel, k_avx2::kTFixed.data()};
 }
 }  // namespace mma
 #else
 namespace mma {
-FdpaKernels fdpa_kernels_avx2() { return {nullptr, nullptr, nullptr, nullptr}; }
+FdpaKernels fdpa_kernels_avx2() { return {nullptr, nullptr, nullptr, nullptr, nullptr}; }
 ValueKernels value_kernels_avx2() { return ValueKernels{}; }
 }  // namespace mma
 #endif

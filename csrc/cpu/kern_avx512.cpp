@@ -2,6 +2,9 @@
 #include "fdpa_engine.h"
 #include "values_engine.h"
 
+#include <array>
+#include <utility>
+
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
 #include <cpuid.h>
 
@@ -50,12 +53,12 @@ static bool cpu_is_amd() {
 }
 ValueKernels value_kernels_avx512() { return cpu_is_amd() ? value_kernels_avx2() : value_kernels_avx512_wide(); }
 FdpaKernels fdpa_kernels_avx512() {
-  return {k_avx512::t_panel, k_avx512::tr_panel, k_avx512::e_panel, k_avx512::gst_panel};
+  return {k_avx512::t_panel, k_avx512::tr_panel, k_avx512::e_panel, k_avx512::gst_panel, k_avx512::kTFixed.data()};
 }
 }  // namespace mma
 #else
 namespace mma {
-FdpaKernels fdpa_kernels_avx512() { return {nullptr, nullptr, nullptr, nullptr}; }
+FdpaKernels fdpa_kernels_avx512() { return {nullptr, nullptr, nullptr, nullptr, nullptr}; }
 ValueKernels value_kernels_avx512() { return ValueKernels{}; }
 ValueKernels value_kernels_avx512_wide() { return ValueKernels{}; }
 }  // namespace mma

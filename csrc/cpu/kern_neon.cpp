@@ -2,6 +2,9 @@
 #include "fdpa_engine.h"
 #include "values_engine.h"
 
+#include <array>
+#include <utility>
+
 #if defined(__aarch64__) && !defined(MMA_EMU_NO_SIMD)
 #include "simd/neon.h"
 
@@ -27,12 +30,12 @@ ValueKernels value_kernels_neon() {
   return k;
 }
 FdpaKernels fdpa_kernels_neon() {
-  return {k_neon::t_panel, k_neon::tr_panel, k_neon::e_panel, k_neon::gst_panel};
+  return {k_neon::t_panel, k_neon::tr_panel, k_neon::e_panel, k_neon::gst_panel, k_neon::kTFixed.data()};
 }
 }  // namespace mma
 #else
 namespace mma {
-FdpaKernels fdpa_kernels_neon() { return {nullptr, nullptr, nullptr, nullptr}; }
+FdpaKernels fdpa_kernels_neon() { return {nullptr, nullptr, nullptr, nullptr, nullptr}; }
 ValueKernels value_kernels_neon() { return ValueKernels{}; }
 }  // namespace mma
 #endif

@@ -6,7 +6,9 @@
 // stdin: one registry row per line, "name p0 p1 ... p44" (cpp.params(spec)).  argv[1]: the
 // instruction set ("avx2", "avx512", "neon"; "avx512w": AVX-512 with the 512-bit FMA /
 // FTZ-AddMul kernels whatever the CPU's vendor); argv[2] (optional): seed.  Prints one line per
-// row ("ok name path lanes=..." or "MISMATCH name ..."), then "N passed, N failed".
+// row ("ok name path shape=... lanes=..." or "MISMATCH name ..."), then "N passed, N failed".
+// MMA_EMU_CPU_GENERIC=1 runs the T / ST-FDPA rows through the kernel that reads every option
+// from Params (shape=generic) instead of the one compiled for their shape (shape=fixed).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -72,6 +74,7 @@ struct Result {
   // (fin_dbad: differing lanes the vector result got wrong)
   int64_t fin_lanes = 0, fin_bad = 0, fin_differ = 0, fin_dbad = 0;
   std::string first;
+  const char* shape = "-";  // T / ST-FDPA: the kernel compiled for the row's shape, or the generic one
 };
 
 double value_of(const FormatDesc& f, uint64_t c) {
@@ -184,6 +187,7 @@ void check_fdpa(const Params& P0, Isa isa, Family fam, Gen& g, Result& res) {
   P.epilogue = 0;
   FdpaEngine eng;
   if (!eng.setup(P, isa)) return;
+  if (fast_eligible(P) == FastKind::kFdpa) res.shape = eng.fixed_shape() ? "fixed" : "generic";
   const int64_t instr = int64_t(P.L) * P.passes;
   const bool fin = fam == kFinish;
   const int64_t M = 5, N = 37, K = fin ? instr : 3 * instr + 5;
@@ -419,8 +423,8 @@ int main(int argc, char** argv) {
                   res.first.c_str());
       ++failed;
     } else {
-      std::printf("ok %s %s:%s lanes=%lld finish=%lld/%lld/%lld/%lld\n", name.c_str(), isa_s.c_str(),
-                  kinds[int(kind)], (long long)res.lanes, (long long)res.fin_bad,
+      std::printf("ok %s %s:%s shape=%s lanes=%lld finish=%lld/%lld/%lld/%lld\n", name.c_str(), isa_s.c_str(),
+                  kinds[int(kind)], res.shape, (long long)res.lanes, (long long)res.fin_bad,
                   (long long)res.fin_lanes, (long long)res.fin_differ, (long long)res.fin_dbad);
       ++passed;
     }
