@@ -1,5 +1,6 @@
-"""Every code of every input format of <= 16 bits through the CPU kernel's fast decoders
-(csrc/cpu/decode_fast.cpp: a 256-entry table for 1-byte codes, branch-free fp16 / bf16) and
+"""Every code of every input format of <= 16 bits, and of tf32 / xf32, through the CPU kernel's
+fast decoders (csrc/cpu/decode_fast.cpp: a 256-entry table for 1-byte codes, branch-free
+fp16 / bf16 / tf32) and
 the planes built from them (fdpa_engine.cpp plane_run), against the scalar path
 (MMA_EMU_SCALAR=1: the generic decode() per code) and against the codes' values.
 
@@ -234,3 +235,27 @@ def test_c_and_output_layouts(spec):
             S = mm_on_path(kw, "scalar", c_mode)
             for isa in ISAS:
                 assert_same_bits(mm_on_path(kw, isa, c_mode), S, f"C {what}, {c_mode}, {isa}")
+
+
+@pytest.mark.parametrize("arch,fmt", [("sm90", "tf32"), ("gfx942", "xf32")])
+def test_every_tf32_code_fast_equals_scalar(arch, fmt):
+    """tf32 / xf32 (fp32 words, decode_fast.cpp decode_tf32): every one of the 2^19 codes,
+    under random low 13 bits (dropped), in A's rows and in B's columns against the identity:
+    the fast path's bits are the scalar path's, and the finite codes give their values
+    (the word with the low bits cleared)."""
+    spec = tme.spec(arch, fmt)
+    g = torch.Generator().manual_seed(19)
+    codes = torch.arange(1 << 19, dtype=torch.int64)
+    words = (codes << 13) | torch.randint(0, 1 << 13, codes.shape, generator=g)
+    A = words.to(torch.int32).view(torch.float32).reshape(-1, K)
+    eye = torch.eye(K, dtype=torch.float32)
+    clean = (codes << 13).to(torch.int32).view(torch.float32).reshape(-1, K)
+    for side, (a, b) in {"A": (A, eye), "B": (eye, A.t())}.items():
+        kw = dict(A=a, B=b, C=None, arch=spec, out_dtype=torch.float32)
+        S = mm_on_path(kw, "scalar")
+        F = mm_on_path(kw, ISAS[0])
+        assert_same_bits(F, S, f"fast vs scalar, every {fmt} code in {side}")
+        D = S if side == "A" else S.t()
+        fin = torch.isfinite(clean).all(1, keepdim=True)
+        assert torch.equal(torch.where(fin, D, 0.0), torch.where(fin, clean, 0.0)), side
+        assert D[~fin.expand_as(D)].isnan().all(), side

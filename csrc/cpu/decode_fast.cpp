@@ -14,8 +14,9 @@ namespace mma {
 
 DecPath dec_path(const FormatDesc& f, int esize) {
   if (esize == 1) return DecPath::kLut8;  // the table is decode() of every byte
-  if (esize != 2 || f.container == 32 || f.nan_style != kIeee || !f.is_signed)
-    return DecPath::kGeneric;
+  if (f.nan_style != kIeee || !f.is_signed) return DecPath::kGeneric;
+  if (esize == 4 && f.container == 32 && f.ebits == 8 && f.mbits == 10) return DecPath::kTf32;
+  if (esize != 2 || f.container == 32) return DecPath::kGeneric;
   if (f.ebits == 5 && f.mbits == 10) return DecPath::kFp16;
   if (f.ebits == 8 && f.mbits == 7) return DecPath::kBf16;
   return DecPath::kGeneric;
@@ -59,22 +60,23 @@ uint8_t decode_lut8(const DecLut& t, const uint8_t* __restrict src, int64_t n,
 
 namespace {
 
-// decode() of a signed IEEE-style format with EB exponent and MB fraction bits in 16-bit
-// codes, without branches: zero {0, kZeroExp}, subnormal {+-m, emin}, normal
-// {+-(m | 2^MB), e - bias}, infinity {+-1, kZeroExp, kInf}, NaN {0, kZeroExp, kNan}
-template <int EB, int MB>
-inline __attribute__((always_inline)) uint8_t decode_ieee16(
-    const uint16_t* __restrict src, int64_t n, int32_t bias, int32_t* __restrict sig,
+// decode() of a signed IEEE-style format with EB exponent and MB fraction bits in codes of
+// type T, above SHIFT dropped low bits (tf32 / xf32 in fp32 words: decode() truncates them),
+// without branches: zero {0, kZeroExp}, subnormal {+-m, emin}, normal {+-(m | 2^MB),
+// e - bias}, infinity {+-1, kZeroExp, kInf}, NaN {0, kZeroExp, kNan}
+template <int EB, int MB, class T, int SHIFT>
+inline __attribute__((always_inline)) uint8_t decode_ieee(
+    const T* __restrict src, int64_t n, int32_t bias, int32_t* __restrict sig,
     int32_t* __restrict exp, uint8_t* __restrict cls) {
-  static_assert(EB + MB == 15, "16-bit codes");
+  static_assert(EB + MB + 1 + SHIFT == 8 * sizeof(T), "the code fills T");
   static_assert(kInf == 1 && kNan == 2, "the classes");
   constexpr uint32_t emask = (1u << EB) - 1, mmask = (1u << MB) - 1;
   const int32_t emin = 1 - bias;
   int32_t fl = 0;
   for (int64_t k = 0; k < n; ++k) {  // masks (0 / -1) rather than branches: vectorised
-    const int32_t c = src[k];
+    const int32_t c = int32_t(uint32_t(src[k]) >> SHIFT);
     const int32_t e = (c >> MB) & int32_t(emask), m = c & int32_t(mmask);
-    const int32_t neg = -(c >> 15), sub = -int32_t(e == 0), sp = -int32_t(e == int32_t(emask));
+    const int32_t neg = -(c >> (EB + MB)), sub = -int32_t(e == 0), sp = -int32_t(e == int32_t(emask));
     const int32_t mnz = -int32_t(m != 0);
     int32_t s = m | (~sub & (1 << MB));
     int32_t x = (sub & ((mnz & emin) | (~mnz & kZeroExp))) | (~sub & (e - bias));
@@ -94,13 +96,19 @@ inline __attribute__((always_inline)) uint8_t decode_ieee16(
 MMA_DEC_CLONES
 uint8_t decode_fp16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
                     uint8_t* cls) {
-  return decode_ieee16<5, 10>(src, n, bias, sig, exp, cls);
+  return decode_ieee<5, 10, uint16_t, 0>(src, n, bias, sig, exp, cls);
 }
 
 MMA_DEC_CLONES
 uint8_t decode_bf16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
                     uint8_t* cls) {
-  return decode_ieee16<8, 7>(src, n, bias, sig, exp, cls);
+  return decode_ieee<8, 7, uint16_t, 0>(src, n, bias, sig, exp, cls);
+}
+
+MMA_DEC_CLONES
+uint8_t decode_tf32(const uint32_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
+                    uint8_t* cls) {
+  return decode_ieee<8, 10, uint32_t, 13>(src, n, bias, sig, exp, cls);
 }
 
 }  // namespace mma

@@ -82,7 +82,7 @@ inline void decode_rows_runs(const View3& v, int64_t bi, int64_t M, int64_t k0, 
 
 // Rows [0, M) of k in [k0, k0 + K) into out (M x K).  transposed: row i is column i of v
 // (read in tiles of columns, so each pass over k reads memory in order).  1-byte codes,
-// fp16 and bf16 take the fast decoders of decode_fast.h (the bits of decode()).
+// fp16, bf16 and tf32 / xf32 take the fast decoders of decode_fast.h (the bits of decode()).
 // sink: called on every run written (all rows, all k), or null.
 inline void decode_rows(const View3& v, int64_t bi, int64_t M, int64_t k0, int64_t K,
                         bool transposed, const FormatDesc& f, Decoded& out,
@@ -105,6 +105,14 @@ inline void decode_rows(const View3& v, int64_t bi, int64_t M, int64_t k0, int64
                                          [h, bias](const uint16_t* s, int64_t n, int32_t* sg, int32_t* ex, uint8_t* cl) {
                                            return h ? decode_fp16(s, n, bias, sg, ex, cl)
                                                     : decode_bf16(s, n, bias, sg, ex, cl);
+                                         }, sink);
+      return;
+    }
+    case DecPath::kTf32: {
+      const int32_t bias = f.bias;
+      detail::decode_rows_runs<uint32_t>(v, bi, M, k0, K, transposed, out,
+                                         [bias](const uint32_t* s, int64_t n, int32_t* sg, int32_t* ex, uint8_t* cl) {
+                                           return decode_tf32(s, n, bias, sg, ex, cl);
                                          }, sink);
       return;
     }
