@@ -1,8 +1,7 @@
 """Every code of every input format of <= 16 bits, and of tf32 / xf32, through the CPU kernel's
 fast decoders (csrc/cpu/decode_fast.cpp: a 256-entry table for 1-byte codes, branch-free
-fp16 / bf16 / tf32) and
-the planes built from them (fdpa_engine.cpp plane_run), against the scalar path
-(MMA_EMU_SCALAR=1: the generic decode() per code) and against the codes' values.
+fp16 / bf16 / tf32) and the planes built from them (fdpa_engine.cpp plane_run), against the
+scalar path (MMA_EMU_SCALAR=1: the generic decode() per code) and against the codes' values.
 
 - A holds all codes (64 per row, in code order) against the identity B: D[i, j] is the value
   of A[i, j], so every code shows in its own output.  The same with B holding all codes (its
