@@ -116,10 +116,11 @@ struct Avx2 {
   MMA_VT B b_adds(B a, B b) { return _mm256_adds_epi8(a, b); }
   MMA_VT B b_max(B a, B b) { return _mm256_max_epi8(a, b); }
   MMA_VT B b_min(B a, B b) { return _mm256_min_epi8(a, b); }
-  // max(m, max over k < n of adds(a[k], b[k * 32 + lane]))
-  MMA_VT B b_emax(B m, const int8_t* a, const int8_t* b, int n) {
+  // max over k < n (n >= 1) of adds(a[k], b[k * 32 + lane])
+  MMA_VT B b_emax(const int8_t* a, const int8_t* b, int n) {
+    B m = b_adds(b_set1(a[0]), b_load(b));
 #pragma GCC unroll 4
-    for (int k = 0; k < n; ++k) m = b_max(m, b_adds(b_set1(a[k]), b_load(b + k * 32)));
+    for (int k = 1; k < n; ++k) m = b_max(m, b_adds(b_set1(a[k]), b_load(b + k * 32)));
     return m;
   }
   MMA_VT void b_widen(B b, I* out) {  // 32 int8 -> 4 x 8 int32

@@ -106,40 +106,51 @@ struct Avx512 {
   MMA_VT512 B b_adds(B a, B b) { return _mm256_adds_epi8(a, b); }
   MMA_VT512 B b_max(B a, B b) { return _mm256_max_epi8(a, b); }
   MMA_VT512 B b_min(B a, B b) { return _mm256_min_epi8(a, b); }
-  // max(m, max over k < n of adds(a[k], b[k * 32 + lane])): two k per 512-bit step (the low
+  // max over k < n (n >= 1) of adds(a[k], b[k * 32 + lane]): two k per 512-bit step (the low
   // half k, the high half k + 1), then one fold.  a's exponents come in with one broadcast
   // load per 16 (8, 4, 2) k, each pair spread by one in-lane shuffle with its control
-  // (kPairSel[j]: bytes 2j, then 2j + 1) from memory
-  MMA_VT512 __m512i b_pairs(__m512i m2, __m512i src, int np, const int8_t* b) {
-    for (int j = 0; j < np; ++j)
-      m2 = _mm512_max_epi8(m2, _mm512_adds_epi8(_mm512_shuffle_epi8(src, _mm512_load_si512(kPairSel + 64 * j)),
-                                                _mm512_loadu_si512(b + j * 64)));
+  // (kPairSel[j]: bytes 2j, then 2j + 1) from memory.  The first pair starts the maximum (no
+  // max with a -128 start: with n fixed at compile time `have` folds away)
+  MMA_VT512 __m512i b_pairs(__m512i m2, bool& have, __m512i src, int np, const int8_t* b) {
+    for (int j = 0; j < np; ++j) {
+      const __m512i x = _mm512_adds_epi8(_mm512_shuffle_epi8(src, _mm512_load_si512(kPairSel + 64 * j)),
+                                         _mm512_loadu_si512(b + j * 64));
+      m2 = have ? _mm512_max_epi8(m2, x) : x;
+      have = true;
+    }
     return m2;
   }
-  MMA_VT512 B b_emax(B m, const int8_t* a, const int8_t* b, int n) {
-    __m512i m2 = _mm512_set1_epi8(-128);
+  MMA_VT512 B b_emax(const int8_t* a, const int8_t* b, int n) {
+    __m512i m2 = _mm512_setzero_si512();
+    bool have = false;
     int k = 0;
     for (; k + 16 <= n; k += 16)
-      m2 = b_pairs(m2, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + k))), 8, b + k * 32);
+      m2 = b_pairs(m2, have, _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + k))), 8, b + k * 32);
     if (k + 8 <= n) {
       int64_t q;
       __builtin_memcpy(&q, a + k, 8);
-      m2 = b_pairs(m2, _mm512_set1_epi64(q), 4, b + k * 32);
+      m2 = b_pairs(m2, have, _mm512_set1_epi64(q), 4, b + k * 32);
       k += 8;
     }
     if (k + 4 <= n) {
       int32_t d;
       __builtin_memcpy(&d, a + k, 4);
-      m2 = b_pairs(m2, _mm512_set1_epi32(d), 2, b + k * 32);
+      m2 = b_pairs(m2, have, _mm512_set1_epi32(d), 2, b + k * 32);
       k += 4;
     }
     if (k + 2 <= n) {
       int16_t w;
       __builtin_memcpy(&w, a + k, 2);
-      m2 = b_pairs(m2, _mm512_set1_epi16(w), 1, b + k * 32);
+      m2 = b_pairs(m2, have, _mm512_set1_epi16(w), 1, b + k * 32);
       k += 2;
     }
-    m = _mm256_max_epi8(m, _mm256_max_epi8(_mm512_castsi512_si256(m2), _mm512_extracti64x4_epi64(m2, 1)));
+    B m;
+    if (have) {
+      m = _mm256_max_epi8(_mm512_castsi512_si256(m2), _mm512_extracti64x4_epi64(m2, 1));
+    } else {
+      m = b_adds(b_set1(a[k]), b_load(b + k * 32));
+      ++k;
+    }
     for (; k < n; ++k) m = b_max(m, b_adds(b_set1(a[k]), b_load(b + k * 32)));
     return m;
   }

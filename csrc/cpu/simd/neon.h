@@ -108,9 +108,10 @@ struct Neon {
   MMA_VTN B b_adds(B a, B b) { return B{vqaddq_s8(a.lo, b.lo), vqaddq_s8(a.hi, b.hi)}; }
   MMA_VTN B b_max(B a, B b) { return B{vmaxq_s8(a.lo, b.lo), vmaxq_s8(a.hi, b.hi)}; }
   MMA_VTN B b_min(B a, B b) { return B{vminq_s8(a.lo, b.lo), vminq_s8(a.hi, b.hi)}; }
-  // max(m, max over k < n of adds(a[k], b[k * 32 + lane]))
-  MMA_VTN B b_emax(B m, const int8_t* a, const int8_t* b, int n) {
-    for (int k = 0; k < n; ++k) m = b_max(m, b_adds(b_set1(a[k]), b_load(b + k * 32)));
+  // max over k < n (n >= 1) of adds(a[k], b[k * 32 + lane])
+  MMA_VTN B b_emax(const int8_t* a, const int8_t* b, int n) {
+    B m = b_adds(b_set1(a[0]), b_load(b));
+    for (int k = 1; k < n; ++k) m = b_max(m, b_adds(b_set1(a[k]), b_load(b + k * 32)));
     return m;
   }
   MMA_VTN void b_widen(B b, I* out) {
