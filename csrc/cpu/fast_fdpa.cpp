@@ -153,8 +153,9 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
       std::vector<int64_t> bad_cols;  // columns the planes do not hold: the core
       for (int64_t j = 0; j < N; ++j)
         if (!w.eng.col_ok(j)) bad_cols.push_back(j);
-      // tasks: a row block x a range of column panels (Tiles)
-      const Tiles tl((M + kRowBlock - 1) / kRowBlock, W / kW);
+      // tasks: a row block x a range of column panels (Tiles; a panel's planes: fp32 values
+      // and int8 exponents of kW columns, two planes for E-FDPA)
+      const Tiles tl((M + kRowBlock - 1) / kRowBlock, W / kW, w.eng.panel_bytes());
       const int64_t task_work = kRowBlock * W / tl.npc * kl;
       parallel_for(0, tl.count(), grain_for(task_work), [&](int64_t lo, int64_t hi) {
         FpEnvGuard env;

@@ -58,19 +58,25 @@ class ValuePanels {
 };
 
 // How the vector kernels' parallel loops split an (M x N) product: tasks of one row block and
-// a range of column panels.  Panels split only where the row blocks alone would leave threads
-// idle (short-wide products, x^T A GEMVs); tall-skinny products split by rows.  Which task
-// computes an output never changes its operations: the bits do not depend on the split.
+// a range of column panels.  Panels split where the row blocks alone would leave threads
+// idle (short-wide products, x^T A GEMVs), and (panel_bytes: a panel's planes) into chunks of
+// at most kPanelChunkBytes, which stay in a core's L2 while its row blocks sweep them: tasks
+// run chunk by chunk, so B's planes come from memory once and A's once per chunk (at
+// 1024^3, one chunk of 32 panels read B 64 times: the kernel ran 7-12% slower than with B in
+// L2).  Which task computes an output never changes its operations: the bits do not depend
+// on the split.
 struct Tiles {
+  static constexpr int64_t kPanelChunkBytes = int64_t(768) << 10;
   int64_t nrb = 1, np = 1, npc = 1;  // row blocks, panels, panel chunks
-  Tiles(int64_t nrb_, int64_t np_) : nrb(nrb_), np(np_) {
+  Tiles(int64_t nrb_, int64_t np_, int64_t panel_bytes = 0) : nrb(nrb_), np(np_) {
     const int64_t want = 4 * num_threads();
     if (nrb < want) npc = std::max<int64_t>(1, std::min(np, (want + nrb - 1) / nrb));
+    npc = std::max(npc, std::min(np, (np * panel_bytes + kPanelChunkBytes - 1) / kPanelChunkBytes));
   }
   int64_t count() const { return nrb * npc; }
-  int64_t rb(int64_t t) const { return t / npc; }
-  int64_t p0(int64_t t) const { return t % npc * np / npc; }
-  int64_t p1(int64_t t) const { return (t % npc + 1) * np / npc; }
+  int64_t rb(int64_t t) const { return t % nrb; }
+  int64_t p0(int64_t t) const { return t / nrb * np / npc; }
+  int64_t p1(int64_t t) const { return (t / nrb + 1) * np / npc; }
 };
 
 // The fused ops' CPU kernel for one batch element, K in blocks (bounded working memory):

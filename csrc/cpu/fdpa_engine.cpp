@@ -142,9 +142,10 @@ bool t_zero_masks(const Params& P) {
 }
 
 // Every lane's emax is at least min(emin, F - 126): a nonzero c takes at least the output's
-// emin, c = 0 takes F - 126 (kern/t_fdpa.inc), products only raise it.  So an emax_floor at
-// or below that never moves it, nor a zero_exp (which reaches only c = 0 lanes where the
-// planes carry no zero masks, i.e. at or below emin): the registry's fp32 rows (-132, -133).
+// emin, c = 0 at least F - 126 (kern/t_fdpa.inc), products only raise it.  So an emax_floor
+// at or below that never moves it (the registry's -133).  A zero_exp reaches c = 0 lanes
+// through c's exponent; chunks holding a zero operand only where the planes carry zero
+// masks (t_zero_masks).
 TShape t_shape(const Params& P) {
   TShape s;
   s.L = P.L;
@@ -152,7 +153,7 @@ TShape t_shape(const Params& P) {
   s.half = P.rho == kRneFp16;
   s.e8m13 = P.rho == kRzE8m13;
   const int32_t low = std::min(P.fo.emin(), P.F - 126);
-  s.zx = P.has_zero_exp() && P.zero_exp > low;
+  s.zx = t_zero_masks(P);
   s.floor = P.emax_floor > low;
   s.ovf = (int64_t(2 + 4 * P.L) << P.F) > (int64_t(1) << 31);
   s.zplus = s.half && P.zero_plus;
@@ -181,6 +182,13 @@ bool FdpaEngine::setup(const Params& P, Isa isa) {
   fixed_ = ts >= 0;
   if (fixed_) fn_ = ks.t_fixed[ts];
   P_ = P;
+  kpos_ = KPos{};
+  if (P.passes > 1) {
+    kpos_.instr = int64_t(P.L) * P.passes;
+    kpos_.at.assign(size_t(kpos_.instr), 0);
+    for (int p = 0; p < P.passes; ++p)
+      for (int q = 0; q < P.L; ++q) kpos_.at[size_t(pass_k(P, p, q))] = p * P.L + q;
+  }
   filled_ = false;
   return fn_ != nullptr;
 }
@@ -191,7 +199,7 @@ namespace {
 // column's run into a buffer, then stored a row of lanes at a time; ok[l] cleared where a
 // column leaves the window (its lanes are then meaningless: the caller clears them)
 void panel_runs(const Decoded& B, int64_t K, int64_t p, int64_t l0, int64_t l1, int64_t k0,
-                int64_t n, int32_t mbits, float* v, int8_t* e, uint8_t* ok) {
+                int64_t n, int32_t mbits, const KPos& pos, float* v, int8_t* e, uint8_t* ok) {
   constexpr int64_t kRun = 64;
   float tv[kW][kRun];
   int8_t te[kW][kRun];
@@ -205,18 +213,20 @@ void panel_runs(const Decoded& B, int64_t K, int64_t p, int64_t l0, int64_t l1, 
         std::fill(te[l], te[l] + m, int8_t(-128));
       }
     }
-    for (int64_t k = 0; k < m; ++k)
+    for (int64_t k = 0; k < m; ++k) {
+      const int64_t q = pos(kc + k);
       for (int64_t l = l0; l < l1; ++l) {
-        v[(kc + k) * kW + l] = tv[l][k];
-        e[(kc + k) * kW + l] = te[l][k];
+        v[q * kW + l] = tv[l][k];
+        e[q * kW + l] = te[l][k];
       }
+    }
   }
 }
 
 }  // namespace
 
 bool FdpaEngine::plain(bool scales) const {
-  return P_.passes == 1 && P_.op != kEFdpa && (!scales || P_.op == kGstFdpa);
+  return P_.op != kEFdpa && (!scales || (P_.op == kGstFdpa && P_.passes == 1));
 }
 
 void FdpaEngine::size_planes(int64_t M, int64_t N, int64_t K, bool init) {
@@ -252,11 +262,27 @@ bool FdpaEngine::begin(int64_t M, int64_t N, int64_t K, bool scales) {
 
 void FdpaEngine::fill_a(const Decoded& A, int64_t i0, int64_t i1, int64_t k0, int64_t n) {
   Planes& pl = pl_;
+  thread_local std::vector<float> tv;
+  thread_local std::vector<int8_t> te;
   for (int64_t i = i0; i < i1; ++i) {
     uint8_t& ok = pl.row_ok[size_t(i)];
-    if (ok)
-      ok = plane_run(A.sig.data() + i * pl.K + k0, A.exp.data() + i * pl.K + k0, n, P_.fa.mbits,
-                     pl.av.data() + i * pl.Kp + k0, pl.ae.data() + i * pl.Kp + k0);
+    if (!ok) continue;
+    float* v = pl.av.data() + i * pl.Kp;
+    int8_t* e = pl.ae.data() + i * pl.Kp;
+    const int32_t* sg = A.sig.data() + i * pl.K + k0;
+    const int32_t* ex = A.exp.data() + i * pl.K + k0;
+    if (!kpos_.on()) {
+      ok = plane_run(sg, ex, n, P_.fa.mbits, v + k0, e + k0);
+      continue;
+    }
+    tv.resize(size_t(n));  // multi-pass: the run, then each k to its plane position
+    te.resize(size_t(n));
+    ok = plane_run(sg, ex, n, P_.fa.mbits, tv.data(), te.data());
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t q = kpos_(k0 + k);
+      v[q] = tv[size_t(k)];
+      e[q] = te[size_t(k)];
+    }
   }
 }
 
@@ -265,7 +291,7 @@ void FdpaEngine::fill_b(const Decoded& B, int64_t j0, int64_t j1, int64_t k0, in
   for (int64_t p = j0 / kW; p * kW < j1; ++p) {
     const int64_t at = p * pl.Kp * kW;
     panel_runs(B, pl.K, p, std::max(j0, p * kW) - p * kW, std::min(j1, p * kW + kW) - p * kW, k0, n,
-               P_.fb.mbits, pl.bv.data() + at, pl.be.data() + at, pl.col_ok.data() + p * kW);
+               P_.fb.mbits, kpos_, pl.bv.data() + at, pl.be.data() + at, pl.col_ok.data() + p * kW);
   }
 }
 
@@ -276,8 +302,8 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
   Planes& pl = pl_;
   const int64_t instr = int64_t(P.L) * P.passes;
   const bool two = P.op == kEFdpa;  // E-FDPA: the minimum-side planes too
-  // the common rows (no scales folded in, no multi-pass order, one exponent plane) through
-  // plane_run: while decoding (begin, fill_a, fill_b), or here
+  // the common rows (no scales folded in, one exponent plane; multi-pass ones in pass order,
+  // kpos_) through plane_run: while decoding (begin, fill_a, fill_b), or here
   const bool plain_rows = plain(SA != nullptr);
   if (filled_ && (pl.M != M || pl.N != N || pl.K != K)) filled_ = false;  // (not this block's)
   if (plain_rows && !filled_) {
@@ -306,6 +332,10 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
         }
   }
   const int32_t* kmap = pl.kmap.empty() ? nullptr : pl.kmap.data();
+  // the plane positions of no product (K's padding): plane_run's rows leave them unwritten
+  std::vector<int64_t> pads;
+  for (int64_t q = kmap ? K / instr * instr : K; q < Kp; ++q)
+    if (!kmap || kmap[q] < 0) pads.push_back(q);
   const bool gst = P.op == kGstFdpa;
   const bool scaled = SA != nullptr && !gst;  // ST-FDPA folds the scale exponents in
   const bool window = P.op != kEFdpa;  // E-FDPA reads values only (exponent plane unused)
@@ -340,9 +370,10 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
       bool ok;
       if (plain_rows) {  // the window checked by plane_run; the flags and the padding here
         ok = pl.row_ok[size_t(i)] && !fl;
-        if (ok) {
-          std::fill(v + K, v + Kp, 0.0f);
-          std::fill(e + K, e + Kp, int8_t(-128));
+        for (int64_t q : pads) {
+          if (!ok) break;
+          v[q] = 0.0f;
+          e[q] = int8_t(-128);
         }
       } else {
         ok = fill_row(A.row(i, K), K, Kp, kmap, P.fa.mbits, scaled ? SA + i * nblk : nullptr,
@@ -370,9 +401,10 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
       if (j >= N) {
       } else if (plain_rows) {
         ok = pl.col_ok[size_t(j)] && !(B.row_flags[size_t(j)] | (SB ? fsb[j] : 0));
-        for (int64_t k = K; k < Kp && ok; ++k) {
-          v[k * kW] = 0.0f;
-          e[k * kW] = int8_t(-128);
+        for (int64_t q : pads) {
+          if (!ok) break;
+          v[q * kW] = 0.0f;
+          e[q * kW] = int8_t(-128);
         }
       } else {
         ok = fill_row(B.row(j, K), K, Kp, kmap, P.fb.mbits, scaled ? SB + j * nblk : nullptr,

@@ -150,7 +150,8 @@ using PanelFn = void (*)(const Params&, const Planes&, const Fallback&, int64_t 
 struct TShape {
   int L = 0, G = 0;
   bool half = false, e8m13 = false;  // fp16 output (round to odd, RNE to fp16) / E8M13 accumulator
-  bool zx = false, floor = false;    // Spec.zero_exp / emax_floor can move some lane's emax
+  bool zx = false;     // the planes carry per-chunk zero-operand masks (Spec.zero_exp)
+  bool floor = false;  // Spec.emax_floor can move some lane's emax
   bool ovf = false;                  // c's term plus the chunk's sum can overflow int32
   bool zplus = false, cfinal = false;  // +0 for zero fp16 results / multi-pass, c added last
   constexpr bool operator==(const TShape&) const = default;
@@ -161,19 +162,19 @@ bool t_zero_masks(const Params& P);
 inline constexpr TShape kTShapes[] = {
     // L, G, half, e8m13, zx, floor, ovf, zplus, cfinal
     {4, 4, false, false, false, false, false, false, false},    // sm70 fp16, sm80-sm89 tf32 -> fp32
-    {4, 4, true, false, true, false, false, true, false},      // sm70 fp16 -> fp16
+    {4, 4, true, false, false, false, false, true, false},      // sm70 fp16 -> fp16
     {8, 8, false, false, false, false, false, false, false},    // sm75-sm89 fp16 / bf16, sm90+ tf32
-    {8, 8, true, false, true, false, false, true, false},      // sm75-sm89 fp16 -> fp16
+    {8, 8, true, false, false, false, false, true, false},      // sm75-sm89 fp16 -> fp16
     {16, 16, false, true, false, false, false, false, false},   // sm89 fp8 -> fp32
-    {16, 16, true, false, true, false, false, true, false},    // sm89 fp8 -> fp16
+    {16, 16, true, false, false, false, false, true, false},    // sm89 fp8 -> fp16
     {16, 16, false, false, false, false, true, false, false},   // sm90+ fp16 / bf16 -> fp32
-    {16, 16, true, false, true, false, true, true, false},     // sm90+ fp16 -> fp16
-    {16, 16, true, false, true, false, true, true, true},      // 2-pass fp8 -> fp16
+    {16, 16, true, false, false, false, true, true, false},     // sm90+ fp16 -> fp16
+    {16, 16, true, false, false, false, true, true, true},      // 2-pass fp8 -> fp16
     {16, 16, false, false, false, false, true, false, true},    // 2-pass fp8 -> fp32
     {32, 32, false, true, false, false, false, false, false},   // sm90 fp8 -> fp32
-    {32, 32, true, false, true, false, false, true, false},    // sm90 fp8 -> fp16
+    {32, 32, true, false, false, false, false, true, false},    // sm90 fp8 -> fp16
     {32, 16, false, false, false, false, true, false, false},   // sm100 / sm120 fp8, ST -> fp32
-    {32, 16, true, false, true, false, true, true, false},     // sm100 / sm120 fp8 -> fp16
+    {32, 16, true, false, false, false, true, true, false},     // sm100 / sm120 fp8 -> fp16
 };
 constexpr int kNumTShapes = int(sizeof(kTShapes) / sizeof(kTShapes[0]));
 int t_shape_index(const Params& P);  // in kTShapes, or -1
@@ -192,6 +193,15 @@ inline void serial_for(int64_t n, int64_t, const std::function<void(int64_t, int
   if (n > 0) body(0, n);
 }
 
+// Multi-pass instructions: each k's plane position (passes.h pass_k inverted: pass p's q-th
+// product of an instruction sits at p * L + q); the identity for one pass.
+struct KPos {
+  int64_t instr = 0;        // products per instruction (0: the identity)
+  std::vector<int32_t> at;  // k % instr -> its position in the instruction
+  bool on() const { return instr != 0; }
+  int64_t operator()(int64_t k) const { return instr ? k - k % instr + at[size_t(k % instr)] : k; }
+};
+
 // The FDPA kernels over one K block: planes from decoded operands, then any chunk range.
 class FdpaEngine {
  public:
@@ -202,8 +212,8 @@ class FdpaEngine {
   void build(const Decoded& A, const Decoded& B, const Dec* SA, const Dec* SB,
              const uint8_t* fsa, const uint8_t* fsb, int64_t nblk, int64_t M, int64_t N,
              int64_t K, const ParFor& par);
-  // The planes of the common rows (no scales folded in, one pass, one exponent plane) built
-  // while the operands are decoded, from runs still in cache: begin() sizes them (false:
+  // The planes of the common rows (no scales folded in but GST's, one exponent plane; a
+  // multi-pass instruction's k in pass order) built while the operands are decoded, from runs still in cache: begin() sizes them (false:
   // this P / scales has none, build() does everything); then fill_a / fill_b on every run
   // of k of every row of A and column of B just decoded (any threads, disjoint rows), and
   // build() with the same M, N, K finishes (flags, padding).
@@ -211,6 +221,10 @@ class FdpaEngine {
   void fill_a(const Decoded& A, int64_t i0, int64_t i1, int64_t k0, int64_t n);
   void fill_b(const Decoded& B, int64_t j0, int64_t j1, int64_t k0, int64_t n);
   int64_t width() const { return pl_.NP * kW; }
+  // bytes of one column panel's planes (what the kernel reads of B)
+  int64_t panel_bytes() const {
+    return pl_.Kp * kW * int64_t(sizeof(float) + 1 + (pl_.be2.empty() ? 0 : 1) + (pl_.bvd.empty() ? 0 : sizeof(double)));
+  }
   // T / ST-FDPA: whether setup() chose a kernel compiled for this shape (kTShapes)
   bool fixed_shape() const { return fixed_; }
   bool row_ok(int64_t i) const { return pl_.row_ok[size_t(i)] != 0; }
@@ -232,6 +246,7 @@ class FdpaEngine {
   Planes pl_;
   Fallback fb_{};
   bool fixed_ = false;
+  KPos kpos_;
   bool filled_ = false;  // begin() was called: fill_a / fill_b write the planes
   bool plain(bool scales) const;
   void size_planes(int64_t M, int64_t N, int64_t K, bool init);
