@@ -23,7 +23,7 @@ from torch_mma_emu.formats import FORMATS, value_table
 from torch_mma_emu.cpp import params
 from torch_mma_emu.inputs import FAMILIES, operands, random_codes
 from torch_mma_emu.registry import ROWS, all_specs
-from helpers import assert_same_bits, cpu_path, fast_path, fdpa_kwargs as _kw, mm_on_path, seeded
+from helpers import assert_same_bits, cpu_path, env, fast_path, fdpa_kwargs as _kw, mm_on_path, seeded
 
 INT = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
@@ -94,6 +94,21 @@ def test_fast_equals_scalar_equals_reference(spec, family):
 def test_fast_equals_scalar_every_format_pair(spec, family):
     kw = operands(spec, 19, 70, 4 * spec.L + 5, family, seeded(spec.to_string(), family, 1))
     check_fast_scalar(spec, kw)
+
+
+@needs_fast
+@pytest.mark.parametrize("spec", [s for s in FDPA_ROWS if s.op in ("t_fdpa", "st_fdpa")], ids=_id)
+def test_generic_t_kernel_equals_the_shape_kernel(spec):
+    """Through the op, on every ISA: MMA_EMU_CPU_GENERIC=1 (the T / ST-FDPA kernel that
+    reads every option from Params) gives the bits of the kernel compiled for the row's shape
+    (fdpa_engine.h kTShapes), on cancelling, bit-stream and tiny inputs."""
+    for family in ("cancel", "bitstream", "tiny"):
+        kw = operands(spec, 19, 70, 4 * spec.L + 5, family, seeded(spec.to_string(), family, 2))
+        for isa in ISAS:
+            fixed = mm_on_path(kw, isa)
+            with env(MMA_EMU_CPU_GENERIC="1"):
+                generic = mm_on_path(kw, isa)
+            assert_same_bits(generic, fixed, f"generic vs shape kernel ({isa}, {family}) for {_id(spec)}")
 
 
 @needs_fast
