@@ -169,7 +169,7 @@ int t_shape_index(const Params& P) {
 }
 
 bool FdpaEngine::setup(const Params& P, Isa isa) {
-  FdpaKernels ks{nullptr, nullptr, nullptr, nullptr, nullptr};
+  FdpaKernels ks{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
   if (isa == Isa::kAvx2) ks = fdpa_kernels_avx2();
   else if (isa == Isa::kAvx512) ks = fdpa_kernels_avx512();
   else if (isa == Isa::kNeon) ks = fdpa_kernels_neon();
@@ -177,10 +177,13 @@ bool FdpaEngine::setup(const Params& P, Isa isa) {
   fn_ = kind_ == FastKind::kFdpa ? ks.t : kind_ == FastKind::kTr ? ks.tr
         : kind_ == FastKind::kE ? ks.e : kind_ == FastKind::kGst ? ks.gst : nullptr;
   // MMA_EMU_CPU_GENERIC=1: the kernel that reads everything from Params, for every row (tests)
-  const char* generic = std::getenv("MMA_EMU_CPU_GENERIC");
-  const int ts = kind_ == FastKind::kFdpa && fn_ && !(generic && *generic == '1') ? t_shape_index(P) : -1;
-  fixed_ = ts >= 0;
-  if (fixed_) fn_ = ks.t_fixed[ts];
+  const char* g = std::getenv("MMA_EMU_CPU_GENERIC");
+  const bool generic = !fn_ || (g && *g == '1');
+  const int ts = kind_ == FastKind::kFdpa && !generic ? t_shape_index(P) : -1;
+  const PanelFn trf = kind_ == FastKind::kTr && !generic ? ks.tr_fixed(P) : nullptr;
+  fixed_ = ts >= 0 || trf;
+  if (ts >= 0) fn_ = ks.t_fixed[ts];
+  if (trf) fn_ = trf;
   P_ = P;
   kpos_ = KPos{};
   if (P.passes > 1) {

@@ -30,12 +30,12 @@ ValueKernels value_kernels_avx2() {
   return k;
 }
 FdpaKernels fdpa_kernels_avx2() {
-  return {k_avx2::t_panel, k_avx2::tr_panel, k_avx2::e_panel, k_avx2::gst_panel, k_avx2::kTFixed.data()};
+  return {k_avx2::t_panel, k_avx2::tr_panel, k_avx2::e_panel, k_avx2::gst_panel, k_avx2::kTFixed.data(), k_avx2::tr_panel_fixed};
 }
 }  // namespace mma
 #else
 namespace mma {
-FdpaKernels fdpa_kernels_avx2() { return {nullptr, nullptr, nullptr, nullptr, nullptr}; }
+FdpaKernels fdpa_kernels_avx2() { return {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}; }
 ValueKernels value_kernels_avx2() { return ValueKernels{}; }
 }  // namespace mma
 #endif

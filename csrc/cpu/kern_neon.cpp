@@ -30,12 +30,12 @@ ValueKernels value_kernels_neon() {
   return k;
 }
 FdpaKernels fdpa_kernels_neon() {
-  return {k_neon::t_panel, k_neon::tr_panel, k_neon::e_panel, k_neon::gst_panel, k_neon::kTFixed.data()};
+  return {k_neon::t_panel, k_neon::tr_panel, k_neon::e_panel, k_neon::gst_panel, k_neon::kTFixed.data(), k_neon::tr_panel_fixed};
 }
 }  // namespace mma
 #else
 namespace mma {
-FdpaKernels fdpa_kernels_neon() { return {nullptr, nullptr, nullptr, nullptr, nullptr}; }
+FdpaKernels fdpa_kernels_neon() { return {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}; }
 ValueKernels value_kernels_neon() { return ValueKernels{}; }
 }  // namespace mma
 #endif
