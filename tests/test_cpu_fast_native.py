@@ -97,11 +97,11 @@ def _check(cmd, isa, specs, seed=1, env=None):
     assert lines[-1] == f"{len(specs)} passed, 0 failed", lines[-1]
     # every row ran its vector kernel on this ISA
     assert all(f" {isa}:" in ln for ln in lines[:-1])
-    # the T / ST-FDPA rows ran the kernel compiled for their shape (fdpa_engine.h kTShapes)
-    # unless told otherwise
+    # the FDPA rows ran the kernel compiled for their shape (fdpa_engine.h kTShapes,
+    # kern/gst_fdpa.inc panel_fixed) unless told otherwise
     want = "generic" if env else "fixed"
     for s, ln in zip(specs, lines[:-1]):
-        if s in ROW_SPECS and s.op in ("t_fdpa", "st_fdpa", "tr_fdpa", "gtr_fdpa"):
+        if s in ROW_SPECS and s.op not in ("fma", "ftz_addmul"):
             assert f" shape={want} " in ln, ln
     # the TR/GTR rows met lanes where the two finishes differ (and got them right)
     for s, ln in zip(specs, lines[:-1]):
@@ -139,12 +139,12 @@ T_EDGES = [(_T8.replace(zero_exp=-126), "fixed"), (_T8.replace(zero_exp=-125), "
 @pytest.mark.skipif(not X86 or shutil.which("g++") is None, reason="needs g++ on x86-64")
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
 def test_native_t_shapes(isa):
-    """Every T / ST-FDPA and TR / GTR row through the generic kernel too
+    """Every FDPA row (T, ST, TR, GTR, E, GST) through the generic kernel too
     (MMA_EMU_CPU_GENERIC=1), and the zero_exp / emax_floor edges on the kernel each one picks."""
     if isa not in _x86_isas():
         pytest.skip(f"this CPU has no {isa}")
     exe = str(_build("g++", "fast_exact"))
-    _check([exe, isa], isa, [s for s in ROW_SPECS if s.op in ("t_fdpa", "st_fdpa", "tr_fdpa", "gtr_fdpa")],
+    _check([exe, isa], isa, [s for s in ROW_SPECS if s.op not in ("fma", "ftz_addmul")],
            env={"MMA_EMU_CPU_GENERIC": "1"})
     specs = [s for s, _ in T_EDGES]
     _check([exe, isa], isa, specs)

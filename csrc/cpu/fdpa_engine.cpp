@@ -180,7 +180,7 @@ bool FdpaEngine::setup(const Params& P, Isa isa) {
   const char* g = std::getenv("MMA_EMU_CPU_GENERIC");
   const bool generic = !fn_ || (g && *g == '1');
   const int ts = kind_ == FastKind::kFdpa && !generic ? t_shape_index(P) : -1;
-  const PanelFn trf = kind_ == FastKind::kTr && !generic ? ks.tr_fixed(P) : nullptr;
+  const PanelFn trf = kind_ != FastKind::kFdpa && !generic ? ks.fixed(P) : nullptr;
   fixed_ = ts >= 0 || trf;
   if (ts >= 0) fn_ = ks.t_fixed[ts];
   if (trf) fn_ = trf;

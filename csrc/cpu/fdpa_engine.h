@@ -182,7 +182,7 @@ int t_shape_index(const Params& P);  // in kTShapes, or -1
 struct FdpaKernels {
   PanelFn t, tr, e, gst;
   const PanelFn* t_fixed;              // kNumTShapes kernels, one per kTShapes entry
-  PanelFn (*tr_fixed)(const Params&);  // TR / GTR with L fixed (the registry's rows), or null
+  PanelFn (*fixed)(const Params&);     // TR / GTR, E, GST with L fixed (the registry's rows), or null
 };
 FdpaKernels fdpa_kernels_avx2();
 FdpaKernels fdpa_kernels_avx512();
@@ -226,8 +226,8 @@ class FdpaEngine {
   int64_t panel_bytes() const {
     return pl_.Kp * kW * int64_t(sizeof(float) + 1 + (pl_.be2.empty() ? 0 : 1) + (pl_.bvd.empty() ? 0 : sizeof(double)));
   }
-  // T / ST-FDPA, TR / GTR: whether setup() chose a kernel compiled for this shape (kTShapes,
-  // tr_panel_fixed)
+  // whether setup() chose a kernel compiled for this shape (kTShapes; TR / GTR, E, GST:
+  // panel_fixed in kern/gst_fdpa.inc)
   bool fixed_shape() const { return fixed_; }
   bool row_ok(int64_t i) const { return pl_.row_ok[size_t(i)] != 0; }
   bool col_ok(int64_t j) const { return pl_.col_ok[size_t(j)] != 0; }

@@ -30,7 +30,7 @@ ValueKernels value_kernels_avx2() {
   return k;
 }
 FdpaKernels fdpa_kernels_avx2() {
-  return {k_avx2::t_panel, k_avx2::tr_panel, k_avx2::e_panel, k_avx2::gst_panel, k_avx2::kTFixed.data(), k_avx2::tr_panel_fixed};
+  return {k_avx2::t_panel, k_avx2::tr_panel, k_avx2::e_panel, k_avx2::gst_panel, k_avx2::kTFixed.data(), k_avx2::panel_fixed};
 }
 }  // namespace mma
 #else

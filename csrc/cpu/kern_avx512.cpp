@@ -53,7 +53,7 @@ static bool cpu_is_amd() {
 }
 ValueKernels value_kernels_avx512() { return cpu_is_amd() ? value_kernels_avx2() : value_kernels_avx512_wide(); }
 FdpaKernels fdpa_kernels_avx512() {
-  return {k_avx512::t_panel, k_avx512::tr_panel, k_avx512::e_panel, k_avx512::gst_panel, k_avx512::kTFixed.data(), k_avx512::tr_panel_fixed};
+  return {k_avx512::t_panel, k_avx512::tr_panel, k_avx512::e_panel, k_avx512::gst_panel, k_avx512::kTFixed.data(), k_avx512::panel_fixed};
 }
 }  // namespace mma
 #else

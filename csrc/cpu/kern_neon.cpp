@@ -30,7 +30,7 @@ ValueKernels value_kernels_neon() {
   return k;
 }
 FdpaKernels fdpa_kernels_neon() {
-  return {k_neon::t_panel, k_neon::tr_panel, k_neon::e_panel, k_neon::gst_panel, k_neon::kTFixed.data(), k_neon::tr_panel_fixed};
+  return {k_neon::t_panel, k_neon::tr_panel, k_neon::e_panel, k_neon::gst_panel, k_neon::kTFixed.data(), k_neon::panel_fixed};
 }
 }  // namespace mma
 #else

@@ -141,8 +141,9 @@ int main(int argc, char** argv) {
       best = std::min(best, thread_seconds() - t0);
       for (auto w : acc) h = h * 31 + w;
     }
-    // T / ST / TR / GTR: "fixed" where a kernel compiled for the row's shape ran (MMA_EMU_CPU_GENERIC=1: never)
-    const char* shape = kind != FastKind::kFdpa && kind != FastKind::kTr ? "-" : eng.fixed_shape() ? "fixed" : "generic";
+    // the FDPA kernels: "fixed" where a kernel compiled for the row's shape ran (MMA_EMU_CPU_GENERIC=1: never)
+    const bool fdpa = kind == FastKind::kFdpa || kind == FastKind::kTr || kind == FastKind::kE || kind == FastKind::kGst;
+    const char* shape = !fdpa ? "-" : eng.fixed_shape() ? "fixed" : "generic";
     std::printf("%-44s %s  %.3f ns/16MAC  %.3g MAC/s  %s  hash %08x\n", name.c_str(), isa_s.c_str(),
                 best * 1e9 * 16 / double(M * N * K), double(M * N * K) / best, shape, h);
   }

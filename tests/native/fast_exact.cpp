@@ -7,8 +7,8 @@
 // instruction set ("avx2", "avx512", "neon"; "avx512w": AVX-512 with the 512-bit FMA /
 // FTZ-AddMul kernels whatever the CPU's vendor); argv[2] (optional): seed.  Prints one line per
 // row ("ok name path shape=... lanes=..." or "MISMATCH name ..."), then "N passed, N failed".
-// MMA_EMU_CPU_GENERIC=1 runs the T / ST-FDPA and TR / GTR rows through the kernel that reads
-// every option from Params (shape=generic) instead of the one compiled for their shape
+// MMA_EMU_CPU_GENERIC=1 runs the FDPA rows (T, ST, TR, GTR, E, GST) through the kernel that
+// reads every option from Params (shape=generic) instead of the one compiled for their shape
 // (shape=fixed).
 #include <cmath>
 #include <cstdio>
@@ -75,7 +75,7 @@ struct Result {
   // (fin_dbad: differing lanes the vector result got wrong)
   int64_t fin_lanes = 0, fin_bad = 0, fin_differ = 0, fin_dbad = 0;
   std::string first;
-  const char* shape = "-";  // T / ST / TR / GTR: the kernel compiled for the row's shape, or the generic one
+  const char* shape = "-";  // FDPA rows: the kernel compiled for the row's shape, or the generic one
 };
 
 double value_of(const FormatDesc& f, uint64_t c) {
@@ -189,7 +189,8 @@ void check_fdpa(const Params& P0, Isa isa, Family fam, Gen& g, Result& res) {
   FdpaEngine eng;
   if (!eng.setup(P, isa)) return;
   const FastKind kind = fast_eligible(P);
-  if (kind == FastKind::kFdpa || kind == FastKind::kTr) res.shape = eng.fixed_shape() ? "fixed" : "generic";
+  if (kind == FastKind::kFdpa || kind == FastKind::kTr || kind == FastKind::kE || kind == FastKind::kGst)
+    res.shape = eng.fixed_shape() ? "fixed" : "generic";
   const int64_t instr = int64_t(P.L) * P.passes;
   const bool fin = fam == kFinish;
   const int64_t M = 5, N = 37, K = fin ? instr : 3 * instr + 5;
