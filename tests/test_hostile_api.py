@@ -79,6 +79,7 @@ def _mm():
 @pytest.mark.parametrize("var,bad", [
     ("MMA_EMU_SCALAR", "false"), ("MMA_EMU_SCALAR", "no"), ("MMA_EMU_SCALAR", "off"),
     ("MMA_EMU_SCALAR", " "), ("MMA_EMU_CPU_ISA", "AVX2"), ("MMA_EMU_CPU_ISA", "garbage"),
+    ("MMA_EMU_CPU_GENERIC", "yes"), ("MMA_EMU_CPU_GENERIC", "true"),
     ("MMA_EMU_CPU_BLOCK_BYTES", "abc"), ("MMA_EMU_CPU_BLOCK_BYTES", "-1"),
     ("MMA_EMU_CPU_BLOCK_BYTES", "1e3"), ("MMA_EMU_CPU_BLOCK_BYTES", "12abc"),
     ("MMA_EMU_CPU_BLOCK_BYTES", str(1 << 40)),
@@ -95,6 +96,7 @@ def test_cpu_kernel_settings_are_parsed_once_with_clear_errors(monkeypatch, var,
 
 @pytest.mark.parametrize("var,good", [("MMA_EMU_SCALAR", "1"), ("MMA_EMU_SCALAR", "0"),
                                       ("MMA_EMU_CPU_ISA", "avx2"),
+                                      ("MMA_EMU_CPU_GENERIC", "1"), ("MMA_EMU_CPU_GENERIC", "0"),
                                       ("MMA_EMU_CPU_ISA", "scalar"),
                                       ("MMA_EMU_CPU_BLOCK_BYTES", "4096")])
 def test_cpu_kernel_settings_accept_their_values(monkeypatch, var, good):

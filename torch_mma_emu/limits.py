@@ -163,6 +163,9 @@ SETTINGS: dict[str, Setting] = {
                       "only (no vector fast paths)"),
     "cpu_isa": Setting("MMA_EMU_CPU_ISA", ("scalar", "avx2", "avx512"), "", "caps the CPU "
                        "kernel's instruction set (the best this CPU has by default)"),
+    "cpu_generic": Setting("MMA_EMU_CPU_GENERIC", ("0", "1"), "0", "1: the FDPA rows run the "
+                           "vector kernel that reads every option at run time, not the one "
+                           "compiled for their chunk shape (same bits, slower; for tests)"),
     "cpu_block_bytes": Setting("MMA_EMU_CPU_BLOCK_BYTES", "bytes", 32 << 20, "the CPU kernel's"
                                " budget for one K block of operands (default 32 MiB)",
                                top=1 << 28),
@@ -176,7 +179,7 @@ def setting(name: str):
     return SETTINGS[name].value()
 
 
-_KERNEL_SETTINGS = ("scalar", "cpu_isa", "cpu_block_bytes")
+_KERNEL_SETTINGS = ("scalar", "cpu_isa", "cpu_generic", "cpu_block_bytes")
 # os.environ's own dict where it has one (CPython: encoded keys; os.environ.get encodes the
 # key on every call, ~0.5 us each): the kernel's settings are read on every product
 _ENV_DATA = getattr(os.environ, "_data", None)
