@@ -98,7 +98,7 @@ def _check(cmd, isa, specs, seed=1, env=None):
     # every row ran its vector kernel on this ISA
     assert all(f" {isa}:" in ln for ln in lines[:-1])
     # the FDPA rows ran the kernel compiled for their shape (fdpa_engine.h kTShapes,
-    # kern/gst_fdpa.inc panel_fixed) unless told otherwise
+    # kern/tables.inc panel_fixed) unless told otherwise
     want = "generic" if env else "fixed"
     for s, ln in zip(specs, lines[:-1]):
         if s in ROW_SPECS and s.op not in ("fma", "ftz_addmul"):

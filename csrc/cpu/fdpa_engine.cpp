@@ -169,7 +169,7 @@ int t_shape_index(const Params& P) {
 }
 
 bool FdpaEngine::setup(const Params& P, Isa isa) {
-  FdpaKernels ks{nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+  FdpaKernels ks{};
   if (isa == Isa::kAvx2) ks = fdpa_kernels_avx2();
   else if (isa == Isa::kAvx512) ks = fdpa_kernels_avx512();
   else if (isa == Isa::kNeon) ks = fdpa_kernels_neon();

@@ -227,7 +227,7 @@ class FdpaEngine {
     return pl_.Kp * kW * int64_t(sizeof(float) + 1 + (pl_.be2.empty() ? 0 : 1) + (pl_.bvd.empty() ? 0 : sizeof(double)));
   }
   // whether setup() chose a kernel compiled for this shape (kTShapes; TR / GTR, E, GST:
-  // panel_fixed in kern/gst_fdpa.inc)
+  // panel_fixed in kern/tables.inc)
   bool fixed_shape() const { return fixed_; }
   bool row_ok(int64_t i) const { return pl_.row_ok[size_t(i)] != 0; }
   bool col_ok(int64_t j) const { return pl_.col_ok[size_t(j)] != 0; }

@@ -18,24 +18,15 @@ using V = simd::Avx2;
 #include "kern/e_fdpa.inc"
 #include "kern/gst_fdpa.inc"
 #include "kern/values.inc"
+#include "kern/tables.inc"
 #undef MMA_K
 }  // namespace k_avx2
-ValueKernels value_kernels_avx2() {
-  ValueKernels k;
-  k.wf = 2 * k_avx2::V::kN;
-  k.wd = 2 * k_avx2::V::kND;
-  k.f32 = k_avx2::fma_rows_f32;
-  k.f64 = k_avx2::fma_rows_f64;
-  k.ftz = k_avx2::ftz_rows;
-  return k;
-}
-FdpaKernels fdpa_kernels_avx2() {
-  return {k_avx2::t_panel, k_avx2::tr_panel, k_avx2::e_panel, k_avx2::gst_panel, k_avx2::kTFixed.data(), k_avx2::panel_fixed};
-}
+ValueKernels value_kernels_avx2() { return k_avx2::value_table(); }
+FdpaKernels fdpa_kernels_avx2() { return k_avx2::fdpa_table(); }
 }  // namespace mma
 #else
 namespace mma {
-FdpaKernels fdpa_kernels_avx2() { return {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}; }
+FdpaKernels fdpa_kernels_avx2() { return FdpaKernels{}; }
 ValueKernels value_kernels_avx2() { return ValueKernels{}; }
 }  // namespace mma
 #endif

@@ -22,17 +22,10 @@ using V = simd::Avx512;
 #include "kern/e_fdpa.inc"
 #include "kern/gst_fdpa.inc"
 #include "kern/values.inc"
+#include "kern/tables.inc"
 #undef MMA_K
 }  // namespace k_avx512
-ValueKernels value_kernels_avx512_wide() {
-  ValueKernels k;
-  k.wf = 2 * k_avx512::V::kN;
-  k.wd = 2 * k_avx512::V::kND;
-  k.f32 = k_avx512::fma_rows_f32;
-  k.f64 = k_avx512::fma_rows_f64;
-  k.ftz = k_avx512::ftz_rows;
-  return k;
-}
+ValueKernels value_kernels_avx512_wide() { return k_avx512::value_table(); }
 // The FMA / FTZ-AddMul kernels with 512-bit registers measured slower than the AVX2 ones on
 // a Zen 4 machine (fp64 FMA 1.4e10 vs 1.7e10, FTZ 4.1e9 vs 5.5e9 MAC/s) and faster on a
 // Sapphire Rapids-class Xeon (scripts/kern_bench, docs/cpu_fast.md "Per core": FTZ 2.4x,
@@ -52,13 +45,11 @@ static bool cpu_is_amd() {
   return amd;
 }
 ValueKernels value_kernels_avx512() { return cpu_is_amd() ? value_kernels_avx2() : value_kernels_avx512_wide(); }
-FdpaKernels fdpa_kernels_avx512() {
-  return {k_avx512::t_panel, k_avx512::tr_panel, k_avx512::e_panel, k_avx512::gst_panel, k_avx512::kTFixed.data(), k_avx512::panel_fixed};
-}
+FdpaKernels fdpa_kernels_avx512() { return k_avx512::fdpa_table(); }
 }  // namespace mma
 #else
 namespace mma {
-FdpaKernels fdpa_kernels_avx512() { return {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}; }
+FdpaKernels fdpa_kernels_avx512() { return FdpaKernels{}; }
 ValueKernels value_kernels_avx512() { return ValueKernels{}; }
 ValueKernels value_kernels_avx512_wide() { return ValueKernels{}; }
 }  // namespace mma

@@ -18,24 +18,15 @@ using V = simd::Neon;
 #include "kern/e_fdpa.inc"
 #include "kern/gst_fdpa.inc"
 #include "kern/values.inc"
+#include "kern/tables.inc"
 #undef MMA_K
 }  // namespace k_neon
-ValueKernels value_kernels_neon() {
-  ValueKernels k;
-  k.wf = 2 * k_neon::V::kN;
-  k.wd = 2 * k_neon::V::kND;
-  k.f32 = k_neon::fma_rows_f32;
-  k.f64 = k_neon::fma_rows_f64;
-  k.ftz = k_neon::ftz_rows;
-  return k;
-}
-FdpaKernels fdpa_kernels_neon() {
-  return {k_neon::t_panel, k_neon::tr_panel, k_neon::e_panel, k_neon::gst_panel, k_neon::kTFixed.data(), k_neon::panel_fixed};
-}
+ValueKernels value_kernels_neon() { return k_neon::value_table(); }
+FdpaKernels fdpa_kernels_neon() { return k_neon::fdpa_table(); }
 }  // namespace mma
 #else
 namespace mma {
-FdpaKernels fdpa_kernels_neon() { return {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr}; }
+FdpaKernels fdpa_kernels_neon() { return FdpaKernels{}; }
 ValueKernels value_kernels_neon() { return ValueKernels{}; }
 }  // namespace mma
 #endif
