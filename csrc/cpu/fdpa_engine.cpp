@@ -180,10 +180,10 @@ bool FdpaEngine::setup(const Params& P, Isa isa) {
   const char* g = std::getenv("MMA_EMU_CPU_GENERIC");
   const bool generic = !fn_ || (g && *g == '1');
   const int ts = kind_ == FastKind::kFdpa && !generic ? t_shape_index(P) : -1;
-  const PanelFn trf = kind_ != FastKind::kFdpa && !generic ? ks.fixed(P) : nullptr;
-  fixed_ = ts >= 0 || trf;
+  const PanelFn shaped = kind_ != FastKind::kFdpa && !generic ? ks.fixed(P) : nullptr;
+  fixed_ = ts >= 0 || shaped;
   if (ts >= 0) fn_ = ks.t_fixed[ts];
-  if (trf) fn_ = trf;
+  if (shaped) fn_ = shaped;
   P_ = P;
   kpos_ = KPos{};
   if (P.passes > 1) {
@@ -373,11 +373,11 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
       bool ok;
       if (plain_rows) {  // the window checked by plane_run; the flags and the padding here
         ok = pl.row_ok[size_t(i)] && !fl;
-        for (int64_t q : pads) {
-          if (!ok) break;
-          v[q] = 0.0f;
-          e[q] = int8_t(-128);
-        }
+        if (ok)
+          for (int64_t q : pads) {
+            v[q] = 0.0f;
+            e[q] = int8_t(-128);
+          }
       } else {
         ok = fill_row(A.row(i, K), K, Kp, kmap, P.fa.mbits, scaled ? SA + i * nblk : nullptr,
                       P.block, fl, window, [&](int64_t k, float x, int8_t ex, int8_t ex2) {
@@ -404,11 +404,11 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
       if (j >= N) {
       } else if (plain_rows) {
         ok = pl.col_ok[size_t(j)] && !(B.row_flags[size_t(j)] | (SB ? fsb[j] : 0));
-        for (int64_t q : pads) {
-          if (!ok) break;
-          v[q * kW] = 0.0f;
-          e[q * kW] = int8_t(-128);
-        }
+        if (ok)
+          for (int64_t q : pads) {
+            v[q * kW] = 0.0f;
+            e[q * kW] = int8_t(-128);
+          }
       } else {
         ok = fill_row(B.row(j, K), K, Kp, kmap, P.fb.mbits, scaled ? SB + j * nblk : nullptr,
                       P.block, B.row_flags[size_t(j)] | (SB ? fsb[j] : 0), window,

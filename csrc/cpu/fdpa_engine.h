@@ -144,7 +144,7 @@ using PanelFn = void (*)(const Params&, const Planes&, const Fallback&, int64_t 
 // The T / ST-FDPA kernel compiled with a chunk's shape fixed: the products per chunk (L), per
 // int32 partial sum (G) and which optional steps run, each only where it can change a bit
 // (`t_shape`).  Fixed, the term loop unrolls and the chunk code carries no option tests
-// (docs/cpu_fast.md "Per core": 7-12% fewer cycles).  kTShapes lists those compiled: the
+// (docs/cpu_fast.md "Per core": 13-30% fewer cycles).  kTShapes lists those compiled: the
 // registry's rows (tests/test_cpu_fast_native.py checks each lands on one); any other
 // parameter vector runs the kernel that reads everything from Params.
 struct TShape {
@@ -214,8 +214,9 @@ class FdpaEngine {
              const uint8_t* fsa, const uint8_t* fsb, int64_t nblk, int64_t M, int64_t N,
              int64_t K, const ParFor& par);
   // The planes of the common rows (no scales folded in but GST's, one exponent plane; a
-  // multi-pass instruction's k in pass order) built while the operands are decoded, from runs still in cache: begin() sizes them (false:
-  // this P / scales has none, build() does everything); then fill_a / fill_b on every run
+  // multi-pass instruction's k in pass order) built while the operands are decoded, from
+  // runs still in cache: begin() sizes them (false: this P / scales has none, build() does
+  // everything); then fill_a / fill_b on every run
   // of k of every row of A and column of B just decoded (any threads, disjoint rows), and
   // build() with the same M, N, K finishes (flags, padding).
   bool begin(int64_t M, int64_t N, int64_t K, bool scales);
@@ -224,7 +225,8 @@ class FdpaEngine {
   int64_t width() const { return pl_.NP * kW; }
   // bytes of one column panel's planes (what the kernel reads of B)
   int64_t panel_bytes() const {
-    return pl_.Kp * kW * int64_t(sizeof(float) + 1 + (pl_.be2.empty() ? 0 : 1) + (pl_.bvd.empty() ? 0 : sizeof(double)));
+    const size_t lane = sizeof(float) + 1 + (pl_.be2.empty() ? 0 : 1) + (pl_.bvd.empty() ? 0 : sizeof(double));
+    return pl_.Kp * kW * int64_t(lane);
   }
   // whether setup() chose a kernel compiled for this shape (kTShapes; TR / GTR, E, GST:
   // panel_fixed in kern/tables.inc)
