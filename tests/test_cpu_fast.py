@@ -97,11 +97,12 @@ def test_fast_equals_scalar_every_format_pair(spec, family):
 
 
 @needs_fast
-@pytest.mark.parametrize("spec", [s for s in FDPA_ROWS if s.op in ("t_fdpa", "st_fdpa")], ids=_id)
-def test_generic_t_kernel_equals_the_shape_kernel(spec):
-    """Through the op, on every ISA: MMA_EMU_CPU_GENERIC=1 (the T / ST-FDPA kernel that
-    reads every option from Params) gives the bits of the kernel compiled for the row's shape
-    (fdpa_engine.h kTShapes), on cancelling, bit-stream and tiny inputs."""
+@pytest.mark.parametrize("spec", FDPA_ROWS, ids=_id)
+def test_generic_kernel_equals_the_shape_kernel(spec):
+    """Through the op, on every ISA: MMA_EMU_CPU_GENERIC=1 (the FDPA kernels that read every
+    option from Params) gives the bits of the kernel compiled for the row's shape
+    (fdpa_engine.h kTShapes, kern/tables.inc panel_fixed), on cancelling, bit-stream and tiny
+    inputs."""
     for family in ("cancel", "bitstream", "tiny"):
         kw = operands(spec, 19, 70, 4 * spec.L + 5, family, seeded(spec.to_string(), family, 2))
         for isa in ISAS:

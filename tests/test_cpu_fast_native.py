@@ -138,7 +138,7 @@ T_EDGES = [(_T8.replace(zero_exp=-126), "fixed"), (_T8.replace(zero_exp=-125), "
 
 @pytest.mark.skipif(not X86 or shutil.which("g++") is None, reason="needs g++ on x86-64")
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
-def test_native_t_shapes(isa):
+def test_native_fixed_shapes(isa):
     """Every FDPA row (T, ST, TR, GTR, E, GST) through the generic kernel too
     (MMA_EMU_CPU_GENERIC=1), and the zero_exp / emax_floor edges on the kernel each one picks."""
     if isa not in _x86_isas():

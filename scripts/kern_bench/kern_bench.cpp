@@ -27,6 +27,15 @@ static double thread_seconds() {  // thread CPU time: steadier than wall time on
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
+// One row's line: ns per 16 multiply-adds, MAC/s, the kernel kind ("fixed" / "generic" for the
+// FDPA rows: the one compiled for the row's shape ran, or not; MMA_EMU_CPU_GENERIC=1: never;
+// "-" for the value kernels) and the outputs' hash
+static void report(const std::string& name, const std::string& isa_s, double best, int64_t M, int64_t N,
+                   int64_t K, const char* shape, uint32_t h) {
+  std::printf("%-44s %s  %.3f ns/16MAC  %.3g MAC/s  %s  hash %08x\n", name.c_str(), isa_s.c_str(),
+              best * 1e9 * 16 / double(M * N * K), double(M * N * K) / best, shape, h);
+}
+
 // The FMA / FTZ-AddMul kernels over row blocks of 24 (fast_values.cpp's task), one K block.
 template <class T>
 static void bench_values(const std::string& name, const std::string& isa_s, const Params& P,
@@ -62,8 +71,7 @@ static void bench_values(const std::string& name, const std::string& isa_s, cons
         h = h * 31 + uint32_t(w ^ (w >> 32));
       }
   }
-  std::printf("%-44s %s  %.3f ns/16MAC  %.3g MAC/s  hash %08x\n", name.c_str(), isa_s.c_str(),
-              best * 1e9 * 16 / double(M * N * K), double(M * N * K) / best, h);
+  report(name, isa_s, best, M, N, K, "-", h);
 }
 
 int main(int argc, char** argv) {
@@ -141,11 +149,7 @@ int main(int argc, char** argv) {
       best = std::min(best, thread_seconds() - t0);
       for (auto w : acc) h = h * 31 + w;
     }
-    // the FDPA kernels: "fixed" where a kernel compiled for the row's shape ran (MMA_EMU_CPU_GENERIC=1: never)
-    const bool fdpa = kind == FastKind::kFdpa || kind == FastKind::kTr || kind == FastKind::kE || kind == FastKind::kGst;
-    const char* shape = !fdpa ? "-" : eng.fixed_shape() ? "fixed" : "generic";
-    std::printf("%-44s %s  %.3f ns/16MAC  %.3g MAC/s  %s  hash %08x\n", name.c_str(), isa_s.c_str(),
-                best * 1e9 * 16 / double(M * N * K), double(M * N * K) / best, shape, h);
+    report(name, isa_s, best, M, N, K, eng.fixed_shape() ? "fixed" : "generic", h);
   }
   return 0;
 }
