@@ -258,3 +258,30 @@ def test_every_tf32_code_fast_equals_scalar(arch, fmt):
         fin = torch.isfinite(clean).all(1, keepdim=True)
         assert torch.equal(torch.where(fin, D, 0.0), torch.where(fin, clean, 0.0)), side
         assert D[~fin.expand_as(D)].isnan().all(), side
+
+
+@pytest.mark.parametrize("spec", [_pick("sm90", "fp16", "fp16"),
+                                  _pick("sm75", "fp16", "fp16").replace(zero_sign="keep")],
+                         ids=lambda s: f"{s.arch}-zero_sign={s.zero_sign}")
+def test_every_fp16_code_as_c_and_out(spec):
+    """Every fp16 code as C (fast_fdpa.cpp's vectorised fp16 <-> accumulator-word runs, in
+    and out), under zero products and under random ones, chain and epilogue: fast == scalar;
+    with zero products D is C's value (NaN stays NaN; a zero C gives +0 where zero_sign =
+    "plus", else the sum of signed zeros)."""
+    codes = torch.arange(1 << 16, dtype=torch.int64)
+    C = codes.to(torch.int16).view(torch.float16).reshape(256, 256)
+    g = torch.Generator().manual_seed(16)
+    for what, A in {"zero products": torch.zeros(256, K, dtype=torch.float16),
+                    "random products": (torch.randn(256, K, generator=g) / 64).half()}.items():
+        B = torch.randn(K, 256, generator=g).half()
+        for c_mode in ("chain", "epilogue"):
+            kw = dict(A=A, B=B, C=C, arch=spec, out_dtype=torch.float16)
+            S = mm_on_path(kw, "scalar", c_mode)
+            for isa in ISAS:
+                assert_same_bits(mm_on_path(kw, isa, c_mode), S, f"{what}, {c_mode}, {isa}")
+            if what == "zero products":
+                num = ~C.isnan() & (C != 0)
+                assert torch.equal(S[num].view(torch.int16), C[num].view(torch.int16)), c_mode
+                assert S[C.isnan()].isnan().all() and (S[C == 0] == 0).all(), c_mode
+                if spec.zero_sign == "plus":
+                    assert (S[C == 0].view(torch.int16) == 0).all(), c_mode

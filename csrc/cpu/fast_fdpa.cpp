@@ -26,6 +26,20 @@ ParFor aten_par(int64_t row_work) {
 
 int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define MMA_RUN_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MMA_RUN_CLONES
+#endif
+
+// runs of fp16 codes <-> accumulator words (vectorised: fp16 C in, fp16 D out)
+MMA_RUN_CLONES void f32_words_of_f16(const uint16_t* __restrict h, int64_t n, uint32_t* __restrict w) {
+  for (int64_t j = 0; j < n; ++j) w[j] = f32_bits_of_f16(h[j]);
+}
+MMA_RUN_CLONES void f16_of_f32_words(const uint32_t* __restrict w, int64_t n, uint16_t* __restrict h) {
+  for (int64_t j = 0; j < n; ++j) h[j] = uint16_t(f16_bits_of_f32(w[j]));
+}
+
 // C's row i (element type T, any stride) as accumulator words (an fp16 C as the fp32 word
 // of its value)
 template <class T>
@@ -39,6 +53,8 @@ void c_row(const View3& vc, int64_t bi, int64_t i, int64_t N, bool half, uint32_
   };
   if (s == 0) {  // a broadcast row: one value
     std::fill(row, row + N, half ? f32_bits_of_f16(at(0)) : at(0));
+  } else if (half && sizeof(T) == 2 && s == 2) {
+    f32_words_of_f16(reinterpret_cast<const uint16_t*>(p), N, row);
   } else if (half) {
     for (int64_t j = 0; j < N; ++j) row[j] = f32_bits_of_f16(at(j));
   } else if (s == int64_t(sizeof(T))) {
@@ -206,7 +222,8 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
       }
       if (!P.epilogue && oes == 2) {
         uint16_t* o16 = reinterpret_cast<uint16_t*>(orow);
-        for (int64_t j = 0; j < N; ++j) o16[j] = uint16_t(half ? f16_bits_of_f32(arow[j]) : arow[j]);
+        if (half) f16_of_f32_words(arow, N, o16);
+        else for (int64_t j = 0; j < N; ++j) o16[j] = uint16_t(arow[j]);
         continue;
       }
       for (int64_t j = 0; j < N; ++j) {

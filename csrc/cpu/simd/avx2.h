@@ -56,6 +56,7 @@ struct Avx2 {
   MMA_VT I select(M m, I t, I f) { return _mm256_blendv_epi8(f, t, m); }
   MMA_VT I max_where(M m, I a, I b) { return _mm256_blendv_epi8(b, _mm256_max_epi32(a, b), m); }  // m ? max(a, b) : b
   MMA_VT I maskz(M m, I a) { return _mm256_and_si256(m, a); }
+  MMA_VT I or_where(M m, I a, I b) { return _mm256_or_si256(a, _mm256_and_si256(m, b)); }  // m ? a | b : a
   // signed overflow of r = s + t: in the sign of (r ^ s) & (r ^ t)
   MMA_VT M add_overflow(I r, I s, I t) { return sign(_mm256_and_si256(_mm256_xor_si256(r, s), _mm256_xor_si256(r, t))); }
 

@@ -64,6 +64,7 @@ struct Avx512 {
   MMA_VT512 I select(M m, I t, I f) { return _mm512_mask_mov_epi32(f, m, t); }
   MMA_VT512 I max_where(M m, I a, I b) { return _mm512_mask_max_epi32(b, m, a, b); }  // m ? max(a, b) : b
   MMA_VT512 I maskz(M m, I a) { return _mm512_maskz_mov_epi32(m, a); }
+  MMA_VT512 I or_where(M m, I a, I b) { return _mm512_mask_or_epi32(a, m, a, b); }  // m ? a | b : a
   MMA_VT512 M add_overflow(I r, I s, I t) { return _mm512_movepi32_mask(_mm512_ternarylogic_epi32(r, s, t, 0x18)); }
 
   // ---- masks ----

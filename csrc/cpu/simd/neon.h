@@ -53,6 +53,7 @@ struct Neon {
   MMA_VTN I select(M m, I t, I f) { return vbslq_s32(m, t, f); }
   MMA_VTN I max_where(M m, I a, I b) { return vbslq_s32(m, vmaxq_s32(a, b), b); }  // m ? max(a, b) : b
   MMA_VTN I maskz(M m, I a) { return vandq_s32(vreinterpretq_s32_u32(m), a); }
+  MMA_VTN I or_where(M m, I a, I b) { return vorrq_s32(a, vandq_s32(vreinterpretq_s32_u32(m), b)); }  // m ? a | b : a
   MMA_VTN M add_overflow(I r, I s, I t) { return sign(vandq_s32(veorq_s32(r, s), veorq_s32(r, t))); }
 
   // ---- masks ----
