@@ -216,13 +216,12 @@ void panel_runs(const Decoded& B, int64_t K, int64_t p, int64_t l0, int64_t l1, 
         std::fill(te[l], te[l] + m, int8_t(-128));
       }
     }
-    for (int64_t k = 0; k < m; ++k) {
-      const int64_t q = pos(kc + k);
+    pos.each(kc, m, [&](int64_t k, int64_t q) {
       for (int64_t l = l0; l < l1; ++l) {
         v[q * kW + l] = tv[l][k];
         e[q * kW + l] = te[l][k];
       }
-    }
+    });
   }
 }
 
@@ -281,11 +280,10 @@ void FdpaEngine::fill_a(const Decoded& A, int64_t i0, int64_t i1, int64_t k0, in
     tv.resize(size_t(n));  // multi-pass: the run, then each k to its plane position
     te.resize(size_t(n));
     ok = plane_run(sg, ex, n, P_.fa.mbits, tv.data(), te.data());
-    for (int64_t k = 0; k < n; ++k) {
-      const int64_t q = kpos_(k0 + k);
+    kpos_.each(k0, n, [&](int64_t k, int64_t q) {
       v[q] = tv[size_t(k)];
       e[q] = te[size_t(k)];
-    }
+    });
   }
 }
 

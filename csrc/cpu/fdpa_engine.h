@@ -204,7 +204,20 @@ struct KPos {
   int64_t instr = 0;        // products per instruction (0: the identity)
   std::vector<int32_t> at;  // k % instr -> its position in the instruction
   bool on() const { return instr != 0; }
-  int64_t operator()(int64_t k) const { return instr ? k - k % instr + at[size_t(k % instr)] : k; }
+  // f(t, the plane position of k0 + t) for t in [0, n): one division per instruction, not
+  // per k
+  template <class Fn>
+  void each(int64_t k0, int64_t n, Fn f) const {
+    if (!instr) {
+      for (int64_t t = 0; t < n; ++t) f(t, k0 + t);
+      return;
+    }
+    for (int64_t t = 0; t < n;) {
+      const int64_t r = (k0 + t) % instr, base = k0 + t - r, m = std::min(n - t, instr - r);
+      for (int64_t j = 0; j < m; ++j) f(t + j, base + at[size_t(r + j)]);
+      t += m;
+    }
+  }
 };
 
 // The FDPA kernels over one K block: planes from decoded operands, then any chunk range.
