@@ -13,6 +13,13 @@ namespace mma {
 #endif
 
 DecPath dec_path(const FormatDesc& f, int esize) {
+  if (esize == 1 && f.is_signed && f.container != 32 && f.ebits + f.mbits == 7) {  // fp8
+    const int em = f.ebits * 8 + f.mbits;
+    if (em == 4 * 8 + 3 && f.nan_style == kFn) return DecPath::kE4m3Fn;
+    if (em == 5 * 8 + 2 && f.nan_style == kIeee) return DecPath::kE5m2;
+    if (em == 4 * 8 + 3 && f.nan_style == kFnuz) return DecPath::kE4m3Fnuz;
+    if (em == 5 * 8 + 2 && f.nan_style == kFnuz) return DecPath::kE5m2Fnuz;
+  }
   if (esize == 1) return DecPath::kLut8;  // the table is decode() of every byte
   if (f.nan_style != kIeee || !f.is_signed) return DecPath::kGeneric;
   if (esize == 4 && f.container == 32 && f.ebits == 8 && f.mbits == 10) return DecPath::kTf32;
@@ -63,8 +70,10 @@ namespace {
 // decode() of a signed IEEE-style format with EB exponent and MB fraction bits in codes of
 // type T, above SHIFT dropped low bits (tf32 / xf32 in fp32 words: decode() truncates them),
 // without branches: zero {0, kZeroExp}, subnormal {+-m, emin}, normal {+-(m | 2^MB),
-// e - bias}, infinity {+-1, kZeroExp, kInf}, NaN {0, kZeroExp, kNan}
-template <int EB, int MB, class T, int SHIFT>
+// e - bias}, infinity {+-1, kZeroExp, kInf}, NaN {0, kZeroExp, kNan}.  STYLE (nan_style):
+// kIeee, kFn (no infinity, NaN = all exponent and fraction bits: e4m3fn) or kFnuz (no
+// infinity, NaN = the negative zero code)
+template <int EB, int MB, class T, int SHIFT, int STYLE = kIeee>
 inline __attribute__((always_inline)) uint8_t decode_ieee(
     const T* __restrict src, int64_t n, int32_t bias, int32_t* __restrict sig,
     int32_t* __restrict exp, uint8_t* __restrict cls) {
@@ -76,13 +85,19 @@ inline __attribute__((always_inline)) uint8_t decode_ieee(
   for (int64_t k = 0; k < n; ++k) {  // masks (0 / -1) rather than branches: vectorised
     const int32_t c = int32_t(uint32_t(src[k]) >> SHIFT);
     const int32_t e = (c >> MB) & int32_t(emask), m = c & int32_t(mmask);
-    const int32_t neg = -(c >> (EB + MB)), sub = -int32_t(e == 0), sp = -int32_t(e == int32_t(emask));
+    const int32_t neg = -(c >> (EB + MB)), sub = -int32_t(e == 0);
     const int32_t mnz = -int32_t(m != 0);
+    // sp: the special codes (IEEE: the top exponent; fn / fnuz: the NaN code)
+    const int32_t sp = STYLE == kIeee ? -int32_t(e == int32_t(emask))
+                       : STYLE == kFn ? -int32_t((c & ((1 << (EB + MB)) - 1)) == (1 << (EB + MB)) - 1)
+                                      : -int32_t(c == (1 << (EB + MB)));
     int32_t s = m | (~sub & (1 << MB));
     int32_t x = (sub & ((mnz & emin) | (~mnz & kZeroExp))) | (~sub & (e - bias));
-    s = (sp & ~mnz & 1) | (~sp & s);  // infinity: 1, NaN: 0
+    // infinity: 1, NaN: 0
+    s = STYLE == kIeee ? (sp & ~mnz & 1) | (~sp & s) : ~sp & s;
     x = (sp & kZeroExp) | (~sp & x);
-    const int32_t cl = sp & (int32_t(kInf) + (mnz & 1));  // kInf, kNan = kInf + 1
+    const int32_t cl = STYLE == kIeee ? sp & (int32_t(kInf) + (mnz & 1))  // kInf, kNan = kInf + 1
+                                      : sp & int32_t(kNan);
     sig[k] = (s ^ neg) - neg;
     exp[k] = x;
     cls[k] = uint8_t(cl);
@@ -103,6 +118,18 @@ MMA_DEC_CLONES
 uint8_t decode_bf16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
                     uint8_t* cls) {
   return decode_ieee<8, 7, uint16_t, 0>(src, n, bias, sig, exp, cls);
+}
+
+MMA_DEC_CLONES
+uint8_t decode_fp8(DecPath path, const uint8_t* src, int64_t n, int32_t bias, int32_t* sig,
+                   int32_t* exp, uint8_t* cls) {
+  switch (path) {
+    case DecPath::kE4m3Fn: return decode_ieee<4, 3, uint8_t, 0, kFn>(src, n, bias, sig, exp, cls);
+    case DecPath::kE5m2: return decode_ieee<5, 2, uint8_t, 0, kIeee>(src, n, bias, sig, exp, cls);
+    case DecPath::kE4m3Fnuz: return decode_ieee<4, 3, uint8_t, 0, kFnuz>(src, n, bias, sig, exp, cls);
+    case DecPath::kE5m2Fnuz: return decode_ieee<5, 2, uint8_t, 0, kFnuz>(src, n, bias, sig, exp, cls);
+    default: return 0;
+  }
 }
 
 MMA_DEC_CLONES

@@ -1,8 +1,9 @@
 // Fast decoders for decode_rows (decoded.h): runs of codes -> (sig, exp, cls) with the bits of
-// core/decode.h's decode().  Codes in 1-byte elements go through a 256-entry table made by
-// decode() itself; fp16, bf16 and tf32 / xf32 (fp32 words) through a branch-free decode
-// specialised at compile time (vectorised, AVX2 clone on x86).  Every other format / element
-// size: decode() per code.
+// core/decode.h's decode().  The four fp8 formats (e4m3fn, e5m2 and their fnuz forms), fp16,
+// bf16 and tf32 / xf32 (fp32 words) go through a branch-free decode specialised at compile
+// time (vectorised, AVX2 clone on x86); other codes in 1-byte elements (fp6, fp4, scales)
+// through a 256-entry table made by decode() itself.  Every other format / element size:
+// decode() per code.
 // No torch here.
 #pragma once
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 namespace mma {
 
-enum class DecPath : int { kGeneric = 0, kLut8, kFp16, kBf16, kTf32 };
+enum class DecPath : int { kGeneric = 0, kLut8, kFp16, kBf16, kTf32, kE4m3Fn, kE5m2, kE4m3Fnuz, kE5m2Fnuz };
 
 // which decoder serves codes of format f held in esize-byte elements
 DecPath dec_path(const FormatDesc& f, int esize);
@@ -31,6 +32,9 @@ uint8_t decode_fp16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, 
                     uint8_t* cls);
 uint8_t decode_bf16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
                     uint8_t* cls);
+// fp8 codes of the formats of the paths kE4m3Fn .. kE5m2Fnuz
+uint8_t decode_fp8(DecPath path, const uint8_t* src, int64_t n, int32_t bias, int32_t* sig,
+                   int32_t* exp, uint8_t* cls);
 // tf32 / xf32 in fp32 words (the low 13 bits dropped, as decode() does)
 uint8_t decode_tf32(const uint32_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
                     uint8_t* cls);

@@ -97,6 +97,18 @@ inline void decode_rows(const View3& v, int64_t bi, int64_t M, int64_t k0, int64
                                         }, sink);
       return;
     }
+    case DecPath::kE4m3Fn:
+    case DecPath::kE5m2:
+    case DecPath::kE4m3Fnuz:
+    case DecPath::kE5m2Fnuz: {
+      const DecPath path = dec_path(f, v.esize);
+      const int32_t bias = f.bias;
+      detail::decode_rows_runs<uint8_t>(v, bi, M, k0, K, transposed, out,
+                                        [path, bias](const uint8_t* s, int64_t n, int32_t* sg, int32_t* ex, uint8_t* cl) {
+                                          return decode_fp8(path, s, n, bias, sg, ex, cl);
+                                        }, sink);
+      return;
+    }
     case DecPath::kFp16:
     case DecPath::kBf16: {
       const bool h = dec_path(f, v.esize) == DecPath::kFp16;
