@@ -4,13 +4,9 @@
 
 #include <cstring>
 
-namespace mma {
+#include "clones.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MMA_DEC_CLONES __attribute__((target_clones("avx2", "default")))
-#else
-#define MMA_DEC_CLONES
-#endif
+namespace mma {
 
 DecPath dec_path(const FormatDesc& f, int esize) {
   if (esize == 1 && f.is_signed && f.container != 32 && f.ebits + f.mbits == 7) {  // fp8
@@ -108,19 +104,19 @@ inline __attribute__((always_inline)) uint8_t decode_ieee(
 
 }  // namespace
 
-MMA_DEC_CLONES
+MMA_AVX2_CLONE
 uint8_t decode_fp16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
                     uint8_t* cls) {
   return decode_ieee<5, 10, uint16_t, 0>(src, n, bias, sig, exp, cls);
 }
 
-MMA_DEC_CLONES
+MMA_AVX2_CLONE
 uint8_t decode_bf16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
                     uint8_t* cls) {
   return decode_ieee<8, 7, uint16_t, 0>(src, n, bias, sig, exp, cls);
 }
 
-MMA_DEC_CLONES
+MMA_AVX2_CLONE
 uint8_t decode_fp8(DecPath path, const uint8_t* src, int64_t n, int32_t bias, int32_t* sig,
                    int32_t* exp, uint8_t* cls) {
   switch (path) {
@@ -132,7 +128,7 @@ uint8_t decode_fp8(DecPath path, const uint8_t* src, int64_t n, int32_t bias, in
   }
 }
 
-MMA_DEC_CLONES
+MMA_AVX2_CLONE
 uint8_t decode_tf32(const uint32_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
                     uint8_t* cls) {
   return decode_ieee<8, 10, uint32_t, 13>(src, n, bias, sig, exp, cls);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "clones.h"
 #include "fpenv.h"
 #include "values_engine.h"
 
@@ -28,9 +29,7 @@ inline float plane_value(int32_t sig, int32_t e, int32_t mbits) {
 // plane (the common rows): v / e as fill_row stores them, in one loop the compiler
 // vectorises; true when every nonzero exponent lies in the window (else the values stored
 // are meaningless: the caller clears the row).
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-__attribute__((target_clones("avx2", "default")))
-#endif
+MMA_AVX2_CLONE
 bool plane_run(const int32_t* __restrict sig, const int32_t* __restrict exp, int64_t n,
                int32_t mbits, float* __restrict v, int8_t* __restrict e) {
   int32_t lo = 0, hi = 0;  // exponents of nonzero operands (zeros count as 0: in the window)
