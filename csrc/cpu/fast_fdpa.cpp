@@ -138,15 +138,55 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
         }
     }
   });
+  // D's row i, columns [j0, j1), from the finished accumulators (the epilogue's additions
+  // under the caller's round to nearest)
+  auto write_out = [&](int64_t i, int64_t j0, int64_t j1) {
+    uint8_t* orow = out + (bi * M + i) * N * oes;
+    const uint32_t* arow = acc.data() + i * W;
+    const int64_t n = j1 - j0;
+    if (!P.epilogue && oes == 4 && !half) {  // the fp32 words as they are
+      std::memcpy(orow + j0 * 4, arow + j0, size_t(n) * 4);
+      return;
+    }
+    if (!P.epilogue && oes == 2) {
+      uint16_t* o16 = reinterpret_cast<uint16_t*>(orow);
+      if (half) f16_of_f32_words(arow + j0, n, o16 + j0);
+      else for (int64_t j = j0; j < j1; ++j) o16[j] = uint16_t(arow[j]);
+      return;
+    }
+    for (int64_t j = j0; j < j1; ++j) {
+      const uint32_t a32 = arow[j];
+      uint64_t r = half ? f16_bits_of_f32(a32) : a32;
+      if (P.epilogue) r = epilogue_add(P, r, vc.at(bi, i, j));
+      if (oes == 2) reinterpret_cast<uint16_t*>(orow)[j] = uint16_t(r);
+      else reinterpret_cast<uint32_t*>(orow)[j] = uint32_t(r);
+    }
+  };
+  // the last K block's fast tasks write their own outputs while the accumulators are in
+  // cache (was a pass over all M x N words after the blocks: 1-2% of a 1024^3 product)
+  bool written = false;
   const ParFor par = aten_par(std::min(K, KB));
   for (int64_t kb0 = 0; kb0 < K && !interrupted(); kb0 += KB) {
     const int64_t kl = std::min(KB, K - kb0);
     // the common rows' planes are built while decoding (FdpaEngine::begin)
     const bool fill = fast && w.eng.begin(M, N, kl, scaled);
-    const RunSink fa = [&](int64_t r0, int64_t r1, int64_t k0, int64_t n) { w.eng.fill_a(w.A, r0, r1, k0, n); };
-    const RunSink fb = [&](int64_t r0, int64_t r1, int64_t k0, int64_t n) { w.eng.fill_b(w.B, r0, r1, k0, n); };
-    decode_rows(va, bi, M, kb0, kl, false, P.fa, w.A, fill ? &fa : nullptr);
-    decode_rows(vbt, bi, N, kb0, kl, true, P.fb, w.B, fill ? &fb : nullptr);
+    // fp16 / bf16 codes straight into the planes where every row and column can use them
+    // (no Decoded rows: decoding them was about 5% of a 1024^3 fp16 product); else decoded
+    const DecPath da = dec_path(P.fa, va.esize), db = dec_path(P.fb, vbt.esize);
+    auto dec16 = [](DecPath d) { return d == DecPath::kFp16 || d == DecPath::kBf16; };
+    const bool direct =
+        fill && !scaled && dec16(da) && dec16(db) &&
+        w.eng.fill_direct(CodeRows{va.base + bi * va.s0 + kb0 * va.s2, va.s1, va.s2, va.esize},
+                          da == DecPath::kBf16,
+                          CodeRows{vbt.base + bi * vbt.s0 + kb0 * vbt.s1, vbt.s2, vbt.s1, vbt.esize},
+                          db == DecPath::kBf16, M, N, kl, w.A, w.B, par);
+    if (!direct) {
+      if (fill) w.eng.begin(M, N, kl, scaled);  // (fill_direct may have written some)
+      const RunSink fa = [&](int64_t r0, int64_t r1, int64_t k0, int64_t n) { w.eng.fill_a(w.A, r0, r1, k0, n); };
+      const RunSink fb = [&](int64_t r0, int64_t r1, int64_t k0, int64_t n) { w.eng.fill_b(w.B, r0, r1, k0, n); };
+      decode_rows(va, bi, M, kb0, kl, false, P.fa, w.A, fill ? &fa : nullptr);
+      decode_rows(vbt, bi, N, kb0, kl, true, P.fb, w.B, fill ? &fb : nullptr);
+    }
     int64_t nb = 0;
     if (scaled) {
       nb = (kl + P.block - 1) / P.block;
@@ -166,6 +206,8 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
       // and int8 exponents of kW columns, two planes for E-FDPA)
       const Tiles tl((M + kRowBlock - 1) / kRowBlock, W / kW, w.eng.panel_bytes());
       const int64_t task_work = kRowBlock * W / tl.npc * kl;
+      const bool last = kb0 + kl >= K;
+      written = last;
       parallel_for(0, tl.count(), grain_for(task_work), [&](int64_t lo, int64_t hi) {
         FpEnvGuard env;
         for (int64_t t = lo; t < hi && !interrupted(); ++t) {
@@ -177,12 +219,14 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
           const auto bc1 = std::lower_bound(bc0, bad_cols.end(), j1);
           for (int64_t i = i0; i < i1; ++i) {
             uint32_t* row = acc.data() + i * W;
-            if (w.eng.row_ok(i))
-              core_lanes(Pc, w.A, w.B, kl, i, bad_cols.data() + (bc0 - bad_cols.begin()),
-                         int64_t(bc1 - bc0), 0, SA, SB, nb, fsa, fsb, half, row);
-            else
+            if (w.eng.row_ok(i)) {
+              if (bc1 > bc0)  // (none after fill_direct, whose A and B hold no decoded rows)
+                core_lanes(Pc, w.A, w.B, kl, i, bad_cols.data() + (bc0 - bad_cols.begin()),
+                           int64_t(bc1 - bc0), 0, SA, SB, nb, fsa, fsb, half, row);
+            } else
               core_lanes(Pc, w.A, w.B, kl, i, nullptr, j1 - j0, j0, SA, SB, nb, fsa, fsb, half,
                          row);
+            if (last) write_out(i, j0, j1);
           }
           check_interrupt_main();
         }
@@ -203,30 +247,10 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
       });
     }
   }
-  if (interrupted()) return;
+  if (interrupted() || written) return;
   parallel_for(0, M, grain_for(N * 4), [&](int64_t lo, int64_t hi) {
     FpEnvGuard env;  // epilogue additions round to nearest
-    for (int64_t i = lo; i < hi; ++i) {
-      uint8_t* orow = out + (bi * M + i) * N * oes;
-      const uint32_t* arow = acc.data() + i * W;
-      if (!P.epilogue && oes == 4 && !half) {  // the fp32 words as they are
-        std::memcpy(orow, arow, size_t(N) * 4);
-        continue;
-      }
-      if (!P.epilogue && oes == 2) {
-        uint16_t* o16 = reinterpret_cast<uint16_t*>(orow);
-        if (half) f16_of_f32_words(arow, N, o16);
-        else for (int64_t j = 0; j < N; ++j) o16[j] = uint16_t(arow[j]);
-        continue;
-      }
-      for (int64_t j = 0; j < N; ++j) {
-        const uint32_t a32 = arow[j];
-        uint64_t r = half ? f16_bits_of_f32(a32) : a32;
-        if (P.epilogue) r = epilogue_add(P, r, vc.at(bi, i, j));
-        if (oes == 2) reinterpret_cast<uint16_t*>(orow)[j] = uint16_t(r);
-        else reinterpret_cast<uint32_t*>(orow)[j] = uint32_t(r);
-      }
-    }
+    for (int64_t i = lo; i < hi; ++i) write_out(i, 0, N);
   });
 }
 

@@ -3,6 +3,7 @@
 #include "fdpa_engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -48,6 +49,66 @@ bool plane_run(const int32_t* __restrict sig, const int32_t* __restrict exp, int
   return lo >= -kWindow && hi <= kWindow;
 }
 
+// One fp16 / bf16 code as plane_run stores its decode: the value (+0 for a zero) and the
+// exponent (-128 for a zero; subnormals take emin); bad: a NaN / Inf code, or a nonzero
+// exponent outside the window (the byte is then meaningless: the caller decodes instead)
+template <bool BF16>
+inline __attribute__((always_inline)) int32_t plane_of_code(uint32_t h, float& v, int8_t& e) {
+  constexpr int32_t kMb = BF16 ? 7 : 10, kEmax = BF16 ? 255 : 31, kBias = BF16 ? 127 : 15;
+  // masks (0 / -1) rather than branches: vectorised
+  const int32_t E = int32_t(h >> kMb) & kEmax;
+  const int32_t zero = -int32_t((h & 0x7FFFu) == 0), sub = -int32_t(E == 0);
+  const int32_t x = (sub & (1 - kBias)) | (~sub & (E - kBias));
+  const uint32_t bits = (BF16 ? h << 16 : f32_bits_of_f16(h)) & ~uint32_t(zero);
+  std::memcpy(&v, &bits, sizeof v);
+  e = int8_t((x & ~zero) | (zero & -128));
+  return -int32_t(E == kEmax) | (~zero & -int32_t(uint32_t(x + kWindow) > uint32_t(2 * kWindow)));
+}
+template <bool BF16>
+inline __attribute__((always_inline)) uint8_t direct_row(const uint16_t* __restrict c, int64_t n,
+                                                         float* __restrict v, int8_t* __restrict e) {
+  int32_t bad = 0;
+  for (int64_t k = 0; k < n; ++k) bad |= plane_of_code<BF16>(c[k], v[k], e[k]);
+  return uint8_t(bad != 0);
+}
+// rows [k0, k1) of a row-major B (n columns, rows sk bytes apart) into the panels' rows of
+// lanes (panels pstride apart), panel by panel: the stores run in order (row k of every
+// panel at once put them all in one cache set) and the block's rows of B stay in cache;
+// kW lanes at a time, a fixed trip count the compiler vectorises in full
+template <bool BF16>
+inline __attribute__((always_inline)) uint8_t direct_panels(const uint8_t* __restrict b, int64_t sk,
+                                                            int64_t k0, int64_t k1, int64_t n,
+                                                            int64_t pstride, float* __restrict v,
+                                                            int8_t* __restrict e) {
+  int32_t bad = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += kW, v += pstride, e += pstride) {
+    const int64_t nl = n - j0 < kW ? n - j0 : kW;
+    for (int64_t k = k0; k < k1; ++k) {
+      const uint16_t* c = reinterpret_cast<const uint16_t*>(b + k * sk) + j0;
+      if (nl == kW)
+        for (int l = 0; l < kW; ++l) bad |= plane_of_code<BF16>(c[l], v[k * kW + l], e[k * kW + l]);
+      else
+        for (int64_t l = 0; l < nl; ++l) bad |= plane_of_code<BF16>(c[l], v[k * kW + l], e[k * kW + l]);
+    }
+  }
+  return uint8_t(bad != 0);
+}
+// compiled once per format: a row of k (A's rows, B's columns), blocks of B's rows
+MMA_AVX2_CLONE uint8_t direct_row_fp16(const uint16_t* c, int64_t n, float* v, int8_t* e) {
+  return direct_row<false>(c, n, v, e);
+}
+MMA_AVX2_CLONE uint8_t direct_row_bf16(const uint16_t* c, int64_t n, float* v, int8_t* e) {
+  return direct_row<true>(c, n, v, e);
+}
+MMA_AVX2_CLONE uint8_t direct_panels_fp16(const uint8_t* b, int64_t sk, int64_t k0, int64_t k1,
+                                          int64_t n, int64_t ps, float* v, int8_t* e) {
+  return direct_panels<false>(b, sk, k0, k1, n, ps, v, e);
+}
+MMA_AVX2_CLONE uint8_t direct_panels_bf16(const uint8_t* b, int64_t sk, int64_t k0, int64_t k1,
+                                          int64_t n, int64_t ps, float* v, int8_t* e) {
+  return direct_panels<true>(b, sk, k0, k1, n, ps, v, e);
+}
+
 // One operand row (A row i or B column j): true when it can use the planes.  kmap: plane
 // position -> k (multi-pass), or null (identity).
 // store(q, value, exponent (max side), exponent (min side)).
@@ -80,7 +141,19 @@ uint32_t Fallback::chunk(int64_t i, int64_t j, int64_t k0, uint32_t acc) const {
   const uint64_t a = half ? f16_bits_of_f32(acc) : acc;
   const int64_t K = pl->K;
   uint64_t r;
-  if (pl->kmap.empty()) {
+  if (ca.base) {  // planes filled from the codes (no Decoded rows): this chunk's decoded here
+    const int n = int(std::min<int64_t>(Pr.L, K - k0));
+    int32_t as[kMaxPassL], ae[kMaxPassL], bs[kMaxPassL], be[kMaxPassL];
+    uint8_t ac[kMaxPassL], bc[kMaxPassL];
+    for (int q = 0; q < n; ++q) {
+      const Dec da = decode(Pr.fa, ca.at(i, k0 + q)), db = decode(Pr.fb, cb.at(j, k0 + q));
+      as[q] = da.sig; ae[q] = da.exp; ac[q] = da.cls;
+      bs[q] = db.sig; be[q] = db.exp; bc[q] = db.cls;
+    }
+    const Chunk ch{Operand{as, ae, ac}, Operand{bs, be, bc}, n, int(k0), SA ? SA + i * pl->nblk : nullptr,
+                   SB ? SB + j * pl->nblk : nullptr};
+    r = fused_op(Pr, o, ch, a, false);
+  } else if (pl->kmap.empty()) {
     const Chunk ch{A->row(i, K).shifted(int(k0)), B->row(j, K).shifted(int(k0)),
                    int(std::min<int64_t>(Pr.L, K - k0)), int(k0),
                    SA ? SA + i * pl->nblk : nullptr, SB ? SB + j * pl->nblk : nullptr};
@@ -252,6 +325,7 @@ void FdpaEngine::size_planes(int64_t M, int64_t N, int64_t K, bool init) {
 
 bool FdpaEngine::begin(int64_t M, int64_t N, int64_t K, bool scales) {
   filled_ = false;
+  direct_ = false;
   if (!plain(scales)) return false;
   size_planes(M, N, K, false);
   pl_.row_ok.assign(size_t(M), 1);
@@ -293,6 +367,66 @@ void FdpaEngine::fill_b(const Decoded& B, int64_t j0, int64_t j1, int64_t k0, in
     panel_runs(B, pl.K, p, std::max(j0, p * kW) - p * kW, std::min(j1, p * kW + kW) - p * kW, k0, n,
                P_.fb.mbits, kpos_, pl.bv.data() + at, pl.be.data() + at, pl.col_ok.data() + p * kW);
   }
+}
+
+bool FdpaEngine::fill_direct(const CodeRows& a, bool a_bf16, const CodeRows& b, bool b_bf16,
+                             int64_t M, int64_t N, int64_t K, Decoded& A, Decoded& B,
+                             const ParFor& par) {
+  Planes& pl = pl_;
+  // A's rows contiguous along k; B's columns adjacent (row-major B) or contiguous along k
+  // (a transposed one, as nn.Linear's weight); other layouts decode as usual, in tiles
+  const bool b_rows = b.sr == 2;
+  if (!filled_ || kpos_.on() || P_.L > kMaxPassL || pl.M != M || pl.N != N || pl.K != K ||
+      a.esize != 2 || b.esize != 2 || a.sk != 2 || (!b_rows && b.sk != 2))
+    return false;
+  auto row = a_bf16 ? direct_row_bf16 : direct_row_fp16;
+  std::atomic<bool> bad{false};
+  par(M, 16, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i)
+      if (row(reinterpret_cast<const uint16_t*>(a.base + i * a.sr), K, pl.av.data() + i * pl.Kp,
+              pl.ae.data() + i * pl.Kp))
+        bad.store(true, std::memory_order_relaxed);
+  });
+  if (b_rows) {  // blocks of 64 rows of B, each to every panel
+    auto panels = b_bf16 ? direct_panels_bf16 : direct_panels_fp16;
+    constexpr int64_t kRows = 64;
+    par((K + kRows - 1) / kRows, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t t = lo; t < hi; ++t)
+        if (panels(b.base, b.sk, t * kRows, std::min(K, t * kRows + kRows), N, pl.Kp * kW,
+                   pl.bv.data(), pl.be.data()))
+          bad.store(true, std::memory_order_relaxed);
+    });
+  } else {  // panel by panel: each column's run of 64 k, then stored a row of lanes at a time
+    auto colrun = b_bf16 ? direct_row_bf16 : direct_row_fp16;
+    par(pl.NP, 1, [&](int64_t lo, int64_t hi) {
+      constexpr int64_t kRun = 64;
+      float tv[kW][kRun];
+      int8_t te[kW][kRun];
+      for (int64_t p = lo; p < hi; ++p) {
+        const int64_t j0 = p * kW, nl = std::min<int64_t>(kW, N - j0);
+        float* v = pl.bv.data() + p * pl.Kp * kW;
+        int8_t* e = pl.be.data() + p * pl.Kp * kW;
+        for (int64_t kc = 0; kc < K; kc += kRun) {
+          const int64_t m = std::min(kRun, K - kc);
+          for (int64_t l = 0; l < nl; ++l)
+            if (colrun(reinterpret_cast<const uint16_t*>(b.base + (j0 + l) * b.sr + kc * 2), m, tv[l], te[l]))
+              bad.store(true, std::memory_order_relaxed);
+          for (int64_t k = 0; k < m; ++k)
+            for (int64_t l = 0; l < nl; ++l) {
+              v[(kc + k) * kW + l] = tv[l][k];
+              e[(kc + k) * kW + l] = te[l][k];
+            }
+        }
+      }
+    });
+  }
+  if (bad.load()) return false;
+  A.row_flags.assign(size_t(M), 0);
+  B.row_flags.assign(size_t(N), 0);
+  direct_ = true;
+  ca_ = a;
+  cb_ = b;
+  return true;
 }
 
 void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const Dec* SB,
@@ -457,6 +591,11 @@ void FdpaEngine::build(const Decoded& A, const Decoded& B, const Dec* SA, const 
     pl.bvd.clear();
   }
   fb_ = Fallback{&P_, &pl_, &A, &B, SA, SB};
+  if (direct_) {  // (the planes of this block, filled by fill_direct)
+    fb_.ca = ca_;
+    fb_.cb = cb_;
+  }
+  direct_ = false;
 }
 
 void FdpaEngine::run(int64_t i0, int64_t i1, int64_t k0, int64_t k1, uint32_t* acc,

@@ -4,6 +4,7 @@
 // instruction set (kern_*.cpp, one source in kern/ compiled per ISA).
 #pragma once
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <new>
 #include <vector>
@@ -126,6 +127,20 @@ struct Planes {
   }
 };
 
+// Codes of a strided tensor view read in place: row r's code k at base + r * sr + k * sk
+// (bytes), esize bytes each.
+struct CodeRows {
+  const uint8_t* base = nullptr;
+  int64_t sr = 0, sk = 0;
+  int esize = 0;
+  uint64_t at(int64_t r, int64_t k) const {
+    const uint8_t* p = base + r * sr + k * sk;
+    uint64_t c = 0;
+    std::memcpy(&c, p, size_t(esize));  // (little-endian: the code in the low bytes)
+    return c;
+  }
+};
+
 // The core's chunk, for the lanes the vector code hands back (out of line: cold).
 struct Fallback {
   const Params* P;
@@ -134,6 +149,9 @@ struct Fallback {
   const Decoded* B;
   const Dec* SA;  // scale decodes (M | N, nblk) or null
   const Dec* SB;
+  // planes filled from the codes (FdpaEngine::fill_direct): A / B hold no decoded rows, the
+  // chunk decodes its own L codes of A's row and B's column from these
+  CodeRows ca{}, cb{};
   // the chunk at plane position k0 from the accumulator acc (fp32 word; fp16 values too)
   uint32_t chunk(int64_t i, int64_t j, int64_t k0, uint32_t acc) const;
   // multi-pass c_join = "final": t + c in one IEEE addition of the output format
@@ -239,6 +257,13 @@ class FdpaEngine {
   bool begin(int64_t M, int64_t N, int64_t K, bool scales);
   void fill_a(const Decoded& A, int64_t i0, int64_t i1, int64_t k0, int64_t n);
   void fill_b(const Decoded& B, int64_t j0, int64_t j1, int64_t k0, int64_t n);
+  // Or, after begin(), fp16 / bf16 codes (a: A's rows, b: B's columns, K codes each) straight
+  // into those planes, with no Decoded rows (A / B get zero row_flags, sized M / N; build()
+  // takes them as usual and the hand-backs decode their own codes): true when every row and
+  // column is finite and inside the window and the engine can (single-pass plain rows, fp16 /
+  // bf16 on both sides); false: call begin() again and decode as usual
+  bool fill_direct(const CodeRows& a, bool a_bf16, const CodeRows& b, bool b_bf16, int64_t M,
+                   int64_t N, int64_t K, Decoded& A, Decoded& B, const ParFor& par);
   int64_t width() const { return pl_.NP * kW; }
   // bytes of one column panel's planes (what the kernel reads of B)
   int64_t panel_bytes() const {
@@ -269,6 +294,8 @@ class FdpaEngine {
   bool fixed_ = false;
   KPos kpos_;
   bool filled_ = false;  // begin() was called: fill_a / fill_b write the planes
+  bool direct_ = false;  // fill_direct() filled them: the hand-backs read ca_ / cb_
+  CodeRows ca_{}, cb_{};
   bool plain(bool scales) const;
   void size_planes(int64_t M, int64_t N, int64_t K, bool init);
 };

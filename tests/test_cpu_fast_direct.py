@@ -1,0 +1,78 @@
+"""fp16 / bf16 operands go straight from their codes into the vector kernels' planes
+(FdpaEngine::fill_direct, no decoded rows): where every row and column is finite and inside
+the plane window, for A's rows contiguous along k and B row-major or transposed.  Anything
+else decodes as before.  The lanes the vectors hand back then decode their own chunk's codes.
+
+Differential: the fast path gives the scalar path's bits for each fp16 / bf16 row of the
+T- and TR-FDPA kernels, over the layouts (row-major and transposed A and B, a strided B, a
+batch), inputs that keep the direct fill (zeros, cancellation, fp16 outputs that overflow
+and hand back every later chunk, tiny products) and inputs that leave it (a NaN, an
+infinity, a bf16 exponent outside the window), on every vector ISA.
+"""
+import pytest
+import torch
+
+import torch_mma_emu as tme
+from helpers import assert_same_bits, fast_path, fdpa_kwargs, mm_on_path, row_id, row_specs, seeded
+
+_probe = tme.spec("sm90", "fp16")
+ISAS = [i for i in ("avx512", "avx2") if fast_path(_probe, i).startswith(i + ":")] or [None]
+SPECS = [s for s in row_specs() if s.in_format in ("fp16", "bf16") and s.in_format_b is None
+         and s.op in ("t_fdpa", "tr_fdpa")]
+CASES = ["plain", "zeros", "cancel", "overflow", "tiny", "nan", "inf", "wide"]
+LAYOUTS = ["rr", "rc", "cr", "rs", "batch"]
+
+
+def _operands(spec, case, layout, g):
+    dt = torch.float16 if spec.in_format == "fp16" else torch.bfloat16
+    od = torch.float16 if spec.out_format == "fp16" else torch.float32
+    M, K, N = 19, 3 * 64 + 11, 75
+    A = torch.randn(M, K, generator=g)
+    B = torch.randn(K, N, generator=g)
+    C = torch.randn(M, N, generator=g)
+    if case == "zeros":
+        A[3] = 0
+        B[:, 5] = 0
+        A[:, 16:48] = 0
+        B[40:80] = -0.0
+    if case == "cancel":
+        B[:, 1::2] = B[:, ::2][:, : N // 2]
+        A[:, 1::2] = -A[:, ::2][:, : K // 2]
+    if case == "overflow":  # fp16 outputs: infinities from the first chunks on
+        A *= 60
+        B *= 60
+        C *= 3e4
+    if case == "tiny":  # products below fp16's emin beside c = 0
+        A *= 2.0 ** -10
+        B *= 2.0 ** -9
+        C.zero_()
+    A, B, C = A.to(dt), B.to(dt), C.to(od)
+    if case == "nan":
+        A[5, 7] = float("nan")
+    if case == "inf":
+        B[9, 3] = float("inf")
+    if case == "wide":  # bf16: outside the planes' window (fp16: in it)
+        A[2, 3] = 2.0 ** -40
+        B[4, 6] = 2.0 ** 35
+    if layout[:1] == "c":
+        A = A.t().contiguous().t()
+    if layout[1:] == "c":
+        B = B.t().contiguous().t()
+    if layout == "rs":  # B's columns two apart
+        B = torch.stack([B, B], 2).reshape(K, 2 * N)[:, ::2]
+    if layout == "batch":
+        A = torch.stack([A, A.flip(0)])
+        B = torch.stack([B.flip(1), B])
+        C = torch.stack([C, C])
+    return fdpa_kwargs(spec, A, B, C)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("spec", SPECS, ids=row_id)
+def test_direct_planes_equal_scalar(spec, layout, isa):
+    for case in CASES:
+        kw = _operands(spec, case, layout, seeded(row_id(spec), case, layout))
+        D = mm_on_path(kw, isa)
+        R = mm_on_path(kw, "scalar")
+        assert_same_bits(D, R, f"{row_id(spec)} {case} {layout} on {isa}")
