@@ -1,13 +1,13 @@
-"""fp16 / bf16 operands go straight from their codes into the vector kernels' planes
+"""fp16 / bf16 / tf32 operands go straight from their codes into the vector kernels' planes
 (FdpaEngine::fill_direct, no decoded rows): where every row and column is finite and inside
 the plane window, for A's rows contiguous along k and B row-major or transposed.  Anything
 else decodes as before.  The lanes the vectors hand back then decode their own chunk's codes.
 
-Differential: the fast path gives the scalar path's bits for each fp16 / bf16 row of the
-T- and TR-FDPA kernels, over the layouts (row-major and transposed A and B, a strided B, a
+Differential: the fast path gives the scalar path's bits for each fp16 / bf16 / tf32 / xf32
+row of the T- and TR-FDPA kernels, over the layouts (row-major and transposed A and B, a strided B, a
 batch), inputs that keep the direct fill (zeros, cancellation, fp16 outputs that overflow
 and hand back every later chunk, tiny products) and inputs that leave it (a NaN, an
-infinity, a bf16 exponent outside the window), on every vector ISA.
+infinity, a bf16 or tf32 exponent outside the window), on every vector ISA.
 """
 import pytest
 import torch
@@ -17,14 +17,14 @@ from helpers import assert_same_bits, fast_path, fdpa_kwargs, mm_on_path, row_id
 
 _probe = tme.spec("sm90", "fp16")
 ISAS = [i for i in ("avx512", "avx2") if fast_path(_probe, i).startswith(i + ":")] or [None]
-SPECS = [s for s in row_specs() if s.in_format in ("fp16", "bf16") and s.in_format_b is None
+SPECS = [s for s in row_specs() if s.in_format in ("fp16", "bf16", "tf32", "xf32") and s.in_format_b is None
          and s.op in ("t_fdpa", "tr_fdpa")]
 CASES = ["plain", "zeros", "cancel", "overflow", "tiny", "nan", "inf", "wide"]
 LAYOUTS = ["rr", "rc", "cr", "rs", "batch"]
 
 
 def _operands(spec, case, layout, g):
-    dt = torch.float16 if spec.in_format == "fp16" else torch.bfloat16
+    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(spec.in_format, torch.float32)
     od = torch.float16 if spec.out_format == "fp16" else torch.float32
     M, K, N = 19, 3 * 64 + 11, 75
     A = torch.randn(M, K, generator=g)
@@ -51,7 +51,7 @@ def _operands(spec, case, layout, g):
         A[5, 7] = float("nan")
     if case == "inf":
         B[9, 3] = float("inf")
-    if case == "wide":  # bf16: outside the planes' window (fp16: in it)
+    if case == "wide":  # bf16 / tf32: outside the planes' window (fp16: in it)
         A[2, 3] = 2.0 ** -40
         B[4, 6] = 2.0 ** 35
     if layout[:1] == "c":

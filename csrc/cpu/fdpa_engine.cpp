@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "clones.h"
 #include "fpenv.h"
@@ -49,33 +50,43 @@ bool plane_run(const int32_t* __restrict sig, const int32_t* __restrict exp, int
   return lo >= -kWindow && hi <= kWindow;
 }
 
-// One fp16 / bf16 code as plane_run stores its decode: the value (+0 for a zero) and the
-// exponent (-128 for a zero; subnormals take emin); bad: a NaN / Inf code, or a nonzero
-// exponent outside the window (the byte is then meaningless: the caller decodes instead)
-template <bool BF16>
+// The codes fill_direct takes: fp16, bf16 (2 bytes), tf32 / xf32 in fp32 words (the low 13
+// bits dropped, as decode() does)
+enum class Code16 : int { kFp16, kBf16, kTf32 };
+template <Code16 C>
+using CodeT = std::conditional_t<C == Code16::kTf32, uint32_t, uint16_t>;
+
+// One code as plane_run stores its decode: the value (+0 for a zero) and the exponent (-128
+// for a zero; subnormals take emin); nonzero (bad): a NaN / Inf code, or a nonzero exponent
+// outside the window (the byte is then meaningless: the caller decodes instead)
+template <Code16 C>
 inline __attribute__((always_inline)) int32_t plane_of_code(uint32_t h, float& v, int8_t& e) {
-  constexpr int32_t kMb = BF16 ? 7 : 10, kEmax = BF16 ? 255 : 31, kBias = BF16 ? 127 : 15;
+  constexpr bool kHalf = C == Code16::kFp16;
+  constexpr int32_t kMb = kHalf ? 10 : C == Code16::kBf16 ? 7 : 23, kEmax = kHalf ? 31 : 255;
+  constexpr int32_t kBias = kHalf ? 15 : 127;
+  constexpr uint32_t kMag = kHalf || C == Code16::kBf16 ? 0x7FFFu : 0x7FFFE000u;
   // masks (0 / -1) rather than branches: vectorised
   const int32_t E = int32_t(h >> kMb) & kEmax;
-  const int32_t zero = -int32_t((h & 0x7FFFu) == 0), sub = -int32_t(E == 0);
+  const int32_t zero = -int32_t((h & kMag) == 0), sub = -int32_t(E == 0);
   const int32_t x = (sub & (1 - kBias)) | (~sub & (E - kBias));
-  const uint32_t bits = (BF16 ? h << 16 : f32_bits_of_f16(h)) & ~uint32_t(zero);
+  const uint32_t bits = (kHalf ? f32_bits_of_f16(h) : C == Code16::kBf16 ? h << 16 : h & 0xFFFFE000u) &
+                        ~uint32_t(zero);
   std::memcpy(&v, &bits, sizeof v);
   e = int8_t((x & ~zero) | (zero & -128));
   return -int32_t(E == kEmax) | (~zero & -int32_t(uint32_t(x + kWindow) > uint32_t(2 * kWindow)));
 }
-template <bool BF16>
-inline __attribute__((always_inline)) uint8_t direct_row(const uint16_t* __restrict c, int64_t n,
+template <Code16 C>
+inline __attribute__((always_inline)) uint8_t direct_row(const CodeT<C>* __restrict c, int64_t n,
                                                          float* __restrict v, int8_t* __restrict e) {
   int32_t bad = 0;
-  for (int64_t k = 0; k < n; ++k) bad |= plane_of_code<BF16>(c[k], v[k], e[k]);
+  for (int64_t k = 0; k < n; ++k) bad |= plane_of_code<C>(c[k], v[k], e[k]);
   return uint8_t(bad != 0);
 }
 // rows [k0, k1) of a row-major B (n columns, rows sk bytes apart) into the panels' rows of
 // lanes (panels pstride apart), panel by panel: the stores run in order (row k of every
 // panel at once put them all in one cache set) and the block's rows of B stay in cache;
 // kW lanes at a time, a fixed trip count the compiler vectorises in full
-template <bool BF16>
+template <Code16 C>
 inline __attribute__((always_inline)) uint8_t direct_panels(const uint8_t* __restrict b, int64_t sk,
                                                             int64_t k0, int64_t k1, int64_t n,
                                                             int64_t pstride, float* __restrict v,
@@ -84,29 +95,37 @@ inline __attribute__((always_inline)) uint8_t direct_panels(const uint8_t* __res
   for (int64_t j0 = 0; j0 < n; j0 += kW, v += pstride, e += pstride) {
     const int64_t nl = n - j0 < kW ? n - j0 : kW;
     for (int64_t k = k0; k < k1; ++k) {
-      const uint16_t* c = reinterpret_cast<const uint16_t*>(b + k * sk) + j0;
+      const CodeT<C>* c = reinterpret_cast<const CodeT<C>*>(b + k * sk) + j0;
       if (nl == kW)
-        for (int l = 0; l < kW; ++l) bad |= plane_of_code<BF16>(c[l], v[k * kW + l], e[k * kW + l]);
+        for (int l = 0; l < kW; ++l) bad |= plane_of_code<C>(c[l], v[k * kW + l], e[k * kW + l]);
       else
-        for (int64_t l = 0; l < nl; ++l) bad |= plane_of_code<BF16>(c[l], v[k * kW + l], e[k * kW + l]);
+        for (int64_t l = 0; l < nl; ++l) bad |= plane_of_code<C>(c[l], v[k * kW + l], e[k * kW + l]);
     }
   }
   return uint8_t(bad != 0);
 }
-// compiled once per format: a row of k (A's rows, B's columns), blocks of B's rows
-MMA_AVX2_CLONE uint8_t direct_row_fp16(const uint16_t* c, int64_t n, float* v, int8_t* e) {
-  return direct_row<false>(c, n, v, e);
+// compiled once per code: a row of k (A's rows, B's columns), blocks of B's rows
+using DirectRow = uint8_t (*)(const uint8_t*, int64_t, float*, int8_t*);
+using DirectPanels = uint8_t (*)(const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*, int8_t*);
+#define MMA_DIRECT(C, name)                                                                      \
+  MMA_AVX2_CLONE uint8_t direct_row_##name(const uint8_t* c, int64_t n, float* v, int8_t* e) { \
+    return direct_row<C>(reinterpret_cast<const CodeT<C>*>(c), n, v, e);                       \
+  }                                                                                              \
+  MMA_AVX2_CLONE uint8_t direct_panels_##name(const uint8_t* b, int64_t sk, int64_t k0,        \
+                                              int64_t k1, int64_t n, int64_t ps, float* v,     \
+                                              int8_t* e) {                                     \
+    return direct_panels<C>(b, sk, k0, k1, n, ps, v, e);                                        \
+  }
+MMA_DIRECT(Code16::kFp16, fp16)
+MMA_DIRECT(Code16::kBf16, bf16)
+MMA_DIRECT(Code16::kTf32, tf32)
+#undef MMA_DIRECT
+DirectRow direct_row_of(int code) {
+  return code == int(Code16::kBf16) ? direct_row_bf16 : code == int(Code16::kTf32) ? direct_row_tf32 : direct_row_fp16;
 }
-MMA_AVX2_CLONE uint8_t direct_row_bf16(const uint16_t* c, int64_t n, float* v, int8_t* e) {
-  return direct_row<true>(c, n, v, e);
-}
-MMA_AVX2_CLONE uint8_t direct_panels_fp16(const uint8_t* b, int64_t sk, int64_t k0, int64_t k1,
-                                          int64_t n, int64_t ps, float* v, int8_t* e) {
-  return direct_panels<false>(b, sk, k0, k1, n, ps, v, e);
-}
-MMA_AVX2_CLONE uint8_t direct_panels_bf16(const uint8_t* b, int64_t sk, int64_t k0, int64_t k1,
-                                          int64_t n, int64_t ps, float* v, int8_t* e) {
-  return direct_panels<true>(b, sk, k0, k1, n, ps, v, e);
+DirectPanels direct_panels_of(int code) {
+  return code == int(Code16::kBf16) ? direct_panels_bf16
+         : code == int(Code16::kTf32) ? direct_panels_tf32 : direct_panels_fp16;
 }
 
 // One operand row (A row i or B column j): true when it can use the planes.  kmap: plane
@@ -369,26 +388,26 @@ void FdpaEngine::fill_b(const Decoded& B, int64_t j0, int64_t j1, int64_t k0, in
   }
 }
 
-bool FdpaEngine::fill_direct(const CodeRows& a, bool a_bf16, const CodeRows& b, bool b_bf16,
+bool FdpaEngine::fill_direct(const CodeRows& a, int a_code, const CodeRows& b, int b_code,
                              int64_t M, int64_t N, int64_t K, Decoded& A, Decoded& B,
                              const ParFor& par) {
   Planes& pl = pl_;
   // A's rows contiguous along k; B's columns adjacent (row-major B) or contiguous along k
   // (a transposed one, as nn.Linear's weight); other layouts decode as usual, in tiles
-  const bool b_rows = b.sr == 2;
+  const bool b_rows = b.sr == b.esize;
   if (!filled_ || kpos_.on() || P_.L > kMaxPassL || pl.M != M || pl.N != N || pl.K != K ||
-      a.esize != 2 || b.esize != 2 || a.sk != 2 || (!b_rows && b.sk != 2))
+      a.esize != (a_code == int(Code16::kTf32) ? 4 : 2) || b.esize != (b_code == int(Code16::kTf32) ? 4 : 2) ||
+      a.sk != a.esize || (!b_rows && b.sk != b.esize))
     return false;
-  auto row = a_bf16 ? direct_row_bf16 : direct_row_fp16;
+  const DirectRow row = direct_row_of(a_code);
   std::atomic<bool> bad{false};
   par(M, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
-      if (row(reinterpret_cast<const uint16_t*>(a.base + i * a.sr), K, pl.av.data() + i * pl.Kp,
-              pl.ae.data() + i * pl.Kp))
+      if (row(a.base + i * a.sr, K, pl.av.data() + i * pl.Kp, pl.ae.data() + i * pl.Kp))
         bad.store(true, std::memory_order_relaxed);
   });
   if (b_rows) {  // blocks of 64 rows of B, each to every panel
-    auto panels = b_bf16 ? direct_panels_bf16 : direct_panels_fp16;
+    const DirectPanels panels = direct_panels_of(b_code);
     constexpr int64_t kRows = 64;
     par((K + kRows - 1) / kRows, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t t = lo; t < hi; ++t)
@@ -397,7 +416,7 @@ bool FdpaEngine::fill_direct(const CodeRows& a, bool a_bf16, const CodeRows& b, 
           bad.store(true, std::memory_order_relaxed);
     });
   } else {  // panel by panel: each column's run of 64 k, then stored a row of lanes at a time
-    auto colrun = b_bf16 ? direct_row_bf16 : direct_row_fp16;
+    const DirectRow colrun = direct_row_of(b_code);
     par(pl.NP, 1, [&](int64_t lo, int64_t hi) {
       constexpr int64_t kRun = 64;
       float tv[kW][kRun];
@@ -409,7 +428,7 @@ bool FdpaEngine::fill_direct(const CodeRows& a, bool a_bf16, const CodeRows& b, 
         for (int64_t kc = 0; kc < K; kc += kRun) {
           const int64_t m = std::min(kRun, K - kc);
           for (int64_t l = 0; l < nl; ++l)
-            if (colrun(reinterpret_cast<const uint16_t*>(b.base + (j0 + l) * b.sr + kc * 2), m, tv[l], te[l]))
+            if (colrun(b.base + (j0 + l) * b.sr + kc * b.esize, m, tv[l], te[l]))
               bad.store(true, std::memory_order_relaxed);
           for (int64_t k = 0; k < m; ++k)
             for (int64_t l = 0; l < nl; ++l) {

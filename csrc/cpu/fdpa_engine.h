@@ -257,12 +257,13 @@ class FdpaEngine {
   bool begin(int64_t M, int64_t N, int64_t K, bool scales);
   void fill_a(const Decoded& A, int64_t i0, int64_t i1, int64_t k0, int64_t n);
   void fill_b(const Decoded& B, int64_t j0, int64_t j1, int64_t k0, int64_t n);
-  // Or, after begin(), fp16 / bf16 codes (a: A's rows, b: B's columns, K codes each) straight
-  // into those planes, with no Decoded rows (A / B get zero row_flags, sized M / N; build()
-  // takes them as usual and the hand-backs decode their own codes): true when every row and
-  // column is finite and inside the window and the engine can (single-pass plain rows, fp16 /
-  // bf16 on both sides); false: call begin() again and decode as usual
-  bool fill_direct(const CodeRows& a, bool a_bf16, const CodeRows& b, bool b_bf16, int64_t M,
+  // Or, after begin(), the codes (a: A's rows, b: B's columns, K codes each; a_code /
+  // b_code: 0 fp16, 1 bf16, 2 tf32 / xf32 in fp32 words) straight into those planes, with no
+  // Decoded rows (A / B get zero row_flags, sized M / N; build() takes them as usual and the
+  // hand-backs decode their own codes): true when every row and column is finite and inside
+  // the window and the engine can (single-pass plain rows, A's rows contiguous along k, B's
+  // columns adjacent or contiguous along k); false: call begin() again and decode as usual
+  bool fill_direct(const CodeRows& a, int a_code, const CodeRows& b, int b_code, int64_t M,
                    int64_t N, int64_t K, Decoded& A, Decoded& B, const ParFor& par);
   int64_t width() const { return pl_.NP * kW; }
   // bytes of one column panel's planes (what the kernel reads of B)
