@@ -123,11 +123,17 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
   if (KB >= K) KB = K;
   // the accumulators (kept between calls: no page faults; padding columns are never read)
   thread_local std::vector<uint32_t> this_thread_acc;
-  std::vector<uint32_t>& acc = this_thread_acc;
-  acc.resize(size_t(M * W));
+  // fp32 D without an epilogue, rows as long as the panels': D's words are the accumulators
+  // (no copy at the end)
+  const bool in_out = !P.epilogue && oes == 4 && !half && W == N;
+  uint32_t* acc = reinterpret_cast<uint32_t*>(out + bi * M * N * oes);
+  if (!in_out) {
+    this_thread_acc.resize(size_t(M * W));
+    acc = this_thread_acc.data();
+  }
   parallel_for(0, M, grain_for(N), [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i) {
-      uint32_t* row = acc.data() + i * W;
+      uint32_t* row = acc + i * W;
       if (P.epilogue) std::fill(row, row + N, half ? f32_bits_of_f16(0) : 0u);
       else if (vc.esize == 4) c_row<uint32_t>(vc, bi, i, N, half, row);
       else if (vc.esize == 2) c_row<uint16_t>(vc, bi, i, N, half, row);
@@ -141,8 +147,9 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
   // D's row i, columns [j0, j1), from the finished accumulators (the epilogue's additions
   // under the caller's round to nearest)
   auto write_out = [&](int64_t i, int64_t j0, int64_t j1) {
+    if (in_out) return;
     uint8_t* orow = out + (bi * M + i) * N * oes;
-    const uint32_t* arow = acc.data() + i * W;
+    const uint32_t* arow = acc + i * W;
     const int64_t n = j1 - j0;
     if (!P.epilogue && oes == 4 && !half) {  // the fp32 words as they are
       std::memcpy(orow + j0 * 4, arow + j0, size_t(n) * 4);
@@ -215,11 +222,11 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
           const int64_t i0 = tl.rb(t) * kRowBlock, i1 = std::min(M, i0 + kRowBlock);
           const int64_t p0 = tl.p0(t), p1 = tl.p1(t);
           const int64_t j0 = std::min(N, p0 * kW), j1 = std::min(N, p1 * kW);
-          w.eng.run(i0, i1, 0, kl, acc.data() + i0 * W, W, p0, p1);
+          w.eng.run(i0, i1, 0, kl, acc + i0 * W, W, p0, p1);
           const auto bc0 = std::lower_bound(bad_cols.begin(), bad_cols.end(), j0);
           const auto bc1 = std::lower_bound(bc0, bad_cols.end(), j1);
           for (int64_t i = i0; i < i1; ++i) {
-            uint32_t* row = acc.data() + i * W;
+            uint32_t* row = acc + i * W;
             if (w.eng.row_ok(i)) {
               if (bc1 > bc0)  // (none after fill_direct, whose A and B hold no decoded rows)
                 core_lanes(Pc, w.A, w.B, kl, i, bad_cols.data() + (bc0 - bad_cols.begin()),
@@ -243,7 +250,7 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
           if ((t & 63) == 0) check_interrupt_main();
           const int64_t i = t / ntn, j0 = (t % ntn) * kTileN;
           core_lanes(Pc, w.A, w.B, kl, i, nullptr, std::min(N, j0 + kTileN) - j0, j0, SA, SB,
-                     nb, fsa, fsb, half, acc.data() + i * W);
+                     nb, fsa, fsb, half, acc + i * W);
         }
       });
     }
