@@ -179,15 +179,16 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
     const bool fill = fast && w.eng.begin(M, N, kl, scaled);
     // fp16 / bf16 / tf32 codes straight into the planes where every row and column can use
     // them (no Decoded rows: decoding them was about 5% of a 1024^3 fp16 product); else decoded
+    const DecPath da = dec_path(P.fa, va.esize), db = dec_path(P.fb, vbt.esize);
+    auto takes = [](DecPath d) { return d == DecPath::kFp16 || d == DecPath::kBf16 || d == DecPath::kTf32; };
     auto code = [](DecPath d) {
-      return d == DecPath::kFp16 ? 0 : d == DecPath::kBf16 ? 1 : d == DecPath::kTf32 ? 2 : -1;
+      return d == DecPath::kFp16 ? PlaneCode::kFp16 : d == DecPath::kBf16 ? PlaneCode::kBf16 : PlaneCode::kTf32;
     };
-    const int ca = code(dec_path(P.fa, va.esize)), cb = code(dec_path(P.fb, vbt.esize));
     const bool direct =
-        fill && !scaled && ca >= 0 && cb >= 0 &&
-        w.eng.fill_direct(CodeRows{va.base + bi * va.s0 + kb0 * va.s2, va.s1, va.s2, va.esize}, ca,
+        fill && !scaled && takes(da) && takes(db) &&
+        w.eng.fill_direct(CodeRows{va.base + bi * va.s0 + kb0 * va.s2, va.s1, va.s2, va.esize}, code(da),
                           CodeRows{vbt.base + bi * vbt.s0 + kb0 * vbt.s1, vbt.s2, vbt.s1, vbt.esize},
-                          cb, M, N, kl, w.A, w.B, par);
+                          code(db), M, N, kl, w.A, w.B, par);
     if (!direct) {
       if (fill) w.eng.begin(M, N, kl, scaled);  // (fill_direct may have written some)
       const RunSink fa = [&](int64_t r0, int64_t r1, int64_t k0, int64_t n) { w.eng.fill_a(w.A, r0, r1, k0, n); };

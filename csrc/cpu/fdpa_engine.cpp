@@ -50,32 +50,29 @@ bool plane_run(const int32_t* __restrict sig, const int32_t* __restrict exp, int
   return lo >= -kWindow && hi <= kWindow;
 }
 
-// The codes fill_direct takes: fp16, bf16 (2 bytes), tf32 / xf32 in fp32 words (the low 13
-// bits dropped, as decode() does)
-enum class Code16 : int { kFp16, kBf16, kTf32 };
-template <Code16 C>
-using CodeT = std::conditional_t<C == Code16::kTf32, uint32_t, uint16_t>;
+template <PlaneCode C>
+using CodeT = std::conditional_t<C == PlaneCode::kTf32, uint32_t, uint16_t>;
 
 // One code as plane_run stores its decode: the value (+0 for a zero) and the exponent (-128
 // for a zero; subnormals take emin); nonzero (bad): a NaN / Inf code, or a nonzero exponent
 // outside the window (the byte is then meaningless: the caller decodes instead)
-template <Code16 C>
+template <PlaneCode C>
 inline __attribute__((always_inline)) int32_t plane_of_code(uint32_t h, float& v, int8_t& e) {
-  constexpr bool kHalf = C == Code16::kFp16;
-  constexpr int32_t kMb = kHalf ? 10 : C == Code16::kBf16 ? 7 : 23, kEmax = kHalf ? 31 : 255;
+  constexpr bool kHalf = C == PlaneCode::kFp16;
+  constexpr int32_t kMb = kHalf ? 10 : C == PlaneCode::kBf16 ? 7 : 23, kEmax = kHalf ? 31 : 255;
   constexpr int32_t kBias = kHalf ? 15 : 127;
-  constexpr uint32_t kMag = kHalf || C == Code16::kBf16 ? 0x7FFFu : 0x7FFFE000u;
+  constexpr uint32_t kMag = kHalf || C == PlaneCode::kBf16 ? 0x7FFFu : 0x7FFFE000u;
   // masks (0 / -1) rather than branches: vectorised
   const int32_t E = int32_t(h >> kMb) & kEmax;
   const int32_t zero = -int32_t((h & kMag) == 0), sub = -int32_t(E == 0);
   const int32_t x = (sub & (1 - kBias)) | (~sub & (E - kBias));
-  const uint32_t bits = (kHalf ? f32_bits_of_f16(h) : C == Code16::kBf16 ? h << 16 : h & 0xFFFFE000u) &
+  const uint32_t bits = (kHalf ? f32_bits_of_f16(h) : C == PlaneCode::kBf16 ? h << 16 : h & 0xFFFFE000u) &
                         ~uint32_t(zero);
   std::memcpy(&v, &bits, sizeof v);
   e = int8_t((x & ~zero) | (zero & -128));
   return -int32_t(E == kEmax) | (~zero & -int32_t(uint32_t(x + kWindow) > uint32_t(2 * kWindow)));
 }
-template <Code16 C>
+template <PlaneCode C>
 inline __attribute__((always_inline)) uint8_t direct_row(const CodeT<C>* __restrict c, int64_t n,
                                                          float* __restrict v, int8_t* __restrict e) {
   int32_t bad = 0;
@@ -86,7 +83,7 @@ inline __attribute__((always_inline)) uint8_t direct_row(const CodeT<C>* __restr
 // lanes (panels pstride apart), panel by panel: the stores run in order (row k of every
 // panel at once put them all in one cache set) and the block's rows of B stay in cache;
 // kW lanes at a time, a fixed trip count the compiler vectorises in full
-template <Code16 C>
+template <PlaneCode C>
 inline __attribute__((always_inline)) uint8_t direct_panels(const uint8_t* __restrict b, int64_t sk,
                                                             int64_t k0, int64_t k1, int64_t n,
                                                             int64_t pstride, float* __restrict v,
@@ -116,16 +113,15 @@ using DirectPanels = uint8_t (*)(const uint8_t*, int64_t, int64_t, int64_t, int6
                                               int8_t* e) {                                     \
     return direct_panels<C>(b, sk, k0, k1, n, ps, v, e);                                        \
   }
-MMA_DIRECT(Code16::kFp16, fp16)
-MMA_DIRECT(Code16::kBf16, bf16)
-MMA_DIRECT(Code16::kTf32, tf32)
+MMA_DIRECT(PlaneCode::kFp16, fp16)
+MMA_DIRECT(PlaneCode::kBf16, bf16)
+MMA_DIRECT(PlaneCode::kTf32, tf32)
 #undef MMA_DIRECT
-DirectRow direct_row_of(int code) {
-  return code == int(Code16::kBf16) ? direct_row_bf16 : code == int(Code16::kTf32) ? direct_row_tf32 : direct_row_fp16;
+DirectRow direct_row_of(PlaneCode c) {
+  return c == PlaneCode::kBf16 ? direct_row_bf16 : c == PlaneCode::kTf32 ? direct_row_tf32 : direct_row_fp16;
 }
-DirectPanels direct_panels_of(int code) {
-  return code == int(Code16::kBf16) ? direct_panels_bf16
-         : code == int(Code16::kTf32) ? direct_panels_tf32 : direct_panels_fp16;
+DirectPanels direct_panels_of(PlaneCode c) {
+  return c == PlaneCode::kBf16 ? direct_panels_bf16 : c == PlaneCode::kTf32 ? direct_panels_tf32 : direct_panels_fp16;
 }
 
 // One operand row (A row i or B column j): true when it can use the planes.  kmap: plane
@@ -388,15 +384,15 @@ void FdpaEngine::fill_b(const Decoded& B, int64_t j0, int64_t j1, int64_t k0, in
   }
 }
 
-bool FdpaEngine::fill_direct(const CodeRows& a, int a_code, const CodeRows& b, int b_code,
-                             int64_t M, int64_t N, int64_t K, Decoded& A, Decoded& B,
-                             const ParFor& par) {
+bool FdpaEngine::fill_direct(const CodeRows& a, PlaneCode a_code, const CodeRows& b,
+                             PlaneCode b_code, int64_t M, int64_t N, int64_t K, Decoded& A,
+                             Decoded& B, const ParFor& par) {
   Planes& pl = pl_;
   // A's rows contiguous along k; B's columns adjacent (row-major B) or contiguous along k
   // (a transposed one, as nn.Linear's weight); other layouts decode as usual, in tiles
   const bool b_rows = b.sr == b.esize;
   if (!filled_ || kpos_.on() || P_.L > kMaxPassL || pl.M != M || pl.N != N || pl.K != K ||
-      a.esize != (a_code == int(Code16::kTf32) ? 4 : 2) || b.esize != (b_code == int(Code16::kTf32) ? 4 : 2) ||
+      a.esize != (a_code == PlaneCode::kTf32 ? 4 : 2) || b.esize != (b_code == PlaneCode::kTf32 ? 4 : 2) ||
       a.sk != a.esize || (!b_rows && b.sk != b.esize))
     return false;
   const DirectRow row = direct_row_of(a_code);

@@ -127,6 +127,10 @@ struct Planes {
   }
 };
 
+// The codes FdpaEngine::fill_direct writes into the planes itself: fp16, bf16 (2 bytes),
+// tf32 / xf32 in fp32 words (the low 13 bits dropped, as decode() does)
+enum class PlaneCode : int { kFp16, kBf16, kTf32 };
+
 // Codes of a strided tensor view read in place: row r's code k at base + r * sr + k * sk
 // (bytes), esize bytes each.
 struct CodeRows {
@@ -257,14 +261,14 @@ class FdpaEngine {
   bool begin(int64_t M, int64_t N, int64_t K, bool scales);
   void fill_a(const Decoded& A, int64_t i0, int64_t i1, int64_t k0, int64_t n);
   void fill_b(const Decoded& B, int64_t j0, int64_t j1, int64_t k0, int64_t n);
-  // Or, after begin(), the codes (a: A's rows, b: B's columns, K codes each; a_code /
-  // b_code: 0 fp16, 1 bf16, 2 tf32 / xf32 in fp32 words) straight into those planes, with no
+  // Or, after begin(), the codes (a: A's rows, b: B's columns, K codes each) straight into
+  // those planes, with no
   // Decoded rows (A / B get zero row_flags, sized M / N; build() takes them as usual and the
   // hand-backs decode their own codes): true when every row and column is finite and inside
   // the window and the engine can (single-pass plain rows, A's rows contiguous along k, B's
   // columns adjacent or contiguous along k); false: call begin() again and decode as usual
-  bool fill_direct(const CodeRows& a, int a_code, const CodeRows& b, int b_code, int64_t M,
-                   int64_t N, int64_t K, Decoded& A, Decoded& B, const ParFor& par);
+  bool fill_direct(const CodeRows& a, PlaneCode a_code, const CodeRows& b, PlaneCode b_code,
+                   int64_t M, int64_t N, int64_t K, Decoded& A, Decoded& B, const ParFor& par);
   int64_t width() const { return pl_.NP * kW; }
   // bytes of one column panel's planes (what the kernel reads of B)
   int64_t panel_bytes() const {
