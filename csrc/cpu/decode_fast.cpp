@@ -63,41 +63,20 @@ uint8_t decode_lut8(const DecLut& t, const uint8_t* __restrict src, int64_t n,
 
 namespace {
 
-// decode() of a signed IEEE-style format with EB exponent and MB fraction bits in codes of
-// type T, above SHIFT dropped low bits (tf32 / xf32 in fp32 words: decode() truncates them),
-// without branches: zero {0, kZeroExp}, subnormal {+-m, emin}, normal {+-(m | 2^MB),
-// e - bias}, infinity {+-1, kZeroExp, kInf}, NaN {0, kZeroExp, kNan}.  STYLE (nan_style):
-// kIeee, kFn (no infinity, NaN = all exponent and fraction bits: e4m3fn) or kFnuz (no
-// infinity, NaN = the negative zero code)
+// decode_code over a run of n codes of type T (SHIFT: their dropped low bits); the OR of the
+// classes
 template <int EB, int MB, class T, int SHIFT, int STYLE = kIeee>
 inline __attribute__((always_inline)) uint8_t decode_ieee(
     const T* __restrict src, int64_t n, int32_t bias, int32_t* __restrict sig,
     int32_t* __restrict exp, uint8_t* __restrict cls) {
   static_assert(EB + MB + 1 + SHIFT == 8 * sizeof(T), "the code fills T");
-  static_assert(kInf == 1 && kNan == 2, "the classes");
-  constexpr uint32_t emask = (1u << EB) - 1, mmask = (1u << MB) - 1;
-  const int32_t emin = 1 - bias;
   int32_t fl = 0;
-  for (int64_t k = 0; k < n; ++k) {  // masks (0 / -1) rather than branches: vectorised
-    const int32_t c = int32_t(uint32_t(src[k]) >> SHIFT);
-    const int32_t e = (c >> MB) & int32_t(emask), m = c & int32_t(mmask);
-    const int32_t neg = -(c >> (EB + MB)), sub = -int32_t(e == 0);
-    const int32_t mnz = -int32_t(m != 0);
-    // sp: the special codes (IEEE: the top exponent; fn / fnuz: the NaN code)
-    const int32_t sp = STYLE == kIeee ? -int32_t(e == int32_t(emask))
-                       : STYLE == kFn ? -int32_t((c & ((1 << (EB + MB)) - 1)) == (1 << (EB + MB)) - 1)
-                                      : -int32_t(c == (1 << (EB + MB)));
-    int32_t s = m | (~sub & (1 << MB));
-    int32_t x = (sub & ((mnz & emin) | (~mnz & kZeroExp))) | (~sub & (e - bias));
-    // infinity: 1, NaN: 0
-    s = STYLE == kIeee ? (sp & ~mnz & 1) | (~sp & s) : ~sp & s;
-    x = (sp & kZeroExp) | (~sp & x);
-    const int32_t cl = STYLE == kIeee ? sp & (int32_t(kInf) + (mnz & 1))  // kInf, kNan = kInf + 1
-                                      : sp & int32_t(kNan);
-    sig[k] = (s ^ neg) - neg;
-    exp[k] = x;
-    cls[k] = uint8_t(cl);
-    fl |= cl;
+  for (int64_t k = 0; k < n; ++k) {  // masks rather than branches: vectorised
+    const DecCode d = decode_code<EB, MB, SHIFT, STYLE>(src[k], bias);
+    sig[k] = d.sig;
+    exp[k] = d.exp;
+    cls[k] = uint8_t(d.cls);
+    fl |= d.cls;
   }
   return uint8_t(fl);
 }

@@ -12,6 +12,39 @@
 
 namespace mma {
 
+// decode() of one code of a signed IEEE-style format with EB exponent and MB fraction bits,
+// above SHIFT dropped low bits (tf32 / xf32 in fp32 words: decode() truncates them), without
+// branches (masks 0 / -1: loops over it vectorise): zero {0, kZeroExp}, subnormal {+-m,
+// emin}, normal {+-(m | 2^MB), e - bias}, infinity {+-1, kZeroExp, kInf}, NaN {0, kZeroExp,
+// kNan}.  STYLE (nan_style): kIeee, kFn (no infinity, NaN = all exponent and fraction bits:
+// e4m3fn) or kFnuz (no infinity, NaN = the negative zero code).  The decoders of runs below
+// and the planes filled straight from codes (FdpaEngine::fill_direct) share it.
+struct DecCode {
+  int32_t sig, exp, cls;
+};
+template <int EB, int MB, int SHIFT, int STYLE = kIeee>
+inline __attribute__((always_inline)) DecCode decode_code(uint32_t code, int32_t bias) {
+  static_assert(kInf == 1 && kNan == 2, "the classes");
+  constexpr uint32_t emask = (1u << EB) - 1, mmask = (1u << MB) - 1;
+  const int32_t emin = 1 - bias;
+  const int32_t c = int32_t(code >> SHIFT);
+  const int32_t e = (c >> MB) & int32_t(emask), m = c & int32_t(mmask);
+  const int32_t neg = -(c >> (EB + MB)), sub = -int32_t(e == 0);
+  const int32_t mnz = -int32_t(m != 0);
+  // sp: the special codes (IEEE: the top exponent; fn / fnuz: the NaN code)
+  const int32_t sp = STYLE == kIeee ? -int32_t(e == int32_t(emask))
+                     : STYLE == kFn ? -int32_t((c & ((1 << (EB + MB)) - 1)) == (1 << (EB + MB)) - 1)
+                                    : -int32_t(c == (1 << (EB + MB)));
+  int32_t s = m | (~sub & (1 << MB));
+  int32_t x = (sub & ((mnz & emin) | (~mnz & kZeroExp))) | (~sub & (e - bias));
+  // infinity: 1, NaN: 0
+  s = STYLE == kIeee ? (sp & ~mnz & 1) | (~sp & s) : ~sp & s;
+  x = (sp & kZeroExp) | (~sp & x);
+  const int32_t cl = STYLE == kIeee ? sp & (int32_t(kInf) + (mnz & 1))  // kInf, kNan = kInf + 1
+                                    : sp & int32_t(kNan);
+  return DecCode{(s ^ neg) - neg, x, cl};
+}
+
 enum class DecPath : int { kGeneric = 0, kLut8, kFp16, kBf16, kTf32, kE4m3Fn, kE5m2, kE4m3Fnuz, kE5m2Fnuz };
 
 // which decoder serves codes of format f held in esize-byte elements

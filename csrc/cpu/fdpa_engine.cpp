@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "clones.h"
+#include "decode_fast.h"
 #include "fpenv.h"
 #include "values_engine.h"
 
@@ -27,6 +28,21 @@ inline float plane_value(int32_t sig, int32_t e, int32_t mbits) {
   return float(sig) * f32_of(uint32_t(e - mbits + 127) << 23);
 }
 
+// One decoded operand (significand s, exponent x) as the planes of the common rows hold it:
+// the value and the exponent byte (-128 for a zero); returns the exponent the window test
+// reads (0 for a zero).  In the window the scale 2^(x - mbits) is a normal fp32
+// (plane_value's second case); a zero gives +0 (x = 0: a normal scale), no select
+inline __attribute__((always_inline)) int32_t plane_entry(int32_t s, int32_t x0, int32_t mbits,
+                                                          float& v, int8_t& e) {
+  const int32_t nz = -int32_t(s != 0), x = x0 & nz;
+  float p;
+  const uint32_t pb = uint32_t(x - mbits + 127) << 23;
+  std::memcpy(&p, &pb, sizeof p);
+  v = float(s) * p;
+  e = int8_t((x & nz) | (~nz & -128));
+  return x;
+}
+
 // The planes of n decoded operands without scales, multi-pass order or E-FDPA's second
 // plane (the common rows): v / e as fill_row stores them, in one loop the compiler
 // vectorises; true when every nonzero exponent lies in the window (else the values stored
@@ -36,14 +52,7 @@ bool plane_run(const int32_t* __restrict sig, const int32_t* __restrict exp, int
                int32_t mbits, float* __restrict v, int8_t* __restrict e) {
   int32_t lo = 0, hi = 0;  // exponents of nonzero operands (zeros count as 0: in the window)
   for (int64_t k = 0; k < n; ++k) {
-    const int32_t s = sig[k], nz = -int32_t(s != 0), x = exp[k] & nz;
-    // in the window the scale 2^(x - mbits) is a normal fp32 (plane_value's second case);
-    // a zero operand gives +0 (x = 0: a normal scale), no select (vectorised)
-    float p;
-    const uint32_t pb = uint32_t(x - mbits + 127) << 23;
-    std::memcpy(&p, &pb, sizeof p);
-    v[k] = float(s) * p;
-    e[k] = int8_t((x & nz) | (~nz & -128));
+    const int32_t x = plane_entry(sig[k], exp[k], mbits, v[k], e[k]);
     lo = std::min(lo, x);
     hi = std::max(hi, x);
   }
@@ -53,24 +62,17 @@ bool plane_run(const int32_t* __restrict sig, const int32_t* __restrict exp, int
 template <PlaneCode C>
 using CodeT = std::conditional_t<C == PlaneCode::kTf32, uint32_t, uint16_t>;
 
-// One code as plane_run stores its decode: the value (+0 for a zero) and the exponent (-128
-// for a zero; subnormals take emin); nonzero (bad): a NaN / Inf code, or a nonzero exponent
-// outside the window (the byte is then meaningless: the caller decodes instead)
+// One code as plane_run stores its decode (decode_code, then plane_entry, with no Decoded in
+// between); nonzero (bad): a NaN / Inf code, or a nonzero exponent outside the window (the
+// byte is then meaningless: the caller decodes instead)
 template <PlaneCode C>
 inline __attribute__((always_inline)) int32_t plane_of_code(uint32_t h, float& v, int8_t& e) {
-  constexpr bool kHalf = C == PlaneCode::kFp16;
-  constexpr int32_t kMb = kHalf ? 10 : C == PlaneCode::kBf16 ? 7 : 23, kEmax = kHalf ? 31 : 255;
-  constexpr int32_t kBias = kHalf ? 15 : 127;
-  constexpr uint32_t kMag = kHalf || C == PlaneCode::kBf16 ? 0x7FFFu : 0x7FFFE000u;
-  // masks (0 / -1) rather than branches: vectorised
-  const int32_t E = int32_t(h >> kMb) & kEmax;
-  const int32_t zero = -int32_t((h & kMag) == 0), sub = -int32_t(E == 0);
-  const int32_t x = (sub & (1 - kBias)) | (~sub & (E - kBias));
-  const uint32_t bits = (kHalf ? f32_bits_of_f16(h) : C == PlaneCode::kBf16 ? h << 16 : h & 0xFFFFE000u) &
-                        ~uint32_t(zero);
-  std::memcpy(&v, &bits, sizeof v);
-  e = int8_t((x & ~zero) | (zero & -128));
-  return -int32_t(E == kEmax) | (~zero & -int32_t(uint32_t(x + kWindow) > uint32_t(2 * kWindow)));
+  constexpr bool kHalf = C == PlaneCode::kFp16, kTf32 = C == PlaneCode::kTf32;
+  const DecCode d = kHalf   ? decode_code<5, 10, 0>(h, 15)
+                    : kTf32 ? decode_code<8, 10, 13>(h, 127)
+                            : decode_code<8, 7, 0>(h, 127);
+  const int32_t x = plane_entry(d.sig, d.exp, kHalf ? 10 : kTf32 ? 10 : 7, v, e);
+  return d.cls | -int32_t(uint32_t(x + kWindow) > uint32_t(2 * kWindow));
 }
 template <PlaneCode C>
 inline __attribute__((always_inline)) uint8_t direct_row(const CodeT<C>* __restrict c, int64_t n,
