@@ -230,6 +230,13 @@ bool t_zero_masks(const Params& P) {
   return (P.op == kTFdpa || P.op == kStFdpa) && P.has_zero_exp() && P.zero_exp > P.fo.emin();
 }
 
+// A nonzero c takes at least the output's emin and c = 0 at least -64 in a narrow kernel
+// (kern/t_fdpa.inc), every nonzero product at least -62 (the plane window), a zero product's
+// byte at most -97 (-128 plus a window exponent), and F <= 29 (eligible.cpp): with an emin at
+// or above -96 every emax is in [F - 126, 62] or c's, whose only exponent above F + 97 is a
+// NaN's or an infinity's (255 - 127)
+bool t_narrow(const Params& P) { return P.fo.emin() >= -96; }
+
 // Every lane's emax is at least min(emin, F - 126): a nonzero c takes at least the output's
 // emin, c = 0 at least F - 126 (kern/t_fdpa.inc), products only raise it.  So an emax_floor
 // at or below that never moves it (the registry's -133).  A zero_exp reaches c = 0 lanes
@@ -247,6 +254,7 @@ TShape t_shape(const Params& P) {
   s.ovf = (int64_t(2 + 4 * P.L) << P.F) > (int64_t(1) << 31);
   s.zplus = s.half && P.zero_plus;
   s.cfinal = P.c_final != 0;
+  s.narrow = t_narrow(P);
   return s;
 }
 

@@ -180,27 +180,32 @@ struct TShape {
   bool floor = false;  // Spec.emax_floor can move some lane's emax
   bool ovf = false;                  // c's term plus the chunk's sum can overflow int32
   bool zplus = false, cfinal = false;  // +0 for zero fp16 results / multi-pass, c added last
+  // The output's emin is at least -96 (fp16): every lane's emax lies at or above F - 126 and
+  // above every zero product's byte, so a plain maximum takes the products and only a
+  // non-finite c can leave the range (t_shape)
+  bool narrow = false;
   constexpr bool operator==(const TShape&) const = default;
 };
 TShape t_shape(const Params& P);
 // whether the planes carry per-chunk zero masks (a zero_exp above the output's emin)
 bool t_zero_masks(const Params& P);
+bool t_narrow(const Params& P);  // TShape::narrow
 inline constexpr TShape kTShapes[] = {
-    // L, G, half, e8m13, zx, floor, ovf, zplus, cfinal
-    {4, 4, false, false, false, false, false, false, false},    // sm70 fp16, sm80-sm89 tf32 -> fp32
-    {4, 4, true, false, false, false, false, true, false},      // sm70 fp16 -> fp16
-    {8, 8, false, false, false, false, false, false, false},    // sm75-sm89 fp16 / bf16, sm90+ tf32
-    {8, 8, true, false, false, false, false, true, false},      // sm75-sm89 fp16 -> fp16
-    {16, 16, false, true, false, false, false, false, false},   // sm89 fp8 -> fp32
-    {16, 16, true, false, false, false, false, true, false},    // sm89 fp8 -> fp16
-    {16, 16, false, false, false, false, true, false, false},   // sm90+ fp16 / bf16 -> fp32
-    {16, 16, true, false, false, false, true, true, false},     // sm90+ fp16 -> fp16
-    {16, 16, true, false, false, false, true, true, true},      // 2-pass fp8 -> fp16
-    {16, 16, false, false, false, false, true, false, true},    // 2-pass fp8 -> fp32
-    {32, 32, false, true, false, false, false, false, false},   // sm90 fp8 -> fp32
-    {32, 32, true, false, false, false, false, true, false},    // sm90 fp8 -> fp16
-    {32, 16, false, false, false, false, true, false, false},   // sm100 / sm120 fp8, ST -> fp32
-    {32, 16, true, false, false, false, true, true, false},     // sm100 / sm120 fp8 -> fp16
+    // L, G, half, e8m13, zx, floor, ovf, zplus, cfinal, narrow
+    {4, 4, false, false, false, false, false, false, false, false},    // sm70 fp16, sm80-sm89 tf32 -> fp32
+    {4, 4, true, false, false, false, false, true, false, true},      // sm70 fp16 -> fp16
+    {8, 8, false, false, false, false, false, false, false, false},    // sm75-sm89 fp16 / bf16, sm90+ tf32
+    {8, 8, true, false, false, false, false, true, false, true},      // sm75-sm89 fp16 -> fp16
+    {16, 16, false, true, false, false, false, false, false, false},   // sm89 fp8 -> fp32
+    {16, 16, true, false, false, false, false, true, false, true},    // sm89 fp8 -> fp16
+    {16, 16, false, false, false, false, true, false, false, false},   // sm90+ fp16 / bf16 -> fp32
+    {16, 16, true, false, false, false, true, true, false, true},     // sm90+ fp16 -> fp16
+    {16, 16, true, false, false, false, true, true, true, true},      // 2-pass fp8 -> fp16
+    {16, 16, false, false, false, false, true, false, true, false},    // 2-pass fp8 -> fp32
+    {32, 32, false, true, false, false, false, false, false, false},   // sm90 fp8 -> fp32
+    {32, 32, true, false, false, false, false, true, false, true},    // sm90 fp8 -> fp16
+    {32, 16, false, false, false, false, true, false, false, false},   // sm100 / sm120 fp8, ST -> fp32
+    {32, 16, true, false, false, false, true, true, false, true},     // sm100 / sm120 fp8 -> fp16
 };
 constexpr int kNumTShapes = int(sizeof(kTShapes) / sizeof(kTShapes[0]));
 int t_shape_index(const Params& P);  // in kTShapes, or -1
