@@ -5,9 +5,9 @@
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
-#define MMA_AVX2_CLONE __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+#define MMA_SIMD_CLONES __attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
 #elif defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define MMA_AVX2_CLONE __attribute__((target_clones("avx2", "default")))
+#define MMA_SIMD_CLONES __attribute__((target_clones("avx2", "default")))
 #else
-#define MMA_AVX2_CLONE
+#define MMA_SIMD_CLONES
 #endif

@@ -83,19 +83,19 @@ inline __attribute__((always_inline)) uint8_t decode_ieee(
 
 }  // namespace
 
-MMA_AVX2_CLONE
+MMA_SIMD_CLONES
 uint8_t decode_fp16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
                     uint8_t* cls) {
   return decode_ieee<5, 10, uint16_t, 0>(src, n, bias, sig, exp, cls);
 }
 
-MMA_AVX2_CLONE
+MMA_SIMD_CLONES
 uint8_t decode_bf16(const uint16_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
                     uint8_t* cls) {
   return decode_ieee<8, 7, uint16_t, 0>(src, n, bias, sig, exp, cls);
 }
 
-MMA_AVX2_CLONE
+MMA_SIMD_CLONES
 uint8_t decode_fp8(DecPath path, const uint8_t* src, int64_t n, int32_t bias, int32_t* sig,
                    int32_t* exp, uint8_t* cls) {
   switch (path) {
@@ -107,7 +107,7 @@ uint8_t decode_fp8(DecPath path, const uint8_t* src, int64_t n, int32_t bias, in
   }
 }
 
-MMA_AVX2_CLONE
+MMA_SIMD_CLONES
 uint8_t decode_tf32(const uint32_t* src, int64_t n, int32_t bias, int32_t* sig, int32_t* exp,
                     uint8_t* cls) {
   return decode_ieee<8, 10, uint32_t, 13>(src, n, bias, sig, exp, cls);

@@ -28,10 +28,10 @@ ParFor aten_par(int64_t row_work) {
 int64_t gcd64(int64_t a, int64_t b) { return b ? gcd64(b, a % b) : a; }
 
 // runs of fp16 codes <-> accumulator words (vectorised: fp16 C in, fp16 D out)
-MMA_AVX2_CLONE void f32_words_of_f16(const uint16_t* __restrict h, int64_t n, uint32_t* __restrict w) {
+MMA_SIMD_CLONES void f32_words_of_f16(const uint16_t* __restrict h, int64_t n, uint32_t* __restrict w) {
   for (int64_t j = 0; j < n; ++j) w[j] = f32_bits_of_f16(h[j]);
 }
-MMA_AVX2_CLONE void f16_of_f32_words(const uint32_t* __restrict w, int64_t n, uint16_t* __restrict h) {
+MMA_SIMD_CLONES void f16_of_f32_words(const uint32_t* __restrict w, int64_t n, uint16_t* __restrict h) {
   for (int64_t j = 0; j < n; ++j) h[j] = uint16_t(f16_bits_of_f32(w[j]));
 }
 
@@ -78,7 +78,7 @@ bool FdpaPanels::prepare(const Params& P, const Decoded& A, const Decoded& B, co
 namespace {
 
 // The core's chain over one block for output (i, j), from the accumulator word a.
-MMA_AVX2_CLONE
+MMA_SIMD_CLONES
 void core_lanes(const Params& Pc, const Decoded& A, const Decoded& B, int64_t K, int64_t i,
                 const int64_t* js, int64_t nj, int64_t j0, const Dec* SA, const Dec* SB,
                 int64_t nb, const uint8_t* fsa, const uint8_t* fsb, bool half, uint32_t* accrow) {

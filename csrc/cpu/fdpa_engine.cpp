@@ -47,7 +47,7 @@ inline __attribute__((always_inline)) int32_t plane_entry(int32_t s, int32_t x0,
 // plane (the common rows): v / e as fill_row stores them, in one loop the compiler
 // vectorises; true when every nonzero exponent lies in the window (else the values stored
 // are meaningless: the caller clears the row).
-MMA_AVX2_CLONE
+MMA_SIMD_CLONES
 bool plane_run(const int32_t* __restrict sig, const int32_t* __restrict exp, int64_t n,
                int32_t mbits, float* __restrict v, int8_t* __restrict e) {
   int32_t lo = 0, hi = 0;  // exponents of nonzero operands (zeros count as 0: in the window)
@@ -107,10 +107,10 @@ inline __attribute__((always_inline)) uint8_t direct_panels(const uint8_t* __res
 using DirectRow = uint8_t (*)(const uint8_t*, int64_t, float*, int8_t*);
 using DirectPanels = uint8_t (*)(const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*, int8_t*);
 #define MMA_DIRECT(C, name)                                                                      \
-  MMA_AVX2_CLONE uint8_t direct_row_##name(const uint8_t* c, int64_t n, float* v, int8_t* e) { \
+  MMA_SIMD_CLONES uint8_t direct_row_##name(const uint8_t* c, int64_t n, float* v, int8_t* e) { \
     return direct_row<C>(reinterpret_cast<const CodeT<C>*>(c), n, v, e);                       \
   }                                                                                              \
-  MMA_AVX2_CLONE uint8_t direct_panels_##name(const uint8_t* b, int64_t sk, int64_t k0,        \
+  MMA_SIMD_CLONES uint8_t direct_panels_##name(const uint8_t* b, int64_t sk, int64_t k0,        \
                                               int64_t k1, int64_t n, int64_t ps, float* v,     \
                                               int8_t* e) {                                     \
     return direct_panels<C>(b, sk, k0, k1, n, ps, v, e);                                        \
