@@ -233,8 +233,8 @@ bool t_zero_masks(const Params& P) {
 // A nonzero c takes at least the output's emin and c = 0 at least -64 in a narrow kernel
 // (kern/t_fdpa.inc), every nonzero product at least -62 (the plane window), a zero product's
 // byte at most -97 (-128 plus a window exponent), and F <= 29 (eligible.cpp): with an emin at
-// or above -96 every emax is in [F - 126, 62] or c's, whose only exponent above F + 97 is a
-// NaN's or an infinity's (255 - 127)
+// or above -96 every emax is at least F - 126 and at most 62, c's (above F + 97 only for a
+// NaN or an infinity: 255 - 127) or a zero_exp / emax_floor's: the range test keeps its top
 bool t_narrow(const Params& P) { return P.fo.emin() >= -96; }
 
 // Every lane's emax is at least min(emin, F - 126): a nonzero c takes at least the output's
