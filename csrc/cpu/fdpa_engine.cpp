@@ -9,6 +9,10 @@
 #include <cstring>
 #include <type_traits>
 
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
+#include <immintrin.h>
+#endif
+
 #include "clones.h"
 #include "decode_fast.h"
 #include "fpenv.h"
@@ -106,6 +110,55 @@ inline __attribute__((always_inline)) uint8_t direct_panels(const uint8_t* __res
 // compiled once per code: a row of k (A's rows, B's columns), blocks of B's rows
 using DirectRow = uint8_t (*)(const uint8_t*, int64_t, float*, int8_t*);
 using DirectPanels = uint8_t (*)(const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*, int8_t*);
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
+// fp16 codes with AVX-512 (BW): 32 codes per step, the values by F16C's exact conversion (a
+// zero's sign dropped: plane_entry's +0), the exponent bytes from the 5-bit field (subnormals
+// emin -14, zeros -128); nonzero where a code is a NaN or an infinity (every fp16 exponent lies
+// in the window).  The same planes as plane_of_code<kFp16>, at about a tenth of the time of
+// GCC's vectorisation of it (2 ns per code in B's panels).
+#define MMA_T512F16 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
+MMA_T512F16 inline __mmask32 f16_planes32(__m512i h, __mmask32 lanes, float* v, int8_t* e) {
+  const __mmask32 nz = _mm512_mask_test_epi16_mask(lanes, h, _mm512_set1_epi16(0x7FFF));
+  const __m512i hz = _mm512_maskz_mov_epi16(nz, h);
+  _mm512_mask_storeu_ps(v, __mmask16(lanes), _mm512_cvtph_ps(_mm512_castsi512_si256(hz)));
+  _mm512_mask_storeu_ps(v + 16, __mmask16(lanes >> 16), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hz, 1)));
+  const __m512i ex = _mm512_and_si512(_mm512_srli_epi16(h, 10), _mm512_set1_epi16(31));
+  const __mmask32 sub = _mm512_cmpeq_epi16_mask(ex, _mm512_setzero_si512());
+  __m512i x = _mm512_sub_epi16(ex, _mm512_set1_epi16(15));
+  x = _mm512_mask_mov_epi16(x, sub, _mm512_set1_epi16(-14));
+  x = _mm512_mask_mov_epi16(x, __mmask32(~nz), _mm512_set1_epi16(-128));
+  _mm256_mask_storeu_epi8(e, lanes, _mm512_cvtepi16_epi8(x));
+  return _mm512_mask_cmpeq_epi16_mask(lanes, ex, _mm512_set1_epi16(31));
+}
+MMA_T512F16 uint8_t direct_row_fp16_512(const uint8_t* c, int64_t n, float* v, int8_t* e) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(c);
+  __mmask32 bad = 0;
+  for (int64_t k = 0; k < n; k += 32) {
+    const __mmask32 lanes = n - k >= 32 ? ~__mmask32(0) : (__mmask32(1) << (n - k)) - 1;
+    bad |= f16_planes32(_mm512_maskz_loadu_epi16(lanes, h + k), lanes, v + k, e + k);
+  }
+  return uint8_t(bad != 0);
+}
+MMA_T512F16 uint8_t direct_panels_fp16_512(const uint8_t* b, int64_t sk, int64_t k0, int64_t k1,
+                                           int64_t n, int64_t pstride, float* v, int8_t* e) {
+  static_assert(kW == 32, "a panel row is 32 fp16 codes");
+  __mmask32 bad = 0;
+  for (int64_t j0 = 0; j0 < n; j0 += kW, v += pstride, e += pstride) {
+    const __mmask32 lanes = n - j0 >= 32 ? ~__mmask32(0) : (__mmask32(1) << (n - j0)) - 1;
+    for (int64_t k = k0; k < k1; ++k) {
+      const uint16_t* c = reinterpret_cast<const uint16_t*>(b + k * sk) + j0;
+      bad |= f16_planes32(_mm512_maskz_loadu_epi16(lanes, c), lanes, v + k * kW, e + k * kW);
+    }
+  }
+  return uint8_t(bad != 0);
+}
+bool cpu_avx512bw() {
+  static const bool ok = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("f16c");
+  return ok;
+}
+#endif
 #define MMA_DIRECT(C, name)                                                                      \
   MMA_SIMD_CLONES uint8_t direct_row_##name(const uint8_t* c, int64_t n, float* v, int8_t* e) { \
     return direct_row<C>(reinterpret_cast<const CodeT<C>*>(c), n, v, e);                       \
@@ -120,9 +173,15 @@ MMA_DIRECT(PlaneCode::kBf16, bf16)
 MMA_DIRECT(PlaneCode::kTf32, tf32)
 #undef MMA_DIRECT
 DirectRow direct_row_of(PlaneCode c) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
+  if (c == PlaneCode::kFp16 && cpu_avx512bw()) return direct_row_fp16_512;
+#endif
   return c == PlaneCode::kBf16 ? direct_row_bf16 : c == PlaneCode::kTf32 ? direct_row_tf32 : direct_row_fp16;
 }
 DirectPanels direct_panels_of(PlaneCode c) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
+  if (c == PlaneCode::kFp16 && cpu_avx512bw()) return direct_panels_fp16_512;
+#endif
   return c == PlaneCode::kBf16 ? direct_panels_bf16 : c == PlaneCode::kTf32 ? direct_panels_tf32 : direct_panels_fp16;
 }
 
