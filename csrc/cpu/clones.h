@@ -1,7 +1,8 @@
 // A function compiled for AVX-512 (x86-64-v4, GCC 12 on), AVX2 and baseline x86-64, the loader
 // picking one by the CPU (GCC's target_clones): the plain loops the compiler vectorises
 // (decoders, plane runs, fp16 runs, the core's lanes).  Nothing elsewhere.  The AVX-512 copy
-// halved the direct fill of A's fp16 rows (perf of sm86 fp16 -> fp16 at 1024^3: 1.3% -> 0.7%).
+// halved the generic direct fill of A's fp16 rows (perf of sm86 fp16 -> fp16 at 1024^3: 1.3% ->
+// 0.7%), which AVX-512 CPUs now replace by fdpa_engine.cpp's F16C fill.
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
