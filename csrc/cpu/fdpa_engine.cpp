@@ -9,10 +9,6 @@
 #include <cstring>
 #include <type_traits>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
-#include <immintrin.h>
-#endif
-
 #include "clones.h"
 #include "decode_fast.h"
 #include "fpenv.h"
@@ -22,7 +18,6 @@ namespace mma {
 
 namespace {
 
-constexpr int kWindow = 31;  // plane window: |decoded exponent (+ scale exponent)| <= 31
 constexpr int32_t kZeroScaleExp = -100000;  // GST: a zero scale never enters emax
 
 // sig * 2^(e - mbits) as an fp32 (exact: |sig| < 2^11, e - mbits in [-41, 31]).
@@ -60,7 +55,7 @@ bool plane_run(const int32_t* __restrict sig, const int32_t* __restrict exp, int
     lo = std::min(lo, x);
     hi = std::max(hi, x);
   }
-  return lo >= -kWindow && hi <= kWindow;
+  return lo >= -kPlaneWindow && hi <= kPlaneWindow;
 }
 
 template <PlaneCode C>
@@ -76,7 +71,7 @@ inline __attribute__((always_inline)) int32_t plane_of_code(uint32_t h, float& v
                     : kTf32 ? decode_code<8, 10, 13>(h, 127)
                             : decode_code<8, 7, 0>(h, 127);
   const int32_t x = plane_entry(d.sig, d.exp, kHalf ? 10 : kTf32 ? 10 : 7, v, e);
-  return d.cls | -int32_t(uint32_t(x + kWindow) > uint32_t(2 * kWindow));
+  return d.cls | -int32_t(uint32_t(x + kPlaneWindow) > uint32_t(2 * kPlaneWindow));
 }
 template <PlaneCode C>
 inline __attribute__((always_inline)) uint8_t direct_row(const CodeT<C>* __restrict c, int64_t n,
@@ -107,60 +102,6 @@ inline __attribute__((always_inline)) uint8_t direct_panels(const uint8_t* __res
   }
   return uint8_t(bad != 0);
 }
-// compiled once per code: a row of k (A's rows, B's columns), blocks of B's rows
-using DirectRow = uint8_t (*)(const uint8_t*, int64_t, float*, int8_t*);
-using DirectPanels = uint8_t (*)(const uint8_t*, int64_t, int64_t, int64_t, int64_t, int64_t, float*, int8_t*);
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(MMA_EMU_NO_SIMD)
-// plane_of_code<kFp16>'s planes with AVX-512 BW, 32 codes a step (a third of the time): values by
-// F16C (a zero's sign dropped, as plane_entry), exponent bytes from the 5-bit field (subnormal
-// -14, zero -128); nonzero for a NaN / infinity (every fp16 exponent is in the window)
-#define MMA_T512F16 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq")))
-MMA_T512F16 inline __mmask32 f16_planes32(__m512i h, __mmask32 lanes, float* v, int8_t* e) {
-  const __mmask32 nz = _mm512_mask_test_epi16_mask(lanes, h, _mm512_set1_epi16(0x7FFF));
-  const __m512i hz = _mm512_maskz_mov_epi16(nz, h);
-  _mm512_mask_storeu_ps(v, __mmask16(lanes), _mm512_cvtph_ps(_mm512_castsi512_si256(hz)));
-  _mm512_mask_storeu_ps(v + 16, __mmask16(lanes >> 16), _mm512_cvtph_ps(_mm512_extracti64x4_epi64(hz, 1)));
-  const __m512i ex = _mm512_and_si512(_mm512_srli_epi16(h, 10), _mm512_set1_epi16(31));
-  const __mmask32 sub = _mm512_cmpeq_epi16_mask(ex, _mm512_setzero_si512());
-  __m512i x = _mm512_sub_epi16(ex, _mm512_set1_epi16(15));
-  x = _mm512_mask_mov_epi16(x, sub, _mm512_set1_epi16(-14));
-  x = _mm512_mask_mov_epi16(x, __mmask32(~nz), _mm512_set1_epi16(-128));
-  _mm256_mask_storeu_epi8(e, lanes, _mm512_cvtepi16_epi8(x));
-  return _mm512_mask_cmpeq_epi16_mask(lanes, ex, _mm512_set1_epi16(31));
-}
-MMA_T512F16 uint8_t direct_row_fp16_512(const uint8_t* c, int64_t n, float* v, int8_t* e) {
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(c);
-  __mmask32 bad = 0;
-  for (int64_t k = 0; k < n; k += 32) {
-    const __mmask32 lanes = n - k >= 32 ? ~__mmask32(0) : (__mmask32(1) << (n - k)) - 1;
-    bad |= f16_planes32(_mm512_maskz_loadu_epi16(lanes, h + k), lanes, v + k, e + k);
-  }
-  return uint8_t(bad != 0);
-}
-MMA_T512F16 uint8_t direct_panels_fp16_512(const uint8_t* b, int64_t sk, int64_t k0, int64_t k1,
-                                           int64_t n, int64_t pstride, float* v, int8_t* e) {
-  static_assert(kW == 32, "a panel row is 32 fp16 codes");
-  __mmask32 bad = 0;
-  for (int64_t j0 = 0; j0 < n; j0 += kW, v += pstride, e += pstride) {
-    const __mmask32 lanes = n - j0 >= 32 ? ~__mmask32(0) : (__mmask32(1) << (n - j0)) - 1;
-    for (int64_t k = k0; k < k1; ++k) {
-      const uint16_t* c = reinterpret_cast<const uint16_t*>(b + k * sk) + j0;
-      bad |= f16_planes32(_mm512_maskz_loadu_epi16(lanes, c), lanes, v + k * kW, e + k * kW);
-    }
-  }
-  return uint8_t(bad != 0);
-}
-bool f16_fill_512() {
-  static const bool ok = __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("f16c");
-  return ok;
-}
-#else
-bool f16_fill_512() { return false; }
-constexpr DirectRow direct_row_fp16_512 = nullptr;
-constexpr DirectPanels direct_panels_fp16_512 = nullptr;
-#endif
 #define MMA_DIRECT(C, name)                                                                      \
   MMA_SIMD_CLONES uint8_t direct_row_##name(const uint8_t* c, int64_t n, float* v, int8_t* e) { \
     return direct_row<C>(reinterpret_cast<const CodeT<C>*>(c), n, v, e);                       \
@@ -174,14 +115,6 @@ MMA_DIRECT(PlaneCode::kFp16, fp16)
 MMA_DIRECT(PlaneCode::kBf16, bf16)
 MMA_DIRECT(PlaneCode::kTf32, tf32)
 #undef MMA_DIRECT
-DirectRow direct_row_of(PlaneCode c) {
-  if (c == PlaneCode::kFp16 && f16_fill_512()) return direct_row_fp16_512;
-  return c == PlaneCode::kBf16 ? direct_row_bf16 : c == PlaneCode::kTf32 ? direct_row_tf32 : direct_row_fp16;
-}
-DirectPanels direct_panels_of(PlaneCode c) {
-  if (c == PlaneCode::kFp16 && f16_fill_512()) return direct_panels_fp16_512;
-  return c == PlaneCode::kBf16 ? direct_panels_bf16 : c == PlaneCode::kTf32 ? direct_panels_tf32 : direct_panels_fp16;
-}
 
 // One operand row (A row i or B column j): true when it can use the planes.  kmap: plane
 // position -> k (multi-pass), or null (identity).
@@ -193,13 +126,13 @@ bool fill_row(const Operand& r, int64_t K, int64_t Kp, const int32_t* kmap, int3
   for (int64_t k = 0; k < K && window; ++k)
     if (r.sig[k] != 0) {
       const int32_t e = r.exp[k] + (sc ? sc[k / block].exp : 0);
-      if (e < -kWindow || e > kWindow) return false;
+      if (e < -kPlaneWindow || e > kPlaneWindow) return false;
     }
   for (int64_t q = 0; q < Kp; ++q) {
     const int64_t k = kmap ? kmap[q] : q;
     if (k < 0 || k >= K || r.sig[k] == 0) { store(q, 0.0f, int8_t(-128), int8_t(127)); continue; }
     const int32_t e = r.exp[k] + (sc ? sc[k / block].exp : 0);
-    const bool in = e >= -kWindow && e <= kWindow;  // E-FDPA (no window): outside fails its check
+    const bool in = e >= -kPlaneWindow && e <= kPlaneWindow;  // E-FDPA (no window): outside fails its check
     store(q, plane_value(r.sig[k], e, mbits), int8_t(in ? e : 100), int8_t(in ? e : -100));
   }
   return true;
@@ -256,6 +189,19 @@ uint32_t Fallback::join(uint32_t t, uint32_t c) const {
 }
 
 // ---- FdpaEngine ----------------------------------------------------------------------------
+static FdpaKernels kernels_of(Isa isa) {
+  return isa == Isa::kAvx2 ? fdpa_kernels_avx2() : isa == Isa::kAvx512 ? fdpa_kernels_avx512()
+         : isa == Isa::kNeon ? fdpa_kernels_neon() : FdpaKernels{};
+}
+static DirectFill fill_of(const FdpaKernels& ks, PlaneCode c) {
+  const DirectFill own = ks.direct[int(c)];
+  if (own.row && own.panels) return own;
+  return c == PlaneCode::kBf16   ? DirectFill{direct_row_bf16, direct_panels_bf16}
+         : c == PlaneCode::kTf32 ? DirectFill{direct_row_tf32, direct_panels_tf32}
+                                 : DirectFill{direct_row_fp16, direct_panels_fp16};
+}
+DirectFill direct_fill(PlaneCode c, Isa isa) { return fill_of(kernels_of(isa), c); }
+
 bool isa_has_kernels(Isa isa) {
   switch (isa) {
     case Isa::kAvx2: return fdpa_kernels_avx2().t != nullptr;
@@ -323,10 +269,7 @@ int t_shape_index(const Params& P) {
 }
 
 bool FdpaEngine::setup(const Params& P, Isa isa) {
-  FdpaKernels ks{};
-  if (isa == Isa::kAvx2) ks = fdpa_kernels_avx2();
-  else if (isa == Isa::kAvx512) ks = fdpa_kernels_avx512();
-  else if (isa == Isa::kNeon) ks = fdpa_kernels_neon();
+  const FdpaKernels ks = kernels_of(isa);
   kind_ = fast_eligible(P);
   fn_ = kind_ == FastKind::kFdpa ? ks.t : kind_ == FastKind::kTr ? ks.tr
         : kind_ == FastKind::kE ? ks.e : kind_ == FastKind::kGst ? ks.gst : nullptr;
@@ -336,6 +279,7 @@ bool FdpaEngine::setup(const Params& P, Isa isa) {
   const int ts = kind_ == FastKind::kFdpa && !generic ? t_shape_index(P) : -1;
   const PanelFn shaped = kind_ != FastKind::kFdpa && !generic ? ks.fixed(P) : nullptr;
   fixed_ = ts >= 0 || shaped;
+  for (int c = 0; c < 3; ++c) fill_[c] = fill_of(ks, PlaneCode(c));
   if (ts >= 0) fn_ = ks.t_fixed[ts];
   if (shaped) fn_ = shaped;
   P_ = P;
@@ -462,7 +406,7 @@ bool FdpaEngine::fill_direct(const CodeRows& a, PlaneCode a_code, const CodeRows
       a.esize != (a_code == PlaneCode::kTf32 ? 4 : 2) || b.esize != (b_code == PlaneCode::kTf32 ? 4 : 2) ||
       a.sk != a.esize || (!b_rows && b.sk != b.esize))
     return false;
-  const DirectRow row = direct_row_of(a_code);
+  const DirectRow row = fill_[int(a_code)].row;
   std::atomic<bool> bad{false};
   par(M, 16, [&](int64_t lo, int64_t hi) {
     for (int64_t i = lo; i < hi; ++i)
@@ -470,7 +414,7 @@ bool FdpaEngine::fill_direct(const CodeRows& a, PlaneCode a_code, const CodeRows
         bad.store(true, std::memory_order_relaxed);
   });
   if (b_rows) {  // blocks of 64 rows of B, each to every panel
-    const DirectPanels panels = direct_panels_of(b_code);
+    const DirectPanels panels = fill_[int(b_code)].panels;
     constexpr int64_t kRows = 64;
     par((K + kRows - 1) / kRows, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t t = lo; t < hi; ++t)
@@ -479,7 +423,7 @@ bool FdpaEngine::fill_direct(const CodeRows& a, PlaneCode a_code, const CodeRows
           bad.store(true, std::memory_order_relaxed);
     });
   } else {  // panel by panel: each column's run of 64 k, then stored a row of lanes at a time
-    const DirectRow colrun = direct_row_of(b_code);
+    const DirectRow colrun = fill_[int(b_code)].row;
     par(pl.NP, 1, [&](int64_t lo, int64_t hi) {
       constexpr int64_t kRun = 64;
       float tv[kW][kRun];

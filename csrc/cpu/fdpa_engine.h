@@ -130,6 +130,20 @@ struct Planes {
 // The codes FdpaEngine::fill_direct writes into the planes itself: fp16, bf16 (2 bytes),
 // tf32 / xf32 in fp32 words (the low 13 bits dropped, as decode() does)
 enum class PlaneCode : int { kFp16, kBf16, kTf32 };
+constexpr int kPlaneWindow = 31;  // the planes hold |decoded exponent (+ scale exponent)| <= 31
+
+// Codes straight to the planes: a row of n codes (A's rows, B's columns) to n values and
+// exponent bytes, and rows [k0, k1) of a row-major B (n columns, rows sk bytes apart) to the
+// panels (pstride apart, kW lanes a row).  Each value is the code's (a zero's sign dropped),
+// each byte its decoded exponent (-128 for a zero); nonzero when a code is a NaN / infinity
+// or has a nonzero exponent outside the window (what was stored is then meaningless).
+using DirectRow = uint8_t (*)(const uint8_t* c, int64_t n, float* v, int8_t* e);
+using DirectPanels = uint8_t (*)(const uint8_t* b, int64_t sk, int64_t k0, int64_t k1, int64_t n,
+                                 int64_t pstride, float* v, int8_t* e);
+struct DirectFill {
+  DirectRow row = nullptr;
+  DirectPanels panels = nullptr;
+};
 
 // Codes of a strided tensor view read in place: row r's code k at base + r * sr + k * sk
 // (bytes), esize bytes each.
@@ -214,10 +228,13 @@ struct FdpaKernels {
   PanelFn t, tr, e, gst;
   const PanelFn* t_fixed;              // kNumTShapes kernels, one per kTShapes entry
   PanelFn (*fixed)(const Params&);     // TR / GTR, E, GST with L fixed (the registry's rows), or null
+  DirectFill direct[3];                // by PlaneCode; null: the plain loops of fdpa_engine.cpp
 };
 FdpaKernels fdpa_kernels_avx2();
 FdpaKernels fdpa_kernels_avx512();
 FdpaKernels fdpa_kernels_neon();
+// the fill isa's engine uses for code c: its own, else the plain loops (never null)
+DirectFill direct_fill(PlaneCode c, Isa isa);
 
 // How the caller runs loops in parallel: body(lo, hi) over [0, n) in pieces of >= grain.
 using ParFor = std::function<void(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& body)>;
@@ -305,6 +322,7 @@ class FdpaEngine {
   KPos kpos_;
   bool filled_ = false;  // begin() was called: fill_a / fill_b write the planes
   bool direct_ = false;  // fill_direct() filled them: the hand-backs read ca_ / cb_
+  DirectFill fill_[3];   // direct_fill() of setup()'s isa, by PlaneCode
   CodeRows ca_{}, cb_{};
   bool plain(bool scales) const;
   void size_planes(int64_t M, int64_t N, int64_t K, bool init);
