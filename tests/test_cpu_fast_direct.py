@@ -6,8 +6,10 @@ else decodes as before.  The lanes the vectors hand back then decode their own c
 Differential: the fast path gives the scalar path's bits for each fp16 / bf16 / tf32 / xf32
 row of the T- and TR-FDPA kernels, over the layouts (row-major and transposed A and B, a strided B, a
 batch), inputs that keep the direct fill (zeros, cancellation, fp16 outputs that overflow
-and hand back every later chunk, tiny products) and inputs that leave it (a NaN, an
-infinity, a bf16 or tf32 exponent outside the window), on every vector ISA.
+and hand back every later chunk, tiny products, the window's last exponents, fp16
+subnormals) and inputs that leave it (a NaN, an infinity, a bf16 or tf32 exponent outside
+the window or subnormal), on every vector ISA.  tests/native/direct_fill.cpp checks the
+fills themselves code by code.
 """
 import pytest
 import torch
@@ -19,7 +21,7 @@ _probe = tme.spec("sm90", "fp16")
 ISAS = [i for i in ("avx512", "avx2") if fast_path(_probe, i).startswith(i + ":")] or [None]
 SPECS = [s for s in row_specs() if s.in_format in ("fp16", "bf16", "tf32", "xf32") and s.in_format_b is None
          and s.op in ("t_fdpa", "tr_fdpa")]
-CASES = ["plain", "zeros", "cancel", "overflow", "tiny", "nan", "inf", "wide"]
+CASES = ["plain", "zeros", "cancel", "overflow", "tiny", "nan", "inf", "wide", "edge", "sub"]
 LAYOUTS = ["rr", "rc", "cr", "rs", "batch"]
 
 
@@ -54,6 +56,14 @@ def _operands(spec, case, layout, g):
     if case == "wide":  # bf16 / tf32: outside the planes' window (fp16: in it)
         A[2, 3] = 2.0 ** -40
         B[4, 6] = 2.0 ** 35
+    wide = dt != torch.float16
+    if case == "edge":  # the window's last exponents (fp16: its largest and subnormal codes)
+        A[2, 3] = 2.0 ** -31 if wide else 2.0 ** -24
+        A[2, 4] = -(2.0 ** 31) if wide else -65504.0
+        B[4, 6] = 2.0 ** 31 if wide else 2.0 ** -14
+    if case == "sub":  # bf16 / tf32 subnormals (outside the window), fp16's in it
+        A[1, 1] = 2.0 ** -130 if wide else 2.0 ** -20
+        B[7, 2] = -(2.0 ** -133) if wide else -(2.0 ** -23)
     if layout[:1] == "c":
         A = A.t().contiguous().t()
     if layout[1:] == "c":

@@ -4,6 +4,9 @@ cross compiler for NEON, run under qemu-user.  For every registry row it compare
 kernel with the scalar core on random, bit-stream, exponent-spread, cancelling and
 NaN/Inf-sprinkled inputs (zero mismatches allowed).  Speed under qemu is not measured.
 
+tests/native/direct_fill.cpp holds each ISA's fill of the planes from fp16 / bf16 / tf32
+codes to the plain loops' on every 16-bit code and a structured set of tf32 words.
+
 Skips where the tools are missing (scripts/_setup_env.sh installs g++-aarch64-linux-gnu and
 qemu-user where it can).  A deliberately broken build (-DMMA_TEST_BREAK flips bit 13 (an fp16 ulp) of
 every vector result) must fail on every FDPA row: the harness can fail.
@@ -59,9 +62,10 @@ FTZ_GRID = [tme.spec("gfx90a", f).replace(L=L, P=P) for f in ("fp16", "bf16")
 VALUE_SPECS = [s for s in ROW_SPECS if s.op in ("fma", "ftz_addmul")] + FTZ_GRID
 
 
-def _build(cxx, out_name, extra=()):
+def _build(cxx, out_name, extra=(), main=SOURCES[0]):
     """Compile the harness (cached under build/native by a hash of compiler, flags, sources)."""
-    srcs = SOURCES + sorted((ROOT / "csrc/core").glob("*.h")) + sorted(
+    sources = [main] + SOURCES[1:]
+    srcs = sources + sorted((ROOT / "csrc/core").glob("*.h")) + sorted(
         (ROOT / "csrc/cpu").glob("*.h")) + sorted((ROOT / "csrc/cpu/simd").glob("*.h")) + sorted(
         (ROOT / "csrc/cpu/kern").glob("*.inc"))
     h = hashlib.sha256(" ".join([cxx, *FLAGS, *extra]).encode())
@@ -71,7 +75,7 @@ def _build(cxx, out_name, extra=()):
     if exe.exists():
         return exe
     exe.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [cxx, *FLAGS, *extra, "-o", str(exe) + ".tmp", *map(str, SOURCES)]
+    cmd = [cxx, *FLAGS, *extra, "-o", str(exe) + ".tmp", *map(str, sources)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"{' '.join(cmd)}\n{r.stderr[-4000:]}"
     os.replace(str(exe) + ".tmp", exe)
@@ -150,6 +154,23 @@ def test_native_fixed_shapes(isa):
     _check([exe, isa], isa, specs)
     _, lines = _run([exe, isa], specs)
     assert [ln.split(" shape=")[1].split()[0] for ln in lines[:-1]] == [w for _, w in T_EDGES], lines
+
+
+@pytest.mark.skipif(not X86 or shutil.which("g++") is None, reason="needs g++ on x86-64")
+@pytest.mark.parametrize("isa", ["avx2", "avx512"])
+def test_native_direct_fill(isa):
+    """tests/native/direct_fill.cpp: the planes an ISA fills from fp16 / bf16 / tf32 codes
+    (AVX-512: its own, 32 codes a step) equal the plain loops' on every 16-bit code and a
+    structured set of tf32 words, code by code, in runs and in B's panels."""
+    if isa not in _x86_isas():
+        pytest.skip(f"this CPU has no {isa}")
+    exe = _build("g++", "direct_fill", main=ROOT / "tests/native/direct_fill.cpp")
+    r = subprocess.run([str(exe), isa], capture_output=True, text=True, timeout=300)
+    lines = r.stdout.strip().splitlines()
+    assert r.returncode == 0 and lines[-1] == "3 passed, 0 failed", r.stdout[-3000:]
+    want = "own" if isa == "avx512" else "plain"
+    assert [ln.split()[1] for ln in lines[:-1]] == ["fp16", "bf16", "tf32"], lines
+    assert all(f" fill={want} " in ln for ln in lines[:-1]), lines
 
 
 @pytest.mark.skipif(not X86 or shutil.which("g++") is None, reason="needs g++ on x86-64")

@@ -118,6 +118,8 @@ FdpaKernels fdpa_kernels_avx512() {
   using namespace k_avx512;
   FdpaKernels k = fdpa_table();
   k.direct[int(PlaneCode::kFp16)] = {direct_row<PlaneCode::kFp16>, direct_panels<PlaneCode::kFp16>};
+  k.direct[int(PlaneCode::kBf16)] = {direct_row<PlaneCode::kBf16>, direct_panels<PlaneCode::kBf16>};
+  k.direct[int(PlaneCode::kTf32)] = {direct_row<PlaneCode::kTf32>, direct_panels<PlaneCode::kTf32>};
   return k;
 }
 }  // namespace mma
