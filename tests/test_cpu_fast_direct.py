@@ -1,10 +1,11 @@
-"""fp16 / bf16 / tf32 operands go straight from their codes into the vector kernels' planes
+"""fp16 / bf16 / tf32 / fp8 operands go straight from their codes into the vector kernels' planes
 (FdpaEngine::fill_direct, no decoded rows): where every row and column is finite and inside
 the plane window, for A's rows contiguous along k and B row-major or transposed.  Anything
 else decodes as before.  The lanes the vectors hand back then decode their own chunk's codes.
 
 Differential: the fast path gives the scalar path's bits for each fp16 / bf16 / tf32 / xf32
-row of the T- and TR-FDPA kernels, over the layouts (row-major and transposed A and B, a strided B, a
+row of the T- and TR-FDPA kernels and every unscaled fp8 row (T, TR / GTR: both formats,
+alone and mixed), over the layouts (row-major and transposed A and B, a strided B, a
 batch), inputs that keep the direct fill (zeros, cancellation, fp16 outputs that overflow
 and hand back every later chunk, tiny products, the window's last exponents, fp16
 subnormals) and inputs that leave it (a NaN, an infinity, a bf16 or tf32 exponent outside
@@ -15,18 +16,36 @@ import pytest
 import torch
 
 import torch_mma_emu as tme
+from torch_mma_emu.formats import FORMATS
+from torch_mma_emu.registry import ROWS
 from helpers import assert_same_bits, fast_path, fdpa_kwargs, mm_on_path, row_id, row_specs, seeded
 
 _probe = tme.spec("sm90", "fp16")
 ISAS = [i for i in ("avx512", "avx2") if fast_path(_probe, i).startswith(i + ":")] or [None]
 SPECS = [s for s in row_specs() if s.in_format in ("fp16", "bf16", "tf32", "xf32") and s.in_format_b is None
          and s.op in ("t_fdpa", "tr_fdpa")]
+# fp8: every unscaled row's two formats, alone and mixed (1-byte codes; the 2-pass rows decode)
+SPECS += [r.first_spec().replace(in_format=fa, in_format_b=fb) for r in ROWS
+          if r.formats[0].startswith("fp8") and r.scale_format is None and r.op in ("t_fdpa", "tr_fdpa", "gtr_fdpa")
+          for fa, fb in ((r.formats[0], None), (r.formats[1], None), (r.formats[0], r.formats[1]))]
+# multi-pass rows with F = 29: their int32 sums overflow and hand chunks with finite results
+# back (the hand-back then decodes its pass's k from the codes)
+SPECS += [s.replace(F=29) for s in SPECS if s.passes > 1 and s.in_format_b is None]
 CASES = ["plain", "zeros", "cancel", "overflow", "tiny", "nan", "inf", "wide", "edge", "sub"]
 LAYOUTS = ["rr", "rc", "cr", "rs", "batch"]
 
 
+def _dtype(name):
+    return FORMATS[name].torch_dtype if name.startswith("fp8") else \
+        {"fp16": torch.float16, "bf16": torch.bfloat16}.get(name, torch.float32)
+
+
+def _flip(t, d):  # (torch has no flip of fp8 tensors: their bytes)
+    return t.view(torch.uint8).flip(d).view(t.dtype) if t.element_size() == 1 else t.flip(d)
+
+
 def _operands(spec, case, layout, g):
-    dt = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(spec.in_format, torch.float32)
+    dt, dtb = _dtype(spec.in_format), _dtype(spec.in_format_b or spec.in_format)
     od = torch.float16 if spec.out_format == "fp16" else torch.float32
     M, K, N = 19, 3 * 64 + 11, 75
     A = torch.randn(M, K, generator=g)
@@ -44,11 +63,13 @@ def _operands(spec, case, layout, g):
         A *= 60
         B *= 60
         C *= 3e4
-    if case == "tiny":  # products below fp16's emin beside c = 0
-        A *= 2.0 ** -10
-        B *= 2.0 ** -9
+    if case == "tiny":  # products below fp16's emin beside c = 0 (fp8: sums about it, so
+        # fp16 outputs are subnormal in some lanes and hand their chunks back)
+        fp8 = dt.itemsize == 1
+        A *= 2.0 ** (-7 if fp8 else -10)
+        B *= 2.0 ** (-8 if fp8 else -9)
         C.zero_()
-    A, B, C = A.to(dt), B.to(dt), C.to(od)
+    A, B, C = A.to(dt), B.to(dtb), C.to(od)
     if case == "nan":
         A[5, 7] = float("nan")
     if case == "inf":
@@ -56,14 +77,15 @@ def _operands(spec, case, layout, g):
     if case == "wide":  # bf16 / tf32: outside the planes' window (fp16: in it)
         A[2, 3] = 2.0 ** -40
         B[4, 6] = 2.0 ** 35
-    wide = dt != torch.float16
-    if case == "edge":  # the window's last exponents (fp16: its largest and subnormal codes)
-        A[2, 3] = 2.0 ** -31 if wide else 2.0 ** -24
-        A[2, 4] = -(2.0 ** 31) if wide else -65504.0
-        B[4, 6] = 2.0 ** 31 if wide else 2.0 ** -14
-    if case == "sub":  # bf16 / tf32 subnormals (outside the window), fp16's in it
-        A[1, 1] = 2.0 ** -130 if wide else 2.0 ** -20
-        B[7, 2] = -(2.0 ** -133) if wide else -(2.0 ** -23)
+    wide = dt in (torch.bfloat16, torch.float32)
+    fa, fb = torch.finfo(dt), torch.finfo(dtb)
+    if case == "edge":  # the window's last exponents (fp16 / fp8: the largest, the subnormals)
+        A[2, 3] = 2.0 ** -31 if wide else fa.smallest_normal / 2
+        A[2, 4] = -(2.0 ** 31) if wide else -fa.max
+        B[4, 6] = 2.0 ** 31 if wide else fb.smallest_normal
+    if case == "sub":  # bf16 / tf32 subnormals (outside the window), fp16's and fp8's in it
+        A[1, 1] = 2.0 ** -130 if wide else fa.smallest_normal / 4
+        B[7, 2] = -(2.0 ** -133) if wide else -fb.smallest_normal / 8
     if layout[:1] == "c":
         A = A.t().contiguous().t()
     if layout[1:] == "c":
@@ -71,8 +93,8 @@ def _operands(spec, case, layout, g):
     if layout == "rs":  # B's columns two apart
         B = torch.stack([B, B], 2).reshape(K, 2 * N)[:, ::2]
     if layout == "batch":
-        A = torch.stack([A, A.flip(0)])
-        B = torch.stack([B.flip(1), B])
+        A = torch.stack([A, _flip(A, 0)])
+        B = torch.stack([_flip(B, 1), B])
         C = torch.stack([C, C])
     return fdpa_kwargs(spec, A, B, C)
 

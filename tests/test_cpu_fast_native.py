@@ -4,8 +4,8 @@ cross compiler for NEON, run under qemu-user.  For every registry row it compare
 kernel with the scalar core on random, bit-stream, exponent-spread, cancelling and
 NaN/Inf-sprinkled inputs (zero mismatches allowed).  Speed under qemu is not measured.
 
-tests/native/direct_fill.cpp holds each ISA's fill of the planes from fp16 / bf16 / tf32
-codes to the plain loops' on every 16-bit code and a structured set of tf32 words.
+tests/native/direct_fill.cpp holds each ISA's fill of the planes from fp16 / bf16 / tf32 / fp8
+codes to the plain loops' on every 8- and 16-bit code and a structured set of tf32 words.
 
 Skips where the tools are missing (scripts/_setup_env.sh installs g++-aarch64-linux-gnu and
 qemu-user where it can).  A deliberately broken build (-DMMA_TEST_BREAK flips bit 13 (an fp16 ulp) of
@@ -159,18 +159,20 @@ def test_native_fixed_shapes(isa):
 @pytest.mark.skipif(not X86 or shutil.which("g++") is None, reason="needs g++ on x86-64")
 @pytest.mark.parametrize("isa", ["avx2", "avx512"])
 def test_native_direct_fill(isa):
-    """tests/native/direct_fill.cpp: the planes an ISA fills from fp16 / bf16 / tf32 codes
-    (AVX-512: its own, 32 codes a step) equal the plain loops' on every 16-bit code and a
-    structured set of tf32 words, code by code, in runs and in B's panels."""
+    """tests/native/direct_fill.cpp: the planes an ISA fills from fp16 / bf16 / tf32 / fp8
+    codes (AVX-512: its own, 32 codes a step, but for the fnuz fp8 codes) equal the plain
+    loops' on every 8- and 16-bit code and a structured set of tf32 words, code by code, in
+    runs and in B's panels."""
     if isa not in _x86_isas():
         pytest.skip(f"this CPU has no {isa}")
     exe = _build("g++", "direct_fill", main=ROOT / "tests/native/direct_fill.cpp")
     r = subprocess.run([str(exe), isa], capture_output=True, text=True, timeout=300)
     lines = r.stdout.strip().splitlines()
-    assert r.returncode == 0 and lines[-1] == "3 passed, 0 failed", r.stdout[-3000:]
-    want = "own" if isa == "avx512" else "plain"
-    assert [ln.split()[1] for ln in lines[:-1]] == ["fp16", "bf16", "tf32"], lines
-    assert all(f" fill={want} " in ln for ln in lines[:-1]), lines
+    assert r.returncode == 0 and lines[-1] == "7 passed, 0 failed", r.stdout[-3000:]
+    codes = ["fp16", "bf16", "tf32", "e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz"]
+    assert [ln.split()[1] for ln in lines[:-1]] == codes, lines
+    own = codes[:5] if isa == "avx512" else []  # (the fnuz codes: the plain loops)
+    assert [ln.split()[2] for ln in lines[:-1]] == [f"fill={'own' if c in own else 'plain'}" for c in codes], lines
 
 
 @pytest.mark.skipif(not X86 or shutil.which("g++") is None, reason="needs g++ on x86-64")

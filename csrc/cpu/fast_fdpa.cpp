@@ -177,12 +177,16 @@ void fused_batch(const Params& P, const View3& va, const View3& vbt, const View3
     const int64_t kl = std::min(KB, K - kb0);
     // the common rows' planes are built while decoding (FdpaEngine::begin)
     const bool fill = fast && w.eng.begin(M, N, kl, scaled);
-    // fp16 / bf16 / tf32 codes straight into the planes where every row and column can use
-    // them (no Decoded rows: decoding them was about 5% of a 1024^3 fp16 product); else decoded
+    // fp16 / bf16 / tf32 / fp8 codes straight into the planes where every row and column can
+    // use them (no Decoded rows: decoding them was about 5% of a 1024^3 fp16 product); else
+    // decoded
     const DecPath da = dec_path(P.fa, va.esize), db = dec_path(P.fb, vbt.esize);
-    auto takes = [](DecPath d) { return d == DecPath::kFp16 || d == DecPath::kBf16 || d == DecPath::kTf32; };
+    auto takes = [](DecPath d) { return d != DecPath::kGeneric && d != DecPath::kLut8; };
     auto code = [](DecPath d) {
-      return d == DecPath::kFp16 ? PlaneCode::kFp16 : d == DecPath::kBf16 ? PlaneCode::kBf16 : PlaneCode::kTf32;
+      constexpr PlaneCode of[] = {PlaneCode::kFp16, PlaneCode::kBf16, PlaneCode::kTf32, PlaneCode::kE4m3Fn,
+                                  PlaneCode::kE5m2, PlaneCode::kE4m3Fnuz, PlaneCode::kE5m2Fnuz};
+      static_assert(int(DecPath::kE5m2Fnuz) - int(DecPath::kFp16) == 6, "DecPath's order");
+      return of[int(d) - int(DecPath::kFp16)];
     };
     const bool direct =
         fill && !scaled && takes(da) && takes(db) &&

@@ -59,18 +59,25 @@ bool plane_run(const int32_t* __restrict sig, const int32_t* __restrict exp, int
 }
 
 template <PlaneCode C>
-using CodeT = std::conditional_t<C == PlaneCode::kTf32, uint32_t, uint16_t>;
+using CodeT = std::conditional_t<plane_code_bytes(C) == 4, uint32_t,
+                                 std::conditional_t<plane_code_bytes(C) == 2, uint16_t, uint8_t>>;
 
 // One code as plane_run stores its decode (decode_code, then plane_entry, with no Decoded in
 // between); nonzero (bad): a NaN / Inf code, or a nonzero exponent outside the window (the
 // byte is then meaningless: the caller decodes instead)
 template <PlaneCode C>
 inline __attribute__((always_inline)) int32_t plane_of_code(uint32_t h, float& v, int8_t& e) {
-  constexpr bool kHalf = C == PlaneCode::kFp16, kTf32 = C == PlaneCode::kTf32;
-  const DecCode d = kHalf   ? decode_code<5, 10, 0>(h, 15)
-                    : kTf32 ? decode_code<8, 10, 13>(h, 127)
-                            : decode_code<8, 7, 0>(h, 127);
-  const int32_t x = plane_entry(d.sig, d.exp, kHalf ? 10 : kTf32 ? 10 : 7, v, e);
+  using P = PlaneCode;
+  const DecCode d = C == P::kFp16        ? decode_code<5, 10, 0>(h, 15)
+                    : C == P::kBf16      ? decode_code<8, 7, 0>(h, 127)
+                    : C == P::kTf32      ? decode_code<8, 10, 13>(h, 127)
+                    : C == P::kE4m3Fn    ? decode_code<4, 3, 0, kFn>(h, 7)
+                    : C == P::kE5m2      ? decode_code<5, 2, 0>(h, 15)
+                    : C == P::kE4m3Fnuz  ? decode_code<4, 3, 0, kFnuz>(h, 8)
+                                         : decode_code<5, 2, 0, kFnuz>(h, 16);
+  constexpr int32_t mbits = C == P::kBf16 ? 7 : C == P::kFp16 || C == P::kTf32 ? 10
+                            : C == P::kE4m3Fn || C == P::kE4m3Fnuz ? 3 : 2;
+  const int32_t x = plane_entry(d.sig, d.exp, mbits, v, e);
   return d.cls | -int32_t(uint32_t(x + kPlaneWindow) > uint32_t(2 * kPlaneWindow));
 }
 template <PlaneCode C>
@@ -81,23 +88,25 @@ inline __attribute__((always_inline)) uint8_t direct_row(const CodeT<C>* __restr
   return uint8_t(bad != 0);
 }
 // rows [k0, k1) of a row-major B (n columns, rows sk bytes apart) into the panels' rows of
-// lanes (panels pstride apart), panel by panel: the stores run in order (row k of every
-// panel at once put them all in one cache set) and the block's rows of B stay in cache;
-// kW lanes at a time, a fixed trip count the compiler vectorises in full
+// lanes (panels pstride apart; row k to panel row pos[k], or k), panel by panel: the stores
+// run in order (row k of every panel at once put them all in one cache set) and the block's
+// rows of B stay in cache; kW lanes at a time, a fixed trip count the compiler vectorises
 template <PlaneCode C>
 inline __attribute__((always_inline)) uint8_t direct_panels(const uint8_t* __restrict b, int64_t sk,
                                                             int64_t k0, int64_t k1, int64_t n,
-                                                            int64_t pstride, float* __restrict v,
-                                                            int8_t* __restrict e) {
+                                                            int64_t pstride, const int32_t* pos,
+                                                            float* __restrict v, int8_t* __restrict e) {
   int32_t bad = 0;
   for (int64_t j0 = 0; j0 < n; j0 += kW, v += pstride, e += pstride) {
     const int64_t nl = n - j0 < kW ? n - j0 : kW;
     for (int64_t k = k0; k < k1; ++k) {
       const CodeT<C>* c = reinterpret_cast<const CodeT<C>*>(b + k * sk) + j0;
+      float* vq = v + (pos ? pos[k] : k) * kW;
+      int8_t* eq = e + (pos ? pos[k] : k) * kW;
       if (nl == kW)
-        for (int l = 0; l < kW; ++l) bad |= plane_of_code<C>(c[l], v[k * kW + l], e[k * kW + l]);
+        for (int l = 0; l < kW; ++l) bad |= plane_of_code<C>(c[l], vq[l], eq[l]);
       else
-        for (int64_t l = 0; l < nl; ++l) bad |= plane_of_code<C>(c[l], v[k * kW + l], e[k * kW + l]);
+        for (int64_t l = 0; l < nl; ++l) bad |= plane_of_code<C>(c[l], vq[l], eq[l]);
     }
   }
   return uint8_t(bad != 0);
@@ -107,14 +116,24 @@ inline __attribute__((always_inline)) uint8_t direct_panels(const uint8_t* __res
     return direct_row<C>(reinterpret_cast<const CodeT<C>*>(c), n, v, e);                       \
   }                                                                                              \
   MMA_SIMD_CLONES uint8_t direct_panels_##name(const uint8_t* b, int64_t sk, int64_t k0,        \
-                                              int64_t k1, int64_t n, int64_t ps, float* v,     \
-                                              int8_t* e) {                                     \
-    return direct_panels<C>(b, sk, k0, k1, n, ps, v, e);                                        \
+                                              int64_t k1, int64_t n, int64_t ps,               \
+                                              const int32_t* pos, float* v, int8_t* e) {       \
+    return direct_panels<C>(b, sk, k0, k1, n, ps, pos, v, e);                                   \
   }
 MMA_DIRECT(PlaneCode::kFp16, fp16)
 MMA_DIRECT(PlaneCode::kBf16, bf16)
 MMA_DIRECT(PlaneCode::kTf32, tf32)
+MMA_DIRECT(PlaneCode::kE4m3Fn, e4m3fn)
+MMA_DIRECT(PlaneCode::kE5m2, e5m2)
+MMA_DIRECT(PlaneCode::kE4m3Fnuz, e4m3fnuz)
+MMA_DIRECT(PlaneCode::kE5m2Fnuz, e5m2fnuz)
 #undef MMA_DIRECT
+// the plain loops, by PlaneCode
+constexpr DirectFill kPlainFill[kNumPlaneCodes] = {
+    {direct_row_fp16, direct_panels_fp16},         {direct_row_bf16, direct_panels_bf16},
+    {direct_row_tf32, direct_panels_tf32},         {direct_row_e4m3fn, direct_panels_e4m3fn},
+    {direct_row_e5m2, direct_panels_e5m2},         {direct_row_e4m3fnuz, direct_panels_e4m3fnuz},
+    {direct_row_e5m2fnuz, direct_panels_e5m2fnuz}};
 
 // One operand row (A row i or B column j): true when it can use the planes.  kmap: plane
 // position -> k (multi-pass), or null (identity).
@@ -149,13 +168,18 @@ uint32_t Fallback::chunk(int64_t i, int64_t j, int64_t k0, uint32_t acc) const {
   const int64_t K = pl->K;
   uint64_t r;
   if (ca.base) {  // planes filled from the codes (no Decoded rows): this chunk's decoded here
-    const int n = int(std::min<int64_t>(Pr.L, K - k0));
+    // (a pass of a multi-pass instruction: its k gathered, padding left out)
+    const bool map = !pl->kmap.empty();
     int32_t as[kMaxPassL], ae[kMaxPassL], bs[kMaxPassL], be[kMaxPassL];
     uint8_t ac[kMaxPassL], bc[kMaxPassL];
-    for (int q = 0; q < n; ++q) {
-      const Dec da = decode(Pr.fa, ca.at(i, k0 + q)), db = decode(Pr.fb, cb.at(j, k0 + q));
-      as[q] = da.sig; ae[q] = da.exp; ac[q] = da.cls;
-      bs[q] = db.sig; be[q] = db.exp; bc[q] = db.cls;
+    int n = 0;
+    for (int q = 0; q < Pr.L && (map || k0 + q < K); ++q) {
+      const int64_t k = map ? pl->kmap[size_t(k0 + q)] : k0 + q;
+      if (k < 0) continue;
+      const Dec da = decode(Pr.fa, ca.at(i, k)), db = decode(Pr.fb, cb.at(j, k));
+      as[n] = da.sig; ae[n] = da.exp; ac[n] = da.cls;
+      bs[n] = db.sig; be[n] = db.exp; bc[n] = db.cls;
+      ++n;
     }
     const Chunk ch{Operand{as, ae, ac}, Operand{bs, be, bc}, n, int(k0), SA ? SA + i * pl->nblk : nullptr,
                    SB ? SB + j * pl->nblk : nullptr};
@@ -195,10 +219,7 @@ static FdpaKernels kernels_of(Isa isa) {
 }
 static DirectFill fill_of(const FdpaKernels& ks, PlaneCode c) {
   const DirectFill own = ks.direct[int(c)];
-  if (own.row && own.panels) return own;
-  return c == PlaneCode::kBf16   ? DirectFill{direct_row_bf16, direct_panels_bf16}
-         : c == PlaneCode::kTf32 ? DirectFill{direct_row_tf32, direct_panels_tf32}
-                                 : DirectFill{direct_row_fp16, direct_panels_fp16};
+  return own.row && own.panels ? own : kPlainFill[int(c)];
 }
 DirectFill direct_fill(PlaneCode c, Isa isa) { return fill_of(kernels_of(isa), c); }
 
@@ -279,7 +300,7 @@ bool FdpaEngine::setup(const Params& P, Isa isa) {
   const int ts = kind_ == FastKind::kFdpa && !generic ? t_shape_index(P) : -1;
   const PanelFn shaped = kind_ != FastKind::kFdpa && !generic ? ks.fixed(P) : nullptr;
   fixed_ = ts >= 0 || shaped;
-  for (int c = 0; c < 3; ++c) fill_[c] = fill_of(ks, PlaneCode(c));
+  for (int c = 0; c < kNumPlaneCodes; ++c) fill_[c] = fill_of(ks, PlaneCode(c));
   if (ts >= 0) fn_ = ks.t_fixed[ts];
   if (shaped) fn_ = shaped;
   P_ = P;
@@ -402,23 +423,38 @@ bool FdpaEngine::fill_direct(const CodeRows& a, PlaneCode a_code, const CodeRows
   // A's rows contiguous along k; B's columns adjacent (row-major B) or contiguous along k
   // (a transposed one, as nn.Linear's weight); other layouts decode as usual, in tiles
   const bool b_rows = b.sr == b.esize;
-  if (!filled_ || kpos_.on() || P_.L > kMaxPassL || pl.M != M || pl.N != N || pl.K != K ||
-      a.esize != (a_code == PlaneCode::kTf32 ? 4 : 2) || b.esize != (b_code == PlaneCode::kTf32 ? 4 : 2) ||
+  if (!filled_ || P_.L > kMaxPassL || pl.M != M || pl.N != N || pl.K != K ||
+      a.esize != plane_code_bytes(a_code) || b.esize != plane_code_bytes(b_code) ||
       a.sk != a.esize || (!b_rows && b.sk != b.esize))
     return false;
+  // a multi-pass instruction's k in pass order: k to plane position pos[k] (build() writes
+  // the positions of no k)
+  std::vector<int32_t> pos;
+  if (kpos_.on())
+    for (int64_t k = 0; k < K; ++k) pos.push_back(int32_t(kpos_.pos(k)));
+  const int32_t* at = pos.empty() ? nullptr : pos.data();
   const DirectRow row = fill_[int(a_code)].row;
   std::atomic<bool> bad{false};
   par(M, 16, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i)
-      if (row(a.base + i * a.sr, K, pl.av.data() + i * pl.Kp, pl.ae.data() + i * pl.Kp))
+    std::vector<float> tv(at ? size_t(K) : 0);
+    std::vector<int8_t> te(at ? size_t(K) : 0);
+    for (int64_t i = lo; i < hi; ++i) {
+      float* v = pl.av.data() + i * pl.Kp;
+      int8_t* e = pl.ae.data() + i * pl.Kp;
+      if (row(a.base + i * a.sr, K, at ? tv.data() : v, at ? te.data() : e))
         bad.store(true, std::memory_order_relaxed);
+      for (int64_t k = 0; at && k < K; ++k) {
+        v[at[k]] = tv[size_t(k)];
+        e[at[k]] = te[size_t(k)];
+      }
+    }
   });
   if (b_rows) {  // blocks of 64 rows of B, each to every panel
     const DirectPanels panels = fill_[int(b_code)].panels;
     constexpr int64_t kRows = 64;
     par((K + kRows - 1) / kRows, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t t = lo; t < hi; ++t)
-        if (panels(b.base, b.sk, t * kRows, std::min(K, t * kRows + kRows), N, pl.Kp * kW,
+        if (panels(b.base, b.sk, t * kRows, std::min(K, t * kRows + kRows), N, pl.Kp * kW, at,
                    pl.bv.data(), pl.be.data()))
           bad.store(true, std::memory_order_relaxed);
     });
@@ -437,11 +473,13 @@ bool FdpaEngine::fill_direct(const CodeRows& a, PlaneCode a_code, const CodeRows
           for (int64_t l = 0; l < nl; ++l)
             if (colrun(b.base + (j0 + l) * b.sr + kc * b.esize, m, tv[l], te[l]))
               bad.store(true, std::memory_order_relaxed);
-          for (int64_t k = 0; k < m; ++k)
+          for (int64_t k = 0; k < m; ++k) {
+            const int64_t q = at ? at[kc + k] : kc + k;
             for (int64_t l = 0; l < nl; ++l) {
-              v[(kc + k) * kW + l] = tv[l][k];
-              e[(kc + k) * kW + l] = te[l][k];
+              v[q * kW + l] = tv[l][k];
+              e[q * kW + l] = te[l][k];
             }
+          }
         }
       }
     });

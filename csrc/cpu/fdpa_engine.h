@@ -128,18 +128,22 @@ struct Planes {
 };
 
 // The codes FdpaEngine::fill_direct writes into the planes itself: fp16, bf16 (2 bytes),
-// tf32 / xf32 in fp32 words (the low 13 bits dropped, as decode() does)
-enum class PlaneCode : int { kFp16, kBf16, kTf32 };
+// tf32 / xf32 in fp32 words (the low 13 bits dropped, as decode() does), the fp8 formats
+enum class PlaneCode : int { kFp16, kBf16, kTf32, kE4m3Fn, kE5m2, kE4m3Fnuz, kE5m2Fnuz };
+constexpr int kNumPlaneCodes = 7;
+constexpr int plane_code_bytes(PlaneCode c) {
+  return c == PlaneCode::kTf32 ? 4 : c == PlaneCode::kFp16 || c == PlaneCode::kBf16 ? 2 : 1;
+}
 constexpr int kPlaneWindow = 31;  // the planes hold |decoded exponent (+ scale exponent)| <= 31
 
 // Codes straight to the planes: a row of n codes (A's rows, B's columns) to n values and
 // exponent bytes, and rows [k0, k1) of a row-major B (n columns, rows sk bytes apart) to the
-// panels (pstride apart, kW lanes a row).  Each value is the code's (a zero's sign dropped),
+// panels (pstride apart, kW lanes a row; row k to panel row pos[k], or k where pos is null).  Each value is the code's (a zero's sign dropped),
 // each byte its decoded exponent (-128 for a zero); nonzero when a code is a NaN / infinity
 // or has a nonzero exponent outside the window (what was stored is then meaningless).
 using DirectRow = uint8_t (*)(const uint8_t* c, int64_t n, float* v, int8_t* e);
 using DirectPanels = uint8_t (*)(const uint8_t* b, int64_t sk, int64_t k0, int64_t k1, int64_t n,
-                                 int64_t pstride, float* v, int8_t* e);
+                                 int64_t pstride, const int32_t* pos, float* v, int8_t* e);
 struct DirectFill {
   DirectRow row = nullptr;
   DirectPanels panels = nullptr;
@@ -228,7 +232,7 @@ struct FdpaKernels {
   PanelFn t, tr, e, gst;
   const PanelFn* t_fixed;              // kNumTShapes kernels, one per kTShapes entry
   PanelFn (*fixed)(const Params&);     // TR / GTR, E, GST with L fixed (the registry's rows), or null
-  DirectFill direct[3];                // by PlaneCode; null: the plain loops of fdpa_engine.cpp
+  DirectFill direct[kNumPlaneCodes];   // by PlaneCode; null: the plain loops of fdpa_engine.cpp
 };
 FdpaKernels fdpa_kernels_avx2();
 FdpaKernels fdpa_kernels_avx512();
@@ -248,6 +252,8 @@ struct KPos {
   int64_t instr = 0;        // products per instruction (0: the identity)
   std::vector<int32_t> at;  // k % instr -> its position in the instruction
   bool on() const { return instr != 0; }
+  // k's plane position
+  int64_t pos(int64_t k) const { return instr ? k - k % instr + at[size_t(k % instr)] : k; }
   // f(t, the plane position of k0 + t) for t in [0, n): one division per instruction, not
   // per k
   template <class Fn>
@@ -322,7 +328,7 @@ class FdpaEngine {
   KPos kpos_;
   bool filled_ = false;  // begin() was called: fill_a / fill_b write the planes
   bool direct_ = false;  // fill_direct() filled them: the hand-backs read ca_ / cb_
-  DirectFill fill_[3];   // direct_fill() of setup()'s isa, by PlaneCode
+  DirectFill fill_[kNumPlaneCodes];  // direct_fill() of setup()'s isa, by PlaneCode
   CodeRows ca_{}, cb_{};
   bool plain(bool scales) const;
   void size_planes(int64_t M, int64_t N, int64_t K, bool init);

@@ -1,9 +1,10 @@
-// The planes filled straight from fp16 / bf16 / tf32 codes (fdpa_engine.h DirectFill) by an
-// instruction set's own fill against the plain loops (direct_fill(c, Isa::kScalar)), without
-// torch: every 16-bit code and a structured and random set of tf32 words one at a time, runs
-// of 1 to 100 codes, and B's panels with partial last panels.  The two must agree on which
-// codes need decoding (NaN / infinity, outside the window) code by code, and where none does,
-// on every value's bits and exponent byte, with nothing written past the end.
+// The planes filled straight from fp16 / bf16 / tf32 / fp8 codes (fdpa_engine.h DirectFill)
+// by an instruction set's own fill against the plain loops (direct_fill(c, Isa::kScalar)),
+// without torch: every 8- and 16-bit code and a structured and random set of tf32 words one
+// at a time, runs of 1 to 100 codes, and B's panels with partial last panels, rows in order
+// and permuted.  The two must agree on which codes need decoding (NaN / infinity, outside the
+// window) code by code, and where none does, on every value's bits and exponent byte, with
+// nothing written past the end.
 // Built by tests/test_cpu_fast_native.py.  argv[1]: "avx2", "avx512" or "neon".  Prints one
 // line per code ("ok fp16 ..." or "MISMATCH fp16 ..."), then "N passed, N failed".
 #include <algorithm>
@@ -34,7 +35,7 @@ struct Out {
 std::vector<uint32_t> codes_of(PlaneCode c, std::mt19937_64& rng) {
   std::vector<uint32_t> w;
   if (c != PlaneCode::kTf32) {
-    for (uint32_t h = 0; h < 65536; ++h) w.push_back(h);
+    for (uint32_t h = 0; h < (plane_code_bytes(c) == 2 ? 65536u : 256u); ++h) w.push_back(h);
     return w;
   }
   // every sign and exponent with edge and random significands, the 13 dropped bits 0, all
@@ -57,11 +58,22 @@ struct Bytes {  // codes as a tensor holds them (2 or 4 bytes each)
   const uint8_t* at(size_t i) const { return b.data() + i * size_t(size); }
 };
 
+uint32_t nan_code(PlaneCode c) {
+  switch (c) {
+    case PlaneCode::kFp16: return 0x7E00;
+    case PlaneCode::kBf16: return 0xFFC0;
+    case PlaneCode::kTf32: return 0x7FC00000;
+    case PlaneCode::kE4m3Fn: return 0x7F;
+    case PlaneCode::kE5m2: return 0xFE;
+    default: return 0x80;  // fnuz
+  }
+}
+
 // one code set on one fill; returns the number of disagreements (first few printed)
 int check(PlaneCode c, const char* cname, const DirectFill& own, const DirectFill& plain) {
   std::mt19937_64 rng(0x5eed + int(c));
   const std::vector<uint32_t> w = codes_of(c, rng);
-  const int sz = c == PlaneCode::kTf32 ? 4 : 2;
+  const int sz = plane_code_bytes(c);
   const Bytes all(w, sz);
   int bad_n = 0;
   auto fail = [&](const std::string& what) {
@@ -97,21 +109,27 @@ int check(PlaneCode c, const char* cname, const DirectFill& own, const DirectFil
     }
   }
   // B's panels: rows [3, 67) of a 70-row B, n columns (partial last panels), rows padded
-  for (int64_t n : {75, 32, 5, 64}) {
+  // (and with rows permuted, as a multi-pass instruction's pass order puts them)
+  std::vector<int32_t> perm(72);
+  for (int k = 0; k < 72; ++k) perm[size_t(k)] = k;
+  std::shuffle(perm.begin(), perm.end(), rng);
+  for (int64_t n : {75, 32, 5, 64})
+  for (const int32_t* pos : {static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(perm.data())}) {
     for (int sprinkle = 0; sprinkle < 2; ++sprinkle) {
       const int64_t K = 70, Kp = 72, sk = n * sz + 6, np = (n + kW - 1) / kW;
       std::vector<uint8_t> B(size_t(K * sk), 0xAB);
       for (int64_t k = 0; k < K; ++k)
         for (int64_t j = 0; j < n; ++j) {
           uint32_t code = good[rng() % good.size()];
-          if (sprinkle && k == 40 && j == n - 1) code = w[rng() % w.size()] | (c == PlaneCode::kFp16 ? 0x7C00u : c == PlaneCode::kBf16 ? 0x7F80u : 0x7F800000u);
+          if (sprinkle && k == 40 && j == n - 1) code = nan_code(c);
           std::memcpy(B.data() + k * sk + j * sz, &code, size_t(sz));
         }
       Out a(size_t(np * Kp * kW)), b(size_t(np * Kp * kW));
-      const uint8_t ba = own.panels(B.data(), sk, 3, 67, n, Kp * kW, a.v.data(), a.e.data());
-      const uint8_t bb = plain.panels(B.data(), sk, 3, 67, n, Kp * kW, b.v.data(), b.e.data());
+      const uint8_t ba = own.panels(B.data(), sk, 3, 67, n, Kp * kW, pos, a.v.data(), a.e.data());
+      const uint8_t bb = plain.panels(B.data(), sk, 3, 67, n, Kp * kW, pos, b.v.data(), b.e.data());
       if ((ba != 0) != (bb != 0) || (!ba && !(a == b)) || (bb != 0) != (sprinkle != 0))
-        fail("panels of " + std::to_string(n) + " columns, sprinkle " + std::to_string(sprinkle));
+        fail("panels of " + std::to_string(n) + " columns, sprinkle " + std::to_string(sprinkle) +
+             (pos ? ", permuted" : ""));
     }
   }
   std::printf("%s %s fill=%s codes=%zu good=%zu\n", bad_n ? "MISMATCH" : "ok", cname,
@@ -129,9 +147,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   int passed = 0, failed = 0;
-  const PlaneCode codes[] = {PlaneCode::kFp16, PlaneCode::kBf16, PlaneCode::kTf32};
-  const char* names[] = {"fp16", "bf16", "tf32"};
-  for (int i = 0; i < 3; ++i) {
+  const char* names[kNumPlaneCodes] = {"fp16", "bf16", "tf32", "e4m3fn", "e5m2", "e4m3fnuz", "e5m2fnuz"};
+  PlaneCode codes[kNumPlaneCodes];
+  for (int i = 0; i < kNumPlaneCodes; ++i) codes[i] = PlaneCode(i);
+  for (int i = 0; i < kNumPlaneCodes; ++i) {
     const DirectFill own = direct_fill(codes[i], isa), plain = direct_fill(codes[i], Isa::kScalar);
     (check(codes[i], names[i], own, plain) ? failed : passed)++;
   }
