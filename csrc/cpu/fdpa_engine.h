@@ -138,9 +138,10 @@ constexpr int kPlaneWindow = 31;  // the planes hold |decoded exponent (+ scale 
 
 // Codes straight to the planes: a row of n codes (A's rows, B's columns) to n values and
 // exponent bytes, and rows [k0, k1) of a row-major B (n columns, rows sk bytes apart) to the
-// panels (pstride apart, kW lanes a row; row k to panel row pos[k], or k where pos is null).  Each value is the code's (a zero's sign dropped),
-// each byte its decoded exponent (-128 for a zero); nonzero when a code is a NaN / infinity
-// or has a nonzero exponent outside the window (what was stored is then meaningless).
+// panels (pstride apart, kW lanes a row; row k to panel row pos[k], or k where pos is null).
+// Each value is the code's (a zero's sign dropped), each byte its decoded exponent (-128 for
+// a zero); nonzero when a code is a NaN / infinity or has a nonzero exponent outside the
+// window (what was stored is then meaningless).
 using DirectRow = uint8_t (*)(const uint8_t* c, int64_t n, float* v, int8_t* e);
 using DirectPanels = uint8_t (*)(const uint8_t* b, int64_t sk, int64_t k0, int64_t k1, int64_t n,
                                  int64_t pstride, const int32_t* pos, float* v, int8_t* e);

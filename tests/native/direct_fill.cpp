@@ -49,7 +49,7 @@ std::vector<uint32_t> codes_of(PlaneCode c, std::mt19937_64& rng) {
   return w;
 }
 
-struct Bytes {  // codes as a tensor holds them (2 or 4 bytes each)
+struct Bytes {  // codes as a tensor holds them (1, 2 or 4 bytes each)
   std::vector<uint8_t> b;
   int size;
   Bytes(const std::vector<uint32_t>& w, int sz) : b(w.size() * size_t(sz)), size(sz) {
