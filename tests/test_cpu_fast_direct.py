@@ -24,7 +24,8 @@ _probe = tme.spec("sm90", "fp16")
 ISAS = [i for i in ("avx512", "avx2") if fast_path(_probe, i).startswith(i + ":")] or [None]
 SPECS = [s for s in row_specs() if s.in_format in ("fp16", "bf16", "tf32", "xf32") and s.in_format_b is None
          and s.op in ("t_fdpa", "tr_fdpa")]
-# fp8: every unscaled row's two formats, alone and mixed (1-byte codes; the 2-pass rows decode)
+# fp8: every unscaled row's two formats, alone and mixed (1-byte codes; the 2-pass rows in
+# pass order)
 SPECS += [r.first_spec().replace(in_format=fa, in_format_b=fb) for r in ROWS
           if r.formats[0].startswith("fp8") and r.scale_format is None and r.op in ("t_fdpa", "tr_fdpa", "gtr_fdpa")
           for fa, fb in ((r.formats[0], None), (r.formats[1], None), (r.formats[0], r.formats[1]))]
@@ -64,7 +65,7 @@ def _operands(spec, case, layout, g):
         B *= 60
         C *= 3e4
     if case == "tiny":  # products below fp16's emin beside c = 0 (fp8: sums about it, so
-        # fp16 outputs are subnormal in some lanes and hand their chunks back)
+        # fp16 outputs are subnormal in some lanes)
         fp8 = dt.itemsize == 1
         A *= 2.0 ** (-7 if fp8 else -10)
         B *= 2.0 ** (-8 if fp8 else -9)

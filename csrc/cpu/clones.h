@@ -2,7 +2,8 @@
 // picking one by the CPU (GCC's target_clones): the plain loops the compiler vectorises
 // (decoders, plane runs, fp16 runs, the core's lanes).  Nothing elsewhere.  The AVX-512 copy
 // halved the generic direct fill of A's fp16 rows (perf of sm86 fp16 -> fp16 at 1024^3: 1.3% ->
-// 0.7%), which AVX-512 CPUs now replace by fdpa_engine.cpp's F16C fill.
+// 0.7%); AVX-512 CPUs now fill fp16 / bf16 / tf32 / e4m3fn / e5m2 planes with kern_avx512.cpp's
+// own code instead (FdpaKernels::direct).
 #pragma once
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
